@@ -1,0 +1,45 @@
+"""Attention cores behind one contract (see :mod:`hf_efficient.attention.base`).
+
+Every module in this package registers its core on import; importing the package imports them all, so a
+new variant is one new file.
+"""
+
+import importlib
+import pkgutil
+
+from .base import (
+    AttentionCapabilities,
+    AttentionConfig,
+    AttentionCore,
+    AttentionOutput,
+    AttentionSpec,
+    GraphEdges,
+)
+from .registry import (
+    ATTENTION_REGISTRY,
+    build_attention,
+    get_attention_class,
+    list_attention_types,
+    register_attention,
+    validate_attention_config,
+)
+
+_INFRASTRUCTURE = {"base", "registry", "utils"}
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in _INFRASTRUCTURE and not _module.name.startswith("_"):
+        importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = [
+    "ATTENTION_REGISTRY",
+    "AttentionCapabilities",
+    "AttentionConfig",
+    "AttentionCore",
+    "AttentionOutput",
+    "AttentionSpec",
+    "GraphEdges",
+    "build_attention",
+    "get_attention_class",
+    "list_attention_types",
+    "register_attention",
+    "validate_attention_config",
+]

@@ -1,0 +1,58 @@
+"""Exact softmax attention through Hugging Face's kernels.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + B + M) V
+
+B is an optional additive bias (Graphormer's spatial/edge encodings, relative positions), M the padding
+(and causal) mask. Cost O(n^2 d) time; memory O(n^2) with the eager kernel, O(n) with sdpa's
+flash-style CPU kernel. The kernel is HF's ``attn_implementation``: ``"eager"`` is BERT's own
+``eager_attention_forward``, every other name is looked up in ``ALL_ATTENTION_FUNCTIONS`` (sdpa, flex,
+flash...). Requesting attention weights runs the eager kernel for that call, as the others return none.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import eager_attention_forward
+
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .registry import register_attention
+from .utils import additive_mask
+
+
+@register_attention("full")
+class FullAttention(AttentionCore):
+    capabilities = AttentionCapabilities(
+        attention_bias=True, causal=True, output_attentions=True, permutation_equivariant=True
+    )
+    paper = "Vaswani et al. 2017, Attention Is All You Need"
+
+    def __init__(self, spec: AttentionSpec, config=None):
+        super().__init__(spec, config)
+        impl = spec.attn_implementation
+        if impl != "eager" and impl not in ALL_ATTENTION_FUNCTIONS:
+            valid = ["eager", *ALL_ATTENTION_FUNCTIONS.keys()]
+            raise ValueError(f"Unknown attn_implementation {impl!r}; valid: {', '.join(valid)}.")
+        self.is_causal = False  # read by HF kernels as a fallback; we always pass is_causal explicitly
+
+    def _attend(
+        self, query, key, value, attention_mask, *, attention_bias, edges, is_causal, output_attentions
+    ) -> AttentionOutput:
+        n = query.shape[-2]
+        mask = additive_mask(attention_mask, query.dtype)  # (b, 1, 1, n) or None
+        if attention_bias is not None:
+            bias = attention_bias.to(query.dtype)
+            mask = bias if mask is None else mask + bias  # (b|1, h|1, n, n)
+        if is_causal and (mask is not None or output_attentions or self.spec.attn_implementation == "eager"):
+            causal = torch.full((n, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
+            causal = causal.triu(1)[None, None]  # (1, 1, n, n), -inf above the diagonal
+            mask = causal if mask is None else mask + causal
+            is_causal = False  # now carried by the mask
+        impl = "eager" if output_attentions else self.spec.attn_implementation
+        kernel = eager_attention_forward if impl == "eager" else ALL_ATTENTION_FUNCTIONS[impl]
+        dropout = self.spec.dropout if self.training else 0.0
+        output, weights = kernel(
+            self, query, key, value, mask, dropout=dropout, scaling=self.scaling, is_causal=is_causal
+        )
+        # HF kernels return (b, n, h, d); the contract is (b, h, n, d).
+        return AttentionOutput(output.transpose(1, 2), weights if output_attentions else None)

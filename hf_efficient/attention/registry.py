@@ -1,0 +1,82 @@
+"""The one place that maps an ``attention_type`` name to a core class.
+
+Variants register themselves with ``@register_attention("name")`` in their own module; every module in
+``hf_efficient.attention`` is imported by the package ``__init__``, so adding a variant is adding a file.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import AttentionConfig, AttentionCore, AttentionSpec
+
+ATTENTION_REGISTRY: dict[str, type[AttentionCore]] = {}
+
+
+def register_attention(name: str):
+    """Class decorator: register an :class:`AttentionCore` subclass under ``name`` (snake_case paper name)."""
+
+    def decorator(cls: type[AttentionCore]) -> type[AttentionCore]:
+        if name in ATTENTION_REGISTRY and ATTENTION_REGISTRY[name] is not cls:
+            raise ValueError(f"attention_type {name!r} is already registered by {ATTENTION_REGISTRY[name]}")
+        if not issubclass(cls, AttentionCore):
+            raise TypeError(f"{cls} must subclass AttentionCore")
+        cls.attention_type = name
+        ATTENTION_REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def list_attention_types(modality: str | None = None) -> list[str]:
+    """Sorted names of the registered attention types, optionally only those usable for a modality."""
+    return sorted(
+        name
+        for name, cls in ATTENTION_REGISTRY.items()
+        if modality is None or modality in cls.capabilities.modalities
+    )
+
+
+def get_attention_class(attention_type: str) -> type[AttentionCore]:
+    """The core class registered under ``attention_type``; a clear error lists the valid names."""
+    try:
+        return ATTENTION_REGISTRY[attention_type]
+    except KeyError:
+        valid = ", ".join(list_attention_types())
+        raise ValueError(f"Unknown attention_type {attention_type!r}. Registered types: {valid}.") from None
+
+
+def validate_attention_config(
+    attention_type: str, attention_config: dict[str, Any] | None
+) -> AttentionConfig:
+    """Parse and validate an ``attention_config`` dict for ``attention_type`` (unknown keys raise)."""
+    return get_attention_class(attention_type).config_class.from_dict(attention_type, attention_config)
+
+
+def build_attention(
+    attention_type: str,
+    spec: AttentionSpec,
+    attention_config: dict[str, Any] | AttentionConfig | None = None,
+    modality: str | None = None,
+) -> AttentionCore:
+    """Build the core for ``attention_type``.
+
+    Args:
+        attention_type: a registered name (see :func:`list_attention_types`).
+        spec: the model-level sizes (heads, head_dim, dropout, kernel, max length, layer index).
+        attention_config: the variant's own hyperparameters, as a dict (validated) or its config object.
+        modality: ``"text"``, ``"vision"`` or ``"graph"``; a core not meant for it raises.
+    """
+    cls = get_attention_class(attention_type)
+    if modality is not None and modality not in cls.capabilities.modalities:
+        raise ValueError(
+            f"attention_type {attention_type!r} is not available for {modality} models. "
+            f"Types for {modality}: {', '.join(list_attention_types(modality))}."
+        )
+    if not isinstance(attention_config, AttentionConfig):
+        attention_config = cls.config_class.from_dict(attention_type, attention_config)
+    elif not isinstance(attention_config, cls.config_class):
+        raise TypeError(
+            f"{attention_type} expects a {cls.config_class.__name__}, got {type(attention_config)}"
+        )
+    return cls(spec, attention_config)

@@ -1,0 +1,73 @@
+"""Helpers shared by the cores: padding to a block multiple and back, masks, chunk sizing.
+
+Users never pad by hand: a core that works on blocks/windows/buckets pads inside with
+:func:`pad_to_multiple` + :func:`extend_padding_mask` and cuts the result back with :func:`unpad`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# glibc hands every allocation above 32 MiB straight back to the system and page-faults it in anew on the
+# next call; intermediates kept under this budget stay in the malloc arena (DESIGN.md, "What the peers do").
+CHUNK_BYTES = 24 * 2**20
+
+
+def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int = -2, value: float = 0.0) -> torch.Tensor:
+    """Right-pad ``x`` along ``dim`` with ``value`` until its length divides by ``multiple``.
+
+    Example: (b, h, 1000, d) with multiple 64 -> (b, h, 1024, d).
+    """
+    n = x.shape[dim]
+    extra = (-n) % multiple
+    if extra == 0:
+        return x
+    dim = dim % x.dim()
+    # F.pad takes (left, right) pairs from the last dimension backwards.
+    pad = [0, 0] * (x.dim() - 1 - dim) + [0, extra]
+    return F.pad(x, pad, value=value)
+
+
+def extend_padding_mask(
+    mask: torch.Tensor | None, batch: int, n: int, multiple: int, device: torch.device
+) -> torch.Tensor | None:
+    """Key padding mask (b, n_padded) for a sequence right-padded to a multiple; None if nothing is padded.
+
+    Positions added by :func:`pad_to_multiple` are False (not real), so they are never attended to.
+    """
+    extra = (-n) % multiple
+    if extra == 0:
+        return mask
+    if mask is None:
+        mask = torch.ones(batch, n, dtype=torch.bool, device=device)
+    return F.pad(mask, (0, extra), value=False)
+
+
+def unpad(x: torch.Tensor, n: int, dim: int = -2) -> torch.Tensor:
+    """Cut ``x`` back to its first ``n`` positions along ``dim`` (inverse of :func:`pad_to_multiple`)."""
+    return x.narrow(dim, 0, n)
+
+
+def additive_mask(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """(b, n) bool key mask -> (b, 1, 1, n) additive mask (0 for real keys, dtype's min for padding)."""
+    if mask is None:
+        return None
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+        ~mask, torch.finfo(dtype).min
+    )[:, None, None, :]
+
+
+def zero_padded(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Zero positions of a (b, h, n, d) tensor where the (b, n) mask is False.
+
+    Uses ``masked_fill`` rather than a product so that inf/NaN in padding cannot survive (NaN * 0 = NaN).
+    """
+    if mask is None:
+        return x
+    return x.masked_fill(~mask[:, None, :, None], 0.0)
+
+
+def rows_per_chunk(bytes_per_row: int, total_rows: int, budget: int = CHUNK_BYTES) -> int:
+    """How many rows of an intermediate fit in ``budget`` bytes (at least 1, at most ``total_rows``)."""
+    return max(1, min(total_rows, budget // max(1, bytes_per_row)))
