@@ -103,8 +103,18 @@ def test_permutation_equivariance(attention_type):
     core = make_core(attention_type)
     q, k, v = make_qkv(b=1, n=19)
     perm = torch.randperm(19)
-    out = run(core, q, k, v).output
-    out_perm = run(core, q[:, :, perm], k[:, :, perm], v[:, :, perm]).output
+    edges = graph_edges(core, [19], 19)
+    if edges is not None:
+        # node perm[i] becomes node i: relabel edge endpoints with the inverse permutation
+        inverse = torch.empty_like(perm)
+        inverse[perm] = torch.arange(19)
+        edges_perm = GraphEdges(inverse[edges.edge_index])
+    else:
+        edges_perm = None
+    kq = (lambda t: t) if core.capabilities.shared_query_key else (lambda t: None)
+    out = core(q, kq(q) if kq(q) is not None else k, v, edges=edges).output
+    qp, kp, vp = q[:, :, perm], k[:, :, perm], v[:, :, perm]
+    out_perm = core(qp, kq(qp) if kq(qp) is not None else kp, vp, edges=edges_perm).output
     torch.testing.assert_close(out_perm, out[:, :, perm], atol=1e-5, rtol=1e-5)
 
 
@@ -146,6 +156,8 @@ def test_unsupported_inputs_raise(attention_type):
     if not caps.edges:
         e = torch.stack([torch.arange(16), torch.arange(16)])
         checks.append(dict(edges=GraphEdges(e)))
+    if not caps.global_attention_mask:
+        checks.append(dict(global_attention_mask=torch.ones(2, 16, dtype=torch.bool)))
     for extra in checks:
         kwargs = {"edges": edges, **extra}
         with pytest.raises(ValueError, match=attention_type):

@@ -11,6 +11,8 @@ Shapes (the whole package uses these names):
     attention_mask    : (b, n) key padding mask, True (or 1) = real token, as HF's ``attention_mask``
     attention_bias    : additive scores bias broadcastable to (b, h, n, n)   [only if supported]
     edges             : :class:`GraphEdges` over the flattened (b * n) positions [only if supported]
+    global_attention_mask : (b, n) bool, True = a global token (attends to / is attended by all)
+                        [only if supported; Longformer's per-example global tokens]
     output            : (b, h, n, d); rows of padded query positions are exactly 0
     weights           : (b, h, n, n) attention probabilities, only when requested and supported
 
@@ -39,6 +41,7 @@ class AttentionCapabilities:
     padding_mask: bool = True  # boolean key padding mask (b, n)
     attention_bias: bool = False  # dense additive bias (b, h, n, n)
     edges: bool = False  # accepts GraphEdges
+    global_attention_mask: bool = False  # per-example global tokens (b, n)
     requires_edges: bool = False  # cannot run without GraphEdges
     causal: bool = False  # is_causal=True
     output_attentions: bool = False  # can return (b, h, n, n) weights
@@ -196,10 +199,15 @@ class AttentionCore(nn.Module):
         *,
         attention_bias: torch.Tensor | None,
         edges: GraphEdges | None,
+        global_attention_mask: torch.Tensor | None,
         is_causal: bool,
         output_attentions: bool,
     ) -> AttentionOutput:
-        """Compute attention on validated inputs. ``attention_mask`` is bool (b, n) or None (no padding)."""
+        """Compute attention on validated inputs.
+
+        ``attention_mask`` is bool (b, n) or None (nothing padded); ``global_attention_mask`` is bool (b, n)
+        or None. Inputs the core does not declare in its capabilities are guaranteed None/False here.
+        """
         raise NotImplementedError
 
     def init_weights(self) -> None:
@@ -230,6 +238,7 @@ class AttentionCore(nn.Module):
         attention_mask: torch.Tensor | None = None,
         attention_bias: torch.Tensor | None = None,
         edges: GraphEdges | None = None,
+        global_attention_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         output_attentions: bool = False,
     ) -> AttentionOutput:
@@ -241,6 +250,7 @@ class AttentionCore(nn.Module):
         mask = self._check_inputs(
             query, key, value, attention_mask, attention_bias, edges, is_causal, output_attentions
         )
+        global_mask = self._check_global_mask(global_attention_mask, query.shape[0], query.shape[2], mask)
         out = self._attend(
             query,
             key,
@@ -248,6 +258,7 @@ class AttentionCore(nn.Module):
             mask,
             attention_bias=attention_bias,
             edges=edges,
+            global_attention_mask=global_mask,
             is_causal=is_causal,
             output_attentions=output_attentions,
         )
@@ -257,6 +268,25 @@ class AttentionCore(nn.Module):
             # poisoned padding) can never flow into the next layer or a loss.
             output = output.masked_fill(~mask[:, None, :, None], 0.0)
         return AttentionOutput(output, weights)
+
+    def _check_global_mask(self, global_mask, b, n, mask) -> torch.Tensor | None:
+        name = self.attention_type or type(self).__name__
+        if global_mask is None:
+            return None
+        if not self.capabilities.global_attention_mask:
+            raise ValueError(
+                f"{name} has no per-example global tokens; drop global_attention_mask or use "
+                "attention_type='longformer'."
+            )
+        if global_mask.shape != (b, n):
+            raise ValueError(
+                f"{name}: global_attention_mask must have shape (batch, seq) = {(b, n)}, "
+                f"got {tuple(global_mask.shape)}."
+            )
+        global_mask = global_mask.bool()
+        if mask is not None:
+            global_mask = global_mask & mask  # a padded token is never global
+        return global_mask if bool(global_mask.any()) else None
 
     def _check_inputs(
         self, query, key, value, attention_mask, attention_bias, edges, is_causal, output_attentions

@@ -36,7 +36,17 @@ class FullAttention(AttentionCore):
         self.is_causal = False  # read by HF kernels as a fallback; we always pass is_causal explicitly
 
     def _attend(
-        self, query, key, value, attention_mask, *, attention_bias, edges, is_causal, output_attentions
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        *,
+        attention_bias,
+        edges,
+        global_attention_mask,
+        is_causal,
+        output_attentions,
     ) -> AttentionOutput:
         n = query.shape[-2]
         mask = additive_mask(attention_mask, query.dtype)  # (b, 1, 1, n) or None
