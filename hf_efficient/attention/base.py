@@ -218,6 +218,13 @@ class AttentionCore(nn.Module):
         deterministic function of a seed rebuild it here.
         """
 
+    def share_parameters_with(self, first: AttentionCore) -> None:
+        """Cross-layer parameter sharing hook (e.g. Linformer's layerwise projections).
+
+        The encoder calls it on the cores of layers 1..L-1 with layer 0's core when both have the same type.
+        Default: nothing is shared.
+        """
+
     def resample_random_state(self, seed: int) -> None:
         """Redraw training-time random state (random features, hash rotations). Default: none to redraw.
 
