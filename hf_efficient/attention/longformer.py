@@ -1,0 +1,341 @@
+"""Longformer: sliding-window attention with dilation and global tokens (Beltagy et al. 2020).
+
+    out_i = sum_{j in A(i)} softmax_j(q_i . k_j / sqrt(d)) v_j
+    A(i)  = {i + t r : |t| <= w/2} ∪ G          for a local token i (window w, dilation r, globals G)
+    A(g)  = {all real tokens}                     for a global token g in G
+
+Every token attends to the global tokens and every global token attends to everything (symmetric). A
+global key that also lies in the window is counted once: local and global keys share ONE softmax.
+
+Cost: O(n (w + |G|) d) time, O(n d) memory. Queries are split into chunks of c <= 256 positions (c = w/2
+for w <= 512); chunk t attends to the key blocks t - j .. t + j (j c >= w/2, i.e. c + 2 j c keys) plus
+the |G| global keys, masked to the exact band. On CPU (no dropout) a custom autograd Function runs torch's
+fused flash kernel a few chunks per call, saves only q, k, v, the output and the log-sum-exp, and rebuilds
+the windows in backward, so no intermediate exceeds ~24 MiB. With dropout or on other devices the same
+chunk groups go through the public ``scaled_dot_product_attention`` and plain autograd. Dilation r
+reshapes (n, d) -> (n / r, r, d): tokens of one residue mod r form an undilated sequence, so the same
+kernel runs on the r interleaved subsequences. Global rows (few) are dense over all keys. No (n x n)
+tensor is ever built.
+
+Deviations from the paper:
+    * Longformer has separate projections Q_g, K_g, V_g for global attention. Projections live outside the
+      cores here, so global rows use the same q/k/v as local ones (load a Longformer checkpoint by dropping
+      or averaging its ``*_global`` weights; parity with transformers holds when they equal the local ones).
+    * Windows and dilation are one value for all heads and layers (the paper varies them per layer/head).
+    * Padding is internal: any length works (upstream needs a multiple of ``attention_window``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
+from .registry import register_attention
+from .utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
+
+
+@dataclass
+class LongformerAttentionConfig(AttentionConfig):
+    """Hyperparameters of :class:`LongformerAttention`.
+
+    Attributes:
+        attention_window: two-sided window w (HF's ``LongformerConfig.attention_window``): each token sees
+            w / 2 keys on each side plus itself. Even, >= 2.
+        attention_dilation: dilation r >= 1; token i sees i + t r for |t| <= w / 2.
+        global_token_indices: positions that are global in every example (e.g. [0] for CLS); per-example
+            global tokens come through the ``global_attention_mask`` input instead.
+    """
+
+    attention_window: int = 512
+    attention_dilation: int = 1
+    global_token_indices: list[int] = field(default_factory=list)
+
+    def validate(self) -> None:
+        if self.attention_window < 2 or self.attention_window % 2:
+            raise ValueError(
+                f"attention_window must be an even integer >= 2 (w / 2 keys on each side), "
+                f"got {self.attention_window}."
+            )
+        if self.attention_dilation < 1:
+            raise ValueError(f"attention_dilation must be >= 1, got {self.attention_dilation}.")
+        if any(not isinstance(i, int) or isinstance(i, bool) or i < 0 for i in self.global_token_indices):
+            raise ValueError(
+                f"global_token_indices must be non-negative ints, got {self.global_token_indices}."
+            )
+
+
+@register_attention("longformer")
+class LongformerAttention(AttentionCore):
+    config_class = LongformerAttentionConfig
+    capabilities = AttentionCapabilities(global_attention_mask=True)
+    paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
+    small_config = {"attention_window": 6, "global_token_indices": [0]}
+
+    def _attend(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        *,
+        attention_bias,
+        edges,
+        global_attention_mask,
+        is_causal,
+        output_attentions,
+    ) -> AttentionOutput:
+        b, h, n, d = query.shape
+        device = query.device
+        is_global = self._global_tokens(global_attention_mask, attention_mask, b, n, device)
+        real = attention_mask if attention_mask is not None else torch.ones(b, n, dtype=torch.bool)
+        real = real.to(device)
+        dropout = self.spec.dropout if self.training else 0.0
+        slot_pos, slot_valid = _global_slots(is_global, b, device)  # (b, G), (b, G)
+        gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
+        if is_global is None:  # no gather: its backward would allocate a full-size zero gradient
+            global_key = global_value = key.new_zeros(b, h, 0, d)
+        else:
+            global_key, global_value = key.gather(2, gather_index), value.gather(2, gather_index)
+
+        r = self.config.attention_dilation
+        window = _Window.build(self.config.attention_window // 2, sub_len=-(-n // r))
+        q, k, v = (pad_to_multiple(t, r * window.chunk) for t in (query, key, value))  # (b, h, r m, d)
+        key_real = extend_padding_mask(real, b, n, r * window.chunk, device)  # (b, r m)
+        m = q.shape[2] // r
+        if r > 1:
+            # (b, h, m r, d) -> (b, h, m, r, d) -> (b, r, h, m, d) -> (b r, h, m, d): subsequence s holds
+            # positions s, s + r, s + 2r, ...
+            q, k, v = (
+                t.view(b, h, m, r, d).permute(0, 3, 1, 2, 4).reshape(b * r, h, m, d) for t in (q, k, v)
+            )
+            key_real = key_real.view(b, m, r).transpose(1, 2).reshape(b * r, m)  # (b r, m)
+            global_key, global_value = (t.repeat_interleave(r, dim=0) for t in (global_key, global_value))
+        # A global key's position inside subsequence s, or far away when it belongs to another one.
+        residue = torch.arange(r, device=device)[None, :, None]  # (1, r, 1)
+        in_sub = (slot_pos % r)[:, None, :] == residue  # (b, r, G)
+        sub_pos = torch.where(in_sub, (slot_pos // r)[:, None, :], -4 * (m + window.reach))  # (b, r, G)
+        mask = window.mask(key_real, sub_pos.flatten(0, 1), slot_valid.repeat_interleave(r, dim=0))
+        if device.type == "cpu" and dropout == 0.0 and _HAS_CPU_FLASH:
+            chunks = _CpuFlashWindow.apply(q, k, v, global_key, global_value, mask, window, self.scaling)
+        else:  # dropout or another device: the same groups through the public sdpa and plain autograd
+            groups = window.groups(q, global_key.shape[2])
+            chunks = torch.cat(
+                [
+                    F.scaled_dot_product_attention(
+                        *window.group(q, k, v, global_key, global_value, start, stop),
+                        attn_mask=mask[start:stop].flatten(0, 1)[:, None],
+                        dropout_p=dropout,
+                        scale=self.scaling,
+                    )
+                    for start, stop in groups
+                ]
+            )
+        # (num_chunks B, h, chunk, d) -> (num_chunks, b, r, h, chunk, d) -> (b, h, num_chunks, chunk, r, d)
+        # -> (b, h, r m, d): position (t chunk + a) r + s
+        chunks = chunks.view(-1, b, r, h, window.chunk, d).permute(1, 3, 0, 4, 2, 5)
+        out = unpad(chunks.reshape(b, h, m * r, d), n)  # (b, h, n, d)
+        if is_global is None:
+            return AttentionOutput(out, None)
+
+        # Global rows: dense over all real keys; unused slots just repeat some row and are dropped.
+        global_query = query.gather(2, gather_index)  # (b, h, G, d)
+        global_out = F.scaled_dot_product_attention(
+            global_query, key, value, attn_mask=real[:, None, None, :], dropout_p=dropout, scale=self.scaling
+        )  # (b, h, G, d)
+        batch_index, position = is_global.nonzero(as_tuple=True)  # (K,), (K,) in slot order
+        rows = global_out.transpose(1, 2)[slot_valid]  # (K, h, d)
+        out = out.transpose(1, 2).index_put((batch_index, position), rows).transpose(1, 2)  # (b, h, n, d)
+        return AttentionOutput(out, None)
+
+    def _global_tokens(self, global_attention_mask, attention_mask, b, n, device) -> torch.Tensor | None:
+        """(b, n) bool of global tokens from the config's indices and the per-example mask, or None."""
+        indices = self.config.global_token_indices
+        if not indices:
+            return global_attention_mask
+        if max(indices) >= n:
+            raise ValueError(
+                f"longformer: global_token_indices {indices} point past the sequence of length {n}."
+            )
+        is_global = torch.zeros(b, n, dtype=torch.bool, device=device)
+        is_global[:, indices] = True
+        if global_attention_mask is not None:
+            is_global |= global_attention_mask
+        if attention_mask is not None:
+            is_global &= attention_mask  # a padded token is never global
+        return is_global if bool(is_global.any()) else None
+
+
+def _global_slots(is_global: torch.Tensor | None, b: int, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """Each example's global positions in ascending order, (b, G), padded to the largest count G, and
+    (b, G) bool marking the slots in use (unused slots hold some non-global position)."""
+    if is_global is None:
+        return torch.zeros(b, 0, dtype=torch.long, device=device), torch.zeros(
+            b, 0, dtype=torch.bool, device=device
+        )
+    count = is_global.sum(1)  # (b,)
+    num_slots = int(count.max())
+    slot_pos = torch.sort((~is_global).int(), dim=1, stable=True).indices[:, :num_slots]  # globals first
+    return slot_pos, torch.arange(num_slots, device=device)[None] < count[:, None]
+
+
+_HAS_CPU_FLASH = hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward")
+_MAX_CHUNK = 256  # queries per chunk; keys per chunk = chunk + 2 reach (+ globals)
+_GROUP_BYTES = CHUNK_BYTES  # keys of one group of chunks (per kernel call)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """Geometry of undilated window attention computed chunk by chunk.
+
+    Queries come in chunks of ``chunk`` positions; chunk t sees key blocks t - j .. t + j (a block is
+    ``chunk`` positions, ``reach`` = j chunk >= half): ``span`` = (2j + 1) chunk keys, masked to
+    |i - k| <= half.
+    """
+
+    half: int  # one-sided window w / 2
+    chunk: int
+    blocks: int  # j
+
+    @classmethod
+    def build(cls, half: int, sub_len: int) -> _Window:
+        half = min(half, sub_len)  # keys farther than the sequence length do not exist: same pattern
+        blocks = -(-half // _MAX_CHUNK)
+        return cls(half, -(-half // blocks), blocks)
+
+    @property
+    def reach(self) -> int:
+        return self.blocks * self.chunk
+
+    @property
+    def span(self) -> int:
+        return (2 * self.blocks + 1) * self.chunk
+
+    def mask(
+        self, key_real: torch.Tensor, global_pos: torch.Tensor, global_valid: torch.Tensor
+    ) -> torch.Tensor:
+        """(num_chunks, B, chunk, span + G) bool: which window and global keys each query may see.
+
+        Args:
+            key_real: (B, m) bool, False for padded keys.
+            global_pos: (B, G) position of each global key in this sequence (far away if not in it): a
+                global key inside a query's window is already a local key, so its global column is masked.
+            global_valid: (B, G) bool, False for unused slots.
+        """
+        device, m = key_real.device, key_real.shape[1]
+        num_chunks = m // self.chunk
+        # Query a of chunk t sits at t chunk + a; window key e at t chunk - reach + e.
+        offset = (
+            torch.arange(self.span, device=device)
+            - self.reach
+            - torch.arange(self.chunk, device=device)[:, None]
+        )
+        band = offset.abs() <= self.half  # (chunk, span)
+        # The query itself is always allowed, so padded query rows never have an empty softmax.
+        padded_real = F.pad(key_real, (self.reach, self.reach), value=False)  # (B, m + 2 reach)
+        window_real = padded_real.unfold(1, self.span, self.chunk).transpose(0, 1)  # (num_chunks, B, span)
+        local = band & (window_real[:, :, None, :] | (offset == 0))  # (num_chunks, B, chunk, span)
+        query_pos = torch.arange(m, device=device).view(num_chunks, 1, self.chunk, 1)
+        in_window = (global_pos[None, :, None, :] - query_pos).abs() <= self.half  # (num_chunks, B, chunk, G)
+        return torch.cat([local, global_valid[None, :, None, :] & ~in_window], dim=-1)
+
+    def groups(self, q: torch.Tensor, num_global: int) -> list[tuple[int, int]]:
+        """Chunk ranges processed per kernel call, so that a group's keys stay under ~24 MiB."""
+        batch, h, m, d = q.shape
+        num_chunks = m // self.chunk
+        size = rows_per_chunk(
+            batch * h * (self.span + num_global) * d * q.element_size(), num_chunks, _GROUP_BYTES
+        )
+        return [(start, min(start + size, num_chunks)) for start in range(0, num_chunks, size)]
+
+    def group(self, q, k, v, global_key, global_value, start: int, stop: int) -> tuple[torch.Tensor, ...]:
+        """Queries (size B, h, chunk, d) and keys, values (size B, h, span + G, d) of chunks start:stop."""
+        batch, h, m, d = q.shape
+        size, c, j = stop - start, self.chunk, self.blocks
+        # (B, h, m, d) -> (B, h, num_chunks, chunk, d) -> (size, B, h, chunk, d) -> (size B, h, chunk, d)
+        queries = q.view(batch, h, m // c, c, d)[:, :, start:stop].permute(2, 0, 1, 3, 4).reshape(-1, h, c, d)
+        lo, hi = (start - j) * c, (stop + j) * c
+        out = [queries]
+        for x, extra in ((k, global_key), (v, global_value)):
+            piece = x[:, :, max(lo, 0) : min(hi, m)]  # a view, padded (copied) only at the ends
+            if lo < 0 or hi > m:
+                piece = F.pad(piece, (0, 0, max(0, -lo), max(0, hi - m)))
+            # (B, h, (size + 2j) c, d) -> (B, h, size + 2j, c, d) -> unfold (B, h, size, c, d, 2j + 1)
+            # -> (size, B, h, 2j + 1, c, d) -> (size, B, h, span, d)
+            blocks = piece.view(batch, h, size + 2 * j, c, d).unfold(2, 2 * j + 1, 1)
+            blocks = blocks.permute(2, 0, 1, 5, 3, 4)  # (size, B, h, 2j + 1, c, d)
+            # One copy straight into the group's keys: (size, B, h, span + G, d), globals last.
+            keys = x.new_empty(size, batch, h, self.span + extra.shape[2], d)
+            keys[:, :, :, : self.span].unflatten(3, (2 * j + 1, c)).copy_(blocks)
+            keys[:, :, :, self.span :].copy_(extra[None].expand(size, -1, -1, -1, -1))
+            out.append(keys.flatten(0, 1))  # (size B, h, span + G, d)
+        return tuple(out)
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(chunks, B, chunk, keys) bool -> (chunks B, 1, chunk, keys) additive mask (0 / -inf)."""
+    return (
+        torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+        .masked_fill_(~mask, float("-inf"))
+        .flatten(0, 1)[:, None]
+    )
+
+
+class _CpuFlashWindow(torch.autograd.Function):
+    """Window attention through torch's fused CPU flash kernel, recomputing the windows in backward.
+
+    Saves only q, k, v, the output and the log-sum-exp (O(n d)); window gradients are accumulated block by
+    block into the key gradient, so no intermediate is larger than one group (~24 MiB).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, global_key, global_value, mask, window: _Window, scale: float):
+        outputs, lses = [], []
+        for start, stop in window.groups(q, global_key.shape[2]):
+            inputs = window.group(q, k, v, global_key, global_value, start, stop)
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                *inputs, 0.0, False, attn_mask=_additive(mask[start:stop], q.dtype), scale=scale
+            )
+            outputs.append(out)
+            lses.append(lse)
+        out = torch.cat(outputs)  # (num_chunks B, h, chunk, d)
+        ctx.save_for_backward(q, k, v, global_key, global_value, mask, out, torch.cat(lses))
+        ctx.window, ctx.scale = window, scale
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, global_key, global_value, mask, out, lse = ctx.saved_tensors
+        window, (batch, h, m, d) = ctx.window, q.shape
+        c, j, span = window.chunk, window.blocks, window.span
+        grad_out = grad_out.contiguous()
+        grad_q = torch.empty_like(q)
+        grad_kv = [torch.zeros_like(k), torch.zeros_like(v)]
+        grad_global = [torch.zeros_like(global_key), torch.zeros_like(global_value)]
+        for start, stop in window.groups(q, global_key.shape[2]):
+            rows = slice(start * batch, stop * batch)
+            grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                grad_out[rows],
+                *window.group(q, k, v, global_key, global_value, start, stop),
+                out[rows],
+                lse[rows],
+                0.0,
+                False,
+                attn_mask=_additive(mask[start:stop], q.dtype),
+                scale=ctx.scale,
+            )
+            # (size B, h, chunk, d) -> (size, B, h, chunk, d) -> (B, h, size, chunk, d)
+            dq = grads[0].view(-1, batch, h, c, d).permute(1, 2, 0, 3, 4)
+            grad_q.view(batch, h, m // c, c, d)[:, :, start:stop] = dq
+            for grad, total, glob in zip(grads[1:], grad_kv, grad_global, strict=True):
+                grad = grad.view(-1, batch, h, span + glob.shape[2], d)  # (size, B, h, span + G, d)
+                local = grad[:, :, :, :span].unflatten(3, (2 * j + 1, c))  # (size, B, h, 2j + 1, c, d)
+                blocks = total.view(batch, h, m // c, c, d)  # (B, h, num_chunks, c, d)
+                for o in range(2 * j + 1):  # window block o of chunk t is key block t + o - j
+                    lo, hi = max(start + o - j, 0), min(stop + o - j, m // c)
+                    shift = start + o - j
+                    blocks[:, :, lo:hi] += local[lo - shift : hi - shift, :, :, o].permute(1, 2, 0, 3, 4)
+                glob += grad[:, :, :, span:].sum(0)
+        return grad_q, *grad_kv, *grad_global, None, None, None
