@@ -18,8 +18,8 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 lint: install
-	$(PY) -m ruff check hf_efficient tests benchmarks scripts
-	$(PY) -m ruff format --check hf_efficient tests benchmarks scripts
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 test: lint
 	$(PY) -m pytest -q
