@@ -9,8 +9,9 @@ allocator state leaks between points. Exact attention is measured with two kerne
     python benchmarks/attention.py --types longformer bigbird --lengths 4096 16384 --modes fwd_bwd
 
 Writes ``<out>/results.json``, ``<out>/time.png``, ``<out>/memory.png`` and prints a markdown table.
-Peak memory is the process's peak resident set size minus its size just before the first call (inputs
-and parameters already allocated), i.e. what the mechanism itself needs on top of its inputs.
+Peak memory is the process's peak resident set size (VmHWM, reset just before the first call) minus its
+size at that moment (inputs and parameters already allocated), i.e. what the mechanism itself needs on top
+of its inputs.
 """
 
 from __future__ import annotations
@@ -42,10 +43,16 @@ def current_rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def peak_rss_bytes() -> int:
-    import resource
+def reset_peak_rss() -> None:
+    """Make the kernel's peak-RSS counter (VmHWM) start again from the current size (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ru_maxrss is in KiB on Linux
+
+def peak_rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024  # reported in kB
 
 
 def run_point(args: argparse.Namespace) -> dict:
@@ -89,6 +96,7 @@ def run_point(args: argparse.Namespace) -> dict:
                 t.grad = None
 
     rss_before = current_rss_bytes()
+    reset_peak_rss()  # so an earlier peak in this process (imports, set-up) cannot hide the call's own
     times = []
     with torch.set_grad_enabled(grad):
         for i in range(args.warmup + args.repeats):
@@ -96,6 +104,16 @@ def run_point(args: argparse.Namespace) -> dict:
             call()
             if i >= args.warmup:
                 times.append(time.perf_counter() - start)
+    peak_mib = (peak_rss_bytes() - rss_before) / 2**20  # read before the error check allocates n x n
+    rel_error = None
+    if attention_type != "full" and not caps.requires_edges and n <= args.error_max_length:
+        # Approximation quality on these very inputs: ||out - exact|| / ||exact||, exact in float64. Graph
+        # attention on a random graph is a different operator, not an approximation, so it has none.
+        with torch.no_grad():
+            out = core(q, q if caps.shared_query_key else k, v, edges=edges).output.double()
+            keys = q if caps.shared_query_key else k
+            exact = build_attention("full", spec, {})(q.double(), keys.double(), v.double()).output
+            rel_error = ((out - exact).norm() / exact.norm()).item()
     return {
         "type": args.type,
         "config": config,
@@ -104,7 +122,8 @@ def run_point(args: argparse.Namespace) -> dict:
         "status": "ok",
         "median_s": statistics.median(times),
         "times_s": times,
-        "peak_mib": (peak_rss_bytes() - rss_before) / 2**20,
+        "peak_mib": peak_mib,
+        "rel_error": rel_error,
         "hf_efficient": hf_efficient.__version__,
     }
 
@@ -120,6 +139,7 @@ def launch_point(args: argparse.Namespace, attention_type: str, n: int, mode: st
         "repeats",
         "memory_cap_gib",
         "graph_degree",
+        "error_max_length",
     ):
         cmd += [f"--{name}", str(getattr(args, name))]
     if args.config:
@@ -159,6 +179,15 @@ def summarize(records: list[dict], modes: list[str]) -> str:
                     continue
                 speed = f" (x{ref['median_s'] / r['median_s']:.1f})" if ref else ""
                 cells.append(f"{r['median_s']:.3f}{speed} / {r['peak_mib']:.0f}")
+            lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    errors = {(r["type"], r["length"]): r["rel_error"] for r in ok.values() if r.get("rel_error") is not None}
+    if errors:
+        lengths = sorted({n for _, n in errors})
+        lines += ["\n### relative error ||out - exact|| / ||exact|| (same random inputs, untrained)", ""]
+        lines.append("| type | " + " | ".join(f"n={n}" for n in lengths) + " |")
+        lines.append("|---" * (len(lengths) + 1) + "|")
+        for t in sorted({t for t, _ in errors}):
+            cells = [f"{errors[(t, n)]:.3g}" if (t, n) in errors else "-" for n in lengths]
             lines.append(f"| {t} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -210,6 +239,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--config", help="JSON attention_config applied to the (single) benchmarked type")
     parser.add_argument("--graph_degree", type=int, default=16, help="in-degree of the graph for graph types")
+    parser.add_argument(
+        "--error_max_length",
+        type=int,
+        default=4096,
+        help="report relative error against exact attention up to this length",
+    )
     parser.add_argument(
         "--memory_cap_gib", type=float, default=16.0, help="address-space cap per point (0: none)"
     )
