@@ -1,0 +1,371 @@
+"""BigBird block-sparse attention, ITC form (Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences).
+
+The sequence is cut into blocks of ``block_size`` tokens. A query block i attends to the key blocks
+
+    S(i) = W(i) ∪ G ∪ R_h(i)        out_t = sum_{s in S(block(t))} softmax_s(q_t . k_s / sqrt(d)) v_s
+
+W(i): ``num_window_blocks`` blocks centred on i (odd; 3 = i and one neighbour each side); G: the first
+``num_global_blocks_start`` and last ``num_global_blocks_end`` blocks; R_h(i): ``num_random_blocks`` blocks
+drawn per head from the blocks not in W(i) ∪ G (fewer when too few remain). Global query blocks attend to
+every key (a few dense rows, through sdpa). Cost O(n (w + g + r) B d) time and O(n d) memory for block B:
+linear in n. The sparse rows run in a custom autograd function that gathers the key/value blocks of a
+chunk of query blocks, takes one softmax over them and, in backward, gathers again (flash-style) instead
+of saving the gathered copies, so no n x n tensor and no (w + g + r) x n copy of K/V is ever held.
+
+Deviations from the paper and from transformers' ``BigBirdBlockSparseAttention``:
+    * The pattern is laid over each example's positions 0..(last real token) rounded up to whole blocks,
+      so right padding never changes it; the last global block is the last block holding a real token.
+    * Any length works (padded inside); where window and global blocks overlap (short sequences) each key
+      block is counted once, so with every block global the result is exactly full attention (transformers
+      switches to full attention below (5 + 2 r) blocks and needs n to divide by the block size).
+    * Random blocks are a deterministic function of (seed, layer_idx, number of blocks), fixed in training
+      and eval (transformers re-seeds numpy with the layer index every training step, so its layout is also
+      fixed in training, but in eval it points every random block at block 0, duplicating that global
+      block). transformers also draws them only from the first 2r + 5 blocks and bars two extra blocks
+      for rows 1 and -2; here they are drawn uniformly from all allowed blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
+from .registry import register_attention
+from .utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
+
+
+@dataclass
+class BigBirdConfig(AttentionConfig):
+    """Hyperparameters of BigBird (``attention_config``).
+
+    Attributes:
+        block_size: tokens per block B.
+        num_window_blocks: sliding window width in blocks (odd; 3 = the block and one neighbour each side).
+        num_global_blocks_start: global blocks at the start of the sequence (ITC: 1).
+        num_global_blocks_end: global blocks at the end of the real tokens (ITC: 1).
+        num_random_blocks: random key blocks per query block and head.
+        seed: seeds the random layout together with the layer index and the number of blocks.
+    """
+
+    block_size: int = 64
+    num_window_blocks: int = 3
+    num_global_blocks_start: int = 1
+    num_global_blocks_end: int = 1
+    num_random_blocks: int = 3
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.num_window_blocks < 1 or self.num_window_blocks % 2 == 0:
+            raise ValueError(f"num_window_blocks must be odd and >= 1, got {self.num_window_blocks}")
+        for name in ("num_global_blocks_start", "num_global_blocks_end", "num_random_blocks", "seed"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+class BlockLayout(NamedTuple):
+    """Key blocks of every query block for one number of blocks m (h heads, K = w + g + r slots).
+
+    index: (h, m, K) key block of each slot; slots that are not used hold a valid block but are False in
+    ``valid`` (h, m, K). global_blocks: sorted ids of the global blocks, whose rows are computed densely.
+    """
+
+    index: torch.Tensor
+    valid: torch.Tensor
+    global_blocks: tuple[int, ...]
+
+
+def build_block_layout(
+    num_blocks: int,
+    num_window_blocks: int,
+    num_global_start: int,
+    num_global_end: int,
+    random_blocks: torch.Tensor,
+    random_valid: torch.Tensor,
+) -> BlockLayout:
+    """Window + global + given random key blocks per query block, each key block counted once.
+
+    Args:
+        random_blocks: (h, m, r) long random key block ids; random_valid: (h, m, r) bool, which are used.
+    """
+    m, half = num_blocks, num_window_blocks // 2
+    heads = random_blocks.shape[0]
+    rows = torch.arange(m)[:, None]  # (m, 1)
+    window = rows + torch.arange(-half, half + 1)  # (m, w)
+    window_ok = (window >= 0) & (window < m)
+    start = torch.arange(num_global_start).expand(m, -1)  # (m, gs)
+    end = (m - num_global_end + torch.arange(num_global_end)).expand(m, -1)  # (m, ge)
+    start_ok = (start < m) & ((start - rows).abs() > half)
+    end_ok = (end >= num_global_start) & ((end - rows).abs() > half)  # end blocks not already start blocks
+    is_global = (torch.arange(m) < num_global_start) | (torch.arange(m) >= m - num_global_end)  # (m,)
+    in_window = (random_blocks - rows).abs() <= half  # (h, m, r)
+    random_ok = random_valid & ~in_window & ~is_global[random_blocks.clamp(0, m - 1)]
+    fixed = torch.cat([window, start, end], -1).expand(heads, -1, -1)  # (h, m, w + gs + ge)
+    fixed_ok = torch.cat([window_ok, start_ok, end_ok], -1).expand(heads, -1, -1)
+    index = torch.cat([fixed, random_blocks], -1)  # (h, m, K)
+    valid = torch.cat([fixed_ok, random_ok], -1)
+    index = torch.where(valid, index, rows.expand_as(index))  # unused slots point at a real block
+    return BlockLayout(index, valid, tuple(torch.nonzero(is_global).flatten().tolist()))
+
+
+def _gather_blocks(blocks: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """(N, B, d) flat key/value blocks, (b, h, c, K) flat block ids -> (b, h, c, K * B, d)."""
+    b, h, c, k = index.shape
+    gathered = blocks.index_select(0, index.reshape(-1))  # (b * h * c * K, B, d)
+    return gathered.view(b, h, c, k * blocks.shape[1], blocks.shape[2])
+
+
+def _add_key_grads(grad, slot_grads, index, c0, num_window, global_index) -> None:
+    """Add the gradients of a chunk's gathered key/value blocks into ``grad`` (b * h * nb, B * d).
+
+    slot_grads (b, h, c, K, B * d) follow the slot order of :func:`build_block_layout`. A slot carries a
+    non-zero gradient only where it is used, so: window slot j of row i holds block i + j - half (shifted
+    slice adds), global slots hold the same block in every row (summed over rows first), and only the
+    random slots need an indexed add (``index_add_`` is slow on CPU).
+    """
+    b, h, c, _, width = slot_grads.shape
+    per_block = grad.view(b, h, -1, width)  # (b, h, nb, B * d)
+    nb, half = per_block.shape[2], num_window // 2
+    for slot in range(num_window):
+        shift = slot - half
+        lo, hi = max(0, -shift - c0), min(c, nb - shift - c0)  # rows whose window block exists
+        if hi > lo:
+            per_block[:, :, c0 + lo + shift : c0 + hi + shift] += slot_grads[:, :, lo:hi, slot]
+    end = num_window + global_index.shape[-1]
+    if end > num_window:
+        summed = slot_grads[:, :, :, num_window:end].sum(2)  # (b, h, G, B * d)
+        grad.index_add_(0, global_index.reshape(-1), summed.reshape(-1, width))
+    if slot_grads.shape[3] > end:
+        grad.index_add_(0, index[..., end:].reshape(-1), slot_grads[:, :, :, end:].reshape(-1, width))
+
+
+class _BlockSparseSoftmax(torch.autograd.Function):
+    """Sparse rows: out = softmax(q K_S^T, over allowed keys) V_S per query block; backward recomputes."""
+
+    @staticmethod
+    def _probs(q, k, index, blocked, mask_rows):
+        """Probabilities (b, h, c, B, K * B) of a chunk and its gathered keys (b, h, c, K * B, d)."""
+        keys = _gather_blocks(k, index)  # (b, h, c, K * B, d)
+        scores = torch.matmul(q, keys.transpose(-1, -2))  # (b, h, c, B, K * B)
+        if mask_rows is not None:  # only the rows [lo, hi) of this chunk hold keys to exclude
+            lo, hi = mask_rows
+            scores[:, :, lo:hi].masked_fill_(blocked[:, :, lo:hi, None, :], torch.finfo(scores.dtype).min)
+        return torch.softmax(scores, -1), keys
+
+    @staticmethod
+    def _dropout_keep(shape, p, seed, chunk, device) -> torch.Tensor:
+        generator = torch.Generator(device=device).manual_seed(seed + chunk)
+        return torch.rand(shape, generator=generator, device=device) >= p
+
+    @staticmethod
+    def forward(ctx, q, k, v, index, blocked, global_index, num_window, dropout_p):
+        """q (b, h, nb, B, d) pre-scaled; k, v (b * h * nb, B, d); index (b, h, nb, K) flat block ids;
+        blocked (b, h, nb, K * B) bool, True = key excluded; global_index (b, h, G) flat ids of the global
+        slots. Returns (b, h, nb, B, d)."""
+        b, h, nb, bs, d = q.shape
+        # Backward holds about eight chunk-sized tensors at once; a quarter of the budget each keeps the
+        # peak near 2 * CHUNK_BYTES while the batched matmuls stay large.
+        row_bytes = b * h * index.shape[-1] * bs * max(bs, d) * q.element_size()
+        step = rows_per_chunk(row_bytes, nb, CHUNK_BYTES // 4)
+        row_blocked = blocked.any(-1).any(1).any(0)  # (nb,): query blocks with keys to exclude
+        mask_rows = []
+        for c0 in range(0, nb, step):
+            rows = torch.nonzero(row_blocked[c0 : c0 + step]).flatten().tolist()
+            mask_rows.append((rows[0], rows[-1] + 1) if rows else None)
+        seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
+        out = torch.empty_like(q)
+        for chunk, c0 in enumerate(range(0, nb, step)):
+            rows = slice(c0, c0 + step)
+            probs, _ = _BlockSparseSoftmax._probs(
+                q[:, :, rows], k, index[:, :, rows], blocked[:, :, rows], mask_rows[chunk]
+            )
+            values = _gather_blocks(v, index[:, :, rows])  # (b, h, c, K * B, d)
+            if dropout_p > 0:
+                keep = _BlockSparseSoftmax._dropout_keep(probs.shape, dropout_p, seed, chunk, q.device)
+                probs = probs.masked_fill_(~keep, 0.0).div_(1 - dropout_p)
+            out[:, :, rows] = torch.matmul(probs, values)  # (b, h, c, B, d)
+            del probs, values  # free before the next chunk allocates its own
+        ctx.save_for_backward(q, k, v, index, blocked, global_index)
+        ctx.step, ctx.seed, ctx.dropout_p, ctx.mask_rows = step, seed, dropout_p, mask_rows
+        ctx.num_window = num_window
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, index, blocked, global_index = ctx.saved_tensors
+        add_grads = lambda grad, slots, c0, rows: _add_key_grads(
+            grad.view(-1, bs * d),
+            slots.view(b, h, -1, index.shape[-1], bs * d),
+            index[:, :, rows],
+            c0,
+            ctx.num_window,
+            global_index,
+        )
+        b, h, nb, bs, d = q.shape
+        p_drop = ctx.dropout_p
+        grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        for chunk, c0 in enumerate(range(0, nb, ctx.step)):
+            rows = slice(c0, c0 + ctx.step)
+            probs, keys = _BlockSparseSoftmax._probs(
+                q[:, :, rows], k, index[:, :, rows], blocked[:, :, rows], ctx.mask_rows[chunk]
+            )
+            values = _gather_blocks(v, index[:, :, rows])  # (b, h, c, K * B, d)
+            grad_o = grad_out[:, :, rows]  # (b, h, c, B, d)
+            grad_p = torch.matmul(grad_o, values.transpose(-1, -2))  # (b, h, c, B, K * B)
+            used = probs
+            if p_drop > 0:
+                keep = _BlockSparseSoftmax._dropout_keep(probs.shape, p_drop, ctx.seed, chunk, q.device)
+                used = probs.masked_fill(~keep, 0.0).div_(1 - p_drop)
+                grad_p = grad_p.masked_fill_(~keep, 0.0).div_(1 - p_drop)
+            grad_values = torch.matmul(used.transpose(-1, -2), grad_o)  # (b, h, c, K * B, d)
+            add_grads(grad_v, grad_values, c0, rows)
+            grad_s = torch._softmax_backward_data(grad_p, probs, -1, probs.dtype)  # p * (dp - rowsum(p dp))
+            grad_q[:, :, rows] = torch.matmul(grad_s, keys)
+            grad_keys = torch.matmul(grad_s.transpose(-1, -2), q[:, :, rows])  # (b, h, c, K * B, d)
+            add_grads(grad_k, grad_keys, c0, rows)
+            del probs, keys, values, grad_p, used, grad_values, grad_s, grad_keys
+        return grad_q, grad_k, grad_v, None, None, None, None, None
+
+
+@register_attention("bigbird")
+class BigBirdAttention(AttentionCore):
+    config_class = BigBirdConfig
+    capabilities = AttentionCapabilities()
+    paper = "Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences (ITC)"
+    small_config = {"block_size": 4, "num_window_blocks": 3, "num_random_blocks": 2}
+
+    def __init__(self, spec, config=None):
+        super().__init__(spec, config)
+        # Layouts per (number of blocks, device): a plain dict, rebuilt on demand from the config seed.
+        self.layouts: dict[tuple[int, str], BlockLayout] = {}
+
+    def init_weights(self) -> None:
+        """No parameters; the layout is a function of (seed, layer_idx, number of blocks), rebuilt lazily."""
+        self.layouts.clear()
+
+    def block_layout(self, num_blocks: int, device: torch.device | str = "cpu") -> BlockLayout:
+        """The (cached) layout for a sequence of ``num_blocks`` blocks."""
+        key = (num_blocks, str(device))
+        if key not in self.layouts:
+            cpu = self.layouts.get((num_blocks, "cpu")) or self._draw_layout(num_blocks)
+            self.layouts[(num_blocks, "cpu")] = cpu
+            self.layouts[key] = BlockLayout(cpu.index.to(device), cpu.valid.to(device), cpu.global_blocks)
+        return self.layouts[key]
+
+    def _draw_layout(self, m: int) -> BlockLayout:
+        """Random blocks drawn uniformly (per head and row) among those outside the window and globals."""
+        cfg, heads = self.config, self.num_heads
+        r, half = cfg.num_random_blocks, cfg.num_window_blocks // 2
+        seed = ((cfg.seed * 1_000_003 + self.spec.layer_idx) * 1_000_003 + m) % (2**63 - 1)
+        generator = torch.Generator().manual_seed(seed)
+        cols = torch.arange(m)
+        is_global = (cols < cfg.num_global_blocks_start) | (cols >= m - cfg.num_global_blocks_end)
+        picks, valid, step = [], [], max(1, 2**20 // (heads * m))
+        for start in range(0, m, step):
+            rows = torch.arange(start, min(start + step, m))[:, None]  # (c, 1)
+            forbidden = ((cols - rows).abs() <= half) | is_global  # (c, m)
+            draw = torch.rand(heads, rows.shape[0], m, generator=generator).masked_fill(forbidden, 2.0)
+            values, chosen = draw.topk(min(r, m), dim=-1, largest=False)  # (h, c, r): uniform subset
+            if r > m:  # fewer blocks than draws: the extra slots stay unused
+                values, chosen = F.pad(values, (0, r - m), value=2.0), F.pad(chosen, (0, r - m))
+            picks.append(chosen)
+            valid.append(values < 2.0)
+        return build_block_layout(
+            m,
+            cfg.num_window_blocks,
+            cfg.num_global_blocks_start,
+            cfg.num_global_blocks_end,
+            torch.cat(picks, 1),
+            torch.cat(valid, 1),
+        )
+
+    def _attend(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        *,
+        attention_bias,
+        edges,
+        global_attention_mask,
+        is_causal,
+        output_attentions,
+    ) -> AttentionOutput:
+        b, h, n, d = query.shape
+        bs = self.config.block_size
+        mask = extend_padding_mask(attention_mask, b, n, bs, query.device)  # (b, nb * B) or None
+        q, k, v = (pad_to_multiple(t, bs) for t in (query * self.scaling, key, value))  # (b, h, nb * B, d)
+        nb = q.shape[2] // bs
+        if mask is None:
+            lengths = [nb] * b
+        else:  # blocks up to the last real token of each example
+            last = (mask * torch.arange(1, nb * bs + 1, device=mask.device)).amax(-1)
+            lengths = ((last + bs - 1) // bs).tolist()
+        layouts = [self.block_layout(m, query.device) for m in lengths]
+        index, blocked, global_index = self._batch_index(layouts, mask, b, nb)
+        dropout = self.spec.dropout if self.training else 0.0
+        q_blocks = q.reshape(b, h, nb, bs, d)  # (b, h, nb, B, d)
+        out = _BlockSparseSoftmax.apply(
+            q_blocks,
+            k.reshape(-1, bs, d),
+            v.reshape(-1, bs, d),
+            index,
+            blocked,
+            global_index,
+            self.config.num_window_blocks,
+            dropout,
+        )  # (b, h, nb, B, d)
+        out = self._global_rows(out, q_blocks, k, v, mask, layouts, dropout)
+        return AttentionOutput(unpad(out.reshape(b, h, nb * bs, d), n), None)
+
+    def _batch_index(self, layouts, mask, b, nb) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Flat ids into (b * h * nb) blocks of the key blocks (b, h, nb, K) and of the global slots
+        (b, h, G), and the excluded keys (b, h, nb, K * B)."""
+        cfg = self.config
+        h, bs, device = self.num_heads, self.config.block_size, layouts[0].index.device
+        slots = layouts[0].index.shape[-1]
+        index = torch.zeros(b, h, nb, slots, dtype=torch.long, device=device)
+        valid = torch.zeros(b, h, nb, slots, dtype=torch.bool, device=device)
+        for i, layout in enumerate(layouts):  # blocks past an example's real tokens keep no keys
+            index[i, :, : layout.index.shape[1]] = layout.index
+            valid[i, :, : layout.index.shape[1]] = layout.valid
+        allowed = valid[..., None].expand(b, h, nb, slots, bs)  # (b, h, nb, K, B)
+        if mask is not None:
+            example = torch.arange(b, device=device).view(b, 1, 1, 1) * nb
+            allowed = allowed & mask.view(b * nb, bs)[index + example]  # (b, h, nb, K, B)
+        offset = torch.arange(b * h, device=device).view(b, h, 1) * nb  # (b, h, 1): first block of (b, h)
+        ends = torch.tensor([layout.index.shape[1] for layout in layouts], device=device)[:, None]  # (b, 1)
+        starts = torch.arange(cfg.num_global_blocks_start, device=device).expand(b, -1)  # (b, gs)
+        ends = ends - cfg.num_global_blocks_end + torch.arange(cfg.num_global_blocks_end, device=device)
+        global_ids = torch.cat([starts, ends], -1).clamp(0, nb - 1)  # (b, G); unused ones carry no gradient
+        global_index = global_ids[:, None, :] + offset  # (b, h, G)
+        return index + offset[..., None], ~allowed.reshape(b, h, nb, slots * bs), global_index
+
+    def _global_rows(self, out, q_blocks, k, v, mask, layouts, dropout) -> torch.Tensor:
+        """Replace the rows of global query blocks by dense attention over all (real) keys."""
+        b, h, nb, bs, d = q_blocks.shape
+        count = max(len(layout.global_blocks) for layout in layouts)
+        if count == 0:
+            return out
+        ids = torch.zeros(b, count, dtype=torch.long)
+        used = torch.zeros(b, count, dtype=torch.bool)  # padding slots repeat block 0 and add nothing
+        is_global = torch.zeros(b, nb, dtype=torch.bool)
+        for i, layout in enumerate(layouts):
+            blocks = torch.tensor(layout.global_blocks, dtype=torch.long)
+            ids[i, : len(blocks)], used[i, : len(blocks)], is_global[i, blocks] = blocks, True, True
+        ids, used, is_global = ids.to(out.device), used.to(out.device), is_global.to(out.device)
+        gather = ids[:, None, :, None, None].expand(b, h, count, bs, d)
+        q_global = q_blocks.gather(2, gather).reshape(b, h, count * bs, d)  # (b, h, G * B, d)
+        key_mask = None if mask is None else mask[:, None, None, :]  # (b, 1, 1, nb * B)
+        dense = F.scaled_dot_product_attention(
+            q_global, k, v, attn_mask=key_mask, dropout_p=dropout, scale=1.0
+        ).view(b, h, count, bs, d)  # (b, h, G, B, d)
+        dense = dense.masked_fill(~used[:, None, :, None, None], 0.0)
+        # In place: the sparse function keeps no reference to its output.
+        return out.masked_fill_(is_global[:, None, :, None, None], 0.0).scatter_add_(2, gather, dense)
