@@ -1,0 +1,116 @@
+"""Linear attention: Katharopoulos et al. 2020, "Transformers are RNNs: Fast Autoregressive Transformers
+with Linear Attention" (ICML 2020).
+
+Softmax similarity exp(q^T k) is replaced by a kernel phi(q)^T phi(k) with phi(x) = elu(x) + 1 > 0:
+
+    out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
+
+Non-causal: the sums run over all keys. Causal (``is_causal=True``): over j <= i only; computed in parallel
+(masked quadratic form inside blocks of ``block_size`` tokens, prefix sums of the d x d states across
+blocks, see ``_kernelized``) and, for token-by-token decoding, by the recurrent form :meth:`step` with
+state (S, z), S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i). Cost O(n d^2) time, O(n d) memory.
+
+Deviations from the paper: ``eps`` (default 1e-6) is added to the denominator (the reference code does the
+same); padded keys are honoured by zeroing both their mapped keys phi(k_j) and their values (masked_fill), so
+they contribute to neither sum. There is no 1/sqrt(d) scaling (none in the paper either: phi is applied to
+the raw projections).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ._kernelized import kernelized_attention, recurrent_step
+from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
+from .registry import register_attention
+
+
+@dataclass
+class LinearAttentionConfig(AttentionConfig):
+    """Hyperparameters of ``linear``.
+
+    Attributes:
+        eps: added to the denominator phi(q_i)^T z.
+        block_size: block length of the parallel causal form (speed only; results do not depend on it).
+    """
+
+    eps: float = 1e-6
+    block_size: int = 64
+
+    def validate(self) -> None:
+        if not self.eps >= 0.0:
+            raise ValueError(f"linear: eps must be >= 0, got {self.eps}.")
+        if self.block_size < 1:
+            raise ValueError(f"linear: block_size must be >= 1, got {self.block_size}.")
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """phi(x) = elu(x) + 1, positive everywhere."""
+    return F.elu(x).add_(1.0)
+
+
+def masked_elu_feature_map(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """phi(x) for keys, exactly 0 at padded positions (``keep`` (b, 1, c, 1) False)."""
+    phi = elu_feature_map(x)
+    return phi if keep is None else phi.masked_fill_(~keep, 0.0)
+
+
+@register_attention("linear")
+class LinearAttention(AttentionCore):
+    """Kernelised attention with phi(x) = elu(x) + 1 (no parameters, no random state)."""
+
+    config_class = LinearAttentionConfig
+    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
+    paper = (
+        "Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear "
+        "Attention"
+    )
+    small_config = {"block_size": 4}
+
+    def _attend(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        *,
+        attention_bias,
+        edges,
+        global_attention_mask,
+        is_causal,
+        output_attentions,
+    ) -> AttentionOutput:
+        output = kernelized_attention(
+            query,
+            key,
+            value,
+            attention_mask,
+            elu_feature_map,
+            masked_elu_feature_map,
+            self.head_dim,
+            causal=is_causal,
+            eps=self.config.eps,
+            block_size=self.config.block_size,
+        )
+        return AttentionOutput(output, None)
+
+    def step(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        state: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """Causal attention for one new token, as an RNN (equal to ``is_causal=True`` on the whole prefix).
+
+        Args:
+            query, key, value: (b, h, d) projections of the current token.
+            state: (S (b, h, d, d), z (b, h, d)) returned by the previous step, or None for the first token.
+
+        Returns:
+            (output (b, h, d), new state).
+        """
+        return recurrent_step(elu_feature_map(query), elu_feature_map(key), value, state, self.config.eps)
