@@ -1,0 +1,202 @@
+"""Performer (FAVOR+): Choromanski et al. 2021, "Rethinking Attention with Performers" (ICLR 2021).
+
+Softmax attention exp(q^T k / sqrt(d)) is estimated with positive orthogonal random features: with
+x' = x d^{-1/4} (so q'^T k' = q^T k / sqrt(d)) and rows w_1..w_m of W,
+
+    phi(x) = exp(W x' - |x'|^2 / 2) / sqrt(m)          E[phi(q)^T phi(k)] = exp(q^T k / sqrt(d))
+    out_i  = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
+
+(``kernel="relu"``: phi(x) = relu(W x) / sqrt(m) + 1e-3, the paper's generalised ReLU kernel.) W is built
+from orthogonal blocks: QR of d x d Gaussian matrices (signs fixed so each block is Haar-distributed), rows
+rescaled by chi_d-distributed norms ("regular" scaling, so each row is marginally N(0, I)). Non-causal and
+causal (blocks + prefix sums, see ``_kernelized``). Cost O(n m d) time; memory O(n m) when training
+(autograd keeps the features), O(n d + m d) beyond the inputs in inference (features are computed chunk by
+chunk, never as one (n x m) tensor).
+
+Numerical stabilisation (as the official code): exponents are shifted before exp. A query row may use its
+own shift (its max exponent): phi(q_i) appears in both numerator and denominator of out_i, so a per-row factor
+cancels. Keys must share ONE shift (per batch item and head, the max over all real keys and features): a
+per-key factor c_j would turn the estimate into sum_j c_j phi(q_i)^T phi(k_j) v_j / sum_j c_j ..., i.e.
+reweight the keys and bias the attention. The shifts are constants (detached); padded keys are left out of
+the key max and their features are exactly 0.
+
+Deviations: eps is added to the denominator instead of 1e-6 to every softmax feature; query features drop
+the |x'|^2/2 term together with the row shift (a per-row factor: values and gradients change only at the
+eps level); the key shift is
+per (batch, head), not over the whole batch (keeps batch items independent); in the causal form the key
+shift also sees later keys (a constant factor, so it cancels up to eps and underflow, as in the official
+code). W is redrawn only when asked (:meth:`resample_random_state`, called by
+``hf_efficient.training.RandomStateCallback``), never inside ``forward``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Literal
+
+import torch
+
+from ._kernelized import FEATURE_CHUNK_BYTES, kernelized_attention
+from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, AttentionSpec
+from .registry import register_attention
+from .utils import rows_per_chunk
+
+RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical_stabilizer
+
+
+@dataclass
+class PerformerConfig(AttentionConfig):
+    """Hyperparameters of ``performer``.
+
+    Attributes:
+        num_features: m, number of random features.
+        kernel: "softmax" (positive random features, FAVOR+) or "relu".
+        eps: added to the denominator.
+        seed: seeds the initial features with the layer index (redraws use their own seeds).
+        block_size: block length of the parallel causal form (speed only).
+    """
+
+    num_features: int = 256
+    kernel: Literal["softmax", "relu"] = "softmax"
+    eps: float = 1e-6
+    seed: int = 0
+    block_size: int = 128
+
+    def validate(self) -> None:
+        if self.num_features < 1:
+            raise ValueError(f"performer: num_features must be >= 1, got {self.num_features}.")
+        if self.kernel not in ("softmax", "relu"):
+            raise ValueError(f"performer: kernel must be 'softmax' or 'relu', got {self.kernel!r}.")
+        if not self.eps >= 0.0:
+            raise ValueError(f"performer: eps must be >= 0, got {self.eps}.")
+        if self.block_size < 1:
+            raise ValueError(f"performer: block_size must be >= 1, got {self.block_size}.")
+
+
+def seeded_generator(seed: int, layer_idx: int) -> torch.Generator:
+    """A CPU generator seeded by (seed, layer_idx), different for every layer."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + layer_idx) % 2**63)
+
+
+def orthogonal_gaussian_features(m: int, d: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """(m, d) matrix of orthogonal random features with chi_d row norms (FAVOR+ "regular" scaling)."""
+    blocks = []
+    for _ in range(math.ceil(m / d)):
+        gaussian = torch.randn(d, d, generator=generator, device="cpu")
+        q, r = torch.linalg.qr(gaussian)  # q: (d, d) orthonormal columns
+        q = q * torch.sign(torch.diagonal(r))[None, :]  # fix signs: Haar-distributed
+        blocks.append(q.T)  # (d, d) orthonormal rows
+    directions = torch.cat(blocks)[:m]  # (m, d)
+    norms = torch.randn(m, d, generator=generator, device="cpu").norm(dim=1)  # (m,), chi_d distributed
+    return directions * norms[:, None]
+
+
+@register_attention("performer")
+class PerformerAttention(AttentionCore):
+    """FAVOR+ with a persistent (m, d) random feature buffer ``projection_matrix``."""
+
+    config_class = PerformerConfig
+    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
+    paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
+    small_config = {"num_features": 64, "block_size": 4}
+
+    def __init__(self, spec: AttentionSpec, config: PerformerConfig | None = None):
+        super().__init__(spec, config)
+        w = orthogonal_gaussian_features(
+            self.config.num_features, self.head_dim, seeded_generator(self.config.seed, spec.layer_idx)
+        )
+        self.register_buffer("projection_matrix", w.to(torch.empty(0).device), persistent=True)  # (m, d)
+
+    def init_weights(self) -> None:
+        self.redraw_features(seeded_generator(self.config.seed, self.spec.layer_idx))
+
+    @torch.no_grad()
+    def redraw_features(self, generator: torch.Generator | None = None) -> None:
+        """Draw a new W in place (global RNG when ``generator`` is None)."""
+        w = orthogonal_gaussian_features(self.config.num_features, self.head_dim, generator)
+        self.projection_matrix.copy_(w)
+
+    def resample_random_state(self, seed: int) -> None:
+        self.redraw_features(seeded_generator(seed, self.spec.layer_idx))
+
+    def _attend(
+        self,
+        query,
+        key,
+        value,
+        attention_mask,
+        *,
+        attention_bias,
+        edges,
+        global_attention_mask,
+        is_causal,
+        output_attentions,
+    ) -> AttentionOutput:
+        m = self.config.num_features
+        if attention_mask is not None:  # padded queries may hold anything (even inf); their rows end up 0
+            query = query.masked_fill(~attention_mask[:, None, :, None], 0.0)
+        relu = self.config.kernel == "relu"
+        # Fold scalings into W: W x' = (W d^{-1/4}) x; relu(W x) / sqrt(m) = relu((W / sqrt(m)) x).
+        scale = m**-0.5 if relu else self.head_dim**-0.25
+        w_t = self.projection_matrix.to(query.dtype).t() * scale  # (d, m)
+        if relu:
+            query_features = partial(self._relu_features, w_t=w_t)
+            key_features = partial(self._relu_features, w_t=w_t)
+        else:
+            log_sqrt_m = 0.5 * math.log(m)  # the 1/sqrt(m) factor, applied inside exp
+            key_shift = self._key_shift(key, attention_mask, w_t) + log_sqrt_m  # (b, h, 1, 1)
+
+            def query_features(x: torch.Tensor) -> torch.Tensor:
+                # exp(W x' - |x'|^2/2 - shift) with the row's own shift max_f (W x')_f - |x'|^2/2: the
+                # |x'|^2/2 terms cancel, and with them a per-row factor that out_i does not depend on.
+                proj = x @ w_t  # (b, h, c, m)
+                return proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m).exp_()
+
+            def key_features(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+                proj = x @ w_t  # (b, h, c, m)
+                proj = proj.add_(-(self._half_sq_norm(x) + key_shift))  # add: no negated copy in backward
+                if keep is not None:
+                    proj = proj.masked_fill_(~keep, float("-inf"))  # exp -> exactly 0
+                return proj.exp_()
+
+        output = kernelized_attention(
+            query,
+            key,
+            value,
+            attention_mask,
+            query_features,
+            key_features,
+            m,
+            causal=is_causal,
+            eps=self.config.eps,
+            block_size=self.config.block_size,
+        )
+        return AttentionOutput(output, None)
+
+    def _half_sq_norm(self, x: torch.Tensor) -> torch.Tensor:
+        """|x'|^2 / 2 with x' = x d^{-1/4}: (b, h, c, d) -> (b, h, c, 1)."""
+        return x.square().sum(-1, keepdim=True) * (0.5 * self.head_dim**-0.5)
+
+    @torch.no_grad()
+    def _key_shift(self, key: torch.Tensor, mask: torch.Tensor | None, w_t: torch.Tensor) -> torch.Tensor:
+        """max over real keys j and features f of (W k'_j)_f - |k'_j|^2/2, per (batch, head): (b, h, 1, 1)."""
+        b, h, n, _ = key.shape
+        rows = rows_per_chunk(b * h * w_t.shape[1] * key.element_size(), n, FEATURE_CHUNK_BYTES)
+        maxima = []
+        for start in range(0, n, rows):
+            x = key[:, :, start : start + rows]  # (b, h, c, d)
+            per_key = (x @ w_t).amax(-1, keepdim=True) - self._half_sq_norm(x)  # (b, h, c, 1)
+            if mask is not None:
+                per_key.masked_fill_(~mask[:, None, start : start + rows, None], float("-inf"))
+            maxima.append(per_key.amax(dim=(2, 3), keepdim=True))  # (b, h, 1, 1)
+        return torch.stack(maxima).amax(0)
+
+    @staticmethod
+    def _relu_features(
+        x: torch.Tensor, keep: torch.Tensor | None = None, *, w_t: torch.Tensor
+    ) -> torch.Tensor:
+        """relu(W x / sqrt(m)) + floor, (b, h, c, m), 0 where ``keep`` is False; ``w_t`` is W^T / sqrt(m)."""
+        phi = torch.relu(x @ w_t) + RELU_FEATURE_FLOOR
+        return phi if keep is None else phi.masked_fill_(~keep, 0.0)

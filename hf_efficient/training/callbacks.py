@@ -1,0 +1,71 @@
+"""Training-time random state: redraw Performer features / re-seed LSH hashes every N optimiser steps.
+
+Cores never change their random state inside ``forward``; they expose
+:meth:`~hf_efficient.attention.AttentionCore.resample_random_state`, and this module calls it:
+
+- :class:`RandomStateCallback` for ``transformers.Trainer``;
+- :func:`resample_attention_random_state` for hand-written (e.g. Accelerate) loops.
+
+Seeds are derived from the global step, so a run is reproducible, and every process of a distributed run
+draws the same state without communication (each core mixes in its own layer index).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+
+from ..attention.base import AttentionCore
+
+
+def resample_attention_random_state(model: nn.Module, seed: int) -> int:
+    """Call ``resample_random_state(seed)`` on every attention core inside ``model``.
+
+    Args:
+        model: any module (a DDP/compiled wrapper is fine: its submodules are visited).
+        seed: the seed for this redraw; each core combines it with its layer index.
+
+    Returns:
+        The number of attention cores visited.
+    """
+    cores = [module for module in model.modules() if isinstance(module, AttentionCore)]
+    for core in cores:
+        core.resample_random_state(seed)
+    return len(cores)
+
+
+def step_seed(base_seed: int, global_step: int) -> int:
+    """The redraw seed for a global step: distinct per step, identical on every process."""
+    return (base_seed * 1_000_003 + global_step) % 2**62
+
+
+class RandomStateCallback(TrainerCallback):
+    """Redraw the attention cores' random state every ``redraw_every_n_steps`` optimiser steps.
+
+    Example:
+        >>> trainer = Trainer(model, args, callbacks=[RandomStateCallback(redraw_every_n_steps=1000)])
+
+    Args:
+        redraw_every_n_steps: redraw after every N-th optimiser step (N >= 1).
+        seed: base seed; the seed of a redraw is ``step_seed(seed, global_step)``.
+    """
+
+    def __init__(self, redraw_every_n_steps: int, seed: int = 0):
+        if isinstance(redraw_every_n_steps, bool) or not isinstance(redraw_every_n_steps, int):
+            raise ValueError(f"redraw_every_n_steps must be an int, got {redraw_every_n_steps!r}.")
+        if redraw_every_n_steps < 1:
+            raise ValueError(f"redraw_every_n_steps must be >= 1, got {redraw_every_n_steps}.")
+        self.redraw_every_n_steps = redraw_every_n_steps
+        self.seed = seed
+
+    def on_step_end(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        model: nn.Module | None = None,
+        **kwargs,
+    ) -> TrainerControl:
+        if model is not None and state.global_step % self.redraw_every_n_steps == 0:
+            resample_attention_random_state(model, step_seed(self.seed, state.global_step))
+        return control

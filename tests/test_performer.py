@@ -1,0 +1,189 @@
+"""performer (FAVOR+): convergence to softmax attention, explicit quadratic forms, redraws, callback."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from transformers import TrainerControl, TrainerState
+
+from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention.performer import RELU_FEATURE_FLOOR, orthogonal_gaussian_features
+from hf_efficient.training import RandomStateCallback, resample_attention_random_state
+
+from .helpers import make_core, make_qkv, reference_attention
+
+
+def explicit_features(x, w, kernel):
+    """The paper's feature maps, float64, no stabilisation: (b, h, n, d) -> (b, h, n, m)."""
+    x, w = x.double(), w.double()
+    m, d = w.shape
+    if kernel == "relu":
+        return torch.relu(x @ w.T / math.sqrt(m)) + RELU_FEATURE_FLOOR
+    x = x * d**-0.25
+    return torch.exp(x @ w.T - x.square().sum(-1, keepdim=True) / 2) / math.sqrt(m)
+
+
+def quadratic_form(phi_q, phi_k, v, mask=None, causal=False, eps=0.0):
+    """phi(Q) phi(K)^T V / (phi(Q) phi(K)^T 1 + eps) with an explicit (n x n) kernel matrix."""
+    kernel = phi_q @ phi_k.transpose(-1, -2)  # (b, h, n, n)
+    if mask is not None:
+        kernel = kernel.masked_fill(~mask[:, None, None, :], 0.0)
+    if causal:
+        n = kernel.shape[-1]
+        kernel = kernel.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), 0.0)
+    return (kernel @ v.double()) / (kernel.sum(-1, keepdim=True) + eps)
+
+
+def relative_error(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def test_error_against_softmax_decreases_with_num_features():
+    """More random features -> closer to exact attention (averaged over seeds to smooth the noise).
+
+    Inputs are scaled so that |q'|^2 = |q|^2 / sqrt(d) is about 1: the estimator's variance grows like
+    exp(|q' + k'|^2), so unit-variance 16-d inputs would need far more features for the same error.
+    """
+    q, k, v = make_qkv(b=1, h=2, n=48, d=16, seed=0)
+    q, k = 0.5 * q, 0.5 * k
+    exact = reference_attention(q, k, v)
+    errors = []
+    for m in (16, 64, 256, 1024, 4096):
+        runs = [
+            relative_error(make_core("performer", head_dim=16, num_features=m, seed=s)(q, k, v).output, exact)
+            for s in range(4)
+        ]
+        errors.append(sum(runs) / len(runs))
+    # measured: 0.50, 0.35, 0.26, 0.085, 0.043 (roughly 1 / sqrt(m))
+    assert all(later < earlier for earlier, later in zip(errors, errors[1:], strict=False)), errors
+    assert errors[-1] < 0.08, errors
+    assert errors[0] > 5 * errors[-1], errors
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+def test_equals_explicit_quadratic_form_of_its_features(kernel, causal):
+    """Stabilised chunked computation == unstabilised phi(Q) phi(K)^T V / normaliser, outputs and gradients.
+
+    eps = 0 and float64, so the stabilising shifts must cancel exactly; a per-key shift would fail this
+    test (it reweights the keys). 26 tokens with block_size 4: the causal form pads its last block.
+    """
+    core = make_core("performer", kernel=kernel, eps=0.0)
+    q, k, v = (3 * t.double() for t in make_qkv(b=2, n=26))  # large logits: stabilisation matters
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    mask = torch.ones(2, 26, dtype=torch.bool)
+    mask[1, 3] = mask[1, 19:] = False
+    w = core.projection_matrix
+    phi_q, phi_k = explicit_features(q, w, kernel), explicit_features(k, w, kernel)
+    expected = quadratic_form(phi_q, phi_k, v, mask, causal)
+    expected = expected.masked_fill(~mask[:, None, :, None], 0)
+    out = core(q, k, v, mask, is_causal=causal).output
+    torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-8)
+    upstream = torch.randn(out.shape, dtype=torch.float64)
+    grads = torch.autograd.grad((out * upstream).sum(), (q, k, v))
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), (q, k, v))
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8)
+
+
+def test_causal_output_ignores_future_values():
+    core = make_core("performer")
+    q, k, v = make_qkv(b=1, n=20)
+    out = core(q, k, v, is_causal=True).output
+    v2 = v.clone()
+    v2[:, :, 11:] += 3.0
+    torch.testing.assert_close(core(q, k, v2, is_causal=True).output[:, :, :11], out[:, :, :11])
+
+
+def test_gradcheck_causal():
+    core = make_core("performer", num_features=8, eps=0.0).double()  # eps 0: the shifts cancel exactly
+    q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, h=2, n=6))
+    mask = torch.tensor([[True] * 5 + [False]])
+    fn = lambda a, b, c: core(a, b, c, mask, is_causal=True).output  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v), fast_mode=True)
+
+
+def test_features_are_orthogonal_blocks_with_chi_norms():
+    w = orthogonal_gaussian_features(40, 16, torch.Generator().manual_seed(0))
+    assert w.shape == (40, 16)
+    directions = w / w.norm(dim=1, keepdim=True)
+    for start in (0, 16, 32):  # rows of one block are orthogonal
+        block = directions[start : start + 16]
+        torch.testing.assert_close(block @ block.T, torch.eye(len(block)), atol=1e-5, rtol=0)
+    many = orthogonal_gaussian_features(4096, 16, torch.Generator().manual_seed(1))
+    assert abs(many.square().sum(1).mean().item() - 16) < 0.5  # E|w|^2 = d for chi_d norms
+
+
+def test_redraw_and_seeding():
+    core = make_core("performer")
+    q, k, v = make_qkv(n=17)
+    w0, out0 = core.projection_matrix.clone(), core(q, k, v).output
+    assert torch.equal(make_core("performer").projection_matrix, w0)  # same (seed, layer) -> same W
+    assert not torch.equal(make_core("performer", layer_idx=1).projection_matrix, w0)
+    assert not torch.equal(make_core("performer", seed=1).projection_matrix, w0)
+
+    torch.manual_seed(123)
+    core.redraw_features()  # from the global RNG
+    assert not torch.equal(core.projection_matrix, w0)
+    assert not torch.allclose(core(q, k, v).output, out0)
+
+    core.resample_random_state(7)
+    w7 = core.projection_matrix.clone()
+    core.resample_random_state(8)
+    assert not torch.equal(core.projection_matrix, w7)
+    core.resample_random_state(7)
+    assert torch.equal(core.projection_matrix, w7)
+
+    core.init_weights()  # back to the (config.seed, layer_idx) draw
+    assert torch.equal(core.projection_matrix, w0)
+    assert "projection_matrix" in core.state_dict()
+
+
+def test_config_validation():
+    spec = AttentionSpec(2, 8)
+    for bad, field in (({"num_features": 0}, "num_features"), ({"kernel": "cosine"}, "kernel")):
+        with pytest.raises(ValueError, match=field):
+            build_attention("performer", spec, bad)
+    assert build_attention("performer", spec).config.num_features == 256
+
+
+class TinyModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            [make_core("performer", layer_idx=i) for i in range(2)] + [make_core("linear", layer_idx=2)]
+        )
+
+
+def test_callback_redraws_every_n_steps_reproducibly():
+    model, twin = TinyModel(), TinyModel()
+    callback = RandomStateCallback(redraw_every_n_steps=3)
+    state, control = TrainerState(), TrainerControl()
+    initial = [layer.projection_matrix.clone() for layer in model.layers[:2]]
+    for step in (1, 2):
+        state.global_step = step
+        callback.on_step_end(None, state, control, model=model)
+    assert all(torch.equal(a.projection_matrix, b) for a, b in zip(model.layers, initial, strict=False))
+    state.global_step = 3
+    assert callback.on_step_end(None, state, control, model=model) is control
+    after = [layer.projection_matrix.clone() for layer in model.layers[:2]]
+    assert not any(torch.equal(a, b) for a, b in zip(after, initial, strict=True))
+    assert not torch.equal(after[0], after[1])  # layers draw different features
+
+    callback.on_step_end(None, state, control, model=twin)  # same step -> same features
+    assert all(torch.equal(a.projection_matrix, b) for a, b in zip(twin.layers, after, strict=False))
+    state.global_step = 6
+    callback.on_step_end(None, state, control, model=twin)
+    assert not torch.equal(twin.layers[0].projection_matrix, after[0])
+
+
+def test_resample_function_for_custom_loops():
+    model = TinyModel()
+    before = model.layers[0].projection_matrix.clone()
+    assert resample_attention_random_state(model, seed=5) == 3  # every core visited
+    assert not torch.equal(model.layers[0].projection_matrix, before)
+    with pytest.raises(ValueError, match="redraw_every_n_steps"):
+        RandomStateCallback(redraw_every_n_steps=0)
