@@ -13,10 +13,22 @@ from .attention import (
     register_attention,
     validate_attention_config,
 )
+from .models import (
+    EfficientBertConfig,
+    EfficientBertForMaskedLM,
+    EfficientBertForSequenceClassification,
+    EfficientBertForTokenClassification,
+    EfficientBertModel,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "EfficientBertConfig",
+    "EfficientBertForMaskedLM",
+    "EfficientBertForSequenceClassification",
+    "EfficientBertForTokenClassification",
+    "EfficientBertModel",
     "AttentionCapabilities",
     "AttentionConfig",
     "AttentionCore",

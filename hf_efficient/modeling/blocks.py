@@ -1,0 +1,243 @@
+"""Encoder blocks shared by the text, vision and graph models.
+
+Parameter names follow BERT (``attention.self.query``, ``attention.output.dense``, ``intermediate.dense``,
+``output.LayerNorm`` ...), so a BERT checkpoint maps onto an encoder of any attention type with no renaming:
+only the attention core's own parameters (``attention.self.core.*``) are new.
+
+Shapes: b = batch, n = sequence length, D = hidden_size, h = heads, d = D / h.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+from transformers.activations import ACT2FN
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+from ..attention.base import AttentionCore, AttentionSpec, GraphEdges
+from ..attention.registry import build_attention, get_attention_class
+
+
+class EfficientSelfAttention(nn.Module):
+    """Query/key/value projections around one attention core.
+
+    The core is chosen by ``config.attention_for_layer(layer_idx)``. Cores that share queries and keys
+    (Reformer) have no ``key`` projection: their keys are the queries.
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        if config.hidden_size % config.num_attention_heads:
+            raise ValueError(
+                f"hidden_size={config.hidden_size} is not a multiple of num_attention_heads="
+                f"{config.num_attention_heads}."
+            )
+        self.config = config
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.core: AttentionCore = self.build_core()
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = None if self.core.capabilities.shared_query_key else nn.Linear(*[config.hidden_size] * 2)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def build_core(self) -> AttentionCore:
+        """A fresh core for this layer from the config (type, hyperparameters, sizes, max length)."""
+        config = self.config
+        attention_type, attention_config = config.attention_for_layer(self.layer_idx)
+        spec = AttentionSpec(
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            dropout=config.attention_probs_dropout_prob,
+            attn_implementation=config._attn_implementation or "sdpa",
+            max_seq_len=getattr(config, "max_position_embeddings", None),
+            layer_idx=self.layer_idx,
+        )
+        return build_attention(attention_type, spec, attention_config, config.modality)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, n, D) -> (b, h, n, d)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        attention_bias: torch.Tensor | None = None,
+        edges: GraphEdges | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # The exact kernel follows the model's current attn_implementation (set_attn_implementation changes
+        # config after the core was built); the spec is the core's only view of it.
+        implementation = self.config._attn_implementation or "sdpa"
+        if implementation != self.core.spec.attn_implementation:
+            self.core.spec = dataclasses.replace(self.core.spec, attn_implementation=implementation)
+        query = self._heads(self.query(hidden_states))  # (b, h, n, d)
+        key = query if self.key is None else self._heads(self.key(hidden_states))
+        value = self._heads(self.value(hidden_states))
+        output, weights = self.core(
+            query,
+            key,
+            value,
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+            edges=edges,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+        )
+        b, _, n, _ = output.shape
+        return output.transpose(1, 2).reshape(b, n, -1), weights  # (b, h, n, d) -> (b, n, D)
+
+
+class EfficientSelfOutput(nn.Module):
+    """Output projection, dropout, residual and post-LayerNorm (BERT's ``attention.output``)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+
+
+class EfficientAttention(nn.Module):
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.self = EfficientSelfAttention(config, layer_idx)
+        self.output = EfficientSelfOutput(config)
+
+    def forward(self, hidden_states, **attention_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        context, weights = self.self(hidden_states, **attention_inputs)
+        return self.output(context, hidden_states), weights
+
+
+class EfficientIntermediate(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.intermediate_act_fn = ACT2FN[config.hidden_act]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.intermediate_act_fn(self.dense(hidden_states))
+
+
+class EfficientOutput(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + residual)
+
+
+class EfficientLayer(GradientCheckpointingLayer):
+    """One post-LayerNorm transformer layer: attention, then the feed-forward network."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.attention = EfficientAttention(config, layer_idx)
+        self.intermediate = EfficientIntermediate(config)
+        self.output = EfficientOutput(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        attention_bias: torch.Tensor | None = None,
+        edges: GraphEdges | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        # hidden_states is positional so gradient checkpointing (use_reentrant) propagates its gradient.
+        attention_output, weights = self.attention(
+            hidden_states,
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+            edges=edges,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+        )
+        return self.output(self.intermediate(attention_output), attention_output), weights
+
+
+class EfficientEncoder(nn.Module):
+    """A stack of :class:`EfficientLayer`; collects hidden states and attention weights on request."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.layer = nn.ModuleList(EfficientLayer(config, i) for i in range(config.num_hidden_layers))
+        self.tie_attention_parameters()
+
+    def attention_cores(self) -> list[AttentionCore]:
+        return [layer.attention.self.core for layer in self.layer]
+
+    def rebuild_fixed_length_cores(self) -> None:
+        """Rebuild, freshly initialised, the cores sized by the maximum length (after it changed)."""
+        for layer in self.layer:
+            attention = layer.attention.self
+            if attention.core.capabilities.fixed_max_length:
+                device = next(attention.parameters()).device
+                attention.core = attention.build_core().to(device)
+        self.tie_attention_parameters()
+
+    def tie_attention_parameters(self) -> None:
+        """Cross-layer sharing (Linformer layerwise): later cores of layer 0's type share its parameters.
+
+        Called at construction and again by the model's ``tie_weights`` (loading on the meta device
+        replaces parameters, which would break the sharing).
+        """
+        cores = self.attention_cores()
+        for core in cores[1:]:
+            if type(core) is type(cores[0]):
+                core.share_parameters_with(cores[0])
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        attention_bias: torch.Tensor | None = None,
+        edges: GraphEdges | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
+        """Returns (last hidden state (b, n, D), all hidden states or None, attention weights or None)."""
+        all_hidden, all_weights = [], []
+        for layer in self.layer:
+            if output_hidden_states:
+                all_hidden.append(hidden_states)
+            hidden_states, weights = layer(
+                hidden_states,
+                attention_mask=attention_mask,
+                attention_bias=attention_bias,
+                edges=edges,
+                global_attention_mask=global_attention_mask,
+                output_attentions=output_attentions,
+            )
+            all_weights.append(weights)
+        if output_hidden_states:
+            all_hidden.append(hidden_states)
+        return (
+            hidden_states,
+            tuple(all_hidden) if output_hidden_states else None,
+            tuple(all_weights) if output_attentions else None,
+        )
+
+
+def attention_types_in(config) -> list[str]:
+    """Distinct attention types used by a config's layers, in layer order."""
+    names = [config.attention_for_layer(i)[0] for i in range(config.num_hidden_layers)]
+    return list(dict.fromkeys(names))
+
+
+def papers_of(config) -> dict[str, str]:
+    """attention_type -> paper citation, for model cards and error messages."""
+    return {name: get_attention_class(name).paper for name in attention_types_in(config)}

@@ -1,0 +1,66 @@
+"""Task heads and losses shared by the encoders (the same maths as transformers' BERT/ViT heads)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+def classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """transformers' sequence-classification loss: regression (MSE), single-label (CE) or multi-label (BCE).
+
+    ``config.problem_type`` is inferred on first use exactly as transformers does, and then saved.
+
+    Args:
+        logits: (b, num_labels).
+        labels: (b,) int class ids, (b,) or (b, num_labels) floats for regression, or (b, num_labels)
+            0/1 floats for multi-label.
+    """
+    num_labels = logits.shape[-1]
+    if config.problem_type is None:
+        if num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        if num_labels == 1:
+            return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+        return F.mse_loss(logits, labels.to(logits.dtype))
+    if config.problem_type == "single_label_classification":
+        if labels.is_floating_point():
+            raise ValueError(
+                "single_label_classification needs integer class ids as labels, got floats. Pass class ids, "
+                "or set problem_type='multi_label_classification' / 'regression'."
+            )
+        if labels.numel() and (int(labels.max()) >= num_labels or int(labels.min()) < -100):
+            raise ValueError(
+                f"labels hold class ids up to {int(labels.max())} but the model has num_labels={num_labels}. "
+                "Load the model with num_labels set to the number of classes."
+            )
+        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1))
+    if config.problem_type == "multi_label_classification":
+        if labels.shape != logits.shape:
+            raise ValueError(
+                f"multi_label_classification needs labels of shape (batch, num_labels) = "
+                f"{tuple(logits.shape)}, got {tuple(labels.shape)}."
+            )
+        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+    raise ValueError(
+        f"Unknown problem_type {config.problem_type!r}; use regression, single_label_classification or "
+        "multi_label_classification."
+    )
+
+
+class Pooler(nn.Module):
+    """BERT's pooler: tanh(W h_0) on the first token."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.activation = nn.Tanh()
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))  # (b, n, D) -> (b, D)

@@ -1,0 +1,53 @@
+"""``PreTrainedModel`` base of every hf_efficient model: weight init, attention state, sharing, kernels."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from ..attention.base import AttentionCore
+from .blocks import EfficientEncoder
+
+
+class EfficientPreTrainedModel(PreTrainedModel):
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True  # the exact core runs any HF kernel (eager, sdpa, flex, flash)
+    _supports_flex_attn = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+    _no_split_modules = ["EfficientLayer"]
+    # Losses are computed by self.loss_function-free plain losses below; without this, Trainer would scale
+    # them by the number of processes under DDP (DESIGN.md section 4).
+    accepts_loss_kwargs = False
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)  # Linear / Embedding / LayerNorm with config.initializer_range
+        if isinstance(module, AttentionCore):
+            self._init_attention_core(module)
+
+    @staticmethod
+    def _init_attention_core(core: AttentionCore) -> None:
+        """Initialise a core's own parameters and random state, keeping whatever was loaded from a checkpoint.
+
+        ``from_pretrained`` builds the model on the meta device, loads the checkpoint, then initialises what
+        is missing; cores write their tensors directly, so tensors already loaded are restored afterwards.
+        """
+        tensors = [*core.parameters(), *(b for b in core.buffers() if b is not None)]
+        loaded = [(t, t.detach().clone()) for t in tensors if getattr(t, "_is_hf_initialized", False)]
+        if tensors and len(loaded) == len(tensors):
+            return
+        core.init_weights()
+        for tensor, saved in loaded:
+            tensor.copy_(saved)
+
+    def tie_weights(self, *args, **kwargs):
+        super().tie_weights(*args, **kwargs)
+        # Loading replaces parameters one by one, which unties cross-layer sharing (Linformer layerwise).
+        for module in self.modules():
+            if isinstance(module, EfficientEncoder):
+                module.tie_attention_parameters()
+
+    def attention_cores(self) -> list[AttentionCore]:
+        """Every attention core of the model, in layer order."""
+        return [module for module in self.modules() if isinstance(module, AttentionCore)]

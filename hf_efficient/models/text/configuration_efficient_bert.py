@@ -1,0 +1,61 @@
+"""Configuration of EfficientBert: BERT's fields plus the attention fields of every hf_efficient encoder."""
+
+from __future__ import annotations
+
+from huggingface_hub.dataclasses import strict
+
+from ...modeling.config import EfficientEncoderConfig
+
+
+@strict(accept_kwargs=True)
+class EfficientBertConfig(EfficientEncoderConfig):
+    """A BERT encoder whose attention is chosen by ``attention_type``.
+
+    BERT's own fields keep their names and defaults, so a BERT ``config.json`` loads as an
+    ``EfficientBertConfig`` (with ``attention_type="full"`` unless given).
+
+    Example:
+        >>> config = EfficientBertConfig(
+        ...     attention_type="longformer",
+        ...     attention_config={"attention_window": 256},
+        ...     max_position_embeddings=4096,
+        ... )
+    """
+
+    model_type = "efficient_bert"
+    modality = "text"
+    compatible_model_types = ("bert",)
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int | None = 0
+    classifier_dropout: float | int | None = None
+    tie_word_embeddings: bool = True
+
+    def validate_bert_fields(self):
+        """Class validator: sizes agree, and no BERT option we do not implement is silently dropped."""
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size={self.hidden_size} must be a multiple of num_attention_heads="
+                f"{self.num_attention_heads}."
+            )
+        position_type = getattr(self, "position_embedding_type", "absolute")
+        if position_type != "absolute":
+            raise ValueError(
+                f"position_embedding_type={position_type!r} is not supported: EfficientBert uses BERT's "
+                "absolute position embeddings. Convert a checkpoint with absolute positions."
+            )
+        if getattr(self, "is_decoder", False) or getattr(self, "add_cross_attention", False):
+            raise ValueError(
+                "EfficientBert is a bidirectional encoder; is_decoder / add_cross_attention must be False."
+            )

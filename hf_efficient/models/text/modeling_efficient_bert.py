@@ -1,0 +1,310 @@
+"""EfficientBert: BERT with any registered attention; only what is textual lives here.
+
+The encoder blocks are shared with the vision and graph models (:mod:`hf_efficient.modeling.blocks`);
+parameter names are BERT's, so ``EfficientBertForMaskedLM.from_pretrained(bert_checkpoint,
+attention_type="performer")`` loads every BERT weight and initialises only the attention's own parameters.
+
+Shapes: b = batch, n = sequence length, D = hidden_size, V = vocab_size.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    MaskedLMOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils.generic import can_return_tuple
+
+from ...modeling.blocks import EfficientEncoder
+from ...modeling.heads import Pooler, classification_loss
+from ...modeling.pretrained import EfficientPreTrainedModel
+from .configuration_efficient_bert import EfficientBertConfig
+
+
+class EfficientBertEmbeddings(nn.Module):
+    """Word + learned absolute position + token type embeddings, LayerNorm, dropout (BERT's)."""
+
+    def __init__(self, config: EfficientBertConfig):
+        super().__init__()
+        hidden = config.hidden_size
+        self.word_embeddings = nn.Embedding(config.vocab_size, hidden, padding_idx=config.pad_token_id)
+        self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
+        self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of input_ids (b, n) or inputs_embeds (b, n, D).")
+        embeds = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, D)
+        b, n, _ = embeds.shape
+        max_positions = self.position_embeddings.num_embeddings
+        if position_ids is None:
+            if n > max_positions:
+                raise ValueError(
+                    f"The input has {n} tokens but max_position_embeddings={max_positions}. Truncate it "
+                    f"(tokenizer(..., truncation=True, max_length={max_positions})) or extend the model with "
+                    f"model.resize_position_embeddings({n}), which copies the learned table (as Longformer "
+                    "did)."
+                )
+            position_ids = torch.arange(n, device=embeds.device)[None]  # (1, n)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros(b, n, dtype=torch.long, device=embeds.device)
+        embeds = embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
+        return self.dropout(self.LayerNorm(embeds))
+
+
+class EfficientBertPreTrainedModel(EfficientPreTrainedModel):
+    config_class = EfficientBertConfig
+    base_model_prefix = "bert"
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, EfficientBertLMPredictionHead):
+            nn.init.zeros_(module.bias)
+
+
+class EfficientBertModel(EfficientBertPreTrainedModel):
+    """The bare encoder: hidden states (b, n, D) and, with ``add_pooling_layer``, BERT's pooled output."""
+
+    def __init__(self, config: EfficientBertConfig, add_pooling_layer: bool = True):
+        super().__init__(config)
+        self.embeddings = EfficientBertEmbeddings(config)
+        self.encoder = EfficientEncoder(config)
+        self.pooler = Pooler(config) if add_pooling_layer else None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @torch.no_grad()
+    def resize_position_embeddings(self, new_length: int, reinitialize_fixed_length_attention: bool = False):
+        """Serve longer inputs: extend the learned position table by copying it (Beltagy et al. 2020, 3.5).
+
+        Rows ``[k * old, (k + 1) * old)`` repeat the trained rows, so every position keeps a trained
+        embedding and local structure is preserved. Attention types built for a fixed length (Linformer)
+        have length-sized parameters of their own: they are rebuilt freshly only when
+        ``reinitialize_fixed_length_attention=True``, never silently.
+        """
+        old = self.embeddings.position_embeddings
+        if new_length <= old.num_embeddings:
+            raise ValueError(f"new_length={new_length} must exceed the current {old.num_embeddings}.")
+        fixed = [core for core in self.attention_cores() if core.capabilities.fixed_max_length]
+        if fixed and not reinitialize_fixed_length_attention:
+            raise ValueError(
+                f"{fixed[0].attention_type} has parameters sized by the maximum length, which cannot be "
+                "extended without new training. Pass reinitialize_fixed_length_attention=True to rebuild "
+                "them freshly, or choose an attention type without a fixed length."
+            )
+        table = old.weight.new_empty(new_length, old.embedding_dim)
+        for start in range(0, new_length, old.num_embeddings):
+            rows = min(old.num_embeddings, new_length - start)
+            table[start : start + rows] = old.weight[:rows]
+        self.embeddings.position_embeddings = nn.Embedding.from_pretrained(table, freeze=False)
+        self.config.max_position_embeddings = new_length
+        if fixed:
+            self.encoder.rebuild_fixed_length_cores()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> BaseModelOutputWithPooling:
+        """Encode a batch.
+
+        Args:
+            input_ids: (b, n) token ids.
+            attention_mask: (b, n) 1 = real token, 0 = padding (the tokenizer's mask).
+            global_attention_mask: (b, n) 1 = global token, for attention types with per-example global
+                tokens (Longformer); others raise when given one.
+        """
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (b, n, D)
+        last, all_hidden, all_attentions = self.encoder(
+            hidden_states,
+            attention_mask=attention_mask,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        return BaseModelOutputWithPooling(
+            last_hidden_state=last,
+            pooler_output=self.pooler(last) if self.pooler is not None else None,
+            hidden_states=all_hidden,
+            attentions=all_attentions,
+        )
+
+
+class EfficientBertLMPredictionHead(nn.Module):
+    """BERT's MLM head: dense + act + LayerNorm, then a decoder tied to the word embeddings."""
+
+    def __init__(self, config: EfficientBertConfig):
+        super().__init__()
+        self.transform = nn.Module()
+        self.transform.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.transform.transform_act_fn = ACT2FN[config.hidden_act]
+        self.transform.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        t = self.transform
+        hidden_states = t.LayerNorm(t.transform_act_fn(t.dense(hidden_states)))
+        return self.decoder(hidden_states)  # (b, n, D) -> (b, n, V)
+
+
+class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: EfficientBertConfig):
+        super().__init__(config)
+        self.bert = EfficientBertModel(config, add_pooling_layer=False)
+        self.cls = nn.Module()
+        self.cls.predictions = EfficientBertLMPredictionHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> MaskedLMOutput:
+        """``labels``: (b, n) token ids at masked positions, -100 elsewhere (the MLM collator's)."""
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.cls.predictions(outputs.last_hidden_state)  # (b, n, V)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientBertForSequenceClassification(EfficientBertPreTrainedModel):
+    """Pooled [CLS] -> dropout -> linear; single-label, multi-label or regression as transformers does."""
+
+    def __init__(self, config: EfficientBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = EfficientBertModel(config)
+        dropout = config.classifier_dropout
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> SequenceClassifierOutput:
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output))  # (b, num_labels)
+        loss = classification_loss(self.config, logits, labels) if labels is not None else None
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientBertForTokenClassification(EfficientBertPreTrainedModel):
+    def __init__(self, config: EfficientBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = EfficientBertModel(config, add_pooling_layer=False)
+        dropout = config.classifier_dropout
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> TokenClassifierOutput:
+        """``labels``: (b, n) class ids, -100 at positions to ignore (padding, sub-word continuations)."""
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (b, n, num_labels)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
