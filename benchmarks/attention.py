@@ -202,7 +202,9 @@ def plot(records: list[dict], out: Path) -> None:
         modes = sorted({r["mode"] for r in records})
         fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes), 5), squeeze=False)
         for ax, mode in zip(axes[0], modes, strict=True):
-            for t in sorted({r["type"] for r in records}):
+            types = sorted({r["type"] for r in records})
+            colors = plt.cm.tab20(range(len(types)))  # tab10 would repeat colours beyond ten types
+            for t, color in zip(types, colors, strict=True):
                 pts = sorted(
                     (r["length"], r[key])
                     for r in records
@@ -210,7 +212,7 @@ def plot(records: list[dict], out: Path) -> None:
                 )
                 if pts:
                     style = "--" if t.startswith("full") else "-"
-                    ax.plot(*zip(*pts, strict=True), style, marker="o", label=t)
+                    ax.plot(*zip(*pts, strict=True), style, marker="o", color=color, label=t)
             ax.set(
                 xscale="log", yscale="log", xlabel="sequence length n", ylabel=label, title=f"{label}, {mode}"
             )
