@@ -221,7 +221,8 @@ class AttentionCore(nn.Module):
     def share_parameters_with(self, first: AttentionCore) -> None:
         """Cross-layer parameter sharing hook (e.g. Linformer's layerwise projections).
 
-        The encoder calls it on the cores of layers 1..L-1 with layer 0's core when both have the same type.
+        The encoder calls it on every later core with the first core of the same type (layer 0's, or with
+        per-layer attention types the first layer that uses this type).
         Default: nothing is shared.
         """
 

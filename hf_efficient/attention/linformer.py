@@ -118,11 +118,11 @@ class LinformerAttention(AttentionCore):
             return
         if not isinstance(first, LinformerAttention) or first.config.sharing != "layerwise":
             raise ValueError(
-                "linformer layerwise sharing needs layer 0 to be a layerwise linformer core too."
+                "linformer layerwise sharing needs the first linformer layer to use sharing='layerwise' too."
             )
         if first.projection.shape != self.projection.shape:
             raise ValueError(
-                f"linformer layerwise sharing: layer 0 projects with shape {tuple(first.projection.shape)} "
+                f"linformer layerwise sharing: the first linformer layer projects with shape {tuple(first.projection.shape)} "
                 f"but this layer with {tuple(self.projection.shape)}; use the same projected_length and "
                 "max_seq_len in every layer."
             )

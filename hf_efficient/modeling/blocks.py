@@ -184,20 +184,37 @@ class EfficientEncoder(nn.Module):
         for layer in self.layer:
             attention = layer.attention.self
             if attention.core.capabilities.fixed_max_length:
-                device = next(attention.parameters()).device
-                attention.core = attention.build_core().to(device)
+                # Device and floating dtype of the layer's projections (a bf16 model gets a bf16 core).
+                attention.core = attention.build_core().to(attention.query.weight)
         self.tie_attention_parameters()
 
     def tie_attention_parameters(self) -> None:
-        """Cross-layer sharing (Linformer layerwise): later cores of layer 0's type share its parameters.
+        """Cross-layer sharing (Linformer layerwise): each core may share the parameters of the first core of
+        its type (layer 0's, or with per-layer types the first layer using that type).
 
         Called at construction and again by the model's ``tie_weights`` (loading on the meta device
         replaces parameters, which would break the sharing).
         """
-        cores = self.attention_cores()
-        for core in cores[1:]:
-            if type(core) is type(cores[0]):
-                core.share_parameters_with(cores[0])
+        first_of_type: dict[type, AttentionCore] = {}
+        for core in self.attention_cores():
+            first = first_of_type.setdefault(type(core), core)
+            if first is not core:
+                core.share_parameters_with(first)
+        # transformers' save_pretrained refuses shared tensors unless a module declares them in
+        # `_tied_weights_keys` ({target: source}, names relative to the declaring module); it then saves the
+        # source only, and the model's tie_weights re-ties the target on load.
+        self._tied_weights_keys = self.shared_parameter_names()
+
+    def shared_parameter_names(self) -> dict[str, str]:
+        """{target: source} names (relative to the encoder) of parameters shared by several layers."""
+        first_name: dict[int, str] = {}
+        shared = {}
+        for name, param in self.named_parameters(remove_duplicate=False):
+            if id(param) in first_name:
+                shared[name] = first_name[id(param)]
+            else:
+                first_name[id(param)] = name
+        return shared
 
     def forward(
         self,

@@ -86,4 +86,10 @@ class EfficientEncoderConfig(PreTrainedConfig):
                 f"A checkpoint of model_type {source!r} cannot be mapped onto {cls.__name__}: its weights "
                 f"have another architecture. Supported checkpoint types: {supported}."
             )
-        return super().from_dict(config_dict, **kwargs)
+        # The instance keeps this class's model_type: a BERT config loads as an efficient_bert config.
+        config_dict = {key: value for key, value in config_dict.items() if key != "model_type"}
+        result = super().from_dict(config_dict, **kwargs)
+        # transformers applies from_pretrained's overrides (attention_type=..., layer_attention_types=...)
+        # with setattr after construction, which skips the class validators: run them on the final config.
+        (result[0] if isinstance(result, tuple) else result).validate()
+        return result

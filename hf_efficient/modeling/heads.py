@@ -40,7 +40,7 @@ def classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> t
                 f"labels hold class ids up to {int(labels.max())} but the model has num_labels={num_labels}. "
                 "Load the model with num_labels set to the number of classes."
             )
-        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1))
+        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1).long())  # int32 ids too
     if config.problem_type == "multi_label_classification":
         if labels.shape != logits.shape:
             raise ValueError(

@@ -48,6 +48,19 @@ class EfficientPreTrainedModel(PreTrainedModel):
             if isinstance(module, EfficientEncoder):
                 module.tie_attention_parameters()
 
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """transformers' tied-weights mapping plus cross-layer attention sharing (with untied embeddings too).
+
+        Declaring the shared parameters (Linformer layerwise) here lets ``from_pretrained`` tie them instead
+        of reporting the copies that ``save_pretrained`` left out as missing and initialising them afresh.
+        """
+        tied = super().get_expanded_tied_weights_keys(all_submodels=all_submodels)
+        for name, module in self.named_modules():
+            if isinstance(module, EfficientEncoder):
+                prefix = f"{name}." if name else ""
+                tied.update({prefix + t: prefix + s for t, s in module.shared_parameter_names().items()})
+        return tied
+
     def attention_cores(self) -> list[AttentionCore]:
         """Every attention core of the model, in layer order."""
         return [module for module in self.modules() if isinstance(module, AttentionCore)]

@@ -63,12 +63,47 @@ class EfficientBertEmbeddings(nn.Module):
 class EfficientBertPreTrainedModel(EfficientPreTrainedModel):
     config_class = EfficientBertConfig
     base_model_prefix = "bert"
+    # Older BERT checkpoints (bert-base-uncased, all-MiniLM-L6-v2) store BERT's position_ids buffer; positions
+    # are built on the fly here, so the key is expected and not reported.
+    _keys_to_ignore_on_load_unexpected = [r"embeddings\.position_ids"]
 
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, EfficientBertLMPredictionHead):
             nn.init.zeros_(module.bias)
+
+    @torch.no_grad()
+    def resize_position_embeddings(self, new_length: int, reinitialize_fixed_length_attention: bool = False):
+        """Serve longer inputs: extend the learned position table by copying it (Beltagy et al. 2020, 3.5).
+
+        Works on the bare encoder and on every task model (their ``bert``). Rows ``[k * old, (k + 1) * old)``
+        repeat the trained rows, so every position keeps a trained embedding and local structure is preserved.
+        Attention types built for a fixed length (Linformer) have length-sized parameters of their own: they
+        are rebuilt freshly only when ``reinitialize_fixed_length_attention=True``, never silently.
+        """
+        base = self.base_model  # the encoder itself, or the `bert` inside a task model
+        old = base.embeddings.position_embeddings
+        if new_length <= old.num_embeddings:
+            raise ValueError(f"new_length={new_length} must exceed the current {old.num_embeddings}.")
+        fixed = [core for core in self.attention_cores() if core.capabilities.fixed_max_length]
+        if fixed and not reinitialize_fixed_length_attention:
+            raise ValueError(
+                f"{fixed[0].attention_type} has parameters sized by the maximum length, which cannot be "
+                "extended without new training. Pass reinitialize_fixed_length_attention=True to rebuild "
+                "them freshly, or choose an attention type without a fixed length."
+            )
+        table = old.weight.new_empty(new_length, old.embedding_dim)
+        for start in range(0, new_length, old.num_embeddings):
+            rows = min(old.num_embeddings, new_length - start)
+            table[start : start + rows] = old.weight[:rows]
+        base.embeddings.position_embeddings = nn.Embedding.from_pretrained(table, freeze=False)
+        self.config.max_position_embeddings = new_length
+        if fixed:
+            base.encoder.rebuild_fixed_length_cores()
+
+    def get_position_embeddings(self) -> nn.Embedding:
+        return self.base_model.embeddings.position_embeddings
 
 
 class EfficientBertModel(EfficientBertPreTrainedModel):
@@ -86,34 +121,6 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
 
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
-
-    @torch.no_grad()
-    def resize_position_embeddings(self, new_length: int, reinitialize_fixed_length_attention: bool = False):
-        """Serve longer inputs: extend the learned position table by copying it (Beltagy et al. 2020, 3.5).
-
-        Rows ``[k * old, (k + 1) * old)`` repeat the trained rows, so every position keeps a trained
-        embedding and local structure is preserved. Attention types built for a fixed length (Linformer)
-        have length-sized parameters of their own: they are rebuilt freshly only when
-        ``reinitialize_fixed_length_attention=True``, never silently.
-        """
-        old = self.embeddings.position_embeddings
-        if new_length <= old.num_embeddings:
-            raise ValueError(f"new_length={new_length} must exceed the current {old.num_embeddings}.")
-        fixed = [core for core in self.attention_cores() if core.capabilities.fixed_max_length]
-        if fixed and not reinitialize_fixed_length_attention:
-            raise ValueError(
-                f"{fixed[0].attention_type} has parameters sized by the maximum length, which cannot be "
-                "extended without new training. Pass reinitialize_fixed_length_attention=True to rebuild "
-                "them freshly, or choose an attention type without a fixed length."
-            )
-        table = old.weight.new_empty(new_length, old.embedding_dim)
-        for start in range(0, new_length, old.num_embeddings):
-            rows = min(old.num_embeddings, new_length - start)
-            table[start : start + rows] = old.weight[:rows]
-        self.embeddings.position_embeddings = nn.Embedding.from_pretrained(table, freeze=False)
-        self.config.max_position_embeddings = new_length
-        if fixed:
-            self.encoder.rebuild_fixed_length_cores()
 
     @can_return_tuple
     def forward(
