@@ -64,3 +64,19 @@ class EfficientPreTrainedModel(PreTrainedModel):
     def attention_cores(self) -> list[AttentionCore]:
         """Every attention core of the model, in layer order."""
         return [module for module in self.modules() if isinstance(module, AttentionCore)]
+
+    def save_pretrained(
+        self, save_directory, is_main_process=True, state_dict=None, push_to_hub=False, **kwargs
+    ):
+        """transformers' ``save_pretrained``; after ``register_for_auto_class`` it also writes remote code.
+
+        transformers' own remote-code copy only follows ``from .x import`` siblings and fails on this
+        package's nested modules, so :func:`hf_efficient.hub.save_pretrained_with_remote_code` replaces it
+        with a flat folder that ``trust_remote_code=True`` loads without hf_efficient installed.
+        ``push_to_hub`` saves through this method, so it uploads the same folder.
+        """
+        from ..hub import save_pretrained_with_remote_code  # lazy: only saving needs it
+
+        return save_pretrained_with_remote_code(
+            self, super().save_pretrained, save_directory, is_main_process, state_dict, push_to_hub, **kwargs
+        )

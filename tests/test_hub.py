@@ -1,0 +1,218 @@
+"""Remote code and push_to_hub, end to end, in fresh processes.
+
+- ``export_remote_code`` writes a flat folder that ``trust_remote_code=True`` loads in a process where
+  importing hf_efficient raises; outputs equal the original model's exactly (eval mode), for the MLM class and
+  for ``AutoModel`` on the same checkpoint.
+- ``register_for_auto_class`` + ``push_to_hub`` (and ``save_pretrained(push_to_hub=True)``) upload that folder
+  to a hub of our own on 127.0.0.1 (:mod:`tests.hub_server`); a fresh process without hf_efficient loads it
+  back by repo id. A plain push ships no python and loads back with hf_efficient imported.
+
+Not covered: real authentication (the local hub accepts any token), LFS/Xet transfers (the local hub answers
+"regular" upload mode, so files travel inline in the commit), the real hub's rate limits and redirects.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+from hf_efficient.hub import export_remote_code
+
+from .hub_server import LocalHub
+
+# Prepended to every child script: hf_efficient cannot be imported, so only remote code can serve the model.
+BLOCK_HF_EFFICIENT = """
+import sys
+
+class BlockHfEfficient:
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_efficient" or name.startswith("hf_efficient."):
+            raise ImportError(f"{name} is blocked in this test process")
+        return None
+
+sys.meta_path.insert(0, BlockHfEfficient())
+"""
+
+# Loads every source given (a folder or a repo id) with the MLM Auto class and AutoModel, runs the inputs.
+LOAD_AND_RUN = """
+import sys
+import torch
+from transformers import AutoModel, AutoModelForMaskedLM
+
+torch.set_num_threads(1)
+inputs_path, out_path, trust, *sources = sys.argv[1:]
+inputs = torch.load(inputs_path)
+results = {}
+for source in sources:
+    kwargs = {"trust_remote_code": True} if trust == "trust" else {}
+    with torch.no_grad():
+        mlm = AutoModelForMaskedLM.from_pretrained(source, **kwargs).eval()
+        base = AutoModel.from_pretrained(source, **kwargs).eval()
+        results[source] = {
+            "logits": mlm(**inputs).logits,
+            "hidden": base(**inputs).last_hidden_state,
+            "classes": [type(mlm).__module__, type(base).__module__, type(mlm.config).__module__],
+        }
+results["hf_efficient_imported"] = any(name.split(".")[0] == "hf_efficient" for name in sys.modules)
+torch.save(results, out_path)
+"""
+
+# Appended in the folder test: transformers registered the loaded remote class for its Auto class, so saving
+# it again goes through the flat copy of our save_pretrained and must give a loadable folder too.
+RESAVE_AND_RUN = """
+resaved = out_path + ".resaved"
+mlm.save_pretrained(resaved)
+resaved_mlm = AutoModelForMaskedLM.from_pretrained(resaved, trust_remote_code=True).eval()
+with torch.no_grad():
+    results["resaved"] = resaved_mlm(**inputs).logits
+torch.save(results, out_path)
+"""
+
+PUSH = """
+import sys
+from hf_efficient import EfficientBertForMaskedLM
+
+folder, scratch = sys.argv[1:]
+model = EfficientBertForMaskedLM.from_pretrained(folder).eval()
+model.push_to_hub("user/tiny-efficient-bert-plain")  # not registered: no python files
+model.register_for_auto_class("AutoModelForMaskedLM")
+model.push_to_hub("user/tiny-efficient-bert")
+model.save_pretrained(scratch, push_to_hub=True, repo_id="user/tiny-efficient-bert-saved")
+"""
+
+
+def run_python(script: str, *args, env: dict | None = None, cwd=None) -> None:
+    """Run ``script`` in a fresh interpreter with one thread; fail with its output if it fails."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+        env=full_env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"child failed:\n{result.stdout}\n{result.stderr}"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """A tiny MLM mixing Performer (random-feature buffer) and Longformer layers, saved without remote code,
+    plus inputs with padding and the outputs every loaded copy must reproduce."""
+    torch.manual_seed(0)
+    config = EfficientBertConfig(
+        vocab_size=97,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        attention_type="performer",
+        attention_config={"num_features": 16},
+        layer_attention_types=["performer", "longformer"],
+        layer_attention_configs={"longformer": {"attention_window": 4, "global_token_indices": [0]}},
+    )
+    model = EfficientBertForMaskedLM(config).eval()
+    folder = tmp_path_factory.mktemp("plain")
+    model.save_pretrained(folder)
+    input_ids = torch.randint(1, config.vocab_size, (2, 13))
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 9:] = 0
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    torch.save(inputs, folder / "inputs.pt")
+    with torch.no_grad():
+        expected = {"logits": model(**inputs).logits, "hidden": model.bert(**inputs).last_hidden_state}
+    return model, folder, expected
+
+
+def assert_identical(result: dict, expected: dict) -> None:
+    torch.testing.assert_close(result["logits"], expected["logits"], rtol=0, atol=0)
+    torch.testing.assert_close(result["hidden"], expected["hidden"], rtol=0, atol=0)
+
+
+def test_exported_folder_loads_without_hf_efficient(reference, tmp_path):
+    model, plain, expected = reference
+    folder = tmp_path / "remote"
+    model.save_pretrained(folder)
+    written = export_remote_code(model, folder)
+
+    assert "hfe_attention_performer.py" in written and "hfe_attention_longformer.py" in written
+    assert not hasattr(model.config, "auto_map")  # written to config.json only
+    out = tmp_path / "out.pt"
+    env = {"HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1"}
+    script = BLOCK_HF_EFFICIENT + LOAD_AND_RUN + RESAVE_AND_RUN
+    run_python(script, plain / "inputs.pt", out, "trust", folder, env=env, cwd=tmp_path)
+
+    results = torch.load(out)
+    assert results["hf_efficient_imported"] is False
+    assert all(module.startswith("transformers_modules.") for module in results[str(folder)]["classes"])
+    assert_identical(results[str(folder)], expected)
+    torch.testing.assert_close(results["resaved"], expected["logits"], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("registered", ["model", "config"])
+def test_register_for_auto_class_save_writes_the_same_folder(reference, tmp_path, registered):
+    model, _, _ = reference
+    export_remote_code(model, tmp_path / "exported")
+    registered_class = type(model) if registered == "model" else type(model.config)
+    registered_class.register_for_auto_class(
+        "AutoModelForMaskedLM" if registered == "model" else "AutoConfig"
+    )
+    try:
+        model.save_pretrained(tmp_path / "registered")
+    finally:
+        del registered_class._auto_class  # back to the inherited None for the other tests
+    python = sorted(path.name for path in (tmp_path / "exported").glob("*.py"))
+    assert python == sorted(path.name for path in (tmp_path / "registered").glob("*.py"))
+    assert (tmp_path / "registered" / "model.safetensors").exists()
+    for name in [*python, "config.json"]:
+        assert (tmp_path / "exported" / name).read_text() == (tmp_path / "registered" / name).read_text()
+
+
+def test_push_to_hub_and_load_back_in_fresh_processes(reference, tmp_path):
+    model, plain, expected = reference
+    python = set(export_remote_code(model, tmp_path / "exported"))
+    with LocalHub() as hub:
+        env = hub.client_env(tmp_path / "hf_home_push")
+        run_python(PUSH, plain, tmp_path / "scratch", env=env, cwd=tmp_path)
+
+        def pushed(repo_id: str) -> set[str]:
+            return set(hub.repos[repo_id].tree("main")[1])
+
+        remote_repos = ["user/tiny-efficient-bert", "user/tiny-efficient-bert-saved"]
+        for repo_id in remote_repos:
+            assert {"config.json", "model.safetensors", *python} <= pushed(repo_id)
+        assert not {name for name in pushed("user/tiny-efficient-bert-plain") if name.endswith(".py")}
+
+        out = tmp_path / "remote.pt"
+        env = hub.client_env(tmp_path / "hf_home_remote")
+        run_python(
+            BLOCK_HF_EFFICIENT + LOAD_AND_RUN,
+            plain / "inputs.pt",
+            out,
+            "trust",
+            *remote_repos,
+            env=env,
+            cwd=tmp_path,
+        )
+        results = torch.load(out)
+        assert results["hf_efficient_imported"] is False
+        for repo_id in remote_repos:
+            assert all(module.startswith("transformers_modules.") for module in results[repo_id]["classes"])
+            assert_identical(results[repo_id], expected)
+
+        out = tmp_path / "plain.pt"
+        env = hub.client_env(tmp_path / "hf_home_plain")
+        plain_repo = "user/tiny-efficient-bert-plain"
+        run_python(
+            "import hf_efficient\n" + LOAD_AND_RUN, plain / "inputs.pt", out, "local", plain_repo, env=env
+        )
+        results = torch.load(out)
+        assert results[plain_repo]["classes"][0] == "hf_efficient.models.text.modeling_efficient_bert"
+        assert_identical(results[plain_repo], expected)
