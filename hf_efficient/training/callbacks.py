@@ -34,6 +34,19 @@ def resample_attention_random_state(model: nn.Module, seed: int) -> int:
     return len(cores)
 
 
+def has_random_state(model: nn.Module) -> bool:
+    """Whether any attention core inside ``model`` has training-time random state to redraw.
+
+    Asks the cores (does the core's class override ``resample_random_state``?), so callers never branch on
+    attention type names.
+    """
+    return any(
+        type(module).resample_random_state is not AttentionCore.resample_random_state
+        for module in model.modules()
+        if isinstance(module, AttentionCore)
+    )
+
+
 def step_seed(base_seed: int, global_step: int) -> int:
     """The redraw seed for a global step: distinct per step, identical on every process."""
     return (base_seed * 1_000_003 + global_step) % 2**62

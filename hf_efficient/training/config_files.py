@@ -1,0 +1,148 @@
+"""Config files for the scripts: a base file per model size, an override per attention type, flags last.
+
+A config file is JSON with two sections::
+
+    {"model": {"hidden_size": 256, "attention_type": "full", ...},   # EfficientBertConfig fields
+     "training": {"learning_rate": 5e-4, "block_size": 512, ...}}    # script flags, TrainingArguments
+
+Merge order is fixed: the base file (``--config``), then the override of the attention type
+(``attention/<attention_type>.json`` beside the base file, or in the scripts' default folder when no base is
+given), then the command line: ``--attention_type``, ``--attention_config '{"attention_window": 64}'`` (merged
+into the file's ``attention_config`` when the type is unchanged), ``--config_overrides hidden_size=128,...``
+and every other flag. Unknown keys raise, naming the file and the close matches.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from transformers import HfArgumentParser
+
+SECTIONS = ("model", "training")
+
+
+@dataclass
+class ConfigArguments:
+    """Flags every script shares for choosing the model configuration."""
+
+    config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Base config ({'model': {...}, 'training': {...}}), e.g. configs/text/base_tiny.json"
+        },
+    )
+    attention_type: str | None = field(
+        default=None,
+        metadata={
+            "help": "Attention type (hf_efficient.list_attention_types('text')); adds attention/<type>.json"
+        },
+    )
+    attention_config: str | None = field(
+        default=None,
+        metadata={"help": "JSON hyperparameters of the attention, e.g. '{\"attention_window\": 64}'."},
+    )
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "Model config fields, e.g. 'hidden_size=128,num_hidden_layers=2'."}
+    )
+
+
+def _check_keys(keys, valid, where: str, section: str) -> None:
+    for key in keys:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=3)
+            hint = f" Did you mean {close}?" if close else ""
+            raise ValueError(f"{where}: unknown {section} key {key!r}.{hint}")
+
+
+def load_config_file(path: str | Path, model_keys, training_keys) -> dict[str, dict[str, Any]]:
+    """Read a config file, checking its keys (sections ``model``, ``training``; optional ``description``)."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a config file holds a JSON object with sections {SECTIONS}.")
+    _check_keys([k for k in data if k != "description"], SECTIONS, str(path), "section")
+    config = {section: dict(data.get(section) or {}) for section in SECTIONS}
+    _check_keys(config["model"], sorted(model_keys), str(path), "model")
+    _check_keys(config["training"], sorted(training_keys), str(path), "training")
+    return config
+
+
+def merge_model_configs(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` wins; ``attention_config`` is merged key by key unless the attention type changes."""
+    merged = {**base, **override}
+    same_type = override.get("attention_type", base.get("attention_type")) == base.get("attention_type")
+    if same_type and "attention_config" in base and "attention_config" in override:
+        merged["attention_config"] = {
+            **(base["attention_config"] or {}),
+            **(override["attention_config"] or {}),
+        }
+    elif not same_type and "attention_config" not in override:
+        merged.pop("attention_config", None)  # the old type's hyperparameters mean nothing to the new one
+    return merged
+
+
+def parse_overrides(text: str | None) -> dict[str, Any]:
+    """``'hidden_size=128,hidden_act=gelu'`` -> ``{'hidden_size': 128, 'hidden_act': 'gelu'}``."""
+    result = {}
+    for item in filter(None, (text or "").split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--config_overrides items look like key=value; got {item!r}.")
+        try:
+            result[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            result[key.strip()] = value
+    return result
+
+
+def parse_args_with_config_files(
+    parser: HfArgumentParser,
+    model_config_class: type,
+    attention_dir: str | Path | None = None,
+    args: list[str] | None = None,
+) -> tuple[tuple, dict[str, Any]]:
+    """Parse the command line on top of the config files.
+
+    Args:
+        parser: an ``HfArgumentParser`` over the script's dataclasses; one of them must be
+            :class:`ConfigArguments`.
+        model_config_class: the config class whose fields the ``model`` section may set.
+        attention_dir: where attention overrides live when no base config is given (``None``: none).
+        args: the command line (default ``sys.argv[1:]``).
+
+    Returns:
+        (the parsed dataclasses, in the parser's order; the merged model config kwargs).
+    """
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--config")
+    pre.add_argument("--attention_type")
+    known, _ = pre.parse_known_args(args)
+    model_keys = {f.name for f in fields(model_config_class)}
+    training_keys = {a.dest for a in parser._actions} - {"help", *(f.name for f in fields(ConfigArguments))}
+
+    merged = {"model": {}, "training": {}}
+    base_dir = Path(attention_dir) if attention_dir is not None else None
+    if known.config:
+        merged = load_config_file(known.config, model_keys, training_keys)
+        base_dir = Path(known.config).parent / "attention"
+    attention_type = known.attention_type or merged["model"].get("attention_type")
+    if attention_type and base_dir is not None and (base_dir / f"{attention_type}.json").exists():
+        override = load_config_file(base_dir / f"{attention_type}.json", model_keys, training_keys)
+        merged["model"] = merge_model_configs(merged["model"], override["model"])
+        merged["training"].update(override["training"])
+
+    parser.set_defaults(**merged["training"])
+    parsed = parser.parse_args_into_dataclasses(args=args)
+    config_args = next(p for p in parsed if isinstance(p, ConfigArguments))
+    cli_model: dict[str, Any] = {}
+    if config_args.attention_type:
+        cli_model["attention_type"] = config_args.attention_type
+    if config_args.attention_config:
+        cli_model["attention_config"] = json.loads(config_args.attention_config)
+    cli_model.update(parse_overrides(config_args.config_overrides))
+    _check_keys(cli_model, sorted(model_keys), "command line", "model")
+    return tuple(parsed), merge_model_configs(merged["model"], cli_model)

@@ -1,0 +1,29 @@
+"""Multi-process training on machines without an accelerator.
+
+``accelerate launch --multi_gpu --num_processes 2 ...`` starts two processes on a CPU-only machine too
+(DESIGN.md section 4), but ``TrainingArguments`` then builds a non-CPU ``PartialState``, which reports
+``distributed_type == NO``: each process trains alone on all the data and writes the same files. Setting
+``ACCELERATE_USE_CPU`` before ``TrainingArguments`` is built makes them one gloo DDP group.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def _has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def enable_cpu_ddp_if_launched() -> bool:
+    """Under a multi-process launch with no accelerator, make ``Trainer`` use CPU DDP (gloo).
+
+    Call before ``TrainingArguments`` is created. Returns whether it changed anything.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator():
+        os.environ.setdefault("ACCELERATE_USE_CPU", "true")
+        return True
+    return False

