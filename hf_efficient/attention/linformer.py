@@ -122,9 +122,9 @@ class LinformerAttention(AttentionCore):
             )
         if first.projection.shape != self.projection.shape:
             raise ValueError(
-                f"linformer layerwise sharing: the first linformer layer projects with shape {tuple(first.projection.shape)} "
-                f"but this layer with {tuple(self.projection.shape)}; use the same projected_length and "
-                "max_seq_len in every layer."
+                "linformer layerwise sharing: the first linformer layer projects with shape "
+                f"{tuple(first.projection.shape)} but this layer with {tuple(self.projection.shape)}; use "
+                "the same projected_length and max_seq_len in every layer."
             )
         self.projection = first.projection
 
