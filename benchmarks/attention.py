@@ -55,13 +55,18 @@ def peak_rss_bytes() -> int:
     return int(line.split()[1]) * 1024  # reported in kB
 
 
-def run_point(args: argparse.Namespace) -> dict:
-    """Measure one point in this process (called in a fresh subprocess)."""
+def cap_address_space(gib: float) -> None:
+    """Cap this process's address space (0: no cap): an over-large point fails fast instead of swapping."""
     import resource
 
-    if args.memory_cap_gib > 0:  # an over-large point fails fast instead of swapping the machine
-        cap = int(args.memory_cap_gib * 2**30)
+    if gib > 0:
+        cap = int(gib * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def run_point(args: argparse.Namespace) -> dict:
+    """Measure one point in this process (called in a fresh subprocess)."""
+    cap_address_space(args.memory_cap_gib)
     import torch
 
     import hf_efficient

@@ -1,0 +1,78 @@
+"""Smoke runs of the text-model benchmarks: each script runs end to end at tiny sizes and writes its files."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # real checkpoint and data, several model loads (about 15 s)
+def test_minilm_conversion_cosines(tmp_path):
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "minilm_conversion.py"),
+        "--num_sentences",
+        "4",
+        "--threads",
+        "1",
+        "--types",
+        "full",
+        "longformer",
+        "--out",
+        str(tmp_path),
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["meta"]["num_sentences"] == 4 and len(results["sentences"]) == 4
+    assert results["meta"]["tokens_max"] > 9  # the short window below does not cover the sentences
+    records = {r["label"]: r for r in results["records"]}
+    assert {r["status"] for r in records.values()} == {"ok"}
+    assert {r["type"] for r in records.values()} == {"full", "longformer"}
+    # The reference against itself, transformers' BertModel and the eager kernel are exact.
+    for label in ("full", "transformers BertModel", "full (eager)"):
+        assert records[label]["min_cos"] > 1 - 1e-6 and records[label]["passed"]
+    # A window covering every sentence is exact attention: 1 to 1e-5, and no new parameters.
+    covering = records["longformer w=512"]
+    assert covering["min_cos"] >= 1 - 1e-5 and covering["passed"] and covering["new_params"] == 0
+    assert len(covering["cosines"]) == 4
+    # A 16-token window is an approximation: visibly below 1, but the embedding keeps its direction.
+    assert 0.2 < records["longformer w=16"]["mean_cos"] < 1 - 1e-4
+    summary = (tmp_path / "summary.md").read_text()
+    assert "longformer w=512" in summary and "FAIL" not in summary
+    assert (tmp_path / "cosine.png").stat().st_size > 1000
+
+
+@pytest.mark.slow  # one subprocess per point, two points (about 20 s)
+def test_text_model_benchmark_smoke(tmp_path):
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "text_model.py"),
+        "--preset",
+        "smoke",
+        "--threads",
+        "1",
+        "--types",
+        "full_sdpa",
+        "longformer",
+        "--lengths",
+        "48",
+        "--out",
+        str(tmp_path),
+    ]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    results = json.loads((tmp_path / "results.json").read_text())
+    records = results["records"]
+    assert {r["status"] for r in records} == {"ok"}, records
+    assert sorted((r["type"], r["length"]) for r in records) == [("full_sdpa", 48), ("longformer", 48)]
+    for r in records:
+        assert r["tokens_per_s"] > 0 and r["peak_mib"] >= 0 and r["loss"] > 0
+        assert r["tokens_per_s"] == pytest.approx(r["length"] / r["median_s"])
+    assert results["meta"]["model"]["num_hidden_layers"] == 2  # the smoke preset's model
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| full_sdpa |" in summary and "(x1.00)" in summary and "| longformer |" in summary
+    for name in ("throughput.png", "time.png", "memory.png"):
+        assert (tmp_path / name).stat().st_size > 1000
