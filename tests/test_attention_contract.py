@@ -64,6 +64,26 @@ def test_shapes_finite_forward_backward(attention_type):
 
 
 @pytest.mark.parametrize("attention_type", ALL_TYPES)
+@pytest.mark.parametrize("n", [4, 37])
+def test_strided_inputs_same_outputs_and_gradients(attention_type, n):
+    """The encoders hand over heads as (b, n, h, d) -> (b, h, n, d) views. With batch 1 a core's reshapes can
+    keep such a view strided; outputs and gradients must equal those of dense inputs (n=4: one block at the
+    small configs' sizes)."""
+    core = make_core(attention_type)
+    dense = make_qkv(b=1, n=n, requires_grad=True)
+    strided = [t.detach().transpose(1, 2).contiguous().transpose(1, 2).requires_grad_() for t in dense]
+    assert not strided[0].is_contiguous()
+    outs = [run(core, *qkv).output for qkv in (dense, strided)]
+    torch.testing.assert_close(outs[1], outs[0])
+    grad_out = torch.randn_like(outs[0])
+    used = [0, 2] if core.capabilities.shared_query_key else [0, 1, 2]
+    want = torch.autograd.grad((outs[0] * grad_out).sum(), [dense[i] for i in used])
+    got = torch.autograd.grad((outs[1] * grad_out).sum(), [strided[i] for i in used])
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
 @pytest.mark.parametrize("n_real", [23, 40])
 def test_padding_invariance_with_poisoned_pads(attention_type, n_real):
     """Appending padding (filled with 1e9) must not move the outputs of real tokens by more than 1e-5."""

@@ -208,7 +208,10 @@ class _BlockSparseSoftmax(torch.autograd.Function):
         )
         b, h, nb, bs, d = q.shape
         p_drop = ctx.dropout_p
-        grad_q, grad_k, grad_v = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        # Dense whatever the strides of k, v (they can arrive as strided views): add_grads views them flat.
+        dense = torch.contiguous_format
+        grad_q = torch.empty_like(q)
+        grad_k, grad_v = torch.zeros_like(k, memory_format=dense), torch.zeros_like(v, memory_format=dense)
         for chunk, c0 in enumerate(range(0, nb, ctx.step)):
             rows = slice(c0, c0 + ctx.step)
             probs, keys = _BlockSparseSoftmax._probs(
