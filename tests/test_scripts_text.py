@@ -104,6 +104,18 @@ def test_pretrain_saves_model_tokenizer_and_model_card(pretrained):
     assert len(predictions) == 5 and all(p["token_str"] for p in predictions)
 
 
+def test_fill_mask_script(pretrained, capsys):
+    fill_mask = load_script("fill_mask")
+    results = fill_mask.main(["--model", str(pretrained), "--top_k", "3", "a [MASK] film .", "the [MASK] ."])
+    assert [len(r) for r in results] == [3, 3]
+    scores = [p["score"] for p in results[0]]
+    assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1 + 1e-6
+    printed = capsys.readouterr().out
+    assert printed.count("fill-mask: ") == 2 and results[0][0]["token_str"] in printed
+    with pytest.raises(ValueError, match=r"no mask token; write \[MASK\]"):
+        fill_mask.main(["--model", str(pretrained), "a film without a mask"])
+
+
 def test_finetune_from_our_checkpoint_with_files(finetune, pretrained, data, tmp_path):
     args = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--output_dir", str(tmp_path)]
     args += ["--train_file", data["train"], "--validation_file", data["dev"], "--test_file", data["test"]]

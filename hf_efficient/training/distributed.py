@@ -13,7 +13,7 @@ import os
 import torch
 
 
-def _has_accelerator() -> bool:
+def has_accelerator() -> bool:
     accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
@@ -23,7 +23,7 @@ def enable_cpu_ddp_if_launched() -> bool:
 
     Call before ``TrainingArguments`` is created. Returns whether it changed anything.
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not _has_accelerator():
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not has_accelerator():
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
         return True
     return False

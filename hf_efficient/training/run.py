@@ -10,7 +10,7 @@ from transformers.trainer_utils import TrainOutput, get_last_checkpoint
 
 from .callbacks import RandomStateCallback, has_random_state
 from .config_files import parse_args_with_config_files
-from .distributed import enable_cpu_ddp_if_launched
+from .distributed import enable_cpu_ddp_if_launched, has_accelerator
 
 
 def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir, args: list[str] | None):
@@ -22,6 +22,8 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     enable_cpu_ddp_if_launched()  # before TrainingArguments exists
     parsed, model_kwargs = parse_args_with_config_files(parser, model_config_class, attention_dir, args)
     training_args = parsed[-1]
+    if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
+        training_args.dataloader_pin_memory = False
     level = logging.INFO if training_args.should_log else logging.WARNING  # the main process logs
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=level)
     set_seed(training_args.seed)

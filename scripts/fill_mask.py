@@ -1,0 +1,49 @@
+"""Fill in masked words with a trained EfficientBert (or any masked-LM checkpoint) through ``pipeline``.
+
+    python scripts/fill_mask.py --model runs/mlm-tiny-longformer "this movie was [MASK] ."
+    python scripts/fill_mask.py --model runs/mlm-tiny-longformer --top_k 3 "a [MASK] film ." "it was [MASK] ."
+
+Each text must hold the tokenizer's mask token (``[MASK]`` for BERT-style tokenizers). Prints the top
+predictions with their probabilities, one block per text.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from transformers import AutoTokenizer, pipeline
+
+import hf_efficient  # noqa: F401  (registers the efficient_bert Auto classes)
+
+
+def fill_mask(model: str, texts: list[str], top_k: int = 5) -> list[list[dict]]:
+    """The pipeline's predictions per text: ``[[{"token_str", "score", "sequence", ...}, ...], ...]``."""
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    for text in texts:
+        if tokenizer.mask_token not in text:
+            raise ValueError(
+                f"{text!r} holds no mask token; write {tokenizer.mask_token} where a word should be "
+                "predicted."
+            )
+    fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=top_k)
+    return [fill(text) for text in texts]
+
+
+def main(args: list[str] | None = None) -> list[list[dict]]:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", required=True, help="a folder saved by pretrain_mlm.py, or a hub id")
+    parser.add_argument("--top_k", type=int, default=5)
+    parser.add_argument("texts", nargs="+", help="sentences with a mask token")
+    parsed = parser.parse_args(args)
+    results = fill_mask(parsed.model, parsed.texts, parsed.top_k)
+    for text, predictions in zip(parsed.texts, results, strict=True):
+        print(f"fill-mask: {text}")
+        for prediction in predictions:
+            print(f"  {prediction['score']:.3f}  {prediction['token_str']}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
