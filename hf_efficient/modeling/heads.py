@@ -27,7 +27,8 @@ def classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> t
             config.problem_type = "multi_label_classification"
     if config.problem_type == "regression":
         if num_labels == 1:
-            return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+            # view(-1), not squeeze: a batch of one must stay (1,) on both sides.
+            return F.mse_loss(logits.view(-1), labels.reshape(-1).to(logits.dtype))
         return F.mse_loss(logits, labels.to(logits.dtype))
     if config.problem_type == "single_label_classification":
         if labels.is_floating_point():
