@@ -48,6 +48,7 @@ class AttentionCapabilities:
     shared_query_key: bool = False  # keys are the queries (Reformer): the block must pass key=query
     fixed_max_length: bool = False  # needs spec.max_seq_len and refuses longer inputs (Linformer)
     permutation_equivariant: bool = False  # permuting tokens permutes outputs (no notion of position)
+    patch_grid: bool = False  # attends by 2-D patch position: reads spec.grid_size, tokens in grid order
     modalities: frozenset[str] = frozenset(MODALITIES)
 
 
@@ -63,6 +64,10 @@ class AttentionSpec:
             used by ``full`` and by dense sub-blocks inside other cores.
         max_seq_len: the model's maximum sequence length (``max_position_embeddings``), if it has one.
         layer_idx: index of the layer owning this core (seeds per-layer random state).
+        grid_size: (height, width) of the patch grid of a vision model, set by the model (and updated when
+            it sees another image size); only cores with ``capabilities.patch_grid`` read it. The sequence
+            is then ``num_prefix_tokens`` tokens (e.g. [CLS]) followed by the patches in row-major order.
+        num_prefix_tokens: tokens before the patch grid (ViT's [CLS]: 1).
     """
 
     num_heads: int
@@ -71,6 +76,8 @@ class AttentionSpec:
     attn_implementation: str = "sdpa"
     max_seq_len: int | None = None
     layer_idx: int = 0
+    grid_size: tuple[int, int] | None = None
+    num_prefix_tokens: int = 0
 
     def __post_init__(self):
         if self.num_heads < 1 or self.head_dim < 1:
@@ -79,6 +86,10 @@ class AttentionSpec:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"attention dropout must be in [0, 1), got {self.dropout}")
+        if self.grid_size is not None and (len(self.grid_size) != 2 or min(self.grid_size) < 1):
+            raise ValueError(f"grid_size must be (height, width) of positive ints, got {self.grid_size}")
+        if self.num_prefix_tokens < 0:
+            raise ValueError(f"num_prefix_tokens must be >= 0, got {self.num_prefix_tokens}")
 
 
 @dataclass

@@ -43,10 +43,15 @@ class EfficientSelfAttention(nn.Module):
         self.key = None if self.core.capabilities.shared_query_key else nn.Linear(*[config.hidden_size] * 2)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
 
+    def attention_for_layer(self) -> tuple[str, dict]:
+        """(attention_type, attention_config) of this module's core; subclasses may pick another source
+        (the graph encoder's local attention reads ``config.local_attention_type``)."""
+        return self.config.attention_for_layer(self.layer_idx)
+
     def build_core(self) -> AttentionCore:
         """A fresh core for this layer from the config (type, hyperparameters, sizes, max length)."""
         config = self.config
-        attention_type, attention_config = config.attention_for_layer(self.layer_idx)
+        attention_type, attention_config = self.attention_for_layer()
         spec = AttentionSpec(
             num_heads=self.num_heads,
             head_dim=self.head_dim,
@@ -106,9 +111,15 @@ class EfficientSelfOutput(nn.Module):
 
 
 class EfficientAttention(nn.Module):
-    def __init__(self, config, layer_idx: int):
+    """BERT's attention block: ``self`` (projections + core) and ``output`` (dense, residual, LayerNorm).
+
+    ``self_attention_class`` lets a model pick where the core's type comes from (the graph encoder's local
+    attention subclasses :class:`EfficientSelfAttention`).
+    """
+
+    def __init__(self, config, layer_idx: int, self_attention_class: type[nn.Module] | None = None):
         super().__init__()
-        self.self = EfficientSelfAttention(config, layer_idx)
+        self.self = (self_attention_class or EfficientSelfAttention)(config, layer_idx)
         self.output = EfficientSelfOutput(config)
 
     def forward(self, hidden_states, **attention_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -167,22 +178,101 @@ class EfficientLayer(GradientCheckpointingLayer):
         return self.output(self.intermediate(attention_output), attention_output), weights
 
 
-class EfficientEncoder(nn.Module):
-    """A stack of :class:`EfficientLayer`; collects hidden states and attention weights on request."""
+class EfficientPreNormSelfOutput(nn.Module):
+    """ViT's ``attention.output``: output projection and dropout; the residual is added by the layer."""
 
     def __init__(self, config):
         super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.dense(hidden_states))
+
+
+class EfficientPreNormAttention(nn.Module):
+    """ViT's attention block: ``attention.attention`` (projections + core, as BERT's) and ``output``."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.attention = EfficientSelfAttention(config, layer_idx)
+        self.output = EfficientPreNormSelfOutput(config)
+
+    def forward(self, hidden_states, **attention_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        context, weights = self.attention(hidden_states, **attention_inputs)
+        return self.output(context), weights
+
+
+class EfficientPreNormOutput(nn.Module):
+    """ViT's ``output``: the FFN's second projection, dropout and the residual (no LayerNorm)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.dense(hidden_states)) + residual
+
+
+class EfficientPreNormLayer(GradientCheckpointingLayer):
+    """One pre-LayerNorm layer (ViT): x + Attn(LN(x)), then h + FFN(LN(h)).
+
+    Parameter names are ViT's (``attention.attention.query``, ``attention.output.dense``,
+    ``layernorm_before``, ``intermediate.dense``, ``output.dense``, ``layernorm_after``), so ViT and ViT-MAE
+    checkpoints load without renaming; the projections and the core are the same modules as BERT's layer.
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.attention = EfficientPreNormAttention(config, layer_idx)
+        self.layernorm_before = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.intermediate = EfficientIntermediate(config)
+        self.output = EfficientPreNormOutput(config)
+        self.layernorm_after = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        attention_bias: torch.Tensor | None = None,
+        edges: GraphEdges | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attention_output, weights = self.attention(
+            self.layernorm_before(hidden_states),
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+            edges=edges,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+        )
+        hidden_states = attention_output + hidden_states
+        return self.output(self.intermediate(self.layernorm_after(hidden_states)), hidden_states), weights
+
+
+class EfficientEncoder(nn.Module):
+    """A stack of :class:`EfficientLayer` (or another layer class, e.g. the vision models' pre-LayerNorm
+    :class:`EfficientPreNormLayer`); collects hidden states and attention weights on request.
+    """
+
+    def __init__(self, config, layer_class: type[nn.Module] = EfficientLayer):
+        super().__init__()
         self.config = config
-        self.layer = nn.ModuleList(EfficientLayer(config, i) for i in range(config.num_hidden_layers))
+        self.layer = nn.ModuleList(layer_class(config, i) for i in range(config.num_hidden_layers))
         self.tie_attention_parameters()
 
+    def self_attentions(self) -> list[EfficientSelfAttention]:
+        """The projections + core of every layer (``attention.self``, or ViT's ``attention.attention``)."""
+        return [module for module in self.modules() if isinstance(module, EfficientSelfAttention)]
+
     def attention_cores(self) -> list[AttentionCore]:
-        return [layer.attention.self.core for layer in self.layer]
+        return [attention.core for attention in self.self_attentions()]
 
     def rebuild_fixed_length_cores(self) -> None:
         """Rebuild, freshly initialised, the cores sized by the maximum length (after it changed)."""
-        for layer in self.layer:
-            attention = layer.attention.self
+        for attention in self.self_attentions():
             if attention.core.capabilities.fixed_max_length:
                 # Device and floating dtype of the layer's projections (a bf16 model gets a bf16 core).
                 attention.core = attention.build_core().to(attention.query.weight)

@@ -2,18 +2,35 @@
 
 from transformers import (
     AutoConfig,
+    AutoImageProcessor,
     AutoModel,
+    AutoModelForImageClassification,
     AutoModelForMaskedLM,
+    AutoModelForPreTraining,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
 
+from .graph import (
+    EfficientGraphConfig,
+    EfficientGraphForGraphClassification,
+    EfficientGraphForNodeClassification,
+    EfficientGraphModel,
+    GraphCollator,
+)
 from .text import (
     EfficientBertConfig,
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
     EfficientBertModel,
+)
+from .vision import (
+    EfficientViTConfig,
+    EfficientViTForImageClassification,
+    EfficientViTImageProcessor,
+    EfficientViTMAEForPreTraining,
+    EfficientViTModel,
 )
 
 
@@ -34,10 +51,43 @@ _register(
     },
 )
 
+_register(
+    EfficientViTConfig,
+    {
+        AutoModel: EfficientViTModel,
+        AutoModelForImageClassification: EfficientViTForImageClassification,
+        AutoModelForPreTraining: EfficientViTMAEForPreTraining,
+    },
+)
+AutoImageProcessor.register(
+    EfficientViTConfig, image_processor_classes={"pil": EfficientViTImageProcessor}, exist_ok=True
+)
+
+# Graph classification is one label per input, as sequence classification; node classification one label per
+# element, as token classification: the graph models register under those Auto classes.
+_register(
+    EfficientGraphConfig,
+    {
+        AutoModel: EfficientGraphModel,
+        AutoModelForSequenceClassification: EfficientGraphForGraphClassification,
+        AutoModelForTokenClassification: EfficientGraphForNodeClassification,
+    },
+)
+
 __all__ = [
     "EfficientBertConfig",
     "EfficientBertForMaskedLM",
     "EfficientBertForSequenceClassification",
     "EfficientBertForTokenClassification",
     "EfficientBertModel",
+    "EfficientGraphConfig",
+    "EfficientGraphForGraphClassification",
+    "EfficientGraphForNodeClassification",
+    "EfficientGraphModel",
+    "EfficientViTConfig",
+    "EfficientViTForImageClassification",
+    "EfficientViTImageProcessor",
+    "EfficientViTMAEForPreTraining",
+    "EfficientViTModel",
+    "GraphCollator",
 ]

@@ -1,0 +1,404 @@
+"""EfficientGraph: a graph transformer on the shared encoder blocks; only what is graph-specific lives here.
+
+Inputs are a padded batch from :class:`~hf_efficient.models.graph.GraphCollator`: node features (b, n, F), a
+node mask (b, n), edges over the flattened (b * n) positions, and the structural encodings computed by
+:mod:`hf_efficient.data.graph_transforms`. Structure reaches attention only as inputs (``edges`` for cores
+that attend along them, an additive ``attention_bias`` for Graphormer), never as a branch on the type.
+
+Shapes: b = batch, n = nodes per graph (padded), n' = n (+1 with a virtual token), D = hidden_size,
+h = heads, E = edges in the batch, C = num_labels.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils.generic import can_return_tuple
+
+from ...attention.base import GraphEdges
+from ...modeling.blocks import (
+    EfficientAttention,
+    EfficientEncoder,
+    EfficientIntermediate,
+    EfficientLayer,
+    EfficientOutput,
+    EfficientSelfAttention,
+)
+from ...modeling.heads import classification_loss
+from ...modeling.pretrained import EfficientPreTrainedModel
+from .configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
+from .graphormer import GraphormerAttentionBias
+
+
+class EfficientGraphEmbeddings(nn.Module):
+    """Node features + centrality + positional encodings (+ a virtual token first), LayerNorm, dropout."""
+
+    def __init__(self, config: EfficientGraphConfig):
+        super().__init__()
+        hidden = config.hidden_size
+        self.node_vocab_size = config.node_vocab_size
+        if config.node_vocab_size is None:
+            self.node_encoder = nn.Linear(config.node_feature_dim, hidden)
+        else:  # one table, column c's categories at rows [c * vocab, (c + 1) * vocab)
+            self.node_encoder = nn.Embedding(config.node_feature_dim * config.node_vocab_size, hidden)
+        degree = config.max_degree
+        self.in_degree_embedding = nn.Embedding(degree + 1, hidden) if degree is not None else None
+        self.out_degree_embedding = nn.Embedding(degree + 1, hidden) if degree is not None else None
+        self.lap_pe_encoder = nn.Linear(config.lap_pe_dim, hidden) if config.lap_pe_dim else None
+        self.lap_pe_sign_flip = config.lap_pe_sign_flip
+        self.rw_pe_encoder = nn.Linear(config.rw_pe_dim, hidden) if config.rw_pe_dim else None
+        self.wl_embedding = nn.Embedding(config.wl_vocab_size, hidden) if config.wl_vocab_size else None
+        self.virtual_token = nn.Embedding(1, hidden) if config.add_virtual_token else None
+        self.LayerNorm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def _node_features(self, node_feat: torch.Tensor) -> torch.Tensor:
+        if self.node_vocab_size is None:
+            return self.node_encoder(node_feat.to(self.node_encoder.weight.dtype))  # (b, n, F) -> (b, n, D)
+        if node_feat.is_floating_point() or bool(
+            (node_feat < 0).any() | (node_feat >= self.node_vocab_size).any()
+        ):
+            raise ValueError(
+                f"node_vocab_size={self.node_vocab_size}: node_feat must hold integer categories in "
+                f"[0, {self.node_vocab_size}) per column."
+            )
+        offsets = torch.arange(node_feat.shape[-1], device=node_feat.device) * self.node_vocab_size  # (F,)
+        return self.node_encoder(node_feat + offsets).sum(-2)  # (b, n, F, D) -> (b, n, D)
+
+    def forward(self, node_feat, in_degree=None, out_degree=None, lap_pe=None, rw_pe=None, wl_colors=None):
+        x = self._node_features(node_feat)  # (b, n, D)
+        if self.in_degree_embedding is not None:  # Graphormer's centrality encoding, degrees clipped
+            top = self.in_degree_embedding.num_embeddings - 1
+            x = x + self.in_degree_embedding(in_degree.clamp(0, top))
+            x = x + self.out_degree_embedding(out_degree.clamp(0, top))
+        if self.lap_pe_encoder is not None:
+            lap_pe = lap_pe.to(x.dtype)  # (b, n, k)
+            if self.training and self.lap_pe_sign_flip:  # a random sign per graph and eigenvector
+                signs = torch.randint(0, 2, (lap_pe.shape[0], 1, lap_pe.shape[2]), device=lap_pe.device)
+                lap_pe = lap_pe * (signs * 2 - 1).to(lap_pe.dtype)  # (b, 1, k) of +-1
+            x = x + self.lap_pe_encoder(lap_pe)  # (b, n, k) -> (b, n, D)
+        if self.rw_pe_encoder is not None:
+            x = x + self.rw_pe_encoder(rw_pe.to(x.dtype))
+        if self.wl_embedding is not None:
+            x = x + self.wl_embedding(wl_colors % self.wl_embedding.num_embeddings)
+        if self.virtual_token is not None:
+            token = self.virtual_token.weight.expand(x.shape[0], 1, -1)  # (b, 1, D)
+            x = torch.cat([token, x], dim=1)  # (b, n + 1, D)
+        return self.dropout(self.LayerNorm(x))
+
+
+class EfficientGraphLayer(EfficientLayer):
+    """The shared post-LayerNorm layer; edges reach the core only if it attends along edges.
+
+    The graph is an input of the whole model: a dense core (``full``, ``performer``...) in some layer simply
+    does not read it (the structure reaches it through encodings or the bias).
+    """
+
+    def forward(self, hidden_states, attention_mask=None, attention_bias=None, edges=None, **kwargs):
+        if not self.attention.self.core.capabilities.edges:
+            edges = None
+        return super().forward(hidden_states, attention_mask, attention_bias, edges, **kwargs)
+
+
+class EfficientGraphLocalSelfAttention(EfficientSelfAttention):
+    """Projections + the GPS local core (``config.local_attention_type``, over edges)."""
+
+    def attention_for_layer(self) -> tuple[str, dict]:
+        return self.config.local_attention_for_layer(self.layer_idx)
+
+
+class EfficientGraphHybridLayer(GradientCheckpointingLayer):
+    """GraphGPS layer (Rampasek et al. 2022): h = LN(x + Local(x)) + LN(x + Global(x)), then LN(h + FFN(h)).
+
+    Local is attention over edges (``local_attention_type``); Global is the registry's ``attention_type``
+    for this layer (``performer``, ``linear``, ``full`` with Graphormer's bias...). GPS uses BatchNorm;
+    here LayerNorm, as every block of this package.
+    """
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__()
+        self.local_attention = EfficientAttention(config, layer_idx, EfficientGraphLocalSelfAttention)
+        self.attention = EfficientAttention(config, layer_idx)
+        self.intermediate = EfficientIntermediate(config)
+        self.output = EfficientOutput(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        attention_bias: torch.Tensor | None = None,
+        edges: GraphEdges | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        local, _ = self.local_attention(hidden_states, attention_mask=attention_mask, edges=edges)
+        global_edges = edges if self.attention.self.core.capabilities.edges else None
+        global_, weights = self.attention(
+            hidden_states,
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+            edges=global_edges,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+        )
+        summed = local + global_  # (b, n', D)
+        return self.output(self.intermediate(summed), summed), weights
+
+
+class EfficientGraphPreTrainedModel(EfficientPreTrainedModel):
+    config_class = EfficientGraphConfig
+    base_model_prefix = "graph"
+    main_input_name = "node_feat"
+    _no_split_modules = ["EfficientGraphLayer", "EfficientGraphHybridLayer"]
+
+
+def _with_virtual_token(edges: GraphEdges, node_mask: torch.Tensor) -> GraphEdges:
+    """Shift edges to positions g * (n + 1) + i + 1 and join the virtual token (position g * (n + 1)) to every
+    real node both ways, plus a self loop. Virtual edges carry zero features and weight 1."""
+    b, n = node_mask.shape
+    shifted = edges.edge_index + edges.edge_index // n + 1  # (2, E): g * n + i -> g * (n + 1) + i + 1
+    graph, node = node_mask.nonzero(as_tuple=True)  # real nodes
+    token = graph * (n + 1)  # (R,)
+    real = token + node + 1
+    tokens = torch.arange(b, device=node_mask.device) * (n + 1)
+    virtual = torch.stack([torch.cat([token, real, tokens]), torch.cat([real, token, tokens])])  # (2, 2R + b)
+    edge_index = torch.cat([shifted, virtual], dim=1)  # (2, E + 2R + b)
+    extra = virtual.shape[1]
+    attr = edges.edge_attr
+    if attr is not None:
+        attr = torch.cat([attr, attr.new_zeros(extra, attr.shape[1])])
+    weight = edges.edge_weight
+    if weight is not None:
+        weight = torch.cat([weight, weight.new_ones(extra)])
+    return GraphEdges(edge_index, edge_weight=weight, edge_attr=attr)
+
+
+class EfficientGraphModel(EfficientGraphPreTrainedModel):
+    """The bare encoder: node states (b, n, D) and a graph embedding (b, D) (mean or virtual token)."""
+
+    def __init__(self, config: EfficientGraphConfig):
+        super().__init__(config)
+        self.embeddings = EfficientGraphEmbeddings(config)
+        self.graph_bias = GraphormerAttentionBias(config) if config.graph_bias == "graphormer" else None
+        layer_class = EfficientGraphHybridLayer if config.graph_layer_type == "gps" else EfficientGraphLayer
+        self.encoder = EfficientEncoder(config, layer_class=layer_class)
+        self.post_init()
+
+    def _check_inputs(self, node_feat, node_mask, edge_index, edge_attr, edge_weight, structural) -> None:
+        """Every input the config reads is there, and none is given that nothing would read."""
+        config = self.config
+        if node_feat.dim() != 3 or node_feat.shape[-1] != config.node_feature_dim:
+            raise ValueError(
+                f"node_feat must have shape (batch, nodes, node_feature_dim={config.node_feature_dim}), got "
+                f"{tuple(node_feat.shape)}."
+            )
+        if node_mask is not None and node_mask.shape != node_feat.shape[:2]:
+            raise ValueError(
+                f"node_mask must have shape {tuple(node_feat.shape[:2])}, got {tuple(node_mask.shape)}."
+            )
+        for name, value in structural.items():
+            field, transform = STRUCTURAL_INPUTS[name]
+            wanted = getattr(config, field) is not None
+            if wanted and value is None:
+                raise ValueError(
+                    f"{field}={getattr(config, field)!r} needs the {name} input: compute it with "
+                    f"hf_efficient.data.graph_transforms.{transform} (dataset.map) and collate it."
+                )
+            if value is not None and not wanted:
+                raise ValueError(f"{name} was given but {field} is None, so it would be ignored; drop it.")
+        if config.needs_edges() and edge_index is None:
+            used = sorted({name for name, _ in config.attention_types_used()})
+            raise ValueError(
+                f"This model's attention ({', '.join(used)}) attends along edges: pass edge_index."
+            )
+        if edge_weight is not None and not config.needs_edges():
+            raise ValueError(
+                "edge_weight was given but no attention here runs over edges, so it would be ignored."
+            )
+        if (edge_attr is not None) != (config.edge_dim is not None):
+            raise ValueError(
+                f"edge_attr {'was given' if edge_attr is not None else 'is missing'} but edge_dim="
+                f"{config.edge_dim}: pass edge_attr of width edge_dim exactly when edge_dim is set."
+            )
+        if edge_attr is not None and edge_attr.shape[-1] != config.edge_dim:
+            raise ValueError(f"edge_attr has width {edge_attr.shape[-1]} but edge_dim={config.edge_dim}.")
+
+    @can_return_tuple
+    def forward(
+        self,
+        node_feat: torch.Tensor,
+        node_mask: torch.Tensor | None = None,
+        edge_index: torch.Tensor | None = None,
+        edge_attr: torch.Tensor | None = None,
+        edge_weight: torch.Tensor | None = None,
+        spatial_pos: torch.Tensor | None = None,
+        in_degree: torch.Tensor | None = None,
+        out_degree: torch.Tensor | None = None,
+        lap_pe: torch.Tensor | None = None,
+        rw_pe: torch.Tensor | None = None,
+        wl_colors: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> BaseModelOutputWithPooling:
+        """Encode a padded batch of graphs.
+
+        Args:
+            node_feat: (b, n, F) floats, or ints with ``node_vocab_size``.
+            node_mask: (b, n) 1 = real node, 0 = padding (None: nothing padded).
+            edge_index: (2, E) edges over flattened positions (graph g's node i is g * n + i), source first.
+            edge_attr: (E, edge_dim) floats; edge_weight: (E,) positive weights for edge attention.
+            spatial_pos: (b, n, n) shortest-path hops, -1 unreachable/padded (``graph_bias="graphormer"``).
+            in_degree, out_degree: (b, n) ints (``max_degree``). lap_pe: (b, n, lap_pe_dim).
+            rw_pe: (b, n, rw_pe_dim). wl_colors: (b, n) ints (``wl_vocab_size``).
+
+        Returns:
+            ``last_hidden_state`` (b, n, D) node states (the virtual token removed), ``pooler_output`` (b, D)
+            the graph embedding; ``hidden_states`` / ``attentions`` per layer include the virtual token at
+            position 0 when there is one.
+        """
+        structural = dict(
+            spatial_pos=spatial_pos,
+            in_degree=in_degree,
+            out_degree=out_degree,
+            lap_pe=lap_pe,
+            rw_pe=rw_pe,
+            wl_colors=wl_colors,
+        )
+        self._check_inputs(node_feat, node_mask, edge_index, edge_attr, edge_weight, structural)
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        b, n, _ = node_feat.shape
+        if node_mask is None:
+            node_mask = torch.ones(b, n, dtype=torch.bool, device=node_feat.device)
+        node_mask = node_mask.bool()
+        hidden = self.embeddings(node_feat, in_degree, out_degree, lap_pe, rw_pe, wl_colors)  # (b, n', D)
+
+        bias = None
+        if self.graph_bias is not None:
+            bias = self.graph_bias(spatial_pos, edge_index, edge_attr)  # (b, h, n', n')
+        edges = None
+        if edge_index is not None and self.config.needs_edges():
+            edges = GraphEdges(edge_index, edge_weight=edge_weight, edge_attr=edge_attr)
+        attention_mask = node_mask
+        virtual = self.config.add_virtual_token
+        if virtual:
+            attention_mask = torch.cat([node_mask.new_ones(b, 1), node_mask], dim=1)  # (b, n + 1)
+            if edges is not None:
+                edges = _with_virtual_token(edges, node_mask)
+
+        last, all_hidden, all_attentions = self.encoder(
+            hidden,
+            attention_mask=attention_mask,
+            attention_bias=bias,
+            edges=edges,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        nodes = last[:, 1:] if virtual else last  # (b, n, D)
+        if self.config.graph_pooling == "virtual_token":
+            pooled = last[:, 0]  # (b, D)
+        else:
+            weights = node_mask.to(nodes.dtype)[..., None]  # (b, n, 1)
+            pooled = (nodes * weights).sum(1) / weights.sum(1)  # mean over real nodes
+        return BaseModelOutputWithPooling(
+            last_hidden_state=nodes, pooler_output=pooled, hidden_states=all_hidden, attentions=all_attentions
+        )
+
+
+def _graph_inputs(forward_locals: dict) -> dict:
+    """A task forward's arguments (its ``locals()`` on entry) for the base model: no self, no labels."""
+    return {key: value for key, value in forward_locals.items() if key not in ("self", "__class__", "labels")}
+
+
+class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
+    """Graph embedding (mean of nodes or the virtual token) -> dropout -> linear; regression, single-label or
+    multi-label as transformers' sequence classification (``problem_type``)."""
+
+    def __init__(self, config: EfficientGraphConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.graph = EfficientGraphModel(config)
+        dropout = config.classifier_dropout
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        node_feat: torch.Tensor,
+        node_mask: torch.Tensor | None = None,
+        edge_index: torch.Tensor | None = None,
+        edge_attr: torch.Tensor | None = None,
+        edge_weight: torch.Tensor | None = None,
+        spatial_pos: torch.Tensor | None = None,
+        in_degree: torch.Tensor | None = None,
+        out_degree: torch.Tensor | None = None,
+        lap_pe: torch.Tensor | None = None,
+        rw_pe: torch.Tensor | None = None,
+        wl_colors: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> SequenceClassifierOutput:
+        """``labels``: (b,) class ids, (b,) / (b, C) regression targets, or (b, C) 0/1 multi-label targets."""
+        outputs = self.graph(**_graph_inputs(locals()))
+        logits = self.classifier(self.dropout(outputs.pooler_output))  # (b, C)
+        loss = classification_loss(self.config, logits, labels) if labels is not None else None
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientGraphForNodeClassification(EfficientGraphPreTrainedModel):
+    """Node states -> dropout -> linear, one prediction per node; the loss covers real nodes only."""
+
+    def __init__(self, config: EfficientGraphConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.graph = EfficientGraphModel(config)
+        dropout = config.classifier_dropout
+        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        node_feat: torch.Tensor,
+        node_mask: torch.Tensor | None = None,
+        edge_index: torch.Tensor | None = None,
+        edge_attr: torch.Tensor | None = None,
+        edge_weight: torch.Tensor | None = None,
+        spatial_pos: torch.Tensor | None = None,
+        in_degree: torch.Tensor | None = None,
+        out_degree: torch.Tensor | None = None,
+        lap_pe: torch.Tensor | None = None,
+        rw_pe: torch.Tensor | None = None,
+        wl_colors: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> TokenClassifierOutput:
+        """``labels``: (b, n) class ids (-100 = no label), or (b, n, C) floats for multi-label / regression
+        (``problem_type`` as for graph classification); padded nodes never count."""
+        outputs = self.graph(**_graph_inputs(locals()))
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (b, n, C)
+        loss = None
+        if labels is not None:
+            keep = (
+                torch.ones_like(logits[..., 0], dtype=torch.bool) if node_mask is None else node_mask.bool()
+            )
+            if not labels.is_floating_point():
+                keep = keep & (labels != -100)  # (b, n)
+            loss = classification_loss(self.config, logits[keep], labels[keep])  # over (M, C) labelled nodes
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )

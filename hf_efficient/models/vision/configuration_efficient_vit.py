@@ -1,0 +1,88 @@
+"""Configuration of EfficientViT: ViT's and ViT-MAE's fields plus the attention fields of every encoder."""
+
+from __future__ import annotations
+
+from huggingface_hub.dataclasses import strict
+
+from ...modeling.config import EfficientEncoderConfig
+
+
+@strict(accept_kwargs=True)
+class EfficientViTConfig(EfficientEncoderConfig):
+    """A ViT encoder (pre-LayerNorm, [CLS] + patches) whose attention is chosen by ``attention_type``.
+
+    ViT's and ViT-MAE's fields keep their names and defaults, so their ``config.json`` files load as an
+    ``EfficientViTConfig`` (with ``attention_type="full"`` unless given). Attention types not meant for
+    images (``graph_sparse``) raise.
+
+    Example:
+        >>> config = EfficientViTConfig(
+        ...     image_size=224,
+        ...     patch_size=16,
+        ...     attention_type="swin_window",
+        ...     attention_config={"window_size": 7},
+        ... )
+    """
+
+    model_type = "efficient_vit"
+    modality = "vision"
+    compatible_model_types = ("vit", "vit_mae")
+
+    image_size: int = 224
+    patch_size: int = 16
+    num_channels: int = 3
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float | int = 0.0
+    attention_probs_dropout_prob: float | int = 0.0
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    qkv_bias: bool = True
+    pooler_output_size: int | None = None
+    pooler_act: str = "tanh"
+    # ViT-MAE (EfficientViTMAEForPreTraining)
+    mask_ratio: float | int = 0.75
+    norm_pix_loss: bool = False
+    decoder_hidden_size: int = 512
+    decoder_num_hidden_layers: int = 8
+    decoder_num_attention_heads: int = 16
+    decoder_intermediate_size: int = 2048
+
+    @property
+    def grid_size(self) -> tuple[int, int]:
+        """(height, width) of the patch grid at ``image_size``."""
+        return (self.image_size // self.patch_size, self.image_size // self.patch_size)
+
+    @property
+    def max_position_embeddings(self) -> int:
+        """[CLS] + patches at ``image_size``: the length that fixed-length attention types (Linformer) get."""
+        height, width = self.grid_size
+        return 1 + height * width
+
+    def validate_vit_fields(self):
+        """Class validator: sizes agree, and no ViT option we do not implement is silently dropped."""
+        for name in ("image_size", "patch_size"):
+            if not isinstance(getattr(self, name), int):
+                raise ValueError(
+                    f"{name} must be one int (square images and patches), got {getattr(self, name)!r}."
+                )
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"image_size={self.image_size} must be a multiple of patch_size={self.patch_size}."
+            )
+        for prefix in ("", "decoder_"):
+            hidden, heads = (
+                getattr(self, f"{prefix}hidden_size"),
+                getattr(self, f"{prefix}num_attention_heads"),
+            )
+            if hidden % heads:
+                raise ValueError(
+                    f"{prefix}hidden_size={hidden} must be a multiple of {prefix}num_attention_heads={heads}."
+                )
+        if not 0.0 <= self.mask_ratio < 1.0:
+            raise ValueError(f"mask_ratio must be in [0, 1), got {self.mask_ratio}.")
+        if not self.qkv_bias:
+            raise ValueError("qkv_bias=False is not supported: the query/key/value projections have biases.")

@@ -1,0 +1,64 @@
+"""An image processor needing only Pillow and NumPy (transformers' ``ViTImageProcessor`` needs torchvision).
+
+It is transformers' PIL-backed ViT processor (resize, rescale to [0, 1], normalise) plus a conversion of each
+image to the model's channel count, so RGB photos feed a 1-channel model and grey scans a 3-channel one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
+
+# ITU-R 601-2 luma, as PIL's Image.convert("L").
+_LUMA = np.array([0.299, 0.587, 0.114])
+
+
+class EfficientViTImageProcessor(ViTImageProcessorPil):
+    """ViT preprocessing (PIL backend) for images of any channel count.
+
+    Args:
+        num_channels: channels the model expects (1 = grey, 3 = RGB); images are converted to it.
+        **kwargs: ``ViTImageProcessorPil`` options (``size``, ``image_mean``, ``image_std``, ``resample``).
+
+    Example:
+        >>> processor = EfficientViTImageProcessor.for_config(model.config)
+        >>> pipe = pipeline("image-classification", model=model, image_processor=processor)
+    """
+
+    model_input_names = ["pixel_values"]
+
+    def __init__(self, num_channels: int = 3, **kwargs):
+        super().__init__(**kwargs)
+        self.num_channels = num_channels
+
+    @classmethod
+    def for_config(cls, config, **kwargs) -> EfficientViTImageProcessor:
+        """A processor sized for a model config: ``image_size`` square, mean/std 0.5 per channel (ViT's)."""
+        channels = config.num_channels
+        defaults = dict(
+            size={"height": config.image_size, "width": config.image_size},
+            image_mean=[0.5] * channels,
+            image_std=[0.5] * channels,
+        )
+        return cls(num_channels=channels, **{**defaults, **kwargs})
+
+    def _convert_channels(self, image: np.ndarray) -> np.ndarray:
+        """(c, H, W) channel-first image -> (num_channels, H, W)."""
+        channels = image.shape[0]
+        if channels == 4:  # RGBA: drop alpha
+            image, channels = image[:3], 3
+        if channels == self.num_channels:
+            return image
+        if channels == 3 and self.num_channels == 1:
+            luma = np.tensordot(_LUMA, image.astype(np.float64), axes=1)[None]  # (3, H, W) -> (1, H, W)
+            return luma.astype(np.float32 if image.dtype.kind == "f" else image.dtype)
+        if channels == 1:
+            return np.repeat(image, self.num_channels, axis=0)  # (1, H, W) -> (C, H, W)
+        raise ValueError(
+            f"Cannot convert an image of {channels} channels to the model's num_channels={self.num_channels}."
+        )
+
+    def _preprocess(self, images, *args, **kwargs):
+        return super()._preprocess(
+            [self._convert_channels(np.asarray(image)) for image in images], *args, **kwargs
+        )

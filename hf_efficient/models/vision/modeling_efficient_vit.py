@@ -1,0 +1,422 @@
+"""EfficientViT: ViT and ViT-MAE with any registered vision attention; only what is visual lives here.
+
+The layers are the shared pre-LayerNorm blocks (:class:`hf_efficient.modeling.blocks.EfficientPreNormLayer`)
+with ViT's parameter names (``vit.encoder.layer.N.attention.attention.query``, ``layernorm_before`` ...), so
+ViT and ViT-MAE checkpoints load without renaming; transformers 5 writes ViT-MAE's decoder layers as
+``decoder.decoder_encoder.layer.N``, which ``EfficientViTMAEForPreTraining.from_pretrained`` maps back to
+``decoder.decoder_layers.N`` (the layout of the published MAE checkpoints). Attention types that attend by
+2-D position (``swin_window``) get the patch grid through their spec, set here for every image size.
+
+Shapes: b = batch, C = channels, H x W = image size, p = patch size, h x w = patch grid, N = h * w,
+D = hidden_size.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
+from transformers.models.vit_mae.modeling_vit_mae import (
+    ViTMAEForPreTrainingOutput,
+    build_2d_sinusoidal_position_embedding,
+)
+from transformers.utils.generic import can_return_tuple
+
+from ...modeling.blocks import EfficientEncoder, EfficientPreNormLayer, EfficientSelfAttention
+from ...modeling.heads import classification_loss
+from ...modeling.pretrained import EfficientPreTrainedModel
+from .configuration_efficient_vit import EfficientViTConfig
+
+
+def sincos_position_table(height: int, width: int, dim: int) -> torch.Tensor:
+    """MAE's fixed 2-D sin-cos table (1, 1 + h * w, dim): a zero row for [CLS], then the patches.
+
+    The layout is that of the published MAE checkpoints ([sin_w | cos_w | sin_h | cos_h], as transformers).
+    """
+    table = build_2d_sinusoidal_position_embedding(height, width, embed_dim=dim, cls_token=True)
+    half = dim // 2
+    return torch.cat([table[:, half:], table[:, :half]], dim=-1)[None]  # (1, 1 + h*w, dim)
+
+
+def use_patch_grid(stack: nn.Module, grid: tuple[int, int] | None, num_prefix_tokens: int = 1) -> None:
+    """Tell every attention core under ``stack`` the patch grid of the current images (their spec)."""
+    for module in stack.modules():
+        if isinstance(module, EfficientSelfAttention) and module.core.spec.grid_size != grid:
+            spec = dataclasses.replace(module.core.spec, grid_size=grid, num_prefix_tokens=num_prefix_tokens)
+            module.core.spec = spec
+
+
+class EfficientViTPatchEmbeddings(nn.Module):
+    """Non-overlapping p x p patches -> D by one strided convolution (ViT's ``patch_embeddings``)."""
+
+    def __init__(self, config: EfficientViTConfig):
+        super().__init__()
+        self.num_channels, self.patch_size = config.num_channels, config.patch_size
+        self.projection = nn.Conv2d(
+            config.num_channels, config.hidden_size, config.patch_size, config.patch_size
+        )
+
+    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        if pixel_values.dim() != 4 or pixel_values.shape[1] != self.num_channels:
+            raise ValueError(
+                f"pixel_values must have shape (batch, num_channels={self.num_channels}, height, width), got "
+                f"{tuple(pixel_values.shape)}. Convert the images (PIL .convert('L') for 1 channel, "
+                "EfficientViTImageProcessor does it) or build the model with the right num_channels."
+            )
+        height, width = pixel_values.shape[-2:]
+        if height % self.patch_size or width % self.patch_size:
+            raise ValueError(
+                f"The image size {height}x{width} is not a multiple of patch_size={self.patch_size}."
+            )
+        projection = self.projection(pixel_values.to(self.projection.weight.dtype))  # (b, D, h, w)
+        return projection.flatten(2).transpose(1, 2)  # (b, D, h, w) -> (b, N, D)
+
+
+class EfficientViTEmbeddings(nn.Module):
+    """[CLS] + patch embeddings + position embeddings (learned for ViT, fixed 2-D sin-cos for MAE).
+
+    Args:
+        fixed_positions: MAE's embeddings: a fixed sin-cos table (no gradient) and no dropout.
+    """
+
+    def __init__(self, config: EfficientViTConfig, fixed_positions: bool = False):
+        super().__init__()
+        self.config, self.fixed_positions = config, fixed_positions
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.patch_embeddings = EfficientViTPatchEmbeddings(config)
+        table = torch.zeros(1, config.max_position_embeddings, config.hidden_size)
+        self.position_embeddings = nn.Parameter(table, requires_grad=not fixed_positions)
+        # ViT-MAE's embeddings have no dropout (its layers do).
+        self.dropout = nn.Identity() if fixed_positions else nn.Dropout(config.hidden_dropout_prob)
+
+    def position_table(self, grid: tuple[int, int]) -> torch.Tensor:
+        """(1, 1 + h * w, D) positions for a grid: the stored table at the config's size; otherwise the
+        sin-cos table rebuilt for the grid (MAE) or the learned one resized bicubically (ViT, as transformers
+        does)."""
+        if grid == self.config.grid_size:
+            return self.position_embeddings
+        if self.fixed_positions:
+            table = sincos_position_table(*grid, self.position_embeddings.shape[-1])
+            return table.to(self.position_embeddings)
+        cls_row, patch_rows = self.position_embeddings[:, :1], self.position_embeddings[:, 1:]
+        native_h, native_w = self.config.grid_size
+        patch_rows = patch_rows.reshape(1, native_h, native_w, -1).permute(0, 3, 1, 2)  # (1, D, h0, w0)
+        patch_rows = nn.functional.interpolate(patch_rows, size=grid, mode="bicubic", align_corners=False)
+        patch_rows = patch_rows.permute(0, 2, 3, 1).reshape(1, grid[0] * grid[1], -1)  # (1, h*w, D)
+        return torch.cat([cls_row, patch_rows], dim=1)
+
+    def forward(
+        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False
+    ) -> tuple[torch.Tensor, tuple[int, int]]:
+        """Returns the (b, 1 + N, D) embeddings and the patch grid (h, w)."""
+        patches = self.patch_embeddings(pixel_values)  # (b, N, D)
+        p = self.config.patch_size
+        grid = (pixel_values.shape[-2] // p, pixel_values.shape[-1] // p)
+        if grid != self.config.grid_size and not interpolate_pos_encoding:
+            size = self.config.image_size
+            raise ValueError(
+                f"The image size {tuple(pixel_values.shape[-2:])} does not match the model's {size}x{size}. "
+                "Resize the images (the image processor does), or pass interpolate_pos_encoding=True to "
+                "resize the position embeddings."
+            )
+        cls = self.cls_token.expand(patches.shape[0], -1, -1)  # (b, 1, D)
+        embeddings = torch.cat([cls, patches], dim=1) + self.position_table(grid)  # (b, 1 + N, D)
+        return self.dropout(embeddings), grid
+
+
+class EfficientViTPooler(nn.Module):
+    """ViT's pooler: act(W h_0) on [CLS] (``pooler_act``, ``pooler_output_size``)."""
+
+    def __init__(self, config: EfficientViTConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.pooler_output_size or config.hidden_size)
+        self.activation = ACT2FN[config.pooler_act]
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.activation(self.dense(hidden_states[:, 0]))  # (b, 1 + N, D) -> (b, D')
+
+
+class EfficientViTPreTrainedModel(EfficientPreTrainedModel):
+    config_class = EfficientViTConfig
+    base_model_prefix = "vit"
+    main_input_name = "pixel_values"
+    input_modalities = ("image",)
+    _no_split_modules = ["EfficientPreNormLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        """ViT's init (truncated normal [CLS] and positions); MAE's (sin-cos tables, xavier patches)."""
+        super()._init_weights(module)
+        std = self.config.initializer_range
+        if isinstance(module, EfficientViTEmbeddings) and module.fixed_positions:
+            init.copy_(
+                module.position_embeddings,
+                sincos_position_table(*self.config.grid_size, module.cls_token.shape[-1]),
+            )
+            weight = module.patch_embeddings.projection.weight
+            if not getattr(weight, "_is_hf_initialized", False):  # a view loses the "loaded" flag
+                init.xavier_uniform_(weight.view(weight.shape[0], -1))  # as nn.Linear, like MAE
+            init.normal_(module.cls_token, std=std)
+        elif isinstance(module, EfficientViTEmbeddings):
+            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
+            init.trunc_normal_(module.cls_token, mean=0.0, std=std)
+        elif isinstance(module, EfficientViTMAEDecoder):
+            init.copy_(
+                module.decoder_pos_embed,
+                sincos_position_table(*self.config.grid_size, module.mask_token.shape[-1]),
+            )
+            init.normal_(module.mask_token, std=std)
+
+
+class EfficientViTModel(EfficientViTPreTrainedModel):
+    """The bare encoder: final-LayerNorm hidden states (b, 1 + N, D) and, optionally, ViT's pooled [CLS]."""
+
+    def __init__(
+        self, config: EfficientViTConfig, add_pooling_layer: bool = True, fixed_positions: bool = False
+    ):
+        super().__init__(config)
+        self.embeddings = EfficientViTEmbeddings(config, fixed_positions=fixed_positions)
+        self.encoder = EfficientEncoder(config, EfficientPreNormLayer)
+        self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.pooler = EfficientViTPooler(config) if add_pooling_layer else None
+        use_patch_grid(self.encoder, config.grid_size)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embeddings.patch_embeddings
+
+    def encode(self, embeddings, grid, output_attentions, output_hidden_states) -> BaseModelOutputWithPooling:
+        """Run the layers on (b, n, D) embeddings; ``grid`` is the patch grid of the sequence, or None when
+        the tokens are not [CLS] + every patch in order (MAE's visible subset)."""
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        use_patch_grid(self.encoder, grid)
+        last, all_hidden, all_attentions = self.encoder(
+            embeddings, output_attentions=output_attentions, output_hidden_states=output_hidden_states
+        )
+        last = self.layernorm(last)
+        return BaseModelOutputWithPooling(
+            last_hidden_state=last,
+            pooler_output=self.pooler(last) if self.pooler is not None else None,
+            hidden_states=all_hidden,
+            attentions=all_attentions,
+        )
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> BaseModelOutputWithPooling:
+        """Encode a batch of images.
+
+        Args:
+            pixel_values: (b, C, H, W) images at ``config.image_size`` (the image processor's output).
+            interpolate_pos_encoding: accept another image size (a multiple of the patch size) by resizing
+                the position embeddings.
+        """
+        if pixel_values is None:
+            raise ValueError("pixel_values (batch, num_channels, height, width) is required.")
+        embeddings, grid = self.embeddings(pixel_values, bool(interpolate_pos_encoding))  # (b, 1 + N, D)
+        return self.encode(embeddings, grid, output_attentions, output_hidden_states)
+
+
+class EfficientViTForImageClassification(EfficientViTPreTrainedModel):
+    """Final-LayerNorm [CLS] -> linear (ViT's head); single-label, multi-label or regression."""
+
+    def __init__(self, config: EfficientViTConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.vit = EfficientViTModel(config, add_pooling_layer=False)
+        self.classifier = (
+            nn.Linear(config.hidden_size, config.num_labels) if config.num_labels else nn.Identity()
+        )
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> ImageClassifierOutput:
+        outputs = self.vit(
+            pixel_values,
+            interpolate_pos_encoding=interpolate_pos_encoding,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(outputs.last_hidden_state[:, 0])  # (b, num_labels)
+        loss = classification_loss(self.config, logits, labels) if labels is not None else None
+        return ImageClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientViTMAEDecoder(nn.Module):
+    """MAE's light decoder: visible tokens + mask tokens back in image order, sin-cos positions, a few layers
+    (``decoder_*`` sizes, the config's ``attention_type``), then a linear map to p * p * C pixels per patch.
+
+    Parameter names are those of the published MAE checkpoints (``decoder.decoder_layers.N``). Cross-layer
+    attention sharing (Linformer's ``sharing="layerwise"``) applies to the encoder only: each decoder layer
+    keeps its own attention parameters.
+    """
+
+    def __init__(self, config: EfficientViTConfig):
+        super().__init__()
+        decoder_config = copy.deepcopy(config)
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
+            setattr(decoder_config, name, getattr(config, f"decoder_{name}"))
+        decoder_config.layer_attention_types = decoder_config.layer_attention_configs = None
+        self.config = decoder_config
+        hidden = config.decoder_hidden_size
+        self.decoder_embed = nn.Linear(config.hidden_size, hidden)
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, hidden))
+        table = torch.zeros(1, config.max_position_embeddings, hidden)
+        self.decoder_pos_embed = nn.Parameter(table, requires_grad=False)  # fixed 2-D sin-cos
+        self.decoder_layers = nn.ModuleList(
+            EfficientPreNormLayer(decoder_config, i) for i in range(config.decoder_num_hidden_layers)
+        )
+        self.decoder_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.decoder_pred = nn.Linear(hidden, config.patch_size**2 * config.num_channels)
+
+    def forward(self, latent: torch.Tensor, ids_restore: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
+        """(b, 1 + kept, D) encoder output -> (b, N, p * p * C) predicted pixels of every patch."""
+        hidden_states = self.decoder_embed(latent)  # (b, 1 + kept, D_dec)
+        b, n_kept, dim = hidden_states.shape
+        masks = self.mask_token.expand(b, ids_restore.shape[1] + 1 - n_kept, dim)  # (b, N - kept, D_dec)
+        shuffled = torch.cat([hidden_states[:, 1:], masks], dim=1)  # (b, N, D_dec), in noise order
+        unshuffled = torch.gather(shuffled, 1, ids_restore[..., None].expand(-1, -1, dim))  # image order
+        hidden_states = torch.cat([hidden_states[:, :1], unshuffled], dim=1)  # (b, 1 + N, D_dec)
+        if grid == self.config.grid_size:
+            positions = self.decoder_pos_embed
+        else:
+            positions = sincos_position_table(*grid, dim).to(self.decoder_pos_embed)
+        hidden_states = hidden_states + positions
+        use_patch_grid(self, grid)
+        for layer in self.decoder_layers:
+            hidden_states, _ = layer(hidden_states)
+        return self.decoder_pred(self.decoder_norm(hidden_states))[:, 1:]  # drop [CLS]: (b, N, p*p*C)
+
+
+class EfficientViTMAEForPreTraining(EfficientViTPreTrainedModel):
+    """Masked autoencoder (He et al. 2021): encode a random ``1 - mask_ratio`` of the patches, reconstruct
+    the pixels of the others; the loss is the mean squared error on the masked patches only.
+
+    The encoder runs on the visible patches in a random order, which has no patch grid: attention types
+    that attend by 2-D position (``swin_window``) raise there; they can still serve the decoder
+    (``attention_type``) with other types in the encoder (``layer_attention_types``).
+    """
+
+    # transformers 5 saves ViTMAEForPreTraining's decoder layers under this name (see the module docstring).
+    _decoder_key_mapping = {r"^decoder\.decoder_encoder\.layer\.": "decoder.decoder_layers."}
+
+    def __init__(self, config: EfficientViTConfig):
+        super().__init__(config)
+        self.vit = EfficientViTModel(config, add_pooling_layer=False, fixed_positions=True)
+        self.decoder = EfficientViTMAEDecoder(config)
+        self.post_init()
+        self.check_encoder_attention()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """transformers' ``from_pretrained``, also reading ViT-MAE checkpoints written by transformers 5."""
+        kwargs.setdefault("key_mapping", cls._decoder_key_mapping)
+        return super().from_pretrained(*args, **kwargs)
+
+    def check_encoder_attention(self) -> None:
+        for core in self.vit.attention_cores():
+            if core.capabilities.patch_grid:
+                raise ValueError(
+                    f"{core.attention_type} attends by 2-D patch position, but MAE's encoder sees a random "
+                    "subset of the patches in random order. Use another type in the encoder "
+                    f"(layer_attention_types) and keep attention_type={core.attention_type!r} for the "
+                    "decoder, which sees the full grid."
+                )
+
+    def patchify(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """(b, C, H, W) -> (b, N, p * p * C), the patch pixels in MAE's order (row, column, channel)."""
+        b, c, height, width = pixel_values.shape
+        p = self.config.patch_size
+        patches = pixel_values.reshape(b, c, height // p, p, width // p, p)  # (b, C, h, p, w, p)
+        return patches.permute(0, 2, 4, 3, 5, 1).reshape(b, (height // p) * (width // p), p * p * c)
+
+    def unpatchify(self, patches: torch.Tensor, grid: tuple[int, int] | None = None) -> torch.Tensor:
+        """(b, N, p * p * C) -> (b, C, H, W), the inverse of :meth:`patchify` (grid (h, w): native one)."""
+        (h, w), p, c = grid or self.config.grid_size, self.config.patch_size, self.config.num_channels
+        images = patches.reshape(patches.shape[0], h, w, p, p, c)  # (b, N, p*p*C) -> (b, h, w, p, p, C)
+        images = images.permute(0, 5, 1, 3, 2, 4)  # (b, C, h, p, w, p)
+        return images.reshape(patches.shape[0], c, h * p, w * p)
+
+    def random_masking(self, tokens: torch.Tensor, noise: torch.Tensor | None = None):
+        """Keep the ``1 - mask_ratio`` patches with the smallest noise (transformers' ViTMAE, same outputs).
+
+        Args:
+            tokens: (b, N, D) patch embeddings.
+            noise: optional (b, N) values in any range; random when None.
+        Returns:
+            kept (b, kept, D), mask (b, N) with 1 = masked, ids_restore (b, N).
+        """
+        b, n, dim = tokens.shape
+        if noise is None:
+            noise = torch.rand(b, n, device=tokens.device)
+        elif noise.shape != (b, n):
+            raise ValueError(
+                f"noise must have shape (batch, num_patches) = {(b, n)}, got {tuple(noise.shape)}."
+            )
+        n_keep = int(n * (1 - self.config.mask_ratio))
+        ids_shuffle = torch.argsort(noise.to(tokens.device), dim=1)  # ascending: smallest noise kept
+        ids_restore = torch.argsort(ids_shuffle, dim=1)
+        ids_keep = ids_shuffle[:, :n_keep]
+        kept = torch.gather(tokens, 1, ids_keep[..., None].expand(-1, -1, dim))  # (b, kept, D)
+        mask = torch.ones(b, n, device=tokens.device)
+        mask[:, :n_keep] = 0
+        return kept, torch.gather(mask, 1, ids_restore), ids_restore
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        noise: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> ViTMAEForPreTrainingOutput:
+        """Args:
+        pixel_values: (b, C, H, W).
+        noise: optional (b, N) masking noise (the patches with the smallest values are kept), for
+            reproducible masks.
+        """
+        if pixel_values is None:
+            raise ValueError("pixel_values (batch, num_channels, height, width) is required.")
+        self.check_encoder_attention()
+        embeddings, grid = self.vit.embeddings(pixel_values, bool(interpolate_pos_encoding))  # (b, 1 + N, D)
+        kept, mask, ids_restore = self.random_masking(embeddings[:, 1:], noise)
+        embeddings = torch.cat([embeddings[:, :1], kept], dim=1)  # (b, 1 + kept, D)
+        outputs = self.vit.encode(embeddings, None, output_attentions, output_hidden_states)
+        # The decoder's config is a resized copy: keep it on the model's kernel (set_attn_implementation).
+        self.decoder.config._attn_implementation = self.config._attn_implementation
+        logits = self.decoder(outputs.last_hidden_state, ids_restore, grid)  # (b, N, p*p*C)
+        target = self.patchify(pixel_values.to(logits.dtype))
+        if self.config.norm_pix_loss:  # normalise each patch's pixels (MAE's per-patch normalised target)
+            target = (target - target.mean(-1, keepdim=True)) / (target.var(-1, keepdim=True) + 1.0e-6) ** 0.5
+        loss = ((logits - target) ** 2).mean(-1)  # (b, N)
+        loss = (loss * mask).sum() / mask.sum()
+        return ViTMAEForPreTrainingOutput(
+            loss=loss,
+            logits=logits,
+            mask=mask,
+            ids_restore=ids_restore,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
