@@ -1,4 +1,4 @@
-"""Data for the training scripts: text corpora, MLM blocks, a trained WordPiece tokenizer, GLUE tasks."""
+"""Data for the training scripts: text corpora, MLM blocks, WordPiece tokenizers, GLUE tasks, images."""
 
 from .glue import (
     GLUE_HUB_PATH,
@@ -11,6 +11,25 @@ from .glue import (
     load_task_datasets,
     preprocess_task,
     write_predictions,
+)
+from .images import (
+    FASHION_MNIST_CLASSES,
+    OFFLINE_DATASETS,
+    ImageDataArguments,
+    ImageSplits,
+    check_image_columns,
+    describe_images,
+    fashion_mnist_dir,
+    fetch_debian_package,
+    image_processor_for,
+    image_transform,
+    load_digits_dataset,
+    load_fashion_mnist,
+    load_image_datasets,
+    load_image_splits,
+    random_crop_flip,
+    read_idx,
+    with_image_transform,
 )
 from .text import (
     MOVIE_REVIEWS_PREFIX,
@@ -29,27 +48,44 @@ from .text import (
 )
 
 __all__ = [
+    "FASHION_MNIST_CLASSES",
     "GLUE_HUB_PATH",
     "GLUE_TASK_NAMES",
+    "ImageDataArguments",
+    "ImageSplits",
     "MOVIE_REVIEWS_PREFIX",
+    "OFFLINE_DATASETS",
     "ROTTEN_TOMATOES_SPLIT_SEED",
     "ROTTEN_TOMATOES_VALIDATION_FRACTION",
-    "TASKS",
     "SeededMLMCollator",
+    "TASKS",
     "TextClassificationTask",
+    "check_image_columns",
+    "describe_images",
     "check_sequence_length",
     "check_task_data",
     "check_text_column",
+    "fashion_mnist_dir",
+    "fetch_debian_package",
     "get_task",
     "group_texts",
+    "image_processor_for",
+    "image_transform",
     "infer_task",
+    "load_digits_dataset",
+    "load_fashion_mnist",
+    "load_image_datasets",
+    "load_image_splits",
     "load_movie_reviews",
     "load_or_train_tokenizer",
     "load_task_datasets",
     "load_text_corpus",
     "movie_reviews_csv",
     "preprocess_task",
+    "random_crop_flip",
+    "read_idx",
     "rotten_tomatoes_splits",
     "train_wordpiece_tokenizer",
+    "with_image_transform",
     "write_predictions",
 ]

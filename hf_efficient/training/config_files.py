@@ -39,7 +39,7 @@ class ConfigArguments:
     attention_type: str | None = field(
         default=None,
         metadata={
-            "help": "Attention type (hf_efficient.list_attention_types('text')); adds attention/<type>.json"
+            "help": "Attention type (hf_efficient.list_attention_types(modality)); adds attention/<type>.json"
         },
     )
     attention_config: str | None = field(

@@ -1,4 +1,6 @@
-"""Model cards for trained EfficientBert models, filled from ``model_cards/efficient_bert_template.md``.
+"""Model cards for trained models, filled from a template per modality in ``model_cards/``
+(``efficient_bert_template.md`` for text, ``efficient_vit_template.md`` for vision,
+``efficient_graph_template.md`` for graphs).
 
 :func:`build_model_card` collects what a reader needs (attention types and their papers, the exact
 ``attention_config``, data, hyperparameters from ``TrainingArguments``, metrics, efficiency, limitations, how
@@ -22,11 +24,26 @@ from transformers import PreTrainedModel, TrainingArguments
 from ..attention.base import AttentionCore
 from ..attention.registry import get_attention_class
 
-TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "model_cards" / "efficient_bert_template.md"
+MODEL_CARDS = Path(__file__).resolve().parents[2] / "model_cards"
+TEMPLATE_PATHS = {  # config.modality -> template
+    "text": MODEL_CARDS / "efficient_bert_template.md",
+    "vision": MODEL_CARDS / "efficient_vit_template.md",
+    "graph": MODEL_CARDS / "efficient_graph_template.md",
+}
+TEMPLATE_PATH = TEMPLATE_PATHS["text"]
 _AUTO = {  # architecture suffix -> (Auto class, pipeline tag)
     "ForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
     "ForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
     "ForTokenClassification": ("AutoModelForTokenClassification", "token-classification"),
+    "ForImageClassification": ("AutoModelForImageClassification", "image-classification"),
+    "MAEForPreTraining": ("AutoModelForPreTraining", "image-feature-extraction"),
+    "ForGraphClassification": ("AutoModelForSequenceClassification", "graph-ml"),
+    "ForNodeClassification": ("AutoModelForTokenClassification", "graph-ml"),
+}
+_DEFAULT_AUTO = {
+    "text": ("AutoModel", "feature-extraction"),
+    "vision": ("AutoModel", "image-feature-extraction"),
+    "graph": ("AutoModel", "graph-ml"),
 }
 
 
@@ -111,13 +128,36 @@ def attention_rows(config) -> list[dict[str, str]]:
     return rows
 
 
+def _input_size_note(config, modality: str) -> str:
+    """What happens with inputs of another size (positions are learned or fixed to the trained size)."""
+    if modality == "graph":
+        bias = "; Graphormer's bias costs O(E n^2) per batch with edge features" if config.graph_bias else ""
+        cost = f"the cost in nodes is that of each attention type above{bias}"
+        return (
+            f"Graphs of any size ({cost}); inputs must carry the structural columns the model reads, "
+            "computed by the same `hf_efficient.data.graph_transforms` functions as in training."
+        )
+    if modality == "vision":
+        size = f"{config.image_size}x{config.image_size}"
+        return (
+            f"Trained on {size} images ({config.patch_size}x{config.patch_size} patches, "
+            f"{config.num_channels} channel(s)); the image processor resizes other images to {size}. "
+            "`interpolate_pos_encoding=True` accepts other sizes (positions resized), untested here."
+        )
+    return (
+        f"Learned absolute positions: inputs longer than {config.max_position_embeddings} tokens raise. "
+        "`model.bert.resize_position_embeddings(n)` extends the table by copying it; fine-tune afterwards."
+    )
+
+
+_DATA_KIND = {"text": "text", "vision": "images", "graph": "graphs"}
+
+
 def limitations(model: PreTrainedModel) -> list[str]:
     """What a user of this model must know, derived from the attention cores' declared capabilities."""
     config = model.config
-    items = [
-        f"Learned absolute positions: inputs longer than {config.max_position_embeddings} tokens raise. "
-        "`model.bert.resize_position_embeddings(n)` extends the table by copying it; fine-tune afterwards."
-    ]
+    modality = getattr(config, "modality", "text")
+    items = [_input_size_note(config, modality)]
     seen = set()
     for core in (m for m in model.modules() if isinstance(m, AttentionCore)):
         name, caps = core.attention_type, core.capabilities
@@ -136,8 +176,8 @@ def limitations(model: PreTrainedModel) -> list[str]:
                 "the weights, and its outputs approximate exact attention."
             )
     items.append(
-        "Trained only on the data above, for the steps listed: quality on other text is unknown, and the "
-        "model has not been audited for bias."
+        "Trained only on the data above, for the steps listed: quality on other "
+        f"{_DATA_KIND.get(modality, 'data')} is unknown, and the model has not been audited for bias."
     )
     return items
 
@@ -162,10 +202,11 @@ def build_model_card(
     """Render the model card of ``model`` (see the module docstring). Metrics are given as Trainer reports
     them (``eval_accuracy``); ``eval_dataset`` also puts them in the card's machine-readable model index."""
     config = model.config
+    modality = getattr(config, "modality", "text")
     architecture = type(model).__name__
     auto_class, pipeline_tag = next(
         (v for suffix, v in _AUTO.items() if architecture.endswith(suffix)),
-        ("AutoModel", "feature-extraction"),
+        _DEFAULT_AUTO.get(modality, _DEFAULT_AUTO["text"]),
     )
     model_name = model_name or (Path(repo_id).name if repo_id else architecture)
     rows = attention_rows(config)
@@ -186,11 +227,11 @@ def build_model_card(
     ]
     hub_base_model = base_model if base_model and not Path(base_model).exists() else None  # hub ids only
     card_data = ModelCardData(
-        language="en",
+        language="en" if modality == "text" else None,
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag=pipeline_tag,
-        tags=["hf_efficient", "efficient-attention", *dict.fromkeys(types)],
+        tags=["hf_efficient", "efficient-attention", modality, *dict.fromkeys(types)],
         datasets=datasets,
         base_model=hub_base_model,
         model_name=model_name,
@@ -200,7 +241,7 @@ def build_model_card(
     if config.layer_attention_types:
         attention["layer_attention_types"] = config.layer_attention_types
         attention["layer_attention_configs"] = config.layer_attention_configs
-    path = Path(template_path or TEMPLATE_PATH)
+    path = Path(template_path or TEMPLATE_PATHS.get(modality, TEMPLATE_PATH))
     if not path.exists():
         raise FileNotFoundError(
             f"Model card template {path} not found; pass template_path= to build_model_card."
@@ -212,6 +253,7 @@ def build_model_card(
         summary=summary,
         architecture=architecture,
         auto_class=auto_class,
+        pipeline_tag=pipeline_tag,
         repo_id=repo_id or "path/to/this/model",
         attention_rows=rows,
         attention_json=json.dumps(attention, indent=2, sort_keys=True),
@@ -225,6 +267,7 @@ def build_model_card(
         eval_description=eval_description,
         efficiency=efficiency or {},
         limitations=limitations(model),
+        structural_inputs=config.structural_inputs() if hasattr(config, "structural_inputs") else [],
     )
 
 

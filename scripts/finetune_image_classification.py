@@ -1,0 +1,138 @@
+"""Train an EfficientViT image classifier (any vision attention type) over ``Trainer``.
+
+From scratch through a config (``--config``), or from a checkpoint: our MAE (``scripts/pretrain_mae.py``) or
+ViT output, or any HF ViT / ViT-MAE checkpoint, with ``--attention_type`` swapping its attention. Runs with
+``python`` or ``accelerate launch``. Offline example, a small ViT on Fashion-MNIST (Debian package, fetched on
+first use) with shifted-window attention:
+
+    python scripts/finetune_image_classification.py --config configs/vision/base_fmnist.json \
+        --attention_type swin_window --dataset_name fashion_mnist --output_dir runs/fmnist-swin_window
+
+Data: ``--dataset_name fashion_mnist`` / ``digits`` (scikit-learn) / a hub dataset / a save_to_disk folder,
+or ``--train_dir`` (imagefolder). Online: ``--model_name_or_path google/vit-base-patch16-224
+--ignore_mismatched_sizes`` (a new head). With a checkpoint, the model section of ``--config`` overrides its
+config: give a base file of the same sizes (base_fmnist.json after base_mae.json), or none. Accuracy is
+computed offline; writes ``eval_results.json``, the model, its image processor and a model card, so
+``pipeline("image-classification", output_dir)`` works.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser, Trainer, TrainingArguments, default_data_collator
+
+from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
+from hf_efficient.data import (
+    ImageDataArguments,
+    describe_images,
+    image_processor_for,
+    load_image_splits,
+    with_image_transform,
+)
+from hf_efficient.training import (
+    ConfigArguments,
+    build_compute_metrics,
+    build_model_card,
+    efficiency_metrics,
+    evaluate_and_save,
+    random_state_callbacks,
+    save_model_card,
+    setup_run,
+    train_and_save,
+)
+
+ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision" / "attention"
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "EfficientViT / MAE / any ViT checkpoint; none: from scratch."}
+    )
+    ignore_mismatched_sizes: bool = field(
+        default=False, metadata={"help": "Start a new head when the checkpoint has another number of labels."}
+    )
+    random_state_redraw_steps: int = field(
+        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
+    )
+
+
+@dataclass
+class ImageClassificationTask:
+    """What ``build_compute_metrics`` needs: accuracy of argmax predictions."""
+
+    metrics: tuple[str, ...] = ("accuracy",)
+    is_regression: bool = False
+
+
+def main(args: list[str] | None = None) -> dict[str, float]:
+    parser = HfArgumentParser((ModelArguments, ImageDataArguments, ConfigArguments, TrainingArguments))
+    parsed, model_kwargs = setup_run(parser, EfficientViTConfig, ATTENTION_CONFIGS, args)
+    model_args, data_args, _, training_args = parsed
+    training_args.remove_unused_columns = False  # the image column feeds the transform, not forward()
+
+    with training_args.main_process_first(desc="loading images"):  # rank 0 fetches / converts first
+        splits = load_image_splits(data_args, training_args.seed)
+    names = splits.label_names
+    labels = {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
+    if model_args.model_name_or_path:
+        # Any ViT checkpoint loads; --attention_type / --attention_config swap its attention.
+        model = EfficientViTForImageClassification.from_pretrained(
+            model_args.model_name_or_path,
+            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
+            **labels,
+            **model_kwargs,
+        )
+    else:
+        model = EfficientViTForImageClassification(EfficientViTConfig(**{**model_kwargs, **labels}))
+    processor = image_processor_for(model.config, model_args.model_name_or_path)
+    columns = (data_args.image_column_name, data_args.label_column_name)
+    train = with_image_transform(splits.train, processor, *columns, augment=data_args.augment)
+    evaluation = with_image_transform(splits.eval, processor, *columns)
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        data_collator=default_data_collator,
+        processing_class=processor,  # saved beside the model: pipeline("image-classification") loads it
+        compute_metrics=build_compute_metrics(ImageClassificationTask()),
+        # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.
+        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+    )
+    config = model.config
+    logger.info(
+        "%s: %d training images, %d classes, %s attention, %s parameters", splits.source, len(train),
+        len(names), config.attention_type, f"{model.num_parameters():,}",
+    )  # fmt: skip
+    train_result = train_and_save(trainer)
+    eval_metrics = evaluate_and_save(trainer) if evaluation is not None else {}
+    if trainer.is_world_process_zero():
+        shown = {k: v for k, v in eval_metrics.items() if k in ("eval_loss", "eval_accuracy")}
+        print(f"{splits.source}: " + ", ".join(f"{k} = {v:.4f}" for k, v in shown.items()), flush=True)
+        start = f"`{model_args.model_name_or_path}`" if model_args.model_name_or_path else "scratch"
+        card = build_model_card(
+            model,
+            summary=f"Image classification on {splits.source} by `scripts/finetune_image_classification.py`, "
+            f"from {start}.",
+            data_description=describe_images(splits, config, data_args.augment),
+            datasets=[splits.hub_id] if splits.hub_id else None,
+            base_model=model_args.model_name_or_path,
+            training_args=training_args,
+            extra_hyperparameters={"image_size": config.image_size, "augment": data_args.augment},
+            eval_metrics=eval_metrics,
+            eval_description=f"Accuracy on {len(evaluation or []):,} images ({splits.eval_split}).",
+            eval_dataset=splits.hub_id or splits.source,
+            efficiency=efficiency_metrics(train_result.metrics, config.max_position_embeddings),
+        )
+        save_model_card(card, training_args.output_dir)
+    return eval_metrics
+
+
+if __name__ == "__main__":
+    main()

