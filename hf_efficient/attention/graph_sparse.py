@@ -274,6 +274,33 @@ class GraphSparseAttention(AttentionCore):
             )
         return attr
 
+    def _edge_probabilities(self, query, key, edges: GraphEdges) -> tuple[torch.Tensor, EdgePattern]:
+        """One-hop attention A over the edges: (E, h) probabilities (softmax over each target's incoming
+        edges, in the pattern's target order) and the pattern. Shared with multi_hop."""
+        edge_attr = self._edge_features(edges)
+        b, _, n, _ = query.shape
+        pattern = EdgePattern.of(edges.edge_index.to(query.device), b * n)
+
+        def in_target_order(t: torch.Tensor) -> torch.Tensor:
+            return t if pattern.order is None else t[pattern.order]
+
+        scores = _EdgeScores.apply(query, key, pattern, self.scaling)  # (E, h)
+        if edge_attr is not None:
+            weight = self.edge_projection.weight
+            projected = self.edge_projection(in_target_order(edge_attr).to(weight.dtype)).to(query.dtype)
+            mode = self.config.edge_feature_mode
+            scores = scores * projected if mode == "multiply" else scores + projected
+        if edges.edge_weight is not None:
+            scores = scores + in_target_order(edges.edge_weight).to(query.dtype).log()[:, None]  # (E, 1)
+        probs = _EdgeSoftmax.apply(scores, pattern)  # (E, h)
+        if self.training and self.spec.dropout > 0:
+            probs = F.dropout(probs, self.spec.dropout)
+        return probs, pattern
+
+    def _propagate(self, probs: torch.Tensor, value: torch.Tensor, pattern: EdgePattern) -> torch.Tensor:
+        """out_i = sum over edges j -> i of A_ij v_j: (E, h) x (b, h, n, d) -> (b, h, n, d)."""
+        return _EdgeAggregate.apply(probs, value, pattern)
+
     def _attend(
         self,
         query,
@@ -289,26 +316,8 @@ class GraphSparseAttention(AttentionCore):
     ) -> AttentionOutput:
         # The padding mask needs no work here: edges never touch padded nodes (checked by the base class),
         # so padded keys are never read and padded queries have no incoming edge (output 0).
-        edge_attr = self._edge_features(edges)
-        b, _, n, _ = query.shape
         dtype = query.dtype
         compute_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
         query, key, value = (t.to(compute_dtype) for t in (query, key, value))
-        pattern = EdgePattern.of(edges.edge_index.to(query.device), b * n)
-
-        def in_target_order(t: torch.Tensor) -> torch.Tensor:
-            return t if pattern.order is None else t[pattern.order]
-
-        scores = _EdgeScores.apply(query, key, pattern, self.scaling)  # (E, h)
-        if edge_attr is not None:
-            weight = self.edge_projection.weight
-            projected = self.edge_projection(in_target_order(edge_attr).to(weight.dtype)).to(compute_dtype)
-            mode = self.config.edge_feature_mode
-            scores = scores * projected if mode == "multiply" else scores + projected
-        if edges.edge_weight is not None:
-            scores = scores + in_target_order(edges.edge_weight).to(compute_dtype).log()[:, None]  # (E, 1)
-        probs = _EdgeSoftmax.apply(scores, pattern)  # (E, h)
-        if self.training and self.spec.dropout > 0:
-            probs = F.dropout(probs, self.spec.dropout)
-        out = _EdgeAggregate.apply(probs, value, pattern)  # (b, h, n, d)
-        return AttentionOutput(out.to(dtype), None)
+        probs, pattern = self._edge_probabilities(query, key, edges)
+        return AttentionOutput(self._propagate(probs, value, pattern).to(dtype), None)

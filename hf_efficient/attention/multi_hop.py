@@ -33,16 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
-from .base import AttentionCapabilities, AttentionOutput
+from .base import AttentionCapabilities
 from .graph_sparse import (
     EdgePattern,
     GraphSparseAttention,
     GraphSparseConfig,
     _EdgeAggregate,
-    _EdgeScores,
-    _EdgeSoftmax,
 )
 from .registry import register_attention
 
@@ -89,47 +86,12 @@ class MultiHopAttention(GraphSparseAttention):
         except ValueError as err:  # graph_sparse's messages name graph_sparse; name this core instead
             raise ValueError(str(err).replace("graph_sparse", self.attention_type)) from None
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
-        # Edges never touch padded nodes (checked by the base class): padded values never reach real nodes.
-        edge_attr = self._edge_features(edges)
-        b, _, n, _ = query.shape
-        dtype = query.dtype
-        compute_dtype = dtype if dtype in (torch.float32, torch.float64) else torch.float32
-        query, key, value = (t.to(compute_dtype) for t in (query, key, value))
-        pattern = EdgePattern.of(edges.edge_index.to(query.device), b * n)
-
-        def in_target_order(t: torch.Tensor) -> torch.Tensor:
-            return t if pattern.order is None else t[pattern.order]
-
-        # One-hop attention A, as graph_sparse: (E, h) probabilities over each target's incoming edges.
-        scores = _EdgeScores.apply(query, key, pattern, self.scaling)  # (E, h)
-        if edge_attr is not None:
-            weight = self.edge_projection.weight
-            projected = self.edge_projection(in_target_order(edge_attr).to(weight.dtype)).to(compute_dtype)
-            mode = self.config.edge_feature_mode
-            scores = scores * projected if mode == "multiply" else scores + projected
-        if edges.edge_weight is not None:
-            scores = scores + in_target_order(edges.edge_weight).to(compute_dtype).log()[:, None]  # (E, 1)
-        probs = _EdgeSoftmax.apply(scores, pattern)  # (E, h)
-        if self.training and self.spec.dropout > 0:
-            probs = F.dropout(probs, self.spec.dropout)
-
-        # Diffusion: Z <- (1 - alpha) A Z + alpha V, K times (each hop O(E h d)).
+    def _propagate(self, probs: torch.Tensor, value: torch.Tensor, pattern: EdgePattern) -> torch.Tensor:
+        """Diffusion of the one-hop attention A (graph_sparse's, computed once and shared by every hop):
+        Z <- (1 - alpha) A Z + alpha V, K times (each hop O(E h d)); (b, h, n, d) in and out."""
         alpha = self.config.alpha
         teleport = value * alpha  # (b, h, n, d)
         z = value
         for _ in range(self.config.num_hops):
             z = _EdgeAggregate.apply(probs, z, pattern) * (1.0 - alpha) + teleport  # (b, h, n, d)
-        return AttentionOutput(z.to(dtype), None)
+        return z
