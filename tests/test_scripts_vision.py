@@ -24,6 +24,7 @@ import hf_efficient
 from hf_efficient import EfficientViTConfig, EfficientViTImageProcessor, validate_attention_config
 from hf_efficient.data import (
     FASHION_MNIST_CLASSES,
+    debian,
     fashion_mnist_dir,
     image_transform,
     load_digits_dataset,
@@ -31,7 +32,6 @@ from hf_efficient.data import (
     random_crop_flip,
     read_idx,
 )
-from hf_efficient.data import images as image_data
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
 from .script_loader import load_script
@@ -213,7 +213,7 @@ def test_idx_files_placed_by_hand_need_no_apt(tmp_path, monkeypatch):
         _write_idx(folder / f"{split}-labels-idx1-ubyte.gz", np.arange(count) % 10)
     images = read_idx(folder / "train-images-idx3-ubyte.gz")
     assert images.shape == (6, 28, 28) and images.dtype == np.uint8
-    monkeypatch.setattr(image_data.shutil, "which", lambda name: None)  # apt-get would fail if asked
+    monkeypatch.setattr(debian.shutil, "which", lambda name: None)  # apt-get would fail if asked
     monkeypatch.setenv("HF_EFFICIENT_FASHION_MNIST_DIR", str(tmp_path))
     assert fashion_mnist_dir() == folder
     data = load_fashion_mnist()
@@ -228,7 +228,7 @@ def test_idx_files_placed_by_hand_need_no_apt(tmp_path, monkeypatch):
 
 
 def test_missing_apt_get_says_how_to_fetch_by_hand(tmp_path, monkeypatch):
-    monkeypatch.setattr(image_data.shutil, "which", lambda name: None)
+    monkeypatch.setattr(debian.shutil, "which", lambda name: None)
     with pytest.raises(RuntimeError, match=r"apt-get download dataset-fashion-mnist && dpkg -x"):
         fashion_mnist_dir(tmp_path / "empty")
 

@@ -1,5 +1,6 @@
 """Data for the training scripts: text corpora, MLM blocks, WordPiece tokenizers, GLUE tasks, images."""
 
+from .debian import fetch_debian_package
 from .glue import (
     GLUE_HUB_PATH,
     GLUE_TASK_NAMES,
@@ -20,7 +21,6 @@ from .images import (
     check_image_columns,
     describe_images,
     fashion_mnist_dir,
-    fetch_debian_package,
     image_processor_for,
     image_transform,
     load_digits_dataset,

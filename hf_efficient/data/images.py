@@ -22,9 +22,6 @@ from __future__ import annotations
 import gzip
 import io
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +33,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, Features
 from PIL import Image, ImageOps
 
 from ..models.vision import EfficientViTImageProcessor
+from .debian import fetch_debian_package
 
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
 FASHION_MNIST_ENV = "HF_EFFICIENT_FASHION_MNIST_DIR"
@@ -79,38 +77,6 @@ def _idx_path(folder: Path, name: str) -> Path | None:
     return next((folder / f for f in (f"{name}.gz", name) if (folder / f).exists()), None)
 
 
-def fetch_debian_package(package: str, destination: str | Path) -> Path:
-    """``apt-get download PACKAGE`` and ``dpkg -x`` it into ``destination`` (files only: nothing installed).
-
-    Raises:
-        RuntimeError: apt-get / dpkg missing or failing, with the commands to fetch the package by hand.
-    """
-    destination = Path(destination)
-    by_hand = (
-        f"Fetch it by hand on any Debian/Ubuntu machine: `apt-get download {package} && dpkg -x "
-        f"{package}_*.deb {destination}` (or download the .deb from https://packages.debian.org/{package} "
-        f"and unpack it with `ar x` + `tar xf data.tar.xz`), or put the four idx .gz files of "
-        f"https://github.com/zalandoresearch/fashion-mnist anywhere under {destination}."
-    )
-    if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
-        raise RuntimeError(f"apt-get and dpkg are needed to fetch the Debian package {package}. {by_hand}")
-    destination.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=destination) as tmp:
-        result = subprocess.run(["apt-get", "download", package], cwd=tmp, capture_output=True, text=True)
-        debs = sorted(Path(tmp).glob(f"{package}_*.deb"))
-        if result.returncode != 0 or not debs:
-            raise RuntimeError(
-                f"`apt-get download {package}` failed: {result.stderr.strip()[-500:]}. If the package is "
-                f"unknown, run `apt-get update` first (as root). {by_hand}"
-            )
-        unpacked = Path(tmp) / "unpacked"
-        subprocess.run(["dpkg", "-x", str(debs[0]), str(unpacked)], check=True, capture_output=True)
-        target = destination / "package"
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(unpacked, target)  # whole or not at all
-    return destination / "package"
-
-
 def fashion_mnist_cache(cache_dir: str | Path | None = None) -> Path:
     """The cache: ``cache_dir``, else ``$HF_EFFICIENT_FASHION_MNIST_DIR``, else ~/.cache/hf_efficient."""
     default = Path.home() / ".cache" / "hf_efficient" / "fashion-mnist"
@@ -127,7 +93,11 @@ def fashion_mnist_dir(cache_dir: str | Path | None = None) -> Path:
     root = fashion_mnist_cache(cache_dir)
     found = _find_idx_files(root)
     if found is None:
-        fetch_debian_package(FASHION_MNIST_PACKAGE, root)
+        hint = (
+            "Or put the four idx .gz files of https://github.com/zalandoresearch/fashion-mnist anywhere "
+            f"under {root}."
+        )
+        fetch_debian_package(FASHION_MNIST_PACKAGE, root, hint)
         found = _find_idx_files(root)
     if found is None:
         raise FileNotFoundError(f"No Fashion-MNIST idx files under {root} after unpacking the package.")
