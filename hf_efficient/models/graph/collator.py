@@ -118,8 +118,9 @@ class GraphCollator:
             raise ValueError(f"graph {i}: node_feat must be [num_nodes][F], got shape {node_feat.shape}.")
         num_edges, num_loops = edge_index.shape[1], 0
         if self.add_self_loops:
-            looped = set(edge_index[0, edge_index[0] == edge_index[1]].tolist())
-            missing = np.array([j for j in range(num_nodes) if j not in looped], dtype=np.int64)
+            looped = np.zeros(num_nodes, dtype=bool)
+            looped[edge_index[0, edge_index[0] == edge_index[1]]] = True
+            missing = np.flatnonzero(~looped).astype(np.int64)  # nodes without a self loop, in order
             edge_index = np.concatenate([edge_index, np.stack([missing, missing])], axis=1)
             num_loops = missing.size
         if self.require_edges and edge_index.shape[1] == 0:
