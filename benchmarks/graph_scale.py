@@ -34,6 +34,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/attention.py, also when imported
+from attention import cap_address_space, current_rss_bytes, peak_rss_bytes, reset_peak_rss  # noqa: E402
+
 MODEL = dict(
     hidden_size=64,
     num_hidden_layers=2,
@@ -54,32 +57,6 @@ PRESETS = {
     ),
     "smoke": dict(nodes=[64], types=list(TYPES), repeats=1, warmup=0, edges_per_node=4),
 }
-
-
-def current_rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def reset_peak_rss() -> None:
-    """Make the kernel's peak-RSS counter (VmHWM) start again from the current size (Linux >= 4.0)."""
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
-def peak_rss_bytes() -> int:
-    with open("/proc/self/status") as f:
-        line = next(x for x in f if x.startswith("VmHWM:"))
-    return int(line.split()[1]) * 1024  # reported in kB
-
-
-def cap_address_space(gib: float) -> None:
-    """Cap this process's address space (0: no cap): an over-large point fails fast instead of swapping."""
-    import resource
-
-    if gib > 0:
-        cap = int(gib * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
 def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels: int, seed: int) -> dict:
