@@ -55,6 +55,12 @@ def classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> t
     )
 
 
+def classifier_dropout(config) -> nn.Dropout:
+    """The dropout before a task head: ``classifier_dropout``, else ``hidden_dropout_prob`` (as BERT's)."""
+    rate = config.classifier_dropout
+    return nn.Dropout(config.hidden_dropout_prob if rate is None else rate)
+
+
 class Pooler(nn.Module):
     """BERT's pooler: tanh(W h_0) on the first token."""
 

@@ -30,7 +30,7 @@ from ...modeling.blocks import (
     EfficientOutput,
     EfficientSelfAttention,
 )
-from ...modeling.heads import classification_loss
+from ...modeling.heads import classification_loss, classifier_dropout
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
 from .graphormer import GraphormerAttentionBias
@@ -325,8 +325,7 @@ class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.graph = EfficientGraphModel(config)
-        dropout = config.classifier_dropout
-        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -364,8 +363,7 @@ class EfficientGraphForNodeClassification(EfficientGraphPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.graph = EfficientGraphModel(config)
-        dropout = config.classifier_dropout
-        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 

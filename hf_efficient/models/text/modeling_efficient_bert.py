@@ -22,7 +22,7 @@ from transformers.modeling_outputs import (
 from transformers.utils.generic import can_return_tuple
 
 from ...modeling.blocks import EfficientEncoder
-from ...modeling.heads import Pooler, classification_loss
+from ...modeling.heads import Pooler, classification_loss, classifier_dropout
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_bert import EfficientBertConfig
 
@@ -239,8 +239,7 @@ class EfficientBertForSequenceClassification(EfficientBertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.bert = EfficientBertModel(config)
-        dropout = config.classifier_dropout
-        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -279,8 +278,7 @@ class EfficientBertForTokenClassification(EfficientBertPreTrainedModel):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.bert = EfficientBertModel(config, add_pooling_layer=False)
-        dropout = config.classifier_dropout
-        self.dropout = nn.Dropout(config.hidden_dropout_prob if dropout is None else dropout)
+        self.dropout = classifier_dropout(config)
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
 
