@@ -122,6 +122,33 @@ def test_masked_lm_shapes_loss_and_grads(attention_type):
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
 
 
+def test_masked_lm_sparse_prediction_same_loss_and_gradients():
+    """sparse_prediction scores only the labelled positions: same loss and gradients as dense, logits (M, V);
+    without labels (fill-mask) the logits stay (b, n, V)."""
+    torch.manual_seed(0)
+    dense = EfficientBertForMaskedLM(
+        tiny_config("full", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    ).train()
+    sparse = EfficientBertForMaskedLM(
+        tiny_config("full", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
+    )
+    sparse.load_state_dict(dense.state_dict())
+    sparse.train()
+    ids, mask = batch()
+    labels = ids.masked_fill(torch.rand(ids.shape) < 0.8, -100).masked_fill(mask == 0, -100)
+    labels[0, 0] = ids[0, 0]
+    n_masked = int((labels != -100).sum())
+    out_dense, out_sparse = dense(ids, attention_mask=mask, labels=labels), sparse(ids, mask, labels=labels)
+    assert out_sparse.logits.shape == (n_masked, VOCAB)
+    torch.testing.assert_close(out_sparse.logits, out_dense.logits[labels != -100])
+    torch.testing.assert_close(out_sparse.loss, out_dense.loss)
+    out_dense.loss.backward()
+    out_sparse.loss.backward()
+    for (name, p_dense), p_sparse in zip(dense.named_parameters(), sparse.parameters(), strict=True):
+        torch.testing.assert_close(p_sparse.grad, p_dense.grad, msg=name)
+    assert sparse(ids, attention_mask=mask).logits.shape == (3, 20, VOCAB)
+
+
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_sequence_classification_problem_types(attention_type):
     ids, mask = batch()

@@ -41,6 +41,10 @@ class EfficientBertConfig(EfficientEncoderConfig):
     pad_token_id: int | None = 0
     classifier_dropout: float | int | None = None
     tie_word_embeddings: bool = True
+    # Masked LM with labels: score only the masked positions (ModernBERT's option of the same name). A small
+    # model's vocabulary projection costs more than its encoder, and 85% of it is thrown away by the loss;
+    # with this on, training logits are (number of masked tokens, V) instead of (b, n, V).
+    sparse_prediction: bool = False
 
     def validate_bert_fields(self):
         """Class validator: sizes agree, and no BERT option we do not implement is silently dropped."""

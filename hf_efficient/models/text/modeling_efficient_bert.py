@@ -212,7 +212,8 @@ class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
     ) -> MaskedLMOutput:
-        """``labels``: (b, n) token ids at masked positions, -100 elsewhere (the MLM collator's)."""
+        """``labels``: (b, n) token ids at masked positions, -100 elsewhere (the MLM collator's). With
+        ``config.sparse_prediction`` and labels, logits cover only the masked positions: (M, V)."""
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
@@ -223,7 +224,12 @@ class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        logits = self.cls.predictions(outputs.last_hidden_state)  # (b, n, V)
+        hidden = outputs.last_hidden_state  # (b, n, D)
+        if labels is not None and self.config.sparse_prediction:
+            # Only the M masked positions reach the vocabulary projection: logits (M, V), labels (M,).
+            scored = labels.reshape(-1) != -100
+            hidden, labels = hidden.reshape(-1, hidden.shape[-1])[scored], labels.reshape(-1)[scored]
+        logits = self.cls.predictions(hidden)  # (b, n, V), or (M, V) with sparse_prediction
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
