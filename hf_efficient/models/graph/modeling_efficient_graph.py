@@ -319,7 +319,8 @@ def _graph_inputs(forward_locals: dict) -> dict:
 
 class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
     """Graph embedding (mean of nodes or the virtual token) -> dropout -> linear; regression, single-label or
-    multi-label as transformers' sequence classification (``problem_type``)."""
+    multi-label as transformers' sequence classification (``problem_type``), except that NaN regression /
+    multi-label targets count as missing (OGB multi-task sets): the loss averages over the others."""
 
     def __init__(self, config: EfficientGraphConfig):
         super().__init__(config)
@@ -347,10 +348,11 @@ class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
     ) -> SequenceClassifierOutput:
-        """``labels``: (b,) class ids, (b,) / (b, C) regression targets, or (b, C) 0/1 multi-label targets."""
+        """``labels``: (b,) class ids, (b,) / (b, C) regression targets, or (b, C) 0/1 multi-label targets
+        (NaN: missing, left out of the loss)."""
         outputs = self.graph(**_graph_inputs(locals()))
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (b, C)
-        loss = classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = None if labels is None else classification_loss(self.config, logits, labels, ignore_nan=True)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -386,7 +388,7 @@ class EfficientGraphForNodeClassification(EfficientGraphPreTrainedModel):
         output_hidden_states: bool | None = None,
     ) -> TokenClassifierOutput:
         """``labels``: (b, n) class ids (-100 = no label), or (b, n, C) floats for multi-label / regression
-        (``problem_type`` as for graph classification); padded nodes never count."""
+        (``problem_type`` as for graph classification); padded nodes and NaN targets never count."""
         outputs = self.graph(**_graph_inputs(locals()))
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (b, n, C)
         loss = None
@@ -396,7 +398,8 @@ class EfficientGraphForNodeClassification(EfficientGraphPreTrainedModel):
             )
             if not labels.is_floating_point():
                 keep = keep & (labels != -100)  # (b, n)
-            loss = classification_loss(self.config, logits[keep], labels[keep])  # over (M, C) labelled nodes
+            # over the (M, C) labelled nodes; NaN targets (missing) are left out too
+            loss = classification_loss(self.config, logits[keep], labels[keep], ignore_nan=True)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
