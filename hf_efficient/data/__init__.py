@@ -1,4 +1,4 @@
-"""Data for the training scripts: text corpora, MLM blocks, WordPiece tokenizers, GLUE tasks, images."""
+"""Data for the training scripts: text corpora, MLM blocks, WordPiece tokenizers, GLUE, images, ListOps."""
 
 from .debian import fetch_debian_package
 from .glue import (
@@ -31,6 +31,16 @@ from .images import (
     read_idx,
     with_image_transform,
 )
+from .listops import (
+    ListOpsSpec,
+    build_listops_tokenizer,
+    describe_listops,
+    evaluate_listops,
+    expression_depth,
+    generate_expression,
+    generate_listops,
+    tokenize_listops,
+)
 from .text import (
     MOVIE_REVIEWS_PREFIX,
     ROTTEN_TOMATOES_SPLIT_SEED,
@@ -53,6 +63,7 @@ __all__ = [
     "GLUE_TASK_NAMES",
     "ImageDataArguments",
     "ImageSplits",
+    "ListOpsSpec",
     "MOVIE_REVIEWS_PREFIX",
     "OFFLINE_DATASETS",
     "ROTTEN_TOMATOES_SPLIT_SEED",
@@ -60,13 +71,19 @@ __all__ = [
     "SeededMLMCollator",
     "TASKS",
     "TextClassificationTask",
+    "build_listops_tokenizer",
     "check_image_columns",
     "describe_images",
     "check_sequence_length",
     "check_task_data",
     "check_text_column",
+    "describe_listops",
+    "evaluate_listops",
+    "expression_depth",
     "fashion_mnist_dir",
     "fetch_debian_package",
+    "generate_expression",
+    "generate_listops",
     "get_task",
     "group_texts",
     "image_processor_for",
@@ -85,6 +102,7 @@ __all__ = [
     "random_crop_flip",
     "read_idx",
     "rotten_tomatoes_splits",
+    "tokenize_listops",
     "train_wordpiece_tokenizer",
     "with_image_transform",
     "write_predictions",

@@ -1,0 +1,194 @@
+"""ListOps (LRA): the evaluator on hand-worked expressions, the generator's bounds and determinism, the data
+and tokenizer, and scripts/train_listops.py end to end on tiny expressions (two attention types, summary)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+import hf_efficient
+from hf_efficient import validate_attention_config
+from hf_efficient.data.listops import (
+    CLOSE,
+    OPERATORS,
+    VOCAB,
+    ListOpsSpec,
+    build_listops_tokenizer,
+    describe_listops,
+    evaluate_listops,
+    expression_depth,
+    generate_expression,
+    generate_listops,
+    tokenize_listops,
+)
+
+from .script_loader import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMON = ["--report_to", "none", "--logging_steps", "1", "--seed", "0", "--dataloader_pin_memory", "false"]
+
+
+@pytest.mark.parametrize(
+    ("expression", "value"),
+    [
+        ("7", 7),
+        ("[MIN 3 1 4 ]", 1),
+        ("[MAX 3 1 4 ]", 4),
+        ("[MED 3 1 4 ]", 3),
+        ("[MED 1 4 ]", 2),  # even count: floor of the mean of the two middle values, (1 + 4) // 2
+        ("[MED 8 9 ]", 8),  # 8.5 rounded down
+        ("[MED 9 0 2 7 ]", 4),  # sorted 0 2 7 9: (2 + 7) // 2
+        ("[SM 7 8 9 ]", 4),  # 24 mod 10
+        ("[SM 5 ]", 5),
+        ("[MAX 2 9 [MIN 4 7 ] 0 ]", 9),
+        ("[SM 3 [MED 1 8 2 9 ] 7 ]", 5),  # MED = (2 + 8) // 2 = 5; 3 + 5 + 7 = 15
+        ("[MIN [MAX 1 [SM 5 6 ] ] [MED 7 [MAX 8 2 ] 9 ] ]", 1),  # MIN(MAX(1, 1), MED(7, 8, 9)) = MIN(1, 8)
+        ("[SM [SM 9 9 ] [MAX 0 [MIN 5 [MED 6 3 ] ] ] 5 ]", 7),  # 8 + MAX(0, MIN(5, 4)) + 5 = 17
+    ],
+)
+def test_evaluator_on_hand_worked_expressions(expression, value):
+    assert evaluate_listops(expression) == value
+    assert evaluate_listops(expression.split()) == value  # token lists too
+
+
+def test_median_of_digits_is_int_of_numpy_median():
+    rng = random.Random(0)
+    for _ in range(200):
+        values = [rng.randrange(10) for _ in range(rng.randint(1, 8))]
+        expression = "[MED " + " ".join(map(str, values)) + " ]"
+        assert evaluate_listops(expression) == int(np.median(values))
+
+
+@pytest.mark.parametrize("bad", ["[MAX 1 2", "[MAX 1 ] ]", "[MAX ]", "1 2", "[FOO 1 ]", ""])
+def test_evaluator_rejects_malformed_expressions(bad):
+    with pytest.raises(ValueError):
+        evaluate_listops(bad)
+
+
+def test_depth():
+    assert expression_depth("4") == 0 and expression_depth("[MAX 1 2 ]") == 1
+    assert expression_depth("[MAX 1 [MIN 2 [SM 1 1 ] ] [MED 3 4 ] ]") == 3
+
+
+def _argument_counts(tokens: list[str]) -> list[int]:
+    counts, stack = [], []
+    for token in tokens:
+        if stack and token != CLOSE:
+            stack[-1] += 1
+        if token in OPERATORS:
+            stack.append(0)
+        elif token == CLOSE:
+            counts.append(stack.pop())
+    return counts
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [ListOpsSpec(20, 60, max_depth=4, min_args=2, max_args=3), ListOpsSpec(500, 2000), ListOpsSpec(6, 6)],
+)
+def test_generator_respects_length_depth_and_arguments(spec):
+    rng = random.Random(1)
+    expressions = [generate_expression(rng, spec) for _ in range(20 if spec.max_length > 100 else 300)]
+    for tokens in expressions:
+        assert spec.min_length <= len(tokens) <= spec.max_length
+        assert 1 <= expression_depth(tokens) <= spec.max_depth
+        assert all(spec.min_args <= n <= spec.max_args for n in _argument_counts(tokens))
+        assert 0 <= evaluate_listops(tokens) <= 9
+    if len(expressions) == 300 and spec.max_length - spec.min_length > 20:  # labels, lengths spread out
+        labels = Counter(evaluate_listops(tokens) for tokens in expressions)
+        assert len(labels) >= 8 and max(labels.values()) / len(expressions) < 0.3
+        assert len({len(tokens) for tokens in expressions}) > 20
+
+
+def test_generator_is_deterministic_for_a_seed():
+    spec = ListOpsSpec(30, 80)
+    first = [generate_expression(random.Random(5), spec) for _ in range(3)]
+    assert first == [generate_expression(random.Random(5), spec) for _ in range(3)]
+    assert first != [generate_expression(random.Random(6), spec) for _ in range(3)]
+
+
+def test_spec_rejects_impossible_settings():
+    with pytest.raises(ValueError, match="out of reach"):
+        ListOpsSpec(10, 60, max_depth=2, max_args=2)  # at most 2 + 2 * (2 + 2) = 10 tokens
+    with pytest.raises(ValueError, match="min_args"):
+        ListOpsSpec(10, 60, min_args=1)
+    with pytest.raises(ValueError, match="min_length"):
+        ListOpsSpec(3, 60)
+
+
+def test_dataset_is_deterministic_cached_and_described(tmp_path):
+    spec, sizes = ListOpsSpec(20, 60), {"train": 40, "validation": 5, "test": 10}
+    data = generate_listops(spec, sizes, seed=3, cache_dir=tmp_path / "a")
+    assert {split: len(d) for split, d in data.items()} == sizes
+    assert data["train"].features["label"].names == [str(d) for d in range(10)]
+    again = generate_listops(spec, sizes, seed=3, cache_dir=tmp_path / "b")
+    assert list(again["train"]["source"]) == list(data["train"]["source"])
+    assert list(data["train"]["source"]) != list(data["test"]["source"])[:40]  # splits have their own streams
+    assert (tmp_path / "a" / "listops_spec.json").exists() and not (tmp_path / "a" / "generator").exists()
+    cached = generate_listops(spec, sizes, seed=3, cache_dir=tmp_path / "a")
+    assert list(cached["test"]["source"]) == list(data["test"]["source"])
+    other = generate_listops(spec, sizes, seed=4, cache_dir=tmp_path / "a")  # settings changed: regenerated
+    assert list(other["train"]["source"]) != list(data["train"]["source"])
+    stats = describe_listops(data["train"])
+    assert 20 <= stats["length_min"] <= stats["length_max"] <= 60 and stats["depth_max"] <= 10
+    assert sum(stats["label_counts"].values()) == 40
+    labels = list(data["train"]["label"])
+    assert all(evaluate_listops(s) == y for s, y in zip(list(data["train"]["source"]), labels, strict=True))
+
+
+def test_tokenizer_saves_loads_and_pads(tmp_path):
+    tokenizer = build_listops_tokenizer(61)
+    encoded = tokenizer("[MAX 2 [MED 1 4 ] ]")
+    expected = ["[CLS]", "[MAX", "2", "[MED", "1", "4", "]", "]"]
+    assert tokenizer.convert_ids_to_tokens(encoded["input_ids"]) == expected
+    assert max(encoded["input_ids"]) < len(VOCAB) and tokenizer.pad_token_id == 0
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded("[SM 3 9 ]")["input_ids"] == tokenizer("[SM 3 9 ]")["input_ids"]
+    data = generate_listops(ListOpsSpec(20, 40), {"train": 4}, seed=0, cache_dir=tmp_path / "data")
+    padded = tokenize_listops(data, tokenizer, pad_to=61)["train"]
+    assert {len(ids) for ids in padded["input_ids"]} == {61} and "source" not in padded.column_names
+    assert [sum(mask) for mask in padded["attention_mask"]] == [n + 1 for n in list(data["train"]["length"])]
+
+
+def test_every_text_attention_type_has_a_listops_override():
+    files = {p.stem: p for p in (ROOT / "configs" / "listops" / "attention").glob("*.json")}
+    assert set(files) == set(hf_efficient.list_attention_types("text"))
+    for name, path in files.items():
+        model = json.loads(path.read_text())["model"]
+        assert model["attention_type"] == name
+        validate_attention_config(name, model["attention_config"])
+
+
+def test_train_listops_script_two_types_and_summary(tmp_path, capsys):
+    script = load_script("train_listops")
+    tiny = ["--min_length", "20", "--max_length", "60", "--num_train", "32", "--num_validation", "8"]
+    tiny += ["--num_test", "16", "--max_steps", "2", "--per_device_train_batch_size", "8"]
+    tiny += ["--config_overrides", "max_position_embeddings=61,hidden_size=32,intermediate_size=64"]
+    runs = {"full": "{}", "linformer": '{"projected_length": 8}'}
+    for attention_type, attention_config in runs.items():
+        result = script.main(
+            [*tiny, "--attention_type", attention_type, "--attention_config", attention_config]
+            + ["--output_dir", str(tmp_path / attention_type), *COMMON]
+        )
+        saved = json.loads((tmp_path / attention_type / "listops_results.json").read_text())
+        assert saved["attention_type"] == attention_type and 0 <= saved["test_accuracy"] <= 1
+        assert 0 <= saved["eval_accuracy"] <= 1 and saved["steps"] == 2 and saved["seconds_per_step"] > 0
+        assert saved["padded_to"] == (61 if attention_type == "linformer" else None)  # fixed length: padded
+        assert result["test_accuracy"] == saved["test_accuracy"]
+        assert (tmp_path / attention_type / "tokenizer.json").exists()
+        assert "listops" in (tmp_path / attention_type / "README.md").read_text()
+    assert len(list((tmp_path / "listops_data").iterdir())) == 1  # both runs read the same cached data
+    printed = capsys.readouterr().out
+    assert "| full |" in printed and "36.37 (Transformer)" in printed
+    summary = script.main(["--summarize", str(tmp_path)])["runs"]
+    assert [r["attention_type"] for r in summary] == ["full", "linformer"]
+    table = (tmp_path / "listops_summary.md").read_text()
+    assert "| linformer |" in table and "35.70 (Linformer)" in table
+    assert len(json.loads((tmp_path / "listops_summary.json").read_text())) == 2
