@@ -6,7 +6,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test lint demo bench-demo bench clean
+.PHONY: install test lint demo bench-demo bench bench-peers clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -47,6 +47,12 @@ bench-demo: install
 # The full attention benchmark (about half an hour on 2 cores).
 bench: install
 	$(PY) benchmarks/attention.py --preset full --threads 2 --out benchmarks/results/attention
+
+# Ours against the peer implementations (the `bench` extra, installed after torch so pip keeps the CPU wheel).
+bench-peers: install
+	$(PY) -m pip install --quiet -e ".[bench]"
+	$(PY) benchmarks/peers.py --lengths 1024 4096 16384 --modes fwd fwd_bwd --repeats 3 --threads 2 \
+		--out benchmarks/results/peers
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,13 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/attention.py, also when imported
-from attention import cap_address_space, current_rss_bytes, peak_rss_bytes, reset_peak_rss  # noqa: E402
+from attention import (  # noqa: E402
+    cap_address_space,
+    current_rss_bytes,
+    machine_meta,
+    peak_rss_bytes,
+    reset_peak_rss,
+)
 
 MODEL = dict(
     hidden_size=64,
@@ -265,7 +270,6 @@ def main() -> None:
             if record["status"] != "ok":
                 failed.add(t)
             records.append(record)
-    import torch
 
     run = {
         "command": "python benchmarks/graph_scale.py " + " ".join(sys.argv[1:]),
@@ -277,10 +281,7 @@ def main() -> None:
         "timeout_s": args.timeout,
     }
     meta = {
-        "machine": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "threads": args.threads,
+        **machine_meta(args.threads),
         "model": MODEL,
         "edges_per_node": args.edges_per_node,
         "self_loops": "one added to every node lacking one, for types that attend along edges",

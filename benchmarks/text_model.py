@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from attention import (  # noqa: E402
     BENCH_CONFIGS,
     cap_address_space,
     current_rss_bytes,
+    machine_meta,
     peak_rss_bytes,
     reset_peak_rss,
 )
@@ -286,13 +286,8 @@ def main() -> None:
         if record["status"] != "ok":
             failed.add(t)
         records.append(record)
-    import torch
-
     meta = {
-        "machine": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "threads": args.threads,
+        **machine_meta(args.threads),
         "batch": args.batch,
         "model": json.loads(args.model),
         "hidden_dropout": args.hidden_dropout,

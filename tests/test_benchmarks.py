@@ -104,3 +104,122 @@ def test_pattern_plot_covers_every_type(tmp_path):
         timeout=300,
     )
     assert out.stat().st_size > 1000
+
+
+def test_flop_models():
+    flops = load_script("flops")
+    n, h, d = 256, 8, 64
+    for full in ("full_sdpa", "full_eager", "full"):
+        assert flops.forward_flops(full, n, h, d) == 4 * n * n * d * h
+    assert flops.point_flops("full_sdpa", n, "fwd_bwd", heads=h, head_dim=d) == 3 * 4 * n * n * d * h
+    assert flops.forward_flops("not_a_registered_type", n, h, d) is None  # unknown: null, no crash
+    # Linear-time types: twice the tokens, twice the FLOPs (at large n, where boundaries do not matter).
+    linear_time = {
+        "longformer": {"attention_window": 512, "global_token_indices": [0]},
+        "bigbird": {"block_size": 64},
+        "linformer": {},
+        "nystromformer": {},
+        "linear": {},
+        "performer": {},
+        "rfa": {},
+        "reformer_lsh": {"num_buckets": 64},  # the automatic count grows with n (hashing O(n^2 d / c))
+        "long_short": {},
+        "swin_window": {},
+        "graph_sparse": {},
+        "multi_hop": {},
+    }
+    for attention_type, config in linear_time.items():
+        if attention_type not in hf_efficient.list_attention_types():
+            continue
+        small, large = (flops.forward_flops(attention_type, m, h, d, config) for m in (16384, 32768))
+        assert 0 < small and 1.9 < large / small < 2.1, attention_type
+    # Windowed types are cheaper than exact attention at long n; the band count is exact for a short one.
+    assert flops.forward_flops("longformer", 8, 1, 1, {"attention_window": 4}) == 4 * (8 * 5 - 2 * 3)
+    assert flops.forward_flops("longformer", 16384, h, d, {}) < flops.forward_flops("full", 16384, h, d) / 10
+    # The bucket count of the model is the core's.
+    reformer = get_attention_class("reformer_lsh")
+    from hf_efficient.attention import AttentionSpec
+
+    core = reformer(AttentionSpec(num_heads=2, head_dim=8), reformer.config_class())
+    settings = flops.resolved_config("reformer_lsh", {})
+    for m in (10, 64, 100, 1000, 4096):
+        assert flops.reformer_num_buckets(m, settings) == core.num_buckets_for(m)
+    assert all(flops.formula(t) for t in linear_time)
+
+
+def test_throughput_fields_and_summary():
+    bench = load_script("attention")
+    args = argparse.Namespace(heads=2, head_dim=8, batch=1, graph_degree=4)
+    sgemm = {"size": 64, "threads": 1, "gflops": 10.0}
+    ok = {"type": "full_sdpa", "config": {}, "length": 64, "mode": "fwd", "status": "ok", "median_s": 1e-3}
+    ok.update(peak_mib=1.0, rel_error=None)
+    record = bench.add_throughput(ok, args, sgemm)
+    assert record["flops"] == 4 * 64 * 64 * 8 * 2
+    assert record["gflops"] == pytest.approx(record["flops"] / 1e-3 / 1e9)
+    assert record["peak_fraction"] == pytest.approx(record["gflops"] / 10.0)
+    unknown = bench.add_throughput({**ok, "type": "some_new_type"}, args, sgemm)
+    assert unknown["flops"] is None and unknown["gflops"] is None and unknown["peak_fraction"] is None
+    failed = bench.add_throughput(
+        {"type": "full_sdpa", "length": 64, "mode": "fwd", "status": "error"}, args, None
+    )
+    assert failed["gflops"] is None
+    table = bench.summarize([record, {**unknown, "length": 128}], ["fwd"], sgemm)
+    assert "GFLOP/s" in table and "sgemm peak 10.0" in table and "4 n^2 d" in table
+
+
+def test_peers_runs_ours_and_skips_missing_peers(tmp_path, monkeypatch):
+    peers = load_script("peers")
+    missing = [p._replace(modules=("no_such_module_for_this_test",)) for p in peers.PEERS]
+    monkeypatch.setattr(peers, "PEERS", missing)
+    monkeypatch.setattr(peers, "PEERS_BY_NAME", {p.name: p for p in missing})
+    argv = ["--in_process", "--mechanisms", "performer", "linformer", "--lengths", "64", "--modes", "fwd_bwd"]
+    argv += ["--heads", "2", "--head_dim", "8", "--repeats", "1", "--warmup", "0", "--threads", "1"]
+    results = peers.main(argv + ["--out", str(tmp_path)])
+    by_impl = {r["impl"]: r for r in results["records"]}
+    assert by_impl["ours"]["status"] == "ok" and by_impl["ours"]["median_s"] > 0
+    statuses = {r["status"] for r in results["records"] if r["impl"] != "ours"}
+    assert statuses == {
+        "skipped: not installed (no module no_such_module_for_this_test; "
+        "pip install -e '.[bench]' after torch)"
+    }
+    assert json.loads((tmp_path / "results.json").read_text())["meta"]["compared"]
+    assert "performer-pytorch" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "time.png").stat().st_size > 1000
+
+
+# The smallest length each mechanism's peers accept with the benchmark settings (window 512, blocks of 64).
+PEER_LENGTHS = {"longformer": 512, "bigbird": 768, "reformer_lsh": 256, "nystromformer": 128}
+
+
+@pytest.mark.parametrize("name", [p.name for p in load_script("peers").PEERS])
+def test_peer_point_runs_when_installed(name):
+    peers = load_script("peers")
+    peer = peers.PEERS_BY_NAME[name]
+    if peers.missing_modules(peer):
+        pytest.skip(f"{name} is not installed (bench extra)")
+    n = PEER_LENGTHS.get(peer.mechanism, 64)
+    assert peer.unsupported(peers.our_settings(peer.mechanism), n) is None
+    args = argparse.Namespace(
+        impl=name, length=n, mode="fwd_bwd", batch=1, heads=2, head_dim=8, threads=1, warmup=0, repeats=1
+    )
+    args.memory_cap_gib = 0
+    record = peers.run_peer_point(args)
+    assert record["status"] == "ok" and record["median_s"] > 0
+
+
+def test_peer_inputs_are_ours():
+    """transformers' Longformer layer, fed through the pass-through projections, computes our operator."""
+    import torch
+
+    from hf_efficient.attention import AttentionSpec, build_attention
+
+    peers = load_script("peers")
+    b, h, n, d = 1, 2, 512, 8
+    settings = peers.our_settings("longformer")
+    forward, (q, k, v), _ = peers.build_hf_longformer(settings, b, h, n, d, False)
+    with torch.no_grad():
+        theirs = forward().view(b, n, h, d).transpose(1, 2)
+        heads = lambda t: t.transpose(0, 1).reshape(b, n, h, d).transpose(1, 2)
+        spec = AttentionSpec(num_heads=h, head_dim=d, max_seq_len=n)
+        ours = build_attention("longformer", spec, settings)(heads(q), heads(k), heads(v)).output
+    torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-4)
