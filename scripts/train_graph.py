@@ -11,8 +11,8 @@ reads (shortest paths, degrees, Laplacian / random-walk PE, WL colours) are adde
         --config_overrides graph_layer_type=gps --dataset_name solubility --output_dir runs/solubility-gps
 
 Data (``--dataset_name``): ``solubility`` (``--label_column sol_class``: 3 classes), ``freesolv``,
-``karate`` or ``polblogs`` (node classification), a save_to_disk folder, or a hub dataset (online, e.g.
-OGB/ogbg-molhiv). Writes ``eval_results.json``, the model and a model card.
+``mouse_connectomes`` (strain of 32 mouse brains, with ``configs/graph/base_connectomes.json``), ``karate`` or
+``polblogs`` (node classification), a save_to_disk folder, or a hub dataset (online, e.g. OGB/ogbg-molhiv). Writes ``eval_results.json``, the model and a model card.
 """
 
 from __future__ import annotations
