@@ -12,7 +12,8 @@ reads (shortest paths, degrees, Laplacian / random-walk PE, WL colours) are adde
 
 Data (``--dataset_name``): ``solubility`` (``--label_column sol_class``: 3 classes), ``freesolv``,
 ``mouse_connectomes`` (strain of 32 mouse brains, with ``configs/graph/base_connectomes.json``), ``karate`` or
-``polblogs`` (node classification), a save_to_disk folder, or a hub dataset (online, e.g. OGB/ogbg-molhiv). Writes ``eval_results.json``, the model and a model card.
+``polblogs`` (node classification), a save_to_disk folder, or a hub dataset (online, e.g. OGB/ogbg-molhiv).
+Writes ``eval_results.json``, the model and a model card.
 """
 
 from __future__ import annotations
