@@ -31,16 +31,14 @@ from hf_efficient import (
     EfficientGraphForNodeClassification,
     GraphCollator,
 )
-from hf_efficient.data.graphs import (
-    OFFLINE_GRAPH_DATASETS,
+from hf_efficient.data.graph_tasks import (
     add_structural_features,
-    check_graph_dataset,
     describe_graphs,
     graph_model_kwargs,
     infer_graph_task,
-    load_graph_splits,
     select_label,
 )
+from hf_efficient.data.graphs import OFFLINE_GRAPH_DATASETS, check_graph_dataset, load_graph_splits
 from hf_efficient.training import (
     ConfigArguments,
     build_model_card,

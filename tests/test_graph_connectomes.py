@@ -18,7 +18,8 @@ import pyarrow.compute as pc
 import pytest
 
 from hf_efficient.data import connectomes, graphs
-from hf_efficient.data.graphs import infer_graph_task, load_graph_splits, load_mouse_connectomes
+from hf_efficient.data.graph_tasks import infer_graph_task
+from hf_efficient.data.graphs import load_graph_splits, load_mouse_connectomes
 
 from .script_loader import load_script
 

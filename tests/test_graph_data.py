@@ -24,21 +24,22 @@ from hf_efficient import (
     GraphCollator,
 )
 from hf_efficient.data import graphs
-from hf_efficient.data.graphs import (
-    ATOM_VOCAB_SIZE,
+from hf_efficient.data.graph_tasks import (
     add_structural_features,
-    check_graph_dataset,
     describe_graphs,
     graph_model_kwargs,
     infer_graph_task,
+    select_label,
+)
+from hf_efficient.data.graphs import (
+    check_graph_dataset,
     load_freesolv,
     load_graph_datasets,
     load_graph_splits,
     load_karate_club,
     load_solubility,
-    select_label,
-    smiles_to_record,
 )
+from hf_efficient.data.molecules import ATOM_VOCAB_SIZE, smiles_to_record
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from hf_efficient.data import debian
+from hf_efficient.data.graph_tasks import infer_graph_task
 from hf_efficient.data.graph_tool_format import MAGIC, read_gt
-from hf_efficient.data.graphs import infer_graph_task, load_graph_splits, load_polblogs, polblogs_file
+from hf_efficient.data.graphs import load_graph_splits, load_polblogs, polblogs_file
 
 
 def _string(text: bytes) -> bytes:

@@ -19,7 +19,8 @@ from transformers import (
 
 import hf_efficient  # noqa: F401  (registers the Auto classes)
 from hf_efficient import EfficientGraphConfig
-from hf_efficient.data.graphs import graph_model_kwargs, infer_graph_task, load_solubility
+from hf_efficient.data.graph_tasks import graph_model_kwargs, infer_graph_task
+from hf_efficient.data.graphs import load_solubility
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
 from .script_loader import load_script
