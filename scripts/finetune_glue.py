@@ -34,6 +34,7 @@ from hf_efficient.data import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    RandomStateArguments,
     build_compute_metrics,
     build_model_card,
     efficiency_metrics,
@@ -61,16 +62,13 @@ class TaskArguments:
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(RandomStateArguments):
     model_name_or_path: str = field(
         default="bert-base-uncased", metadata={"help": "EfficientBert checkpoint or any BERT checkpoint."}
     )
     tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer; none: the checkpoint's."})
     resize_position_embeddings: bool = field(
         default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
-    )
-    random_state_redraw_steps: int = field(
-        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
     )
 
 

@@ -34,6 +34,7 @@ from hf_efficient.data import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    RandomStateArguments,
     build_compute_metrics,
     build_model_card,
     efficiency_metrics,
@@ -49,15 +50,12 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(RandomStateArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "EfficientViT / MAE / any ViT checkpoint; none: from scratch."}
     )
     ignore_mismatched_sizes: bool = field(
         default=False, metadata={"help": "Start a new head when the checkpoint has another number of labels."}
-    )
-    random_state_redraw_steps: int = field(
-        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
     )
 
 

@@ -34,6 +34,7 @@ from hf_efficient.data import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    RandomStateArguments,
     build_model_card,
     efficiency_metrics,
     evaluate_and_save,
@@ -48,12 +49,9 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(RandomStateArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Warm-start from an MAE / ViT-MAE checkpoint; none: from scratch."}
-    )
-    random_state_redraw_steps: int = field(
-        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
     )
 
 

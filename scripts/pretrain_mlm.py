@@ -25,6 +25,7 @@ from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.data import SeededMLMCollator, group_texts, load_or_train_tokenizer, load_text_corpus
 from hf_efficient.training import (
     ConfigArguments,
+    RandomStateArguments,
     build_model_card,
     efficiency_metrics,
     random_state_callbacks,
@@ -55,7 +56,7 @@ class DataArguments:
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(RandomStateArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Warm-start from a BERT / EfficientBert checkpoint; none: scratch."}
     )
@@ -65,9 +66,6 @@ class ModelArguments:
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a WordPiece trained here."})
     resize_position_embeddings: bool = field(
         default=False, metadata={"help": "Extend a checkpoint's position table to block_size by copying it."}
-    )
-    random_state_redraw_steps: int = field(
-        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
     )
 
 

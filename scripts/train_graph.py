@@ -41,6 +41,7 @@ from hf_efficient.data.graph_tasks import (
 from hf_efficient.data.graphs import OFFLINE_GRAPH_DATASETS, check_graph_dataset, load_graph_splits
 from hf_efficient.training import (
     ConfigArguments,
+    RandomStateArguments,
     build_model_card,
     efficiency_metrics,
     evaluate_and_save,
@@ -81,12 +82,9 @@ class GraphDataArguments:
 
 
 @dataclass
-class ModelArguments:
+class ModelArguments(RandomStateArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "An EfficientGraph checkpoint; none: from scratch (--config)."}
-    )
-    random_state_redraw_steps: int = field(
-        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
     )
 
 

@@ -45,6 +45,7 @@ from hf_efficient.data.listops import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    RandomStateArguments,
     build_compute_metrics,
     build_model_card,
     efficiency_metrics,
@@ -92,13 +93,6 @@ class ListOpsArguments:
     data_dir: str | None = field(
         default=None,
         metadata={"help": "Cache folder of the data; none: <output_dir>/../listops_data/<settings>."},
-    )
-
-
-@dataclass
-class ModelArguments:
-    random_state_redraw_steps: int = field(
-        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
     )
 
 
@@ -180,7 +174,7 @@ def main(args: list[str] | None = None) -> dict:
         pre.add_argument("--summarize", required=True, help="Folder holding the runs' output_dirs.")
         return {"runs": summarize(pre.parse_args(args).summarize)}
 
-    parser = HfArgumentParser((ModelArguments, ListOpsArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser((RandomStateArguments, ListOpsArguments, ConfigArguments, TrainingArguments))
     parsed, model_kwargs = setup_run(
         parser, EfficientBertConfig, ATTENTION_CONFIGS, _with_default_config(args)
     )

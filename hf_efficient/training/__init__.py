@@ -5,11 +5,12 @@ from .config_files import ConfigArguments, load_config_file, merge_model_configs
 from .distributed import enable_cpu_ddp_if_launched
 from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
-from .run import evaluate_and_save, random_state_callbacks, setup_run, train_and_save
+from .run import RandomStateArguments, evaluate_and_save, random_state_callbacks, setup_run, train_and_save
 
 __all__ = [
     "METRICS",
     "ConfigArguments",
+    "RandomStateArguments",
     "RandomStateCallback",
     "build_compute_metrics",
     "build_model_card",

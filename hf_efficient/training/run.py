@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
 from torch import nn
 from transformers import HfArgumentParser, Trainer, TrainerCallback, set_seed
@@ -28,6 +29,16 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=level)
     set_seed(training_args.seed)
     return parsed, model_kwargs
+
+
+@dataclass
+class RandomStateArguments:
+    """The command-line flag of every script whose model may hold random attention state (Performer's and
+    RFA's features); scripts' ``ModelArguments`` extend it."""
+
+    random_state_redraw_steps: int = field(
+        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
+    )
 
 
 def random_state_callbacks(model: nn.Module, redraw_every_n_steps: int, seed: int) -> list[TrainerCallback]:
