@@ -180,6 +180,20 @@ def test_callback_redraws_every_n_steps_reproducibly():
     assert not torch.equal(twin.layers[0].projection_matrix, after[0])
 
 
+def test_callback_never_redraws_after_the_last_step():
+    # The final evaluation and the saved model must see the features the weights were trained with.
+    model = TinyModel()
+    callback = RandomStateCallback(redraw_every_n_steps=3)
+    state, control = TrainerState(max_steps=6), TrainerControl()
+    before = model.layers[0].projection_matrix.clone()
+    state.global_step = 6
+    callback.on_step_end(None, state, control, model=model)
+    assert torch.equal(model.layers[0].projection_matrix, before)
+    state.global_step = 3  # an intermediate multiple still redraws
+    callback.on_step_end(None, state, control, model=model)
+    assert not torch.equal(model.layers[0].projection_matrix, before)
+
+
 def test_resample_function_for_custom_loops():
     model = TinyModel()
     before = model.layers[0].projection_matrix.clone()

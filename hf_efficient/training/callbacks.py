@@ -59,7 +59,7 @@ class RandomStateCallback(TrainerCallback):
         >>> trainer = Trainer(model, args, callbacks=[RandomStateCallback(redraw_every_n_steps=1000)])
 
     Args:
-        redraw_every_n_steps: redraw after every N-th optimiser step (N >= 1).
+        redraw_every_n_steps: redraw after every N-th optimiser step (N >= 1), except the last one.
         seed: base seed; the seed of a redraw is ``step_seed(seed, global_step)``.
     """
 
@@ -79,6 +79,9 @@ class RandomStateCallback(TrainerCallback):
         model: nn.Module | None = None,
         **kwargs,
     ) -> TrainerControl:
-        if model is not None and state.global_step % self.redraw_every_n_steps == 0:
+        # Never after the last step: the final evaluation and the saved model must use the features the
+        # weights were trained with (a redraw there cost a Fashion-MNIST Performer 35 accuracy points).
+        last_step = state.max_steps > 0 and state.global_step >= state.max_steps
+        if model is not None and state.global_step % self.redraw_every_n_steps == 0 and not last_step:
             resample_attention_random_state(model, step_seed(self.seed, state.global_step))
         return control
