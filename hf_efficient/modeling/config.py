@@ -44,9 +44,9 @@ class EfficientEncoderConfig(PreTrainedConfig):
         if self.layer_attention_types is None:
             return self.attention_type, dict(self.attention_config or {})
         attention_type = self.layer_attention_types[layer_idx]
-        if attention_type == self.attention_type:
-            return attention_type, dict(self.attention_config or {})
-        return attention_type, dict((self.layer_attention_configs or {}).get(attention_type) or {})
+        # Per-type configs; the model's main type always uses ``attention_config``.
+        configs = {**(self.layer_attention_configs or {}), self.attention_type: self.attention_config}
+        return attention_type, dict(configs.get(attention_type) or {})
 
     def validate_attention(self):
         """Class validator (run by ``@strict``): every named type exists for this modality, configs parse."""
