@@ -10,6 +10,7 @@ from torch import nn
 from transformers import TrainerControl, TrainerState
 
 from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONENT_FLOOR
 from hf_efficient.attention.performer import RELU_FEATURE_FLOOR, orthogonal_gaussian_features
 from hf_efficient.training import RandomStateCallback, resample_attention_random_state
 
@@ -39,6 +40,16 @@ def quadratic_form(phi_q, phi_k, v, mask=None, causal=False, eps=0.0):
 
 def relative_error(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def assert_close_with_gradients(out, expected, inputs, atol, rtol):
+    """``out`` == ``expected``, and so are their gradients with respect to ``inputs`` (random upstream)."""
+    torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)
+    upstream = torch.randn(out.shape, dtype=torch.float64)
+    grads = torch.autograd.grad((out * upstream).sum(), inputs)
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), inputs)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
 
 
 def test_error_against_softmax_decreases_with_num_features():
@@ -81,12 +92,24 @@ def test_equals_explicit_quadratic_form_of_its_features(kernel, causal):
     expected = quadratic_form(phi_q, phi_k, v, mask, causal)
     expected = expected.masked_fill(~mask[:, None, :, None], 0)
     out = core(q, k, v, mask, is_causal=causal).output
-    torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-8)
-    upstream = torch.randn(out.shape, dtype=torch.float64)
-    grads = torch.autograd.grad((out * upstream).sum(), (q, k, v))
-    expected_grads = torch.autograd.grad((expected * upstream).sum(), (q, k, v))
-    for got, want in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-8)
+    assert_close_with_gradients(out, expected, (q, k, v), atol=1e-10, rtol=1e-8)
+
+
+def test_exponent_floor_keeps_outputs_and_gradients():
+    """Large-norm queries/keys (a checkpoint's) push many exponents below the -80 floor that keeps exp out of
+    slow denormals; outputs and gradients still equal the unfloored float64 form: what is floored weighs
+    less than e^-80 of a row's largest feature."""
+    core = make_core("performer", eps=0.0, num_features=64)
+    q, k, v = (t.double() for t in make_qkv(b=1, n=32, seed=3))
+    q, k = 12 * q, 12 * k
+    w = core.projection_matrix
+    scaled = k * k.shape[-1] ** -0.25
+    exponents = scaled @ w.double().T - scaled.square().sum(-1, keepdim=True) / 2  # (b, h, n, m)
+    assert (exponents - exponents.amax() < PERFORMER_EXPONENT_FLOOR).float().mean() > 0.2  # the floor acts
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    expected = quadratic_form(explicit_features(q, w, "softmax"), explicit_features(k, w, "softmax"), v)
+    out = core(q, k, v).output
+    assert_close_with_gradients(out, expected, (q, k, v), atol=1e-9, rtol=1e-7)
 
 
 def test_causal_output_ignores_future_values():

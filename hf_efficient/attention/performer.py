@@ -20,13 +20,13 @@ per-key factor c_j would turn the estimate into sum_j c_j phi(q_i)^T phi(k_j) v_
 reweight the keys and bias the attention. The shifts are constants (detached); padded keys are left out of
 the key max and their features are exactly 0.
 
-Deviations: eps is added to the denominator instead of 1e-6 to every softmax feature; query features drop
-the |x'|^2/2 term together with the row shift (a per-row factor: values and gradients change only at the
-eps level); the key shift is
-per (batch, head), not over the whole batch (keeps batch items independent); in the causal form the key
-shift also sees later keys (a constant factor, so it cancels up to eps and underflow, as in the official
-code). W is redrawn only when asked (:meth:`resample_random_state`, called by
-``hf_efficient.training.RandomStateCallback``), never inside ``forward``.
+Deviations: eps is added to the denominator instead of 1e-6 to every softmax feature; exponents are
+floored at -80 (a feature can be no smaller than e^-80 of its row's largest: no denormals); query features
+drop the |x'|^2/2 term together with the row shift (a per-row factor: values and gradients change only at
+the eps level); the key shift is per (batch, head), not over the whole batch (keeps batch items
+independent); in the causal form the key shift also sees later keys (a constant factor, so it cancels up to
+eps and underflow, as in the official code). W is redrawn only when asked (:meth:`resample_random_state`,
+called by ``hf_efficient.training.RandomStateCallback``), never inside ``forward``.
 """
 
 from __future__ import annotations
@@ -44,6 +44,10 @@ from .registry import register_attention
 from .utils import rows_per_chunk
 
 RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical_stabilizer
+# Exponents are floored here (features >= e^-80 ~ 2e-35 of a row's largest, 0 in every float32 sum) before
+# exp: below about -87 exp underflows into denormals, which are ~100x slower on CPU, and a checkpoint's
+# large-norm keys put many features there (fine-tuning MiniLM with Performer ran 2-3x slower without it).
+EXPONENT_FLOOR = -80.0
 
 
 @dataclass
@@ -152,11 +156,13 @@ class PerformerAttention(AttentionCore):
                 # exp(W x' - |x'|^2/2 - shift) with the row's own shift max_f (W x')_f - |x'|^2/2: the
                 # |x'|^2/2 terms cancel, and with them a per-row factor that out_i does not depend on.
                 proj = x @ w_t  # (b, h, c, m)
-                return proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m).exp_()
+                proj = proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m)
+                return proj.clamp_min_(EXPONENT_FLOOR).exp_()
 
             def key_features(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
                 proj = x @ w_t  # (b, h, c, m)
                 proj = proj.add_(-(self._half_sq_norm(x) + key_shift))  # add: no negated copy in backward
+                proj = proj.clamp_min_(EXPONENT_FLOOR)
                 if keep is not None:
                     proj = proj.masked_fill_(~keep, float("-inf"))  # exp -> exactly 0
                 return proj.exp_()
