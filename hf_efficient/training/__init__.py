@@ -1,7 +1,13 @@
-"""Training utilities shared by the scripts: callbacks, metrics, config files, model cards."""
+"""Training utilities shared by the scripts: callbacks, metrics, config files, model cards, distillation."""
 
 from .callbacks import RandomStateCallback, has_random_state, resample_attention_random_state, step_seed
 from .config_files import ConfigArguments, load_config_file, merge_model_configs, parse_args_with_config_files
+from .distillation import (
+    AttentionDistillationTrainer,
+    attention_settings,
+    check_attention_changed,
+    layer_relative_errors,
+)
 from .distributed import enable_cpu_ddp_if_launched
 from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
@@ -9,16 +15,20 @@ from .run import RandomStateArguments, evaluate_and_save, random_state_callbacks
 
 __all__ = [
     "METRICS",
+    "AttentionDistillationTrainer",
     "ConfigArguments",
     "RandomStateArguments",
     "RandomStateCallback",
+    "attention_settings",
     "build_compute_metrics",
+    "check_attention_changed",
     "build_model_card",
     "compute_task_metrics",
     "efficiency_metrics",
     "evaluate_and_save",
     "enable_cpu_ddp_if_launched",
     "has_random_state",
+    "layer_relative_errors",
     "load_config_file",
     "merge_model_configs",
     "parse_args_with_config_files",
