@@ -24,7 +24,7 @@ lint: install
 test: lint
 	$(PY) -m pytest -q
 
-# Main job (about 10 minutes on 2 cores, set-up included): pretrain a tiny EfficientBert with Longformer attention on IMDB
+# Main job (5-11 minutes on 2 cores, set-up included): pretrain a tiny EfficientBert with Longformer attention on IMDB
 # text (masked LM, WordPiece trained on the corpus), fine-tune it on Rotten Tomatoes polarity and print the
 # held-out accuracy, then fill a mask with the pretrained model. Everything lands in runs/demo/.
 DEMO := runs/demo
