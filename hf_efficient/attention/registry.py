@@ -37,13 +37,20 @@ def list_attention_types(modality: str | None = None) -> list[str]:
     )
 
 
-def get_attention_class(attention_type: str) -> type[AttentionCore]:
-    """The core class registered under ``attention_type``; a clear error lists the valid names."""
+def get_attention_class(attention_type: str, modality: str | None = None) -> type[AttentionCore]:
+    """The core class registered under ``attention_type``; a clear error lists the valid names. With
+    ``modality``, a type not meant for it (``graph_sparse`` for text) raises, listing the types that are."""
     try:
-        return ATTENTION_REGISTRY[attention_type]
+        cls = ATTENTION_REGISTRY[attention_type]
     except KeyError:
         valid = ", ".join(list_attention_types())
         raise ValueError(f"Unknown attention_type {attention_type!r}. Registered types: {valid}.") from None
+    if modality is not None and attention_type not in (allowed := list_attention_types(modality)):
+        raise ValueError(
+            f"attention_type {attention_type!r} is not available for {modality} models. "
+            f"Types for {modality}: {', '.join(allowed)}."
+        )
+    return cls
 
 
 def validate_attention_config(
