@@ -35,6 +35,7 @@ from hf_efficient.training import (
     build_model_card,
     check_attention_changed,
     efficiency_metrics,
+    end_distributed_run,
     evaluate_and_save,
     random_state_callbacks,
     save_model_card,
@@ -140,3 +141,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 if __name__ == "__main__":
     main()
+    end_distributed_run()  # every process: gloo threads must not outlive the group

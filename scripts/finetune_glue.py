@@ -38,6 +38,7 @@ from hf_efficient.training import (
     build_compute_metrics,
     build_model_card,
     efficiency_metrics,
+    end_distributed_run,
     evaluate_and_save,
     predictions_from_logits,
     random_state_callbacks,
@@ -148,3 +149,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 if __name__ == "__main__":
     main()
+    end_distributed_run()  # every process: gloo threads must not outlive the group

@@ -44,6 +44,7 @@ from hf_efficient.training import (
     RandomStateArguments,
     build_model_card,
     efficiency_metrics,
+    end_distributed_run,
     evaluate_and_save,
     random_state_callbacks,
     save_model_card,
@@ -170,3 +171,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 if __name__ == "__main__":
     main()
+    end_distributed_run()  # every process: gloo threads must not outlive the group

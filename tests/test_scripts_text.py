@@ -20,7 +20,7 @@ from transformers import pipeline
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.data import load_movie_reviews, rotten_tomatoes_splits
-from hf_efficient.training import has_random_state
+from hf_efficient.training import end_distributed_run, has_random_state
 
 from .script_loader import SCRIPTS, load_script
 
@@ -207,6 +207,32 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+END_RUN_SCRIPT = """
+import torch, torch.distributed as dist
+from hf_efficient.training import end_distributed_run
+dist.init_process_group("gloo")
+total = torch.ones(1)
+dist.all_reduce(total)
+end_distributed_run()
+print(f"rank {dist.get_rank() if dist.is_initialized() else 'ended'}: sum {total.item():.0f}", flush=True)
+"""
+
+
+def test_end_distributed_run_tears_the_group_down_on_every_rank(tmp_path):
+    """A rank that exits with a live gloo group can die in interpreter shutdown (SIGABRT, "terminate called
+    without an active exception"): CI lost a finished two-process run that way. The scripts end with
+    end_distributed_run; here both ranks must get past it with the group destroyed and exit 0."""
+    end_distributed_run()  # no group in this process: nothing to do, no error
+    script = tmp_path / "end_run.py"
+    script.write_text(END_RUN_SCRIPT)
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    launch += ["--master_port", str(_free_port()), str(script)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(launch, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stdout.count("rank ended: sum 2") == 2, result.stdout
 
 
 @pytest.mark.slow

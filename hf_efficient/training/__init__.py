@@ -8,7 +8,7 @@ from .distillation import (
     check_attention_changed,
     layer_relative_errors,
 )
-from .distributed import enable_cpu_ddp_if_launched
+from .distributed import enable_cpu_ddp_if_launched, end_distributed_run
 from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
 from .run import RandomStateArguments, evaluate_and_save, random_state_callbacks, setup_run, train_and_save
@@ -27,6 +27,7 @@ __all__ = [
     "efficiency_metrics",
     "evaluate_and_save",
     "enable_cpu_ddp_if_launched",
+    "end_distributed_run",
     "has_random_state",
     "layer_relative_errors",
     "load_config_file",

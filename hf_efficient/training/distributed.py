@@ -27,3 +27,16 @@ def enable_cpu_ddp_if_launched() -> bool:
         os.environ.setdefault("ACCELERATE_USE_CPU", "true")
         return True
     return False
+
+
+def end_distributed_run() -> None:
+    """Wait for every process, then destroy the process group, before the interpreter exits.
+
+    A process that exits with a gloo group alive leaves gloo's worker threads to be destroyed during
+    interpreter shutdown, where they can call ``std::terminate`` ("terminate called without an active
+    exception", SIGABRT): a two-process fine-tuning run failed that way after both ranks had finished
+    (pytorch/pytorch#190489). The training scripts call this last; a no-op in a single process.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()  # rank 0 may still be writing the model card
+        torch.distributed.destroy_process_group()
