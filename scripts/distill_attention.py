@@ -89,7 +89,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     blocks, eval_blocks = hold_out_blocks(blocks, data_args.validation_split_percentage, training_args.seed)
 
     # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
-    callbacks = random_state_callbacks(student, model_args.random_state_redraw_steps, training_args.seed)
+    callbacks = random_state_callbacks(student, model_args, training_args.seed)
     trainer = AttentionDistillationTrainer(
         model=student,
         teacher=teacher,
@@ -129,7 +129,14 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             extra_hyperparameters={
                 "block_size": data_args.block_size,
                 "loss": "mean over layers of sum((student - teacher)^2) / sum(teacher^2), real tokens",
-                **({"random_state_redraw_steps": model_args.random_state_redraw_steps} if callbacks else {}),
+                **(
+                    {
+                        "random_state_redraw_steps": model_args.random_state_redraw_steps,
+                        "random_state_fixed_final_fraction": model_args.random_state_fixed_final_fraction,
+                    }
+                    if callbacks
+                    else {}
+                ),
             },
             eval_metrics=eval_metrics,
             eval_description=f"Distillation loss on {len(eval_blocks or [])} held-out blocks (no dropout).",

@@ -108,7 +108,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         processing_class=tokenizer,
         compute_metrics=build_compute_metrics(task),
         # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.
-        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+        callbacks=random_state_callbacks(model, model_args, training_args.seed),
     )
     attention = model.config.attention_type
     logger.info("task %s, %d training rows, %s attention", task.name, len(train or []), attention)

@@ -102,7 +102,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         processing_class=processor,  # saved beside the model: pipeline("image-classification") loads it
         compute_metrics=build_compute_metrics(ImageClassificationTask()),
         # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.
-        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+        callbacks=random_state_callbacks(model, model_args, training_args.seed),
     )
     config = model.config
     logger.info(

@@ -83,7 +83,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         data_collator=default_data_collator,
         processing_class=processor,  # saved beside the model for the fine-tuning script
         # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.
-        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+        callbacks=random_state_callbacks(model, model_args, training_args.seed),
     )
     config = model.config
     num_patches = config.max_position_embeddings - 1

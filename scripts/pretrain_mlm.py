@@ -92,7 +92,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     eval_metrics = None
 
     # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
-    callbacks = random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed)
+    callbacks = random_state_callbacks(model, model_args, training_args.seed)
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -130,7 +130,14 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             extra_hyperparameters={
                 "block_size": data_args.block_size,
                 "masking": f"{data_args.mlm_probability:.0%} of tokens (80% [MASK], 10% random, 10% kept)",
-                **({"random_state_redraw_steps": model_args.random_state_redraw_steps} if callbacks else {}),
+                **(
+                    {
+                        "random_state_redraw_steps": model_args.random_state_redraw_steps,
+                        "random_state_fixed_final_fraction": model_args.random_state_fixed_final_fraction,
+                    }
+                    if callbacks
+                    else {}
+                ),
             },
             eval_metrics=eval_metrics,
             eval_description=f"Masked-token loss and perplexity on {len(eval_blocks or [])} held-out blocks.",

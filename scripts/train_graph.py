@@ -130,7 +130,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         data_collator=collator,
         compute_metrics=task.compute_metrics,
         # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.
-        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+        callbacks=random_state_callbacks(model, model_args, training_args.seed),
     )
     logger.info(
         "%s: %d training graphs, %s-level %s, %s attention (%s layers), %s parameters", splits.source,

@@ -218,7 +218,7 @@ def main(args: list[str] | None = None) -> dict:
         data_collator=DataCollatorWithPadding(tokenizer),
         processing_class=tokenizer,
         compute_metrics=build_compute_metrics(_ListOpsTask),
-        callbacks=random_state_callbacks(model, model_args.random_state_redraw_steps, training_args.seed),
+        callbacks=random_state_callbacks(model, model_args, training_args.seed),
     )
     attention = config.attention_type
     logger.info(

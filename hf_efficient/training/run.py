@@ -44,11 +44,22 @@ class RandomStateArguments:
     random_state_redraw_steps: int = field(
         default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
     )
+    random_state_fixed_final_fraction: float = field(
+        default=0.2,
+        metadata={
+            "help": "No redraws in this final fraction of max_steps: the weights settle on the features."
+        },
+    )
 
 
-def random_state_callbacks(model: nn.Module, redraw_every_n_steps: int, seed: int) -> list[TrainerCallback]:
+def random_state_callbacks(
+    model: nn.Module, arguments: RandomStateArguments, seed: int
+) -> list[TrainerCallback]:
     """``[RandomStateCallback]`` if a core of ``model`` has random state (Performer, RFA), else ``[]``."""
-    return [RandomStateCallback(redraw_every_n_steps, seed=seed)] if has_random_state(model) else []
+    if not has_random_state(model):
+        return []
+    every, fixed = arguments.random_state_redraw_steps, arguments.random_state_fixed_final_fraction
+    return [RandomStateCallback(every, seed=seed, fixed_final_fraction=fixed)]
 
 
 def train_and_save(trainer: Trainer) -> TrainOutput:
