@@ -593,7 +593,10 @@ def plot(records: list[dict], out: Path) -> None:
                         ax.plot(*zip(*pts, strict=True), style, marker="o", color=f"C{i}", label=impl)
                 ax.set(xscale="log", yscale="log", xlabel="n", ylabel=label, title=f"{mechanism}, {mode}")
                 ax.grid(True, which="both", alpha=0.3)
-                ax.legend(fontsize=7)
+                if ax.get_legend_handles_labels()[0]:
+                    ax.legend(fontsize=7)
+                else:  # every point failed or was skipped (see the summary's status column)
+                    ax.text(0.5, 0.5, "no measured points", transform=ax.transAxes, ha="center")
         fig.tight_layout()
         fig.savefig(out / name, dpi=100)
         plt.close(fig)
