@@ -275,24 +275,6 @@ def test_swin_window_follows_the_image_size():
 # ---------------------------------------------------------------------------------------------------------
 
 
-def test_mean_pooling_classifies_the_mean_of_the_patch_tokens(tmp_path):
-    model = EfficientViTForImageClassification(tiny_config(num_labels=3, classifier_pooling="mean")).eval()
-    x = images()
-    with torch.no_grad():
-        hidden = model.vit(x).last_hidden_state  # (b, 1 + 16, D)
-        expected = model.classifier(hidden[:, 1:].mean(1))
-        logits = model(x).logits
-        assert torch.allclose(logits, expected, atol=1e-6)
-        assert not torch.allclose(logits, model.classifier(hidden[:, 0]), atol=1e-3)
-    model.save_pretrained(tmp_path)
-    reloaded = AutoModelForImageClassification.from_pretrained(tmp_path).eval()
-    assert reloaded.config.classifier_pooling == "mean"
-    with torch.no_grad():
-        assert torch.allclose(reloaded(x).logits, logits, atol=1e-6)
-    with pytest.raises(CONFIG_ERRORS, match="classifier_pooling must be 'cls'"):
-        tiny_config(classifier_pooling="max")
-
-
 def test_wrong_image_size_or_channels_raise():
     model = EfficientViTModel(tiny_config()).eval()
     with pytest.raises(ValueError, match="interpolate_pos_encoding=True"):

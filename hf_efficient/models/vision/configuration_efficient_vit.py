@@ -43,9 +43,6 @@ class EfficientViTConfig(EfficientEncoderConfig):
     qkv_bias: bool = True
     pooler_output_size: int | None = None
     pooler_act: str = "tanh"
-    # EfficientViTForImageClassification's input: "cls" (ViT) or "mean" of the patch tokens (MAE's
-    # fine-tuning, timm's global_pool="avg")
-    classifier_pooling: str = "cls"
     # ViT-MAE (EfficientViTMAEForPreTraining)
     mask_ratio: float | int = 0.75
     norm_pix_loss: bool = False
@@ -87,10 +84,5 @@ class EfficientViTConfig(EfficientEncoderConfig):
                 )
         if not 0.0 <= self.mask_ratio < 1.0:
             raise ValueError(f"mask_ratio must be in [0, 1), got {self.mask_ratio}.")
-        if self.classifier_pooling not in ("cls", "mean"):
-            raise ValueError(
-                f"classifier_pooling must be 'cls' ([CLS] token, ViT) or 'mean' (mean of the patch tokens), "
-                f"got {self.classifier_pooling!r}."
-            )
         if not self.qkv_bias:
             raise ValueError("qkv_bias=False is not supported: the query/key/value projections have biases.")

@@ -230,8 +230,7 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
 
 
 class EfficientViTForImageClassification(EfficientViTPreTrainedModel):
-    """Final-LayerNorm [CLS] (or the mean of the patch tokens, ``classifier_pooling="mean"``) -> linear
-    (ViT's head); single-label, multi-label or regression."""
+    """Final-LayerNorm [CLS] -> linear (ViT's head); single-label, multi-label or regression."""
 
     def __init__(self, config: EfficientViTConfig):
         super().__init__(config)
@@ -257,9 +256,7 @@ class EfficientViTForImageClassification(EfficientViTPreTrainedModel):
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        hidden = outputs.last_hidden_state  # (b, 1 + N, D)
-        pooled = hidden[:, 1:].mean(1) if self.config.classifier_pooling == "mean" else hidden[:, 0]  # (b, D)
-        logits = self.classifier(pooled)  # (b, num_labels)
+        logits = self.classifier(outputs.last_hidden_state[:, 0])  # (b, num_labels)
         loss = classification_loss(self.config, logits, labels) if labels is not None else None
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
