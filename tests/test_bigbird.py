@@ -10,6 +10,7 @@ from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAtt
 
 from hf_efficient.attention import AttentionSpec, build_attention
 from hf_efficient.attention.bigbird import build_block_layout
+from hf_efficient.attention.utils import ChunkBuffers
 
 from .helpers import make_core, make_qkv, reference_attention
 
@@ -79,8 +80,9 @@ def test_matches_reference_on_block_pattern_with_padding_and_gradients(config):
 
 
 def test_backward_gradcheck_with_dropout_in_chunks(monkeypatch):
-    """The recomputing backward (several chunks, seeded dropout masks) against finite differences."""
-    monkeypatch.setattr("hf_efficient.attention.bigbird.rows_per_chunk", lambda *args: 2)
+    """The recomputing backward against finite differences: seeded dropout masks, and chunks of 4 and 2
+    query blocks (6 blocks), so the last chunk works in views of the first one's reused buffers."""
+    monkeypatch.setattr("hf_efficient.attention.bigbird.rows_per_chunk", lambda *args: 4)
     spec = AttentionSpec(2, 3, dropout=0.3)
     core = build_attention("bigbird", spec, dict(block_size=3, num_random_blocks=1)).train()
     q, k, v = (t.double() for t in make_qkv(b=1, h=2, n=17, d=3))
@@ -202,3 +204,14 @@ def test_parity_with_transformers(n, n_real):
     core.layouts.clear()  # our own random blocks differ from theirs, so the outputs must differ
     with torch.no_grad():
         assert not torch.allclose(run_both(hf, core, hidden, mask)[1], theirs, atol=1e-3)
+
+
+def test_chunk_buffers_reuse_memory_and_grow_when_asked():
+    buffers = ChunkBuffers(torch.zeros(1, dtype=torch.float64))
+    first = buffers("scores", (2, 3))
+    smaller = buffers("scores", (1, 3))
+    assert smaller.data_ptr() == first.data_ptr() and smaller.shape == (1, 3)
+    assert smaller.dtype == torch.float64
+    assert buffers("scores", (4, 3)).shape == (4, 3)
+    assert buffers("other", (2,)).data_ptr() != buffers("scores", (2,)).data_ptr()
+    assert buffers("keep", (2, 3), torch.bool).dtype == torch.bool

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
 from .registry import register_attention
-from .utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
+from .utils import CHUNK_BYTES, ChunkBuffers, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
 
 
 @dataclass
@@ -113,11 +113,10 @@ def build_block_layout(
     return BlockLayout(index, valid, tuple(torch.nonzero(is_global).flatten().tolist()))
 
 
-def _gather_blocks(blocks: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """(N, B, d) flat key/value blocks, (b, h, c, K) flat block ids -> (b, h, c, K * B, d)."""
-    b, h, c, k = index.shape
-    gathered = blocks.index_select(0, index.reshape(-1))  # (b * h * c * K, B, d)
-    return gathered.view(b, h, c, k * blocks.shape[1], blocks.shape[2])
+def _gather_blocks(blocks: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """(N, B, d) flat key/value blocks, (b, h, c, K) flat block ids -> ``out`` (b, h, c, K * B, d)."""
+    torch.index_select(blocks, 0, index.reshape(-1), out=out.view(-1, *blocks.shape[1:]))
+    return out
 
 
 def _add_key_grads(grad, slot_grads, index, c0, num_window, global_index) -> None:
@@ -148,14 +147,21 @@ class _BlockSparseSoftmax(torch.autograd.Function):
     """Sparse rows: out = softmax(q K_S^T, over allowed keys) V_S per query block; backward recomputes."""
 
     @staticmethod
-    def _probs(q, k, index, blocked, mask_rows):
+    def _gathered(t, index, buffers, name):
+        """The key or value blocks of a chunk's slots, (b, h, c, K * B, d), in a reused buffer."""
+        b, h, c, slots = index.shape
+        return _gather_blocks(t, index, buffers(name, (b, h, c, slots * t.shape[1], t.shape[2])))
+
+    @staticmethod
+    def _probs(q, k, index, blocked, mask_rows, buffers):
         """Probabilities (b, h, c, B, K * B) of a chunk and its gathered keys (b, h, c, K * B, d)."""
-        keys = _gather_blocks(k, index)  # (b, h, c, K * B, d)
-        scores = torch.matmul(q, keys.transpose(-1, -2))  # (b, h, c, B, K * B)
+        keys = _BlockSparseSoftmax._gathered(k, index, buffers, "keys")  # (b, h, c, K * B, d)
+        shape = (*q.shape[:-1], keys.shape[-2])  # (b, h, c, B, K * B)
+        scores = torch.matmul(q, keys.transpose(-1, -2), out=buffers("scores", shape))
         if mask_rows is not None:  # only the rows [lo, hi) of this chunk hold keys to exclude
             lo, hi = mask_rows
             scores[:, :, lo:hi].masked_fill_(blocked[:, :, lo:hi, None, :], torch.finfo(scores.dtype).min)
-        return torch.softmax(scores, -1), keys
+        return torch.softmax(scores, -1, out=buffers("probs", shape)), keys
 
     @staticmethod
     def _dropout_keep(shape, p, seed, chunk, device) -> torch.Tensor:
@@ -178,18 +184,17 @@ class _BlockSparseSoftmax(torch.autograd.Function):
             rows = torch.nonzero(row_blocked[c0 : c0 + step]).flatten().tolist()
             mask_rows.append((rows[0], rows[-1] + 1) if rows else None)
         seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
-        out = torch.empty_like(q)
+        out, buffers = torch.empty_like(q), ChunkBuffers(q)
         for chunk, c0 in enumerate(range(0, nb, step)):
             rows = slice(c0, c0 + step)
             probs, _ = _BlockSparseSoftmax._probs(
-                q[:, :, rows], k, index[:, :, rows], blocked[:, :, rows], mask_rows[chunk]
+                q[:, :, rows], k, index[:, :, rows], blocked[:, :, rows], mask_rows[chunk], buffers
             )
-            values = _gather_blocks(v, index[:, :, rows])  # (b, h, c, K * B, d)
+            values = _BlockSparseSoftmax._gathered(v, index[:, :, rows], buffers, "values")
             if dropout_p > 0:
                 keep = _BlockSparseSoftmax._dropout_keep(probs.shape, dropout_p, seed, chunk, q.device)
                 probs = probs.masked_fill_(~keep, 0.0).div_(1 - dropout_p)
             out[:, :, rows] = torch.matmul(probs, values)  # (b, h, c, B, d)
-            del probs, values  # free before the next chunk allocates its own
         ctx.save_for_backward(q, k, v, index, blocked, global_index)
         ctx.step, ctx.seed, ctx.dropout_p, ctx.mask_rows = step, seed, dropout_p, mask_rows
         ctx.num_window = num_window
@@ -212,26 +217,29 @@ class _BlockSparseSoftmax(torch.autograd.Function):
         dense = torch.contiguous_format
         grad_q = torch.empty_like(q)
         grad_k, grad_v = torch.zeros_like(k, memory_format=dense), torch.zeros_like(v, memory_format=dense)
+        buffers = ChunkBuffers(q)
         for chunk, c0 in enumerate(range(0, nb, ctx.step)):
             rows = slice(c0, c0 + ctx.step)
             probs, keys = _BlockSparseSoftmax._probs(
-                q[:, :, rows], k, index[:, :, rows], blocked[:, :, rows], ctx.mask_rows[chunk]
+                q[:, :, rows], k, index[:, :, rows], blocked[:, :, rows], ctx.mask_rows[chunk], buffers
             )
-            values = _gather_blocks(v, index[:, :, rows])  # (b, h, c, K * B, d)
+            values = _BlockSparseSoftmax._gathered(v, index[:, :, rows], buffers, "values")
             grad_o = grad_out[:, :, rows]  # (b, h, c, B, d)
-            grad_p = torch.matmul(grad_o, values.transpose(-1, -2))  # (b, h, c, B, K * B)
+            # Every chunk-sized result goes into a reused buffer (see ChunkBuffers).
+            grad_p = torch.matmul(grad_o, values.transpose(-1, -2), out=buffers("grad_p", probs.shape))
             used = probs
             if p_drop > 0:
                 keep = _BlockSparseSoftmax._dropout_keep(probs.shape, p_drop, ctx.seed, chunk, q.device)
                 used = probs.masked_fill(~keep, 0.0).div_(1 - p_drop)
                 grad_p = grad_p.masked_fill_(~keep, 0.0).div_(1 - p_drop)
-            grad_values = torch.matmul(used.transpose(-1, -2), grad_o)  # (b, h, c, K * B, d)
-            add_grads(grad_v, grad_values, c0, rows)
-            grad_s = torch._softmax_backward_data(grad_p, probs, -1, probs.dtype)  # p * (dp - rowsum(p dp))
+            # (b, h, c, K * B, d); the key gradients below reuse the same buffer once these are added.
+            slot_grads = buffers("slot_grads", keys.shape)
+            add_grads(grad_v, torch.matmul(used.transpose(-1, -2), grad_o, out=slot_grads), c0, rows)
+            grad_s = torch._softmax_backward_data(  # p * (dp - rowsum(p dp)), (b, h, c, B, K * B)
+                grad_p, probs, -1, probs.dtype, grad_input=buffers("grad_s", probs.shape)
+            )
             grad_q[:, :, rows] = torch.matmul(grad_s, keys)
-            grad_keys = torch.matmul(grad_s.transpose(-1, -2), q[:, :, rows])  # (b, h, c, K * B, d)
-            add_grads(grad_k, grad_keys, c0, rows)
-            del probs, keys, values, grad_p, used, grad_values, grad_s, grad_keys
+            add_grads(grad_k, torch.matmul(grad_s.transpose(-1, -2), q[:, :, rows], out=slot_grads), c0, rows)
         return grad_q, grad_k, grad_v, None, None, None, None, None
 
 
