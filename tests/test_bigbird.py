@@ -80,12 +80,13 @@ def test_matches_reference_on_block_pattern_with_padding_and_gradients(config):
 
 
 def test_backward_gradcheck_with_dropout_in_chunks(monkeypatch):
-    """The recomputing backward against finite differences: seeded dropout masks, and chunks of 4 and 2
-    query blocks (6 blocks), so the last chunk works in views of the first one's reused buffers."""
+    """Both recomputing backwards against finite differences: seeded dropout masks, and chunks of 4 and 2
+    query blocks (6 blocks) in the sparse rows and of 4 and 1 heads in the dense global rows, so each
+    last chunk works in views of the first one's reused buffers."""
     monkeypatch.setattr("hf_efficient.attention.bigbird.rows_per_chunk", lambda *args: 4)
-    spec = AttentionSpec(2, 3, dropout=0.3)
+    spec = AttentionSpec(5, 3, dropout=0.3)
     core = build_attention("bigbird", spec, dict(block_size=3, num_random_blocks=1)).train()
-    q, k, v = (t.double() for t in make_qkv(b=1, h=2, n=17, d=3))
+    q, k, v = (t.double() for t in make_qkv(b=1, h=5, n=17, d=3))
     mask = torch.arange(17)[None] < 16
 
     def run(q, k, v):
