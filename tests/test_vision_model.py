@@ -33,6 +33,7 @@ from hf_efficient import (
     EfficientViTModel,
     get_attention_class,
 )
+from hf_efficient.models.vision.modeling_efficient_vit import sincos_position_table
 
 VISION_TYPES = hf_efficient.list_attention_types("vision")
 TINY_VIT = dict(
@@ -171,6 +172,25 @@ def test_mae_one_channel_other_size_and_unpatchify():
 # ---------------------------------------------------------------------------------------------------------
 # Every vision attention type
 # ---------------------------------------------------------------------------------------------------------
+
+
+def test_sincos_position_init_starts_learned_positions_from_the_table(tmp_path):
+    table = sincos_position_table(4, 4, TINY_VIT["hidden_size"])  # (1, 1 + 16, 32), zero [CLS] row
+    config = EfficientViTConfig(**TINY_VIT, position_embedding_init="sincos")
+    model = EfficientViTForImageClassification(config)
+    positions = model.vit.embeddings.position_embeddings
+    torch.testing.assert_close(positions.data, table)
+    assert positions.requires_grad, "sincos only sets the start: the positions stay learned"
+    default = EfficientViTForImageClassification(EfficientViTConfig(**TINY_VIT))
+    assert not torch.allclose(default.vit.embeddings.position_embeddings, table)
+    with torch.no_grad():  # trained positions survive save/load (loading does not re-initialise them)
+        positions.add_(0.5)
+    model.save_pretrained(tmp_path)
+    loaded = EfficientViTForImageClassification.from_pretrained(tmp_path)
+    assert loaded.config.position_embedding_init == "sincos"
+    torch.testing.assert_close(loaded.vit.embeddings.position_embeddings, positions)
+    with pytest.raises(CONFIG_ERRORS, match="position_embedding_init"):
+        EfficientViTConfig(**TINY_VIT, position_embedding_init="zeros")
 
 
 def test_vision_types_exclude_graph_only_ones():

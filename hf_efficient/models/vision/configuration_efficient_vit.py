@@ -43,6 +43,9 @@ class EfficientViTConfig(EfficientEncoderConfig):
     qkv_bias: bool = True
     pooler_output_size: int | None = None
     pooler_act: str = "tanh"
+    # How ViT's learned position embeddings start: "random" (ViT's truncated normal) or "sincos" (MAE's
+    # fixed 2-D sine-cosine table, then learned; a spatial prior that helps small data, see README).
+    position_embedding_init: str = "random"
     # ViT-MAE (EfficientViTMAEForPreTraining)
     mask_ratio: float | int = 0.75
     norm_pix_loss: bool = False
@@ -84,5 +87,10 @@ class EfficientViTConfig(EfficientEncoderConfig):
                 )
         if not 0.0 <= self.mask_ratio < 1.0:
             raise ValueError(f"mask_ratio must be in [0, 1), got {self.mask_ratio}.")
+        if self.position_embedding_init not in ("random", "sincos"):
+            raise ValueError(
+                f"position_embedding_init must be 'random' (ViT's truncated normal) or 'sincos' (the 2-D "
+                f"sine-cosine table, then learned), got {self.position_embedding_init!r}."
+            )
         if not self.qkv_bias:
             raise ValueError("qkv_bias=False is not supported: the query/key/value projections have biases.")

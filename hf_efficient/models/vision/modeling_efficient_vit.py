@@ -150,7 +150,8 @@ class EfficientViTPreTrainedModel(EfficientPreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module):
-        """ViT's init (truncated normal [CLS] and positions); MAE's (sin-cos tables, xavier patches)."""
+        """ViT's init (truncated normal [CLS] and positions, or the sin-cos table when
+        ``position_embedding_init="sincos"``); MAE's (sin-cos tables, xavier patches)."""
         super()._init_weights(module)
         std = self.config.initializer_range
         if isinstance(module, EfficientViTEmbeddings) and module.fixed_positions:
@@ -163,7 +164,11 @@ class EfficientViTPreTrainedModel(EfficientPreTrainedModel):
                 init.xavier_uniform_(weight.view(weight.shape[0], -1))  # as nn.Linear, like MAE
             init.normal_(module.cls_token, std=std)
         elif isinstance(module, EfficientViTEmbeddings):
-            init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
+            if self.config.position_embedding_init == "sincos":  # learned, starting from MAE's table
+                table = sincos_position_table(*self.config.grid_size, module.cls_token.shape[-1])
+                init.copy_(module.position_embeddings, table)
+            else:
+                init.trunc_normal_(module.position_embeddings, mean=0.0, std=std)
             init.trunc_normal_(module.cls_token, mean=0.0, std=std)
         elif isinstance(module, EfficientViTMAEDecoder):
             init.copy_(
