@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from datasets import Dataset
 from transformers import AutoTokenizer
 
 import hf_efficient
@@ -25,6 +26,7 @@ from hf_efficient.data.listops import (
     expression_depth,
     generate_expression,
     generate_listops,
+    outer_operator_baseline,
     tokenize_listops,
 )
 
@@ -97,13 +99,60 @@ def test_generator_respects_length_depth_and_arguments(spec):
     expressions = [generate_expression(rng, spec) for _ in range(20 if spec.max_length > 100 else 300)]
     for tokens in expressions:
         assert spec.min_length <= len(tokens) <= spec.max_length
-        assert 1 <= expression_depth(tokens) <= spec.max_depth
+        assert 1 <= expression_depth(tokens) <= spec.max_depth - 1  # the last level holds digits only
         assert all(spec.min_args <= n <= spec.max_args for n in _argument_counts(tokens))
         assert 0 <= evaluate_listops(tokens) <= 9
     if len(expressions) == 300 and spec.max_length - spec.min_length > 20:  # labels, lengths spread out
         labels = Counter(evaluate_listops(tokens) for tokens in expressions)
         assert len(labels) >= 8 and max(labels.values()) / len(expressions) < 0.3
-        assert len({len(tokens) for tokens in expressions}) > 20
+        assert len({len(tokens) for tokens in expressions}) > 10  # of 34 reachable (20-53), low ones likelier
+
+
+def _argument_kinds(tokens: list[str]) -> list[tuple[int, bool]]:
+    """(level, is an operator) of every operator argument; the root is level 1."""
+    kinds, level = [], 0
+    for token in tokens:
+        if token == CLOSE:
+            level -= 1
+            continue
+        if level:
+            kinds.append((level + 1, token in OPERATORS))
+        if token in OPERATORS:
+            level += 1
+    return kinds
+
+
+def test_generator_draws_nodes_as_lra_does():
+    # With a range that keeps every tree with an operator at its root, nothing else is conditioned on:
+    # an argument above the last level is an operator with probability operator_probability, one on the
+    # last level never is, and argument counts are uniform over min_args..max_args (LRA: 0.25, 2-10).
+    spec = ListOpsSpec(4, ListOpsSpec(4, 4, max_depth=4).longest(), max_depth=4)
+    rng = random.Random(0)
+    expressions = [generate_expression(rng, spec) for _ in range(1500)]
+    kinds = [kind for tokens in expressions for kind in _argument_kinds(tokens)]
+    above_last = [is_operator for level, is_operator in kinds if level < spec.max_depth]
+    assert len(above_last) > 5000 and abs(np.mean(above_last) - 0.25) < 0.02
+    assert not any(is_operator for level, is_operator in kinds if level == spec.max_depth)
+    counts = Counter(n for tokens in expressions for n in _argument_counts(tokens))
+    assert set(counts) == set(range(2, 11))
+    assert max(counts.values()) / min(counts.values()) < 1.3
+    # In range 500-1000 (most arguments digits, as in LRA): the outermost operator alone predicts far more
+    # than the majority class (MIN -> 0 and MAX -> 9 over several top-level digits).
+    data = generate_listops(ListOpsSpec(500, 1000), {"train": 400, "test": 200}, seed=0)
+    by_operator = {op: Counter() for op in OPERATORS}
+    for source, label in zip(data["train"]["source"], data["train"]["label"], strict=True):
+        by_operator[source.split()[0]][label] += 1
+    assert by_operator["[MIN"].most_common(1)[0][0] == 0 and by_operator["[MAX"].most_common(1)[0][0] == 9
+    majority = describe_listops(data["test"])["majority_fraction"]
+    assert majority < 0.3 and outer_operator_baseline(data["train"], data["test"]) > majority + 0.08
+
+
+def test_outer_operator_baseline_by_hand():
+    rows = {"source": ["[MAX 1 9 ]", "[MAX 9 9 ]", "[MAX 3 2 ]", "[MIN 0 4 ]"], "label": [9, 9, 3, 0]}
+    train = Dataset.from_dict(rows)
+    test = Dataset.from_dict({"source": ["[MAX 9 1 ]", "[MIN 5 6 ]", "[SM 1 1 ]"], "label": [9, 5, 2]})
+    # MAX -> 9 (right), MIN -> 0 (wrong), SM never outermost in training -> the overall majority 9 (wrong)
+    assert outer_operator_baseline(train, test) == pytest.approx(1 / 3)
 
 
 def test_generator_is_deterministic_for_a_seed():
@@ -115,11 +164,17 @@ def test_generator_is_deterministic_for_a_seed():
 
 def test_spec_rejects_impossible_settings():
     with pytest.raises(ValueError, match="out of reach"):
-        ListOpsSpec(10, 60, max_depth=2, max_args=2)  # at most 2 + 2 * (2 + 2) = 10 tokens
+        ListOpsSpec(10, 60, max_depth=2, max_args=2)  # one operator level: at most 2 + 2 = 4 tokens
     with pytest.raises(ValueError, match="min_args"):
         ListOpsSpec(10, 60, min_args=1)
     with pytest.raises(ValueError, match="min_length"):
         ListOpsSpec(3, 60)
+    with pytest.raises(ValueError, match="operator_probability"):
+        ListOpsSpec(10, 60, operator_probability=0)
+    with pytest.raises(ValueError, match="max_depth"):
+        ListOpsSpec(10, 60, max_depth=1)
+    with pytest.raises(RuntimeError, match="widen the length range"):  # reachable, but far too rare
+        generate_expression(random.Random(0), ListOpsSpec(400, 410, max_depth=4, operator_probability=0.01))
 
 
 def test_dataset_is_deterministic_cached_and_described(tmp_path):
@@ -180,13 +235,14 @@ def test_train_listops_script_two_types_and_summary(tmp_path, capsys):
         saved = json.loads((tmp_path / attention_type / "listops_results.json").read_text())
         assert saved["attention_type"] == attention_type and 0 <= saved["test_accuracy"] <= 1
         assert 0 <= saved["eval_accuracy"] <= 1 and saved["steps"] == 2 and saved["seconds_per_step"] > 0
+        assert 0 <= saved["test_outer_operator_baseline"] <= 1
         assert saved["padded_to"] == (61 if attention_type == "linformer" else None)  # fixed length: padded
         assert result["test_accuracy"] == saved["test_accuracy"]
         assert (tmp_path / attention_type / "tokenizer.json").exists()
         assert "listops" in (tmp_path / attention_type / "README.md").read_text()
     assert len(list((tmp_path / "listops_data").iterdir())) == 1  # both runs read the same cached data
     printed = capsys.readouterr().out
-    assert "| full |" in printed and "36.37 (Transformer)" in printed
+    assert "| full |" in printed and "36.37 (Transformer)" in printed and "outer operator" in printed
     summary = script.main(["--summarize", str(tmp_path)])["runs"]
     assert [r["attention_type"] for r in summary] == ["full", "linformer"]
     table = (tmp_path / "listops_summary.md").read_text()

@@ -39,6 +39,7 @@ from .listops import (
     expression_depth,
     generate_expression,
     generate_listops,
+    outer_operator_baseline,
     tokenize_listops,
 )
 from .text import (
@@ -104,6 +105,7 @@ __all__ = [
     "load_task_datasets",
     "load_text_corpus",
     "movie_reviews_csv",
+    "outer_operator_baseline",
     "preprocess_task",
     "random_crop_flip",
     "read_idx",
