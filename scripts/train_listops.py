@@ -155,11 +155,38 @@ def summarize(root: str | Path) -> list[dict]:
         "anything passes it; LRA's Transformer scores about this, its Linear Trans. and Performer about "
         "the majority class).",
     ]
+    if any(r.get("eval_curve") for r in results):
+        _plot_curves(results, root / "listops_curves.png")
+        lines += ["", "![validation accuracy during training](listops_curves.png)"]
     text = "\n".join(lines) + "\n"
     (root / "listops_summary.md").write_text(text)
     (root / "listops_summary.json").write_text(json.dumps(results, indent=2))
     print(text, flush=True)
     return results
+
+
+def _plot_curves(results: list[dict], path: Path) -> None:
+    """Validation accuracy against training step, one line per run, with the majority class and the
+    outer-operator baseline of the first run's data as dashed floors."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for result in results:
+        if result.get("eval_curve"):
+            steps, accuracy = zip(*result["eval_curve"], strict=True)
+            axes.plot(steps, [100 * a for a in accuracy], marker="o", label=result["attention_type"])
+    floors = {"majority class": "test_majority_fraction", "outer operator": "test_outer_operator_baseline"}
+    for (name, key), style in zip(floors.items(), (":", "--"), strict=True):
+        if results[0].get(key) is not None:
+            axes.axhline(100 * results[0][key], color="grey", linestyle=style, label=f"{name} (test)")
+    axes.set(xlabel="training step", ylabel="validation accuracy (%)", title="ListOps")
+    axes.legend(fontsize=8, ncol=2)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def _with_default_config(args: list[str] | None) -> list[str]:
@@ -279,6 +306,13 @@ def main(args: list[str] | None = None) -> dict:
             "max_steps": training_args.max_steps,
             "seed": training_args.seed,
         },
+        # Validation accuracy during training (eval_strategy "steps"): where a type leaves the majority class.
+        "eval_curve": [
+            [entry["step"], entry["eval_accuracy"]]
+            for entry in trainer.state.log_history
+            if "eval_accuracy" in entry and entry["step"] < steps
+        ]
+        + ([[steps, metrics["eval_accuracy"]]] if "eval_accuracy" in metrics else []),
         "output_dir": str(training_args.output_dir),
     }
     if trainer.is_world_process_zero():

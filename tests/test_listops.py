@@ -225,6 +225,7 @@ def test_train_listops_script_two_types_and_summary(tmp_path, capsys):
     script = load_script("train_listops")
     tiny = ["--min_length", "20", "--max_length", "60", "--num_train", "32", "--num_validation", "8"]
     tiny += ["--num_test", "16", "--max_steps", "2", "--per_device_train_batch_size", "8"]
+    tiny += ["--eval_strategy", "steps", "--eval_steps", "1"]
     tiny += ["--config_overrides", "max_position_embeddings=61,hidden_size=32,intermediate_size=64"]
     runs = {"full": "{}", "linformer": '{"projected_length": 8}'}
     for attention_type, attention_config in runs.items():
@@ -236,6 +237,8 @@ def test_train_listops_script_two_types_and_summary(tmp_path, capsys):
         assert saved["attention_type"] == attention_type and 0 <= saved["test_accuracy"] <= 1
         assert 0 <= saved["eval_accuracy"] <= 1 and saved["steps"] == 2 and saved["seconds_per_step"] > 0
         assert 0 <= saved["test_outer_operator_baseline"] <= 1
+        assert [step for step, _ in saved["eval_curve"]] == [1, 2]  # --eval_steps 1, then the final model
+        assert saved["eval_curve"][-1][1] == saved["eval_accuracy"]
         assert saved["padded_to"] == (61 if attention_type == "linformer" else None)  # fixed length: padded
         assert result["test_accuracy"] == saved["test_accuracy"]
         assert (tmp_path / attention_type / "tokenizer.json").exists()
@@ -248,3 +251,4 @@ def test_train_listops_script_two_types_and_summary(tmp_path, capsys):
     table = (tmp_path / "listops_summary.md").read_text()
     assert "| linformer |" in table and "35.70 (Linformer)" in table
     assert len(json.loads((tmp_path / "listops_summary.json").read_text())) == 2
+    assert (tmp_path / "listops_curves.png").stat().st_size > 0 and "listops_curves.png" in table
