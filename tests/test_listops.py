@@ -4,8 +4,10 @@ and tokenizer, and scripts/train_listops.py end to end on tiny expressions (two 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import random
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -195,6 +197,24 @@ def test_dataset_is_deterministic_cached_and_described(tmp_path):
     assert sum(stats["label_counts"].values()) == 40
     labels = list(data["train"]["label"])
     assert all(evaluate_listops(s) == y for s, y in zip(list(data["train"]["source"]), labels, strict=True))
+
+
+def test_runs_started_together_share_one_cache(tmp_path):
+    # Two processes asking for the same data at the same moment (several attention types started in parallel):
+    # one generates under the lock, the other waits and loads; neither reads the other's half-written files.
+    spec, sizes = ListOpsSpec(20, 60), {"train": 3000, "test": 20}
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(2, mp_context=context) as pool:
+        start = manager.Barrier(2)
+        futures = [pool.submit(_train_sources, spec, sizes, tmp_path / "shared", start) for _ in range(2)]
+        first, second = (future.result(timeout=300) for future in futures)
+    assert first == second and len(first) == 3000
+    assert not (tmp_path / "shared" / "data.new").exists()
+
+
+def _train_sources(spec, sizes, cache_dir, start):
+    start.wait()
+    return list(generate_listops(spec, sizes, seed=1, cache_dir=cache_dir)["train"]["source"])
 
 
 def test_tokenizer_saves_loads_and_pads(tmp_path):

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import datasets
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, load_from_disk
+from filelock import FileLock
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
@@ -233,17 +234,18 @@ def generate_listops(
             the spec, sizes and seed agree (they are stored beside it); mismatching data is regenerated.
     """
     settings = {"spec": asdict(spec), "sizes": dict(sizes), "seed": seed}
-    if cache_dir is not None:
-        cache = Path(cache_dir)
+    if cache_dir is None:
+        return _generate(spec, sizes, seed, None)
+    cache = Path(cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    # Runs of several attention types share one data folder and may start together: the first generates and
+    # saves under the lock, the others wait for it and load (without it one read half-written Arrow files).
+    with FileLock(str(cache / ".lock")):
         stored = cache / _SPEC_FILE
         if stored.exists() and json.loads(stored.read_text()) == settings:
             return load_from_disk(str(cache / "data"))
         stored.unlink(missing_ok=True)  # written again once the new data is saved
-    data = DatasetDict(
-        {split: _generate_split(spec, seed, split, size, cache_dir) for split, size in sizes.items() if size}
-    )
-    if cache_dir is not None:
-        cache.mkdir(parents=True, exist_ok=True)
+        data = _generate(spec, sizes, seed, cache)
         # Save beside, then swap: data of an earlier call may still be memory-mapped from the old files.
         staging = cache / "data.new"
         shutil.rmtree(staging, ignore_errors=True)
@@ -254,6 +256,12 @@ def generate_listops(
         data = load_from_disk(str(cache / "data"))
         shutil.rmtree(cache / "generator", ignore_errors=True)  # from_generator's copy: keep one
     return data
+
+
+def _generate(spec: ListOpsSpec, sizes: dict[str, int], seed: int, cache: Path | None) -> DatasetDict:
+    return DatasetDict(
+        {split: _generate_split(spec, seed, split, size, cache) for split, size in sizes.items() if size}
+    )
 
 
 def _generate_split(spec: ListOpsSpec, seed: int, split: str, size: int, cache_dir) -> Dataset:
