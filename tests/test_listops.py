@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from datasets import Dataset
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, pipeline
 
 import hf_efficient
 from hf_efficient import validate_attention_config
@@ -28,7 +28,9 @@ from hf_efficient.data.listops import (
     expression_depth,
     generate_expression,
     generate_listops,
+    outer_operator_agreement,
     outer_operator_baseline,
+    outer_operator_guesses,
     tokenize_listops,
 )
 
@@ -155,6 +157,12 @@ def test_outer_operator_baseline_by_hand():
     test = Dataset.from_dict({"source": ["[MAX 9 1 ]", "[MIN 5 6 ]", "[SM 1 1 ]"], "label": [9, 5, 2]})
     # MAX -> 9 (right), MIN -> 0 (wrong), SM never outermost in training -> the overall majority 9 (wrong)
     assert outer_operator_baseline(train, test) == pytest.approx(1 / 3)
+    guesses = outer_operator_guesses(train)
+    assert guesses == {"[MAX": 9, "[MIN": 0}
+    # A model answering 9, 0, 9 answers by the outer operator on the first two; SM has no guess: no agreement
+    assert outer_operator_agreement([9, 0, 9], list(test["source"]), guesses) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="one answer per expression"):
+        outer_operator_agreement([9], list(test["source"]), guesses)
 
 
 def test_generator_is_deterministic_for_a_seed():
@@ -272,3 +280,14 @@ def test_train_listops_script_two_types_and_summary(tmp_path, capsys):
     assert "| linformer |" in table and "35.70 (Linformer)" in table
     assert len(json.loads((tmp_path / "listops_summary.json").read_text())) == 2
     assert (tmp_path / "listops_curves.png").stat().st_size > 0 and "listops_curves.png" in table
+    # Each saved model's test answers against the outer-operator guesses, checked one expression at a time
+    # through the pipeline (no batch padding) on the same regenerated data.
+    data = generate_listops(ListOpsSpec(20, 60), {"train": 32, "validation": 8, "test": 16})
+    guesses, sources = outer_operator_guesses(data["train"]), list(data["test"]["source"])
+    for result in summary:
+        padding = {"padding": "max_length", "max_length": 61} if result["padded_to"] else {}
+        classify = pipeline("text-classification", model=str(tmp_path / result["attention_type"]))
+        answers = [int(classify(source, **padding)[0]["label"]) for source in sources]
+        expected = outer_operator_agreement(answers, sources, guesses)
+        assert result["test_outer_operator_agreement"] == pytest.approx(expected)
+    assert "answers as outer operator" in table

@@ -39,7 +39,9 @@ from .listops import (
     expression_depth,
     generate_expression,
     generate_listops,
+    outer_operator_agreement,
     outer_operator_baseline,
+    outer_operator_guesses,
     tokenize_listops,
 )
 from .text import (
@@ -105,7 +107,9 @@ __all__ = [
     "load_task_datasets",
     "load_text_corpus",
     "movie_reviews_csv",
+    "outer_operator_agreement",
     "outer_operator_baseline",
+    "outer_operator_guesses",
     "preprocess_task",
     "random_crop_flip",
     "read_idx",

@@ -298,22 +298,42 @@ def describe_listops(dataset: Dataset) -> dict:
     }
 
 
+def outer_operator_guesses(train: Dataset) -> dict[str, int]:
+    """Each outermost operator's most frequent training label (``{"[MAX": 9, "[MIN": 0, ...}``)."""
+    by_operator: dict[str, Counter] = {}
+    for source, label in zip(train["source"], train["label"], strict=True):
+        by_operator.setdefault(_outer_operator(source), Counter())[label] += 1
+    return {operator: counts.most_common(1)[0][0] for operator, counts in by_operator.items()}
+
+
+def outer_operator_agreement(
+    answers: Sequence[int], sources: Sequence[str], guesses: dict[str, int]
+) -> float:
+    """The fraction of ``answers`` (labels or a model's predictions, one per source expression) that equal
+    the guess for the expression's outermost operator. For a model: 1.0 means it answers from the first
+    token alone, whatever its accuracy."""
+    if len(answers) != len(sources) or not sources:
+        raise ValueError(f"Need one answer per expression; got {len(answers)} for {len(sources)}.")
+    pairs = zip(answers, sources, strict=True)
+    hits = [guesses.get(_outer_operator(source)) == answer for answer, source in pairs]
+    return sum(hits) / len(hits)
+
+
 def outer_operator_baseline(train: Dataset, test: Dataset) -> float:
     """Test accuracy of predicting, for each outermost operator, its most frequent training label.
 
     What a model gets from the expression's first token alone: the floor a model that learned anything
-    about ListOps should pass, and about where LRA's Transformer ends (module docs).
+    about ListOps should pass, and about where LRA's Transformer ends (module docs). An operator never
+    outermost in training gets the most frequent training label.
     """
-    by_operator: dict[str, Counter] = {}
-    for source, label in zip(train["source"], train["label"], strict=True):
-        by_operator.setdefault(source.split(maxsplit=1)[0], Counter())[label] += 1
-    overall = Counter(train["label"]).most_common(1)[0][0]  # an operator never seen outermost in training
-    guesses = {op: counts.most_common(1)[0][0] for op, counts in by_operator.items()}
-    hits = [
-        guesses.get(source.split(maxsplit=1)[0], overall) == label
-        for source, label in zip(test["source"], test["label"], strict=True)
-    ]
-    return sum(hits) / len(hits)
+    guesses = outer_operator_guesses(train)
+    overall = Counter(train["label"]).most_common(1)[0][0]
+    guesses.update({_outer_operator(s): overall for s in test["source"] if _outer_operator(s) not in guesses})
+    return outer_operator_agreement(list(test["label"]), list(test["source"]), guesses)
+
+
+def _outer_operator(source: str) -> str:
+    return source.split(maxsplit=1)[0]
 
 
 def build_listops_tokenizer(model_max_length: int | None = None) -> PreTrainedTokenizerFast:
