@@ -24,9 +24,9 @@ lint: install
 test: lint
 	$(PY) -m pytest -q
 
-# Main job (5-11 minutes on 2 cores, set-up included): pretrain a tiny EfficientBert with Longformer attention on IMDB
-# text (masked LM, WordPiece trained on the corpus), fine-tune it on Rotten Tomatoes polarity and print the
-# held-out accuracy, then fill a mask with the pretrained model. Everything lands in runs/demo/.
+# Main job (5-20 minutes on 2 cores, set-up included; see the README): pretrain a tiny EfficientBert with
+# Longformer attention on IMDB text (masked LM, WordPiece trained on the corpus), fine-tune it on Rotten
+# Tomatoes polarity and print the held-out accuracy, then fill a mask with the pretrained model. Everything lands in runs/demo/.
 DEMO := runs/demo
 demo: install
 	$(PY) scripts/pretrain_mlm.py --config configs/text/base_tiny.json --attention_type longformer \

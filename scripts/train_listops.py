@@ -162,8 +162,8 @@ def summarize(root: str | Path) -> list[dict]:
         f"Data: {data.get('num_train')} training / {data.get('num_test')} test expressions of "
         f"{data.get('min_length')}-{data.get('max_length')} tokens (seed {data.get('seed')}). LRA paper: 96k "
         "training expressions of 500-2000 tokens. Outer operator: the test accuracy of answering each "
-        "expression's outermost operator with its most frequent training label (a model that learned "
-        "anything passes it; LRA's Transformer scores about this, its Linear Trans. and Performer about "
+        "expression's outermost operator with its most frequent training label (what a model reading only "
+        "the first token reaches; LRA's Transformer scores about this, its Linear Trans. and Performer about "
         "the majority class). Answers as outer operator: how often the saved model's test prediction is that "
         "guess (100% means it reads only the first token).",
     ]
@@ -318,7 +318,7 @@ def main(args: list[str] | None = None) -> dict:
         "eval_accuracy": metrics.get("eval_accuracy"),
         "test_majority_fraction": stats["test"]["majority_fraction"] if "test" in stats else None,
         # The label most frequent in training for the test expression's outermost operator (module docs of
-        # hf_efficient.data.listops): the floor a model that learned anything should pass.
+        # hf_efficient.data.listops): what a model reading only the first token reaches.
         "test_outer_operator_baseline": (
             outer_operator_baseline(raw["train"], raw["test"]) if "test" in raw else None
         ),
