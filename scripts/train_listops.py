@@ -145,10 +145,11 @@ def summarize(root: str | Path) -> list[dict]:
     paths = sorted(root.rglob(RESULTS_FILE))
     if not paths:
         raise FileNotFoundError(f"No {RESULTS_FILE} under {root}: run scripts/train_listops.py first.")
-    results = []
+    results, data_by_settings = [], {}
     for path in tqdm(paths, desc="ListOps runs", unit="run"):
         result = json.loads(path.read_text())
-        result["test_outer_operator_agreement"] = _outer_operator_agreement(path.parent, result)
+        agreement = _outer_operator_agreement(path.parent, result, data_by_settings)
+        result["test_outer_operator_agreement"] = agreement
         results.append(result)
     results.sort(key=lambda r: (r["attention_type"], r.get("output_dir", "")))
     settings = {json.dumps(r.get("data"), sort_keys=True) for r in results}
@@ -177,24 +178,28 @@ def summarize(root: str | Path) -> list[dict]:
     return results
 
 
-def _outer_operator_agreement(run_dir: Path, result: dict) -> float | None:
+def _outer_operator_agreement(run_dir: Path, result: dict, data_by_settings: dict) -> float | None:
     """How often the model saved in ``run_dir`` answers a test expression with the guess for its outermost
     operator (:func:`outer_operator_agreement`); None without a saved model or test data. The data is
-    generated again from the run's settings (only the train and test splits: each has its own stream)."""
+    generated again from the run's settings (only the train and test splits: each has its own stream), once
+    per settings in ``data_by_settings``: the runs of one table share it."""
     data = result.get("data") or {}
     if not (run_dir / "config.json").exists() or not data.get("num_test"):
         return None
-    spec = ListOpsSpec(**{key: data[key] for key in asdict(ListOpsSpec())})
-    raw = generate_listops(spec, {"train": data["num_train"], "test": data["num_test"]}, seed=data["seed"])
+    key = json.dumps(data, sort_keys=True)
+    if key not in data_by_settings:
+        spec = ListOpsSpec(**{name: data[name] for name in asdict(ListOpsSpec())})
+        sizes = {"train": data["num_train"], "test": data["num_test"]}
+        data_by_settings[key] = generate_listops(spec, sizes, seed=data["seed"])
+    raw = data_by_settings[key]
     model = EfficientBertForSequenceClassification.from_pretrained(run_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(run_dir)
-    pad_to = result.get("padded_to")
+    test = tokenize_listops(raw["test"], tokenizer, result.get("padded_to"))
+    test = test.select_columns(["input_ids", "attention_mask"])
     predictions = []
     with torch.no_grad():
-        for start in range(0, len(raw["test"]), 32):
-            sources = raw["test"]["source"][start : start + 32]
-            padding = {"padding": "max_length", "max_length": pad_to} if pad_to else {"padding": True}
-            batch = tokenizer(sources, return_tensors="pt", **padding)
+        for start in range(0, len(test), 32):
+            batch = tokenizer.pad(test[start : start + 32], return_tensors="pt")  # per batch, as in training
             predictions += model(**batch).logits.argmax(-1).tolist()
     guesses = outer_operator_guesses(raw["train"])
     return outer_operator_agreement(predictions, list(raw["test"]["source"]), guesses)
