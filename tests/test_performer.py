@@ -11,7 +11,8 @@ from transformers import TrainerControl, TrainerState
 
 from hf_efficient.attention import AttentionSpec, build_attention
 from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONENT_FLOOR
-from hf_efficient.attention.performer import RELU_FEATURE_FLOOR, orthogonal_gaussian_features
+from hf_efficient.attention.performer import RELU_FEATURE_FLOOR
+from hf_efficient.attention.utils import orthogonal_gaussian_features
 from hf_efficient.training import RandomStateCallback, resample_attention_random_state
 
 from .helpers import make_core, make_qkv, reference_attention

@@ -41,7 +41,7 @@ import torch
 from ._kernelized import FEATURE_CHUNK_BYTES, kernelized_attention
 from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, AttentionSpec
 from .registry import register_attention
-from .utils import rows_per_chunk
+from .utils import orthogonal_gaussian_features, rows_per_chunk
 
 RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical_stabilizer
 # Exponents are floored here (features >= e^-80 ~ 2e-35 of a row's largest, 0 in every float32 sum) before
@@ -82,19 +82,6 @@ class PerformerConfig(AttentionConfig):
 def seeded_generator(seed: int, layer_idx: int) -> torch.Generator:
     """A CPU generator seeded by (seed, layer_idx), different for every layer."""
     return torch.Generator().manual_seed((seed * 1_000_003 + layer_idx) % 2**63)
-
-
-def orthogonal_gaussian_features(m: int, d: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """(m, d) matrix of orthogonal random features with chi_d row norms (FAVOR+ "regular" scaling)."""
-    blocks = []
-    for _ in range(math.ceil(m / d)):
-        gaussian = torch.randn(d, d, generator=generator, device="cpu")
-        q, r = torch.linalg.qr(gaussian)  # q: (d, d) orthonormal columns
-        q = q * torch.sign(torch.diagonal(r))[None, :]  # fix signs: Haar-distributed
-        blocks.append(q.T)  # (d, d) orthonormal rows
-    directions = torch.cat(blocks)[:m]  # (m, d)
-    norms = torch.randn(m, d, generator=generator, device="cpu").norm(dim=1)  # (m,), chi_d distributed
-    return directions * norms[:, None]
 
 
 @register_attention("performer")

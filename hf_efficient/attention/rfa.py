@@ -27,6 +27,10 @@ Choices and deviations (following the authors' released code where the paper is 
 - The paper computes the gate from the layer input x_t; the contract hands the core projected heads only,
   so the gate is computed per head from the key k_t. The gate (RFA-Gate) is causal only, as in the paper;
   ``gate=False`` gives plain causal RFA. Padded steps leave S, z unchanged (g = 1, no contribution).
+- ``orthogonal_features=True`` draws each head's W~ in orthogonal blocks with chi_d row norms (as Performer):
+  every row is still N(0, I), so the estimate stays unbiased, and its variance drops. Measured on 50 unit
+  queries/keys, d = 32, m = 64: relative output error against softmax(sigma^2 q^ . k^) 0.026 vs 0.079 (iid) at
+  sigma = 0.7, 0.10 vs 0.19 at sigma = 1. Off by default (the rows are iid, as in the paper).
 - W~ is a persistent buffer drawn from (seed, layer_idx); the paper redraws per training step from a
   pool: here :meth:`resample_random_state` redraws it, called explicitly by the training loop.
 - Attention-probability dropout has no counterpart (no probabilities are formed) and is not applied.
@@ -44,7 +48,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, AttentionSpec
 from .registry import register_attention
-from .utils import extend_padding_mask, pad_to_multiple, rows_per_chunk
+from .utils import extend_padding_mask, orthogonal_gaussian_features, pad_to_multiple, rows_per_chunk
 
 _FEATURE_CHUNK_BYTES = 4 * 2**20  # per-chunk (b, h, rows, 2m) features (measured: 4 MiB <= 8, 16 MiB)
 
@@ -62,6 +66,7 @@ class RFAConfig(AttentionConfig):
         eps: floor of |denominator|.
         causal_chunk: block length of the parallel causal form (speed only; no effect on the maths).
         seed: seed of the random vectors, combined with the layer index.
+        orthogonal_features: draw the random vectors of each head in orthogonal blocks (lower variance).
     """
 
     num_features: int = 128
@@ -72,6 +77,7 @@ class RFAConfig(AttentionConfig):
     eps: float = 1e-3
     causal_chunk: int = 64
     seed: int = 0
+    orthogonal_features: bool = False
 
     def validate(self) -> None:
         for name in ("num_features", "causal_chunk"):
@@ -227,7 +233,11 @@ class RandomFeatureAttention(AttentionCore):
 
     def resample_random_state(self, seed: int) -> None:
         generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + self.spec.layer_idx)
-        draw = torch.randn(self.random_weights.shape, generator=generator)
+        h, m, d = self.random_weights.shape
+        if self.config.orthogonal_features:
+            draw = torch.stack([orthogonal_gaussian_features(m, d, generator) for _ in range(h)])  # (h, m, d)
+        else:
+            draw = torch.randn(h, m, d, generator=generator)
         with torch.no_grad():
             self.random_weights.copy_(draw)
 
