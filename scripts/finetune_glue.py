@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments
+from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, TrainingArguments
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.data import (
@@ -34,6 +34,7 @@ from hf_efficient.data import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    EfficientTrainer,
     RandomStateArguments,
     build_compute_metrics,
     build_model_card,
@@ -99,7 +100,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     if task_args.max_eval_samples is not None:
         evals = {k: v.select(range(min(task_args.max_eval_samples, len(v)))) for k, v in evals.items()}
 
-    trainer = Trainer(
+    trainer = EfficientTrainer(
         model=model,
         args=training_args,
         train_dataset=train,

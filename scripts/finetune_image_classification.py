@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, Trainer, TrainingArguments, default_data_collator
+from transformers import HfArgumentParser, TrainingArguments, default_data_collator
 
 from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
 from hf_efficient.data import (
@@ -34,6 +34,7 @@ from hf_efficient.data import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    EfficientTrainer,
     RandomStateArguments,
     build_compute_metrics,
     build_model_card,
@@ -93,7 +94,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     train = with_image_transform(splits.train, processor, *columns, augment=data_args.augment)
     evaluation = with_image_transform(splits.eval, processor, *columns)
 
-    trainer = Trainer(
+    trainer = EfficientTrainer(
         model=model,
         args=training_args,
         train_dataset=train,

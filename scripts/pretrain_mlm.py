@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, Trainer, TrainingArguments
+from transformers import HfArgumentParser, TrainingArguments
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.data import (
@@ -32,6 +32,7 @@ from hf_efficient.data import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    EfficientTrainer,
     RandomStateArguments,
     build_model_card,
     efficiency_metrics,
@@ -93,7 +94,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
     # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
     callbacks = random_state_callbacks(model, model_args, training_args.seed)
-    trainer = Trainer(
+    trainer = EfficientTrainer(
         model=model,
         args=training_args,
         train_dataset=blocks,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from transformers import HfArgumentParser, Trainer, TrainingArguments
+from transformers import HfArgumentParser, TrainingArguments
 
 from hf_efficient import (
     EfficientGraphConfig,
@@ -41,6 +41,7 @@ from hf_efficient.data.graph_tasks import (
 from hf_efficient.data.graphs import OFFLINE_GRAPH_DATASETS, check_graph_dataset, load_graph_splits
 from hf_efficient.training import (
     ConfigArguments,
+    EfficientTrainer,
     RandomStateArguments,
     build_model_card,
     efficiency_metrics,
@@ -122,7 +123,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             dataset = add_structural_features(dataset, config, desc=split)
         data[split] = select_label(dataset, data_args.label_column)  # Trainer keeps `labels` (forward's)
 
-    trainer = Trainer(
+    trainer = EfficientTrainer(
         model=model,
         args=training_args,
         train_dataset=data["train"],

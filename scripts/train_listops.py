@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, Trainer, TrainingArguments
+from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, TrainingArguments
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.data import check_sequence_length
@@ -51,6 +51,7 @@ from hf_efficient.data.listops import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    EfficientTrainer,
     RandomStateArguments,
     build_compute_metrics,
     build_model_card,
@@ -292,7 +293,7 @@ def main(args: list[str] | None = None) -> dict:
     with training_args.main_process_first(desc="tokenizing"):
         data = tokenize_listops(raw, tokenizer, pad_to)
 
-    trainer = Trainer(
+    trainer = EfficientTrainer(
         model=model,
         args=training_args,
         train_dataset=data["train"],

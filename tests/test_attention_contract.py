@@ -222,3 +222,10 @@ def test_shared_query_key_enforced():
             q, k, v = make_qkv(n=16)
             with pytest.raises(ValueError, match="key=query"):
                 core(q, k, v)
+
+
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_no_weight_decay_names_own_parameters(attention_type):
+    # a misspelt entry would leave its parameter decayed without a word: every name must be a parameter
+    core = make_core(attention_type)
+    assert set(core.no_weight_decay) <= dict(core.named_parameters(recurse=False)).keys()

@@ -191,6 +191,11 @@ class AttentionCore(nn.Module):
     # Hyperparameters that suit tiny models (hidden 32, sequences of tens of tokens): used by docs, the
     # registry-wide tests and the demo, so a new variant is exercised the moment it registers.
     small_config: ClassVar[dict[str, Any]] = {}
+    # Names of this core's own parameters that weight decay must leave alone: a learned temperature or a
+    # normalisation gain decayed toward 0 flattens attention whatever the data says (RFA's sigma fell from
+    # 1 to e^(-wd * sum lr) = 0.64 in a Fashion-MNIST run). transformers' Trainer only spares biases and
+    # LayerNorm modules; hf_efficient.training.EfficientTrainer also spares these.
+    no_weight_decay: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()

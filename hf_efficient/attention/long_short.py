@@ -194,6 +194,7 @@ class LongShortAttention(AttentionCore):
     capabilities = AttentionCapabilities(modalities=frozenset({"text", "vision", "graph"}))
     paper = "Zhu et al. 2021, Long-Short Transformer: Efficient Transformers for Language and Vision"
     small_config = {"window_size": 6, "num_landmarks": 4}
+    no_weight_decay = ("local_norm_weight", "global_norm_weight")  # LayerNorm gains, as nn.LayerNorm's
 
     def __init__(self, spec: AttentionSpec, config: LongShortConfig | None = None):
         super().__init__(spec, config)

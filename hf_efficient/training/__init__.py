@@ -1,4 +1,4 @@
-"""Training utilities shared by the scripts: callbacks, metrics, config files, model cards, distillation."""
+"""Training utilities shared by the scripts: trainer, callbacks, metrics, config files, cards, distilling."""
 
 from .callbacks import RandomStateCallback, has_random_state, resample_attention_random_state, step_seed
 from .config_files import ConfigArguments, load_config_file, merge_model_configs, parse_args_with_config_files
@@ -12,11 +12,13 @@ from .distributed import enable_cpu_ddp_if_launched, end_distributed_run
 from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
 from .run import RandomStateArguments, evaluate_and_save, random_state_callbacks, setup_run, train_and_save
+from .trainer import EfficientTrainer, no_weight_decay_parameter_names
 
 __all__ = [
     "METRICS",
     "AttentionDistillationTrainer",
     "ConfigArguments",
+    "EfficientTrainer",
     "RandomStateArguments",
     "RandomStateCallback",
     "attention_settings",
@@ -32,6 +34,7 @@ __all__ = [
     "layer_relative_errors",
     "load_config_file",
     "merge_model_configs",
+    "no_weight_decay_parameter_names",
     "parse_args_with_config_files",
     "predictions_from_logits",
     "random_state_callbacks",

@@ -20,7 +20,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import PreTrainedConfig, PreTrainedModel, Trainer
+from transformers import PreTrainedConfig, PreTrainedModel
+
+from .trainer import EfficientTrainer
 
 
 def layer_relative_errors(
@@ -73,8 +75,9 @@ def check_attention_changed(teacher_config: PreTrainedConfig, student_config: Pr
         )
 
 
-class AttentionDistillationTrainer(Trainer):
-    """A ``Trainer`` whose loss is the student's per-layer relative error against a frozen teacher.
+class AttentionDistillationTrainer(EfficientTrainer):
+    """An :class:`EfficientTrainer` whose loss is the student's per-layer relative error against a frozen
+    teacher.
 
     The student is ``model`` (an encoder returning ``hidden_states``, e.g. ``EfficientBertModel`` with a new
     attention type); batches hold its inputs (``input_ids``, ``attention_mask``, ``token_type_ids``) and no
