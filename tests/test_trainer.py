@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
@@ -10,6 +11,7 @@ from hf_efficient.training import (
     AttentionDistillationTrainer,
     EfficientTrainer,
     no_weight_decay_parameter_names,
+    train_and_save,
 )
 
 from .helpers import make_core
@@ -59,3 +61,23 @@ def test_plain_trainer_decays_the_temperature(tmp_path):
     # why EfficientTrainer exists: Trainer shrinks sigma toward 0 (uniform attention)
     before, after = one_zero_gradient_step(Trainer, tmp_path)
     torch.testing.assert_close(after["layers.0.sigma"], before["layers.0.sigma"] * (1 - 0.1 * 0.5))
+
+
+class Regression(TwoLayers):
+    def forward(self, x):  # (b, n, 16) -> loss through both cores
+        hidden = x.view(x.shape[0], x.shape[1], 2, 8).transpose(1, 2)  # (b, 2 heads, n, 8)
+        for core in self.layers:
+            hidden = core(hidden, hidden, hidden).output
+        return {"loss": hidden.pow(2).mean()}
+
+
+def test_resuming_an_optimizer_grouped_by_plain_trainer_names_the_fix(tmp_path):
+    data = [{"x": torch.randn(6, 16)} for _ in range(4)]
+    args = dict(output_dir=str(tmp_path), per_device_train_batch_size=2, report_to=[], use_cpu=True)
+    saving = TrainingArguments(max_steps=1, save_steps=1, **args)
+    old = Trainer(model=Regression(), args=saving, train_dataset=data)
+    old.train()  # checkpoint-1, sigma and the norm gains in the decayed group
+    resumed = TrainingArguments(max_steps=2, resume_from_checkpoint="last", **args)
+    trainer = EfficientTrainer(model=Regression(), args=resumed, train_dataset=data)
+    with pytest.raises(ValueError, match="--model_name_or_path .*checkpoint-1"):
+        train_and_save(trainer)

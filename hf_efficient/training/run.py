@@ -69,7 +69,18 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
     resume = args.resume_from_checkpoint
     if resume == "last":
         resume = get_last_checkpoint(args.output_dir)
-    result = trainer.train(resume_from_checkpoint=resume)
+    try:
+        result = trainer.train(resume_from_checkpoint=resume)
+    except ValueError as error:  # torch's optimizer.load_state_dict on differently grouped parameters
+        if resume is None or "parameter group" not in str(error):
+            raise
+        raise ValueError(
+            f"Cannot resume the optimizer saved in {resume}: its parameter groups differ from this run's "
+            f"({error}). Checkpoints written before the scripts trained with EfficientTrainer (which keeps "
+            "RFA's sigma and Transformer-LS's LayerNorm gains out of weight decay) group them differently. "
+            f"Continue from its weights with a fresh optimizer: --model_name_or_path {resume} instead of "
+            "--resume_from_checkpoint."
+        ) from error
     trainer.save_model()
     trainer.save_state()
     trainer.log_metrics("train", result.metrics)
