@@ -173,7 +173,7 @@ def test_resume_continues_the_same_loss_curve(pretrain, pretrained, data, tmp_pa
     class Interrupted(Exception):
         pass
 
-    class InterruptedTrainer(pretrain.Trainer):
+    class InterruptedTrainer(pretrain.EfficientTrainer):
         def training_step(self, *args, **kwargs):
             if self.state.global_step == 3:  # checkpoint-3 is on disk; the process dies in step 4
                 raise Interrupted
@@ -181,7 +181,7 @@ def test_resume_continues_the_same_loss_curve(pretrain, pretrained, data, tmp_pa
 
     args = pretrain_args(data, tmp_path / "resumed", "performer", features, *extra)
     with monkeypatch.context() as patch:
-        patch.setattr(pretrain, "Trainer", InterruptedTrainer)
+        patch.setattr(pretrain, "EfficientTrainer", InterruptedTrainer)
         with pytest.raises(Interrupted):
             pretrain.main(args)
     assert sorted(p.name for p in (tmp_path / "resumed").glob("checkpoint-*")) == ["checkpoint-3"]
