@@ -166,11 +166,9 @@ def mean_error_against_softmax(num_seeds, **config):
 
 
 def test_approaches_full_attention_as_num_features_grows():
-    """Unit-norm-friendly inputs: |q| = |k| = d^(1/4), so q.k / sqrt(d) = q^.k^ = what sigma = 1 gives.
-
-    Mean absolute error against exact softmax, averaged over 4 seeds, must fall at every step of m and
-    end below 0.006 (about 1/7 of the error of plain averaging); Monte Carlo error goes as 1/sqrt(m).
-    """
+    """Mean absolute error against exact softmax (unit-norm-friendly inputs, sigma = 1), averaged over 4
+    seeds, must fall at every step of m and end below 0.006 (about 1/7 of the error of plain averaging);
+    Monte Carlo error goes as 1/sqrt(m)."""
     errors = [mean_error_against_softmax(num_seeds=4, num_features=m) for m in (16, 64, 256, 1024, 4096)]
     assert all(a > b for a, b in zip(errors, errors[1:], strict=False)), errors
     assert errors[-1] < 0.006, errors
