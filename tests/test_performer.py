@@ -14,6 +14,7 @@ from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONEN
 from hf_efficient.attention.performer import RELU_FEATURE_FLOOR
 from hf_efficient.attention.utils import orthogonal_gaussian_features
 from hf_efficient.training import RandomStateCallback, resample_attention_random_state
+from hf_efficient.training.run import RandomStateArguments, random_state_callbacks
 
 from .helpers import make_core, make_qkv, reference_attention
 
@@ -242,3 +243,14 @@ def test_resample_function_for_custom_loops():
     assert not torch.equal(model.layers[0].projection_matrix, before)
     with pytest.raises(ValueError, match="redraw_every_n_steps"):
         RandomStateCallback(redraw_every_n_steps=0)
+
+
+def test_script_redraw_flag_zero_keeps_the_initial_features():
+    # --random_state_redraw_steps 0: the features drawn from (seed, layer) at initialisation stay for the run.
+    model = TinyModel()
+    callbacks = random_state_callbacks(model, RandomStateArguments(random_state_redraw_steps=0), seed=0)
+    assert callbacks == []
+    (callback,) = random_state_callbacks(model, RandomStateArguments(random_state_redraw_steps=7), seed=3)
+    assert (callback.redraw_every_n_steps, callback.seed) == (7, 3)
+    with pytest.raises(ValueError, match=r"random_state_redraw_steps must be >= 0, got -1.*0 never redraws"):
+        random_state_callbacks(model, RandomStateArguments(random_state_redraw_steps=-1), seed=0)

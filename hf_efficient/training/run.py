@@ -42,7 +42,11 @@ class RandomStateArguments:
     RFA's features); scripts' ``ModelArguments`` extend it."""
 
     random_state_redraw_steps: int = field(
-        default=1000, metadata={"help": "Redraw random features (Performer, RFA) every N steps."}
+        default=1000,
+        metadata={
+            "help": "Redraw random features (Performer, RFA) every N steps; 0 keeps the features drawn at "
+            "initialisation for the whole run."
+        },
     )
     random_state_fixed_final_fraction: float = field(
         default=0.2,
@@ -55,10 +59,17 @@ class RandomStateArguments:
 def random_state_callbacks(
     model: nn.Module, arguments: RandomStateArguments, seed: int
 ) -> list[TrainerCallback]:
-    """``[RandomStateCallback]`` if a core of ``model`` has random state (Performer, RFA), else ``[]``."""
-    if not has_random_state(model):
-        return []
+    """``[RandomStateCallback]`` if a core of ``model`` has random state (Performer, RFA) and redraws are
+    asked for (``random_state_redraw_steps`` >= 1), else ``[]``: with 0 the cores keep the features drawn
+    from their (seed, layer) at initialisation, the ones the model is then saved and evaluated with."""
     every, fixed = arguments.random_state_redraw_steps, arguments.random_state_fixed_final_fraction
+    if every < 0:
+        raise ValueError(
+            f"--random_state_redraw_steps must be >= 0, got {every}: N >= 1 redraws every N steps, "
+            "0 never redraws."
+        )
+    if every == 0 or not has_random_state(model):
+        return []
     return [RandomStateCallback(every, seed=seed, fixed_final_fraction=fixed)]
 
 
