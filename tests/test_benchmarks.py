@@ -3,6 +3,7 @@
 import argparse
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -223,3 +224,25 @@ def test_peer_inputs_are_ours():
         spec = AttentionSpec(num_heads=h, head_dim=d, max_seq_len=n)
         ours = build_attention("longformer", spec, settings)(heads(q), heads(k), heads(v)).output
     torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-4)
+
+
+def test_rfa_trained_attention_compares_with_the_kernel_it_estimates():
+    import torch
+
+    from hf_efficient.attention import AttentionSpec, build_attention
+
+    bench = load_script("rfa_trained_attention")
+    spec = AttentionSpec(num_heads=2, head_dim=8, max_seq_len=64)
+    q, k = (torch.randn(3, 2, 20, 8, generator=torch.Generator().manual_seed(s)) for s in (0, 1))
+    # many features: the estimate matches its kernel, softmax(sigma^2 q^ . k^) for a scalar sigma
+    many = build_attention("rfa", spec, {"num_features": 8192, "sigma": 0.8}).eval()
+    stats = bench.layer_statistics(many, q, k)
+    qn, kn = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
+    softmax = torch.softmax(0.64 * qn @ kn.transpose(-1, -2), dim=-1)
+    assert stats["exact_entropy"] == pytest.approx(bench.entropy(softmax).mean().item(), rel=1e-5)
+    assert stats["exact_entropy"] < stats["uniform_entropy"] == pytest.approx(math.log(20))
+    assert stats["l1_distance"] < 0.05 and stats["negative_share"] == 0.0
+    # few features at a large sigma: the estimate departs from the kernel and goes negative
+    few = build_attention("rfa", spec, {"num_features": 4, "sigma": 3.0}).eval()
+    stats = bench.layer_statistics(few, q, k)
+    assert stats["l1_distance"] > 0.5 and stats["negative_share"] > 0.1

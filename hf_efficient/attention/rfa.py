@@ -9,8 +9,13 @@ Random Fourier features (Rahimi & Recht 2007) with w_i ~ N(0, sigma^2 I_d), i = 
     causal gate: g_t = sigmoid(w_g . k_t + b_g),  S_t = g_t S_{t-1} + (1 - g_t) phi(k_t) v_t^T,
                  z_t = g_t z_{t-1} + (1 - g_t) phi(k_t),  out_t = phi(q_t)^T S_t / phi(q_t) . z_t
 
-Queries and keys are l2-normalised before phi, as in the paper, so the exp(|x|^2 / 2) factors are equal
-for all keys and cancel in the ratio: the core approximates softmax(q^ . k^ * sigma^2) over unit vectors.
+Queries and keys are l2-normalised before phi, as in the paper, so with one sigma for every dimension the
+exp(|x|^2 / 2) factors are equal for all keys and cancel in the ratio: the core approximates
+softmax(q^ . k^ * sigma^2) over unit vectors. With the learned per-dimension sigma the target is the
+normalised Gaussian kernel exp(-|sigma o (q^ - k^)|^2 / 2) (the key factor exp(-|sigma o k^|^2 / 2) no longer
+cancels). Either way the logits span at most about 2 max(sigma)^2, and the sin/cos estimate has an absolute
+error of about 1/sqrt(2m) however small the kernel is, so sharp attention needs large sigma and many features
+(``benchmarks/rfa_trained_attention.py`` measures both in a trained model).
 Cost O(n m d) time, O(n d + m d) memory. The non-causal form runs in chunks of the sequence with a
 hand-written backward that recomputes the features, so no (n x 2m) tensor is stored or built in one piece.
 The causal form runs in blocks of ``causal_chunk`` tokens: masked quadratic form inside a block, decays in
