@@ -40,7 +40,9 @@ Choices and deviations (following the authors' released code where the paper is 
   queries/keys, d = 32, m = 64: relative output error against softmax(sigma^2 q^ . k^) 0.026 vs 0.079 (iid) at
   sigma = 0.7, 0.10 vs 0.19 at sigma = 1. Off by default (the rows are iid, as in the paper).
 - W~ is a persistent buffer drawn from (seed, layer_idx); the paper redraws per training step from a
-  pool: here :meth:`resample_random_state` redraws it, called explicitly by the training loop.
+  pool: here :meth:`resample_random_state` redraws it, called explicitly by the training loop. Kept for the
+  whole run instead (the scripts' ``--random_state_redraw_steps 0``), 128 features reached 88.78% on
+  Fashion-MNIST (exact attention 88.03%); 64 features 86.20% kept, 85.70% redrawn every 1,000 steps.
 - Attention-probability dropout has no counterpart (no probabilities are formed) and is not applied.
 """
 
