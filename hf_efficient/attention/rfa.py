@@ -42,7 +42,8 @@ Choices and deviations (following the authors' released code where the paper is 
 - W~ is a persistent buffer drawn from (seed, layer_idx); the paper redraws per training step from a
   pool: here :meth:`resample_random_state` redraws it, called explicitly by the training loop. Kept for the
   whole run instead (the scripts' ``--random_state_redraw_steps 0``), 128 features reached 88.78% on
-  Fashion-MNIST (exact attention 88.03%); 64 features 86.20% kept, 85.70% redrawn every 1,000 steps.
+  Fashion-MNIST (exact attention 88.03%); 64 features 86.20% kept, 85.70% redrawn every 1,000 steps. A model
+  trained on one draw is tied to it (75% with another draw of its 128 features): never redraw after training.
 - Attention-probability dropout has no counterpart (no probabilities are formed) and is not applied.
 """
 
