@@ -44,8 +44,8 @@ class RandomStateArguments:
     random_state_redraw_steps: int = field(
         default=1000,
         metadata={
-            "help": "Redraw random features (Performer, RFA) every N steps; 0 keeps the features drawn at "
-            "initialisation for the whole run."
+            "help": "Redraw random features (Performer, RFA) every N steps; 0 keeps the model's features "
+            "(drawn at initialisation, or loaded with --model_name_or_path) for the whole run."
         },
     )
     random_state_fixed_final_fraction: float = field(
@@ -60,8 +60,9 @@ def random_state_callbacks(
     model: nn.Module, arguments: RandomStateArguments, seed: int
 ) -> list[TrainerCallback]:
     """``[RandomStateCallback]`` if a core of ``model`` has random state (Performer, RFA) and redraws are
-    asked for (``random_state_redraw_steps`` >= 1), else ``[]``: with 0 the cores keep the features drawn
-    from their (seed, layer) at initialisation, the ones the model is then saved and evaluated with."""
+    asked for (``random_state_redraw_steps`` >= 1), else ``[]``: with 0 the cores keep the features they
+    have (drawn from their (seed, layer) at initialisation, or loaded), the ones the model is saved and
+    evaluated with."""
     every, fixed = arguments.random_state_redraw_steps, arguments.random_state_fixed_final_fraction
     if every < 0:
         raise ValueError(
