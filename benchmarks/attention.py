@@ -35,11 +35,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # flops.py, also when this file is imported
 import flops  # noqa: E402
 
-BENCH_CONFIGS = {
-    # Settings the issues quote; every other type uses its defaults.
-    "longformer": {"attention_window": 512},
-    "bigbird": {"block_size": 64},
-}
+
+def bench_configs() -> dict[str, dict]:
+    """Each registered type's benchmark settings (its core's ``benchmark_config``; defaults otherwise)."""
+    from hf_efficient.attention import ATTENTION_REGISTRY
+
+    registry = ATTENTION_REGISTRY.items()
+    return {name: dict(cls.benchmark_config) for name, cls in registry if cls.benchmark_config}
+
+
+BENCH_CONFIGS = bench_configs()
 PRESETS = {
     "full": dict(lengths=[1024, 2048, 4096, 8192, 16384], modes=["fwd", "fwd_bwd"], repeats=3),
     "demo": dict(lengths=[256, 1024, 2048], modes=["fwd_bwd"], repeats=2),

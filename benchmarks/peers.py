@@ -259,6 +259,9 @@ def build_hf_reformer(s, b, h, n, d, grad) -> Built:
     from transformers import ReformerConfig
     from transformers.models.reformer.modeling_reformer import LSHSelfAttention
 
+    from hf_efficient.attention import validate_attention_config
+    from hf_efficient.attention.reformer_lsh import num_buckets
+
     config = ReformerConfig(
         hidden_size=h * d,
         num_attention_heads=h,
@@ -266,7 +269,7 @@ def build_hf_reformer(s, b, h, n, d, grad) -> Built:
         attn_layers=["lsh"],
         lsh_attn_chunk_length=s["chunk_length"],
         num_hashes=s["num_hashes"],
-        num_buckets=flops.reformer_num_buckets(n, s),
+        num_buckets=num_buckets(n, validate_attention_config("reformer_lsh", s)),
         lsh_num_chunks_before=1,
         lsh_num_chunks_after=0,
         is_decoder=False,

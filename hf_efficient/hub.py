@@ -51,7 +51,8 @@ def _import_target(node: ast.ImportFrom, module: str, is_package: bool) -> str |
 
 def _submodules(package: str) -> list[str]:
     path = importlib.import_module(package).__path__
-    return [f"{package}.{info.name}" for info in pkgutil.iter_modules(path)]
+    # not __main__ (a command-line entry point, never imported by a model)
+    return [f"{package}.{info.name}" for info in pkgutil.iter_modules(path) if info.name != "__main__"]
 
 
 def _flat_sources(start_modules: set[str]) -> dict[str, str]:

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, TrainingArguments
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
+from hf_efficient.attention import ATTENTION_REGISTRY
 from hf_efficient.data import check_sequence_length
 from hf_efficient.data.listops import (
     LABEL_NAMES,
@@ -68,16 +69,6 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "listops"
 DEFAULT_CONFIG = CONFIGS / "base.json"
 ATTENTION_CONFIGS = CONFIGS / "attention"
 RESULTS_FILE = "listops_results.json"
-# ListOps test accuracy (%) in the LRA paper (Tay et al. 2020, table 1), by our attention type.
-LRA_LISTOPS = {
-    "full": ("Transformer", 36.37),
-    "longformer": ("Longformer", 35.63),
-    "linformer": ("Linformer", 35.70),
-    "reformer_lsh": ("Reformer", 37.27),
-    "bigbird": ("BigBird", 36.05),
-    "linear": ("Linear Trans.", 16.13),
-    "performer": ("Performer", 18.01),
-}
 TABLE_HEADER = (
     "| attention | test accuracy (%) | LRA paper (%) | validation accuracy (%) | majority class (%) "
     "| outer operator (%) | answers as outer operator (%) | s/step | training time (s) |\n"
@@ -117,11 +108,17 @@ class _ListOpsTask:
     is_regression = False
 
 
+def lra_listops(attention_type: str) -> tuple[str | None, float | None]:
+    """(model name, ListOps test accuracy %) the LRA paper reports for the type (its core's facts)."""
+    cls = ATTENTION_REGISTRY.get(attention_type)
+    return (cls.lra_listops if cls is not None else None) or (None, None)
+
+
 def lra_reference(attention_type: str) -> str:
     """LRA's ListOps accuracy for the type, e.g. ``'36.37 (Transformer)'``, or ``'-'``."""
-    if attention_type not in LRA_LISTOPS:
+    name, accuracy = lra_listops(attention_type)
+    if accuracy is None:
         return "-"
-    name, accuracy = LRA_LISTOPS[attention_type]
     return f"{accuracy:.2f} ({name})"
 
 
@@ -328,8 +325,8 @@ def main(args: list[str] | None = None) -> dict:
         "test_outer_operator_baseline": (
             outer_operator_baseline(raw["train"], raw["test"]) if "test" in raw else None
         ),
-        "lra_paper_accuracy": LRA_LISTOPS.get(attention, (None, None))[1],
-        "lra_paper_model": LRA_LISTOPS.get(attention, (None, None))[0],
+        "lra_paper_accuracy": lra_listops(attention)[1],
+        "lra_paper_model": lra_listops(attention)[0],
         "train_runtime": train_result.metrics.get("train_runtime"),
         "steps": steps,
         "seconds_per_step": train_result.metrics["train_runtime"] / steps if steps else None,

@@ -76,4 +76,4 @@ def call_core(core, q, k, v, mask=None, edges=None, **kwargs):
         k = q
     if caps.requires_edges and edges is None:
         edges = random_graph_edges(q.shape[0], q.shape[2], None if mask is None else mask.bool())
-    return core(q, k, v, mask, edges=edges, **kwargs)
+    return core(q, k, v, attention_mask=mask, edges=edges, **kwargs)

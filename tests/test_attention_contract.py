@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
 import hf_efficient
-from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
+from hf_efficient.attention import (
+    AttentionInputs,
+    AttentionSpec,
+    GraphEdges,
+    build_attention,
+    get_attention_class,
+)
 
 from .helpers import adjacency_to_edges, make_core, make_qkv
 
@@ -37,7 +45,7 @@ def run(core, q, k, v, mask=None, lengths=None, item_seeds=None, **kwargs):
     if core.capabilities.shared_query_key:
         k = q
     edges = graph_edges(core, lengths, q.shape[2], item_seeds)
-    return core(q, k, v, mask, edges=edges, **kwargs)
+    return core(q, k, v, attention_mask=mask, edges=edges, **kwargs)
 
 
 def test_registry_lists_types():
@@ -191,9 +199,9 @@ def test_unsupported_inputs_raise(attention_type):
         bad = torch.randn(2, 2, 16, 4)
         core(bad, bad, bad, edges=edges)
     with pytest.raises(ValueError, match="attention_mask must be"):
-        core(q, k, v, torch.ones(2, 15), edges=edges)
+        core(q, k, v, attention_mask=torch.ones(2, 15), edges=edges)
     with pytest.raises(ValueError, match="no real token"):
-        core(q, k, v, torch.zeros(2, 16), edges=edges)
+        core(q, k, v, attention_mask=torch.zeros(2, 16), edges=edges)
     if caps.requires_edges:
         with pytest.raises(ValueError, match="needs `edges`"):
             core(q, k, v)
@@ -229,3 +237,57 @@ def test_no_weight_decay_names_own_parameters(attention_type):
     # a misspelt entry would leave its parameter decayed without a word: every name must be a parameter
     core = make_core(attention_type)
     assert set(core.no_weight_decay) <= dict(core.named_parameters(recurse=False)).keys()
+
+
+def test_inputs_as_object_or_keywords_and_clear_errors():
+    core = make_core("full")
+    q, k, v = make_qkv(b=2, n=10)
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    mask[1, 7:] = False
+    by_object = core(q, k, v, AttentionInputs(attention_mask=mask, is_causal=True)).output
+    torch.testing.assert_close(core(q, k, v, attention_mask=mask, is_causal=True).output, by_object)
+    with pytest.raises(TypeError, match="attention_mask=mask"):
+        core(q, k, v, mask)  # the v1 positional padding mask
+    with pytest.raises(TypeError, match="unknown attention input.*padding_mask.*valid: attention_mask"):
+        core(q, k, v, padding_mask=mask)
+    with pytest.raises(TypeError, match="not both"):
+        core(q, k, v, AttentionInputs(), attention_mask=mask)
+
+
+def test_prepare_checks_once_and_replace_keeps_what_needs_no_check():
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    inputs = AttentionInputs(attention_mask=mask).prepare(2, 3)
+    assert inputs.prepared_for == (2, 3) and inputs.attention_mask.dtype == torch.bool
+    assert inputs.prepare(2, 3) is inputs  # no second check for the same shape
+    assert inputs.replace(edges=None, output_attentions=True).prepared_for == (2, 3)
+    assert inputs.replace(attention_mask=torch.ones(2, 3)).prepared_for is None  # a new tensor: check again
+    assert AttentionInputs(attention_mask=torch.ones(2, 3)).prepare(2, 3).attention_mask is None  # unpadded
+
+
+def test_model_builds_inputs_once_for_every_layer():
+    """The text model hands every core the same prepared AttentionInputs object; the specs never change."""
+    config = hf_efficient.EfficientBertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32
+    )
+    model = hf_efficient.EfficientBertModel(config).eval()
+    specs = [core.spec for core in model.attention_cores()]
+    seen = []
+    for core in model.attention_cores():
+        core.register_forward_pre_hook(lambda core, args: seen.append(args[3]))
+    model(torch.randint(0, 50, (2, 9)), attention_mask=torch.tensor([[1] * 9, [1] * 6 + [0] * 3]))
+    assert len(seen) == 3 and all(inputs is seen[0] for inputs in seen)
+    assert seen[0].prepared_for == (2, 9) and seen[0].attention_mask.dtype == torch.bool
+    assert [core.spec for core in model.attention_cores()] == specs
+
+
+def test_readme_attention_table_is_the_registry_table():
+    """README's table is generated (python -m hf_efficient.attention --update README.md): it lists exactly the
+    registered types with each core's facts."""
+    from hf_efficient.attention.__main__ import with_table
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert with_table(readme, hf_efficient.attention_table()) == readme
+    for name in ALL_TYPES:
+        cls = get_attention_class(name)
+        assert cls.paper and cls.cost and cls.summary, f"{name} lacks a fact the table shows"
+        assert f"| `{name}` | {cls.paper} | {cls.cost} |" in readme

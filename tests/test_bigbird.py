@@ -44,12 +44,12 @@ def test_all_blocks_global_equals_full(n):
     q, k, v = make_qkv(b=2, n=n)
     mask = torch.arange(n)[None] < torch.tensor([[n], [n - 5]])
     full = build_attention("full", AttentionSpec(2, 8)).eval()
-    expected = full(q, k, v, mask).output
+    expected = full(q, k, v, attention_mask=mask).output
     for config in (
         dict(num_global_blocks_start=100, num_random_blocks=3),  # every block global (dense rows)
         dict(num_window_blocks=2 * 10 + 1, num_global_blocks_start=0, num_global_blocks_end=0),  # window
     ):
-        out = make_core("bigbird", **config)(q, k, v, mask).output
+        out = make_core("bigbird", **config)(q, k, v, attention_mask=mask).output
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
 
 
@@ -67,7 +67,7 @@ def test_matches_reference_on_block_pattern_with_padding_and_gradients(config):
     lengths = [38, 27, 6]
     q, k, v = make_qkv(b=3, n=38, requires_grad=True)
     mask = torch.arange(38)[None] < torch.tensor(lengths)[:, None]
-    out = core(q, k, v, mask).output
+    out = core(q, k, v, attention_mask=mask).output
     allowed = token_pattern(core, lengths, 38)
     ref = reference_attention(q, k, v, mask, allowed=allowed)
     assert_real_rows_close(out, ref, lengths)
@@ -91,11 +91,13 @@ def test_backward_gradcheck_with_dropout_in_chunks(monkeypatch):
 
     def run(q, k, v):
         torch.manual_seed(5)  # the same dropout masks on every call
-        return core(q, k, v, mask).output
+        return core(q, k, v, attention_mask=mask).output
 
     inputs = tuple(t.requires_grad_() for t in (q, k, v))
     assert torch.autograd.gradcheck(run, inputs, eps=1e-6, atol=1e-5, fast_mode=True)
-    assert not torch.equal(run(q, k, v), core.eval()(q, k, v, mask).output), "dropout must act in training"
+    assert not torch.equal(run(q, k, v), core.eval()(q, k, v, attention_mask=mask).output), (
+        "dropout must act in training"
+    )
 
 
 def test_layout_window_global_and_random_blocks():
@@ -160,7 +162,7 @@ def run_both(hf, core, hidden, mask):
     )
     theirs = hf(hidden, band, from_mask, to_mask, blocked, blocked)[0]
     q, k, v = (layer(hidden).view(b, n, h, d).transpose(1, 2) for layer in (hf.query, hf.key, hf.value))
-    ours = core(q, k, v, mask).output.transpose(1, 2).reshape(b, n, h * d)
+    ours = core(q, k, v, attention_mask=mask).output.transpose(1, 2).reshape(b, n, h * d)
     return theirs, ours
 
 

@@ -16,7 +16,7 @@ def test_full_matches_reference(impl, causal):
     mask = torch.ones(2, 21, dtype=torch.bool)
     mask[0, 15:] = False
     bias = torch.randn(2, 2, 21, 21)
-    out = core(q, k, v, mask, attention_bias=bias, is_causal=causal).output
+    out = core(q, k, v, attention_mask=mask, attention_bias=bias, is_causal=causal).output
     ref = reference_attention(q, k, v, mask, bias, causal=causal)
     torch.testing.assert_close(out[0, :, :15].double(), ref[0, :, :15], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out[1].double(), ref[1], atol=1e-5, rtol=1e-5)

@@ -46,8 +46,8 @@ def test_complete_graph_equals_full_attention_with_padding():
     mask = torch.ones(2, 21, dtype=torch.bool)
     mask[1, 14:] = False
     adj = mask[:, :, None] & mask[:, None, :]  # all pairs of real nodes
-    out = make_core("graph_sparse")(q, k, v, mask, edges=adjacency_to_edges(adj)).output
-    full = build_attention("full", AttentionSpec(2, 8)).eval()(q, k, v, mask).output
+    out = make_core("graph_sparse")(q, k, v, attention_mask=mask, edges=adjacency_to_edges(adj)).output
+    full = build_attention("full", AttentionSpec(2, 8)).eval()(q, k, v, attention_mask=mask).output
     torch.testing.assert_close(out, full, atol=1e-5, rtol=1e-5)
     real = mask[:, None, :, None].expand_as(out)
     expected = reference_attention(q, k, v, mask)
@@ -185,7 +185,7 @@ def test_nan_padding_does_not_leak():
         t[0, :, 10:] = float("nan")
     adj = random_adjacency(2, 16, seed=16, mask=mask)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    out = make_core("graph_sparse")(q, k, v, mask, edges=adjacency_to_edges(adj)).output
+    out = make_core("graph_sparse")(q, k, v, attention_mask=mask, edges=adjacency_to_edges(adj)).output
     assert torch.isfinite(out).all() and (out[0, :, 10:] == 0).all()
     out.sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))

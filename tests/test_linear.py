@@ -44,7 +44,7 @@ def test_padding_anywhere_masks_keys_and_values(causal):
     mask = torch.rand(2, 21, generator=torch.Generator().manual_seed(3)) > 0.3
     mask[:, 0] = True
     k, v = k.masked_fill(~mask[:, None, :, None], 1e9), v.masked_fill(~mask[:, None, :, None], -1e9)
-    out = core(q, k, v, mask, is_causal=causal).output
+    out = core(q, k, v, attention_mask=mask, is_causal=causal).output
     expected = quadratic_form(q, k.masked_fill(~mask[:, None, :, None], 0), v, mask, causal)
     expected = expected.masked_fill(~mask[:, None, :, None], 0)
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
@@ -106,7 +106,9 @@ def test_gradcheck(causal):
     q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, n=9))
     mask = torch.ones(1, 9, dtype=torch.bool)
     mask[0, 7:] = False
-    assert torch.autograd.gradcheck(lambda a, b, c: core(a, b, c, mask, is_causal=causal).output, (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: core(a, b, c, attention_mask=mask, is_causal=causal).output, (q, k, v)
+    )
 
 
 def test_config_validation():

@@ -128,7 +128,7 @@ def test_padding_is_zeroed_before_projection():
     mask[0, 12:] = False
     poison = (~mask)[:, None, :, None]
     k, v = (t.masked_fill(poison, float("inf")).requires_grad_() for t in (k, v))
-    out = core(q, k, v, mask).output
+    out = core(q, k, v, attention_mask=mask).output
     assert torch.isfinite(out).all()
     out.sum().backward()
     for t in (k, v):

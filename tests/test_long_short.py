@@ -80,7 +80,7 @@ def test_matches_dense_float64_reference(config, padded):
         mask = torch.ones(2, 37, dtype=torch.bool)
         mask[1, 26:] = False
         k[1, :, 26:], v[1, :, 26:] = 1e9, -1e9  # poisoned padding must not matter
-    out = core(q, k, v, mask).output
+    out = core(q, k, v, attention_mask=mask).output
     torch.testing.assert_close(out.double(), dense_long_short(core, q, k, v, mask), atol=1e-5, rtol=1e-5)
 
 
@@ -92,7 +92,12 @@ def test_window_covering_sequence_without_landmarks_is_full_attention(n):
     q, k, v = make_qkv(b=2, n=n)
     mask = torch.ones(2, n, dtype=torch.bool)
     mask[0, n - 7 :] = False
-    torch.testing.assert_close(core(q, k, v, mask).output, full(q, k, v, mask).output, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        core(q, k, v, attention_mask=mask).output,
+        full(q, k, v, attention_mask=mask).output,
+        atol=1e-5,
+        rtol=1e-5,
+    )
     # and with a short window it is banded attention, not full
     short = make_core("long_short", window_size=4, num_landmarks=0, dual_ln=False)
     assert (short(q, k, v).output - full(q, k, v).output).abs().max() > 1e-2
@@ -117,7 +122,7 @@ def test_chunking_does_not_change_outputs_or_gradients(monkeypatch, budget):
     grad = torch.randn(3, 4, 29, 8)
 
     def run():
-        out = core(q, k, v, mask).output
+        out = core(q, k, v, attention_mask=mask).output
         tensors = (q, k, v, *core.parameters())
         return out, torch.autograd.grad(out, tensors, grad)
 
@@ -133,7 +138,9 @@ def test_gradcheck_float64():
     core = randomise_parameters(make_core("long_short", window_size=4, num_landmarks=2)).double()
     q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, n=11))
     mask = torch.arange(11)[None] < 9
-    assert torch.autograd.gradcheck(lambda *t: core(*t, mask).output, (q, k, v), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda *t: core(*t, attention_mask=mask).output, (q, k, v), fast_mode=True
+    )
 
 
 def test_long_range_branch_reaches_beyond_the_window():
@@ -154,11 +161,11 @@ def test_padded_keys_do_not_influence_the_landmarks():
     core = randomise_parameters(make_core("long_short", window_size=6, num_landmarks=4))
     q, k, v = make_qkv(b=1, n=40)
     mask = torch.arange(40)[None] < 30
-    base = core(q, k, v, mask).output[:, :, :20]
+    base = core(q, k, v, attention_mask=mask).output[:, :, :20]
     k2, v2 = k.clone(), v.clone()
     k2[:, :, 30:] = torch.randn(1, 2, 10, 8) * 5
     v2[:, :, 30:] = torch.randn(1, 2, 10, 8) * 5
-    assert torch.equal(core(q, k2, v2, mask).output[:, :, :20], base)
+    assert torch.equal(core(q, k2, v2, attention_mask=mask).output[:, :, :20], base)
     # control: the same change to real tokens does move those far outputs
     assert (core(q, k2, v2).output[:, :, :20] - core(q, k, v).output[:, :, :20]).abs().max() > 1e-4
 

@@ -48,7 +48,7 @@ def test_matches_band_reference_with_padding_and_globals(kernel_path, n, window,
     global_mask[0, n - 2] = True  # near the end: inside some windows, far from others
     global_mask[1, 5] = True
     global_mask[1, n - 1] = True  # a padded token: never global
-    out = core(q, k, v, mask, global_attention_mask=global_mask).output
+    out = core(q, k, v, attention_mask=mask, global_attention_mask=global_mask).output
 
     is_global = (global_mask | (torch.arange(n) == 0)) & mask
     allowed = longformer_pattern(n, window, dilation, is_global)
@@ -83,7 +83,12 @@ def test_window_covering_sequence_equals_full(with_padding):
     full = build_attention("full", AttentionSpec(2, 8)).eval()
     q, k, v, mask = padded_batch(n)
     mask = mask if with_padding else None
-    torch.testing.assert_close(core(q, k, v, mask).output, full(q, k, v, mask).output, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        core(q, k, v, attention_mask=mask).output,
+        full(q, k, v, attention_mask=mask).output,
+        atol=1e-5,
+        rtol=1e-5,
+    )
 
 
 def test_window_is_local_and_dilation_changes_the_pattern():
@@ -104,10 +109,10 @@ def test_global_by_index_equals_global_by_mask():
     by_mask = make_core("longformer", attention_window=6, global_token_indices=[])
     global_mask = torch.zeros(2, n, dtype=torch.bool)
     global_mask[:, [0, 9]] = True
-    expected = by_mask(q, k, v, mask, global_attention_mask=global_mask).output
-    torch.testing.assert_close(by_index(q, k, v, mask).output, expected, atol=1e-6, rtol=1e-6)
+    expected = by_mask(q, k, v, attention_mask=mask, global_attention_mask=global_mask).output
+    torch.testing.assert_close(by_index(q, k, v, attention_mask=mask).output, expected, atol=1e-6, rtol=1e-6)
     # ... and a global token changes the result of tokens far outside its window
-    plain = by_mask(q, k, v, mask).output
+    plain = by_mask(q, k, v, attention_mask=mask).output
     assert (plain[:, :, 20:] - expected[:, :, 20:]).abs().max() > 1e-3
 
 
@@ -186,7 +191,7 @@ def test_parity_with_transformers_longformer_self_attention():
             heads_of(layer.query),
             heads_of(layer.key),
             heads_of(layer.value),
-            real,
+            attention_mask=real,
             global_attention_mask=is_global,
         ).output
     out = out.transpose(1, 2).reshape(2, n, hidden)  # (b, heads, n, d) -> (b, n, hidden)

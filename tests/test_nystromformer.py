@@ -41,7 +41,7 @@ def test_more_landmarks_than_tokens_and_padding_stay_exact():
     mask[0, 11:] = False  # example 0: 11 real tokens, example 1: 15
     poison = (~mask)[:, None, :, None]
     q, k, v = (t.masked_fill(poison, 1e9) for t in (q, k, v))
-    out = core(q, k, v, mask).output
+    out = core(q, k, v, attention_mask=mask).output
     expected = reference_attention(q, k, v, mask)
     torch.testing.assert_close(out[0, :, :11], expected[0, :, :11], atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(out[1], expected[1], atol=1e-10, rtol=1e-10)
@@ -113,7 +113,7 @@ def test_left_padding_equals_the_unpadded_sequence():
     alone = core(q, k, v).output
     qp, kp, vp = (torch.cat([torch.full((1, 2, 5, 8), 1e9), t], dim=2) for t in (q, k, v))
     mask = torch.arange(26)[None] >= 5
-    padded = core(qp, kp, vp, mask).output
+    padded = core(qp, kp, vp, attention_mask=mask).output
     torch.testing.assert_close(padded[:, :, 5:], alone, atol=1e-5, rtol=1e-5)
 
 
@@ -123,7 +123,7 @@ def test_awkward_lengths(n):
     q, k, v = make_qkv(b=2, n=n, requires_grad=True)
     mask = torch.ones(2, n, dtype=torch.bool)
     mask[1, (n + 1) // 2 :] = False
-    out = core(q, k, v, mask).output
+    out = core(q, k, v, attention_mask=mask).output
     assert out.shape == (2, 2, n, 8) and torch.isfinite(out).all()
     out.square().sum().backward()
     assert all(torch.isfinite(t.grad).all() for t in (q, k, v))

@@ -93,7 +93,7 @@ def test_equals_explicit_quadratic_form_of_its_features(kernel, causal):
     phi_q, phi_k = explicit_features(q, w, kernel), explicit_features(k, w, kernel)
     expected = quadratic_form(phi_q, phi_k, v, mask, causal)
     expected = expected.masked_fill(~mask[:, None, :, None], 0)
-    out = core(q, k, v, mask, is_causal=causal).output
+    out = core(q, k, v, attention_mask=mask, is_causal=causal).output
     assert_close_with_gradients(out, expected, (q, k, v), atol=1e-10, rtol=1e-8)
 
 
@@ -127,7 +127,7 @@ def test_gradcheck_causal():
     core = make_core("performer", num_features=8, eps=0.0).double()  # eps 0: the shifts cancel exactly
     q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, h=2, n=6))
     mask = torch.tensor([[True] * 5 + [False]])
-    fn = lambda a, b, c: core(a, b, c, mask, is_causal=True).output  # noqa: E731
+    fn = lambda a, b, c: core(a, b, c, attention_mask=mask, is_causal=True).output  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, v), fast_mode=True)
 
 

@@ -17,7 +17,7 @@ def not_self(n):
 
 def lsh(q, v, mask=None, core=None, **config):
     core = core if core is not None else make_core("reformer_lsh", **config)
-    return core(q, q, v, mask).output
+    return core(q, q, v, attention_mask=mask).output
 
 
 def union_of_windows(core, q, mask=None):
@@ -146,7 +146,9 @@ def test_gradients_match_finite_differences():
     q, _, v = make_qkv(b=1, n=11, seed=1)
     q, v = q.double().requires_grad_(), v.double().requires_grad_()
     mask = torch.arange(11)[None] < 9
-    assert torch.autograd.gradcheck(lambda q, v: core(q, q, v, mask).output, (q, v), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda q, v: core(q, q, v, attention_mask=mask).output, (q, v), fast_mode=True
+    )
 
 
 def test_matches_transformers_lsh_self_attention_in_one_chunk():

@@ -68,7 +68,7 @@ def test_non_causal_equals_explicit_quadratic_form(with_mask, small_chunks):
     core = make_core("rfa", num_features=16).double()
     q, k, v = (t.double() for t in make_qkv(b=2, n=23))
     mask = padding_mask(2, 23, [23, 17]) if with_mask else None
-    out = core(q, k, v, mask).output
+    out = core(q, k, v, attention_mask=mask).output
     ref = quadratic_rfa(core, q, k, v, mask)
     torch.testing.assert_close(out[0], ref[0], atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(out[1, :, :17], ref[1, :, :17], atol=1e-10, rtol=1e-10)
@@ -101,7 +101,7 @@ def test_causal_equals_explicit_quadratic_form(gate, small_chunks):
     core = make_core("rfa", gate=gate, causal_chunk=5).double()
     q, k, v = (t.double() for t in make_qkv(b=2, n=23))
     mask = padding_mask(2, 23, [23, 18])
-    out = core(q, k, v, mask, is_causal=True).output
+    out = core(q, k, v, attention_mask=mask, is_causal=True).output
     ref = quadratic_rfa(core, q, k, v, mask, causal=True)
     torch.testing.assert_close(out[0], ref[0], atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(out[1, :, :18], ref[1, :, :18], atol=1e-10, rtol=1e-10)
@@ -114,7 +114,7 @@ def test_causal_parallel_equals_recurrent_step(gate):
     mask = torch.ones(2, 29, dtype=torch.bool)
     mask[0, 3:6] = False  # padding in the middle: those steps must pass the state on unchanged
     mask[1, 25:] = False
-    parallel = core(q, k, v, mask, is_causal=True).output
+    parallel = core(q, k, v, attention_mask=mask, is_causal=True).output
     state = None
     for t in range(29):
         out, new_state = core.step(q[:, :, t], k[:, :, t], v[:, :, t], state, real=mask[:, t])
@@ -134,7 +134,7 @@ def test_causal_padding_with_poisoned_pads_leaves_real_outputs(side):
     pad = torch.full((1, 2, 9, 8), 1e9)
     join = (lambda t: torch.cat([t, pad], 2)) if side == "right" else (lambda t: torch.cat([pad, t], 2))
     mask = join(torch.ones(1, 2, 21, 8))[:, 0, :, 0] < 1e9  # (1, 30)
-    padded = core(join(q), join(k), join(v), mask, is_causal=True).output
+    padded = core(join(q), join(k), join(v), attention_mask=mask, is_causal=True).output
     torch.testing.assert_close(padded[:, :, mask[0]], alone, atol=1e-5, rtol=1e-5)
     assert (padded[:, :, ~mask[0]] == 0).all()
 

@@ -430,6 +430,20 @@ def test_bert_checkpoint_warm_starts_efficient_types(attention_type, tmp_path):
         assert torch.isfinite(ours.eval()(ids, attention_mask=mask).logits).all()
 
 
+def kernels_used(model, ids, mask) -> list[str]:
+    """The exact-softmax kernel each core ran with in one forward (read from the inputs it was given)."""
+    seen = []
+    hooks = [
+        core.register_forward_pre_hook(lambda core, args: seen.append(core.attn_implementation(args[3])))
+        for core in model.attention_cores()
+    ]
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+    for hook in hooks:
+        hook.remove()
+    return seen
+
+
 def test_eager_and_sdpa_agree(tmp_path):
     ref = BertModel(BertConfig(**TINY_BERT)).eval()
     _randomise_zero_init(ref)
@@ -443,14 +457,16 @@ def test_eager_and_sdpa_agree(tmp_path):
         expected = ref(ids, attention_mask=mask).last_hidden_state
         out_sdpa = sdpa(ids, attention_mask=mask).last_hidden_state
         out_eager = eager(ids, attention_mask=mask).last_hidden_state
-    assert all(core.spec.attn_implementation == "eager" for core in eager.attention_cores())
+    assert kernels_used(eager, ids, mask) == ["eager"] * TINY_BERT["num_hidden_layers"]
     torch.testing.assert_close(out_eager, out_sdpa, atol=1e-5, rtol=1e-5)
     assert_close_real(out_eager, expected, mask, atol=1e-5, rtol=1e-5)
 
+    specs = [core.spec for core in sdpa.attention_cores()]
     sdpa.set_attn_implementation("eager")
     with torch.no_grad():
         switched = sdpa(ids, attention_mask=mask).last_hidden_state
-    assert all(core.spec.attn_implementation == "eager" for core in sdpa.attention_cores())
+    assert kernels_used(sdpa, ids, mask) == ["eager"] * TINY_BERT["num_hidden_layers"]
+    assert [core.spec for core in sdpa.attention_cores()] == specs  # the switch changed no model state
     torch.testing.assert_close(switched, out_sdpa, atol=1e-5, rtol=1e-5)
     sdpa.set_attn_implementation("sdpa")
     with torch.no_grad():

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 
 import pytest
 import torch
 
-from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention import AttentionInputs, AttentionSpec, build_attention
 
 from .helpers import make_qkv, reference_attention
 
 
 def make_swin(grid, prefix=1, window=2, layer_idx=0, shift=True, heads=2, head_dim=8):
-    spec = AttentionSpec(
-        num_heads=heads, head_dim=head_dim, layer_idx=layer_idx, grid_size=grid, num_prefix_tokens=prefix
-    )
-    return build_attention(
-        "swin_window", spec, {"window_size": window, "shift_windows": shift}, "vision"
-    ).eval()
+    """A swin_window core called on a patch grid (the inputs a vision model passes): core(q, k, v, ...)."""
+    spec = AttentionSpec(num_heads=heads, head_dim=head_dim, layer_idx=layer_idx)
+    core = build_attention("swin_window", spec, {"window_size": window, "shift_windows": shift}, "vision")
+    return functools.partial(core.eval(), grid_size=grid, num_prefix_tokens=prefix)
 
 
 def swin_pattern(grid, prefix, window, shift):
@@ -52,7 +50,7 @@ def test_matches_shifted_window_oracle(grid, window, layer_idx, prefix):
     q, k, v = make_qkv(b=2, n=n)
     mask = torch.ones(2, n, dtype=torch.bool)
     mask[1, -3:] = False  # some patches marked as padding must be ignored as keys
-    out = core(q, k, v, mask, output_attentions=True)
+    out = core(q, k, v, attention_mask=mask, output_attentions=True)
     allowed = swin_pattern(grid, prefix, (mh, mw), shift)
     expected = reference_attention(q, k, v, mask=mask, allowed=allowed[None, None]).float()
     expected = expected.masked_fill(~mask[:, None, :, None], 0.0)
@@ -81,7 +79,12 @@ def test_one_window_covering_the_grid_is_full_attention(layer_idx):
     q, k, v = make_qkv(b=2, n=13)
     mask = torch.ones(2, 13, dtype=torch.bool)
     mask[1, 10:] = False
-    torch.testing.assert_close(core(q, k, v, mask).output, full(q, k, v, mask).output, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        core(q, k, v, attention_mask=mask).output,
+        full(q, k, v, attention_mask=mask).output,
+        atol=1e-6,
+        rtol=1e-5,
+    )
     got, want = core(q, k, v, output_attentions=True).weights, full(q, k, v, output_attentions=True).weights
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
 
@@ -95,7 +98,7 @@ def test_grid_must_match_sequence_length():
 
 def test_invalid_grid_or_window_raise():
     with pytest.raises(ValueError, match="grid_size"):
-        AttentionSpec(num_heads=2, head_dim=8, grid_size=(0, 4))
+        AttentionInputs(grid_size=(0, 4))
     with pytest.raises(ValueError, match="window_size"):
         make_swin((4, 4), window=0)
     with pytest.raises(ValueError, match="not available for text"):
@@ -103,7 +106,7 @@ def test_invalid_grid_or_window_raise():
 
 
 def test_without_grid_a_sequence_is_one_row():
-    """A core used on a plain sequence (no spec.grid_size) sees one row of n patches: 1-D windows."""
+    """A core used on a plain sequence (no grid_size) sees one row of n patches: 1-D windows."""
     core = build_attention("swin_window", AttentionSpec(num_heads=2, head_dim=8), {"window_size": 4}).eval()
     q, k, v = make_qkv(b=1, n=10)
     allowed = swin_pattern((1, 10), 0, (1, 4), (0, 0))
@@ -111,21 +114,24 @@ def test_without_grid_a_sequence_is_one_row():
     torch.testing.assert_close(core(q, k, v).output, expected, atol=1e-5, rtol=1e-5)
 
 
-def test_spec_update_follows_a_new_grid():
-    """The vision model replaces the spec when an image of another size arrives; the core follows it."""
-    core = make_swin((2, 2), prefix=1, window=2)
-    q, k, v = make_qkv(b=1, n=17)
-    core.spec = dataclasses.replace(core.spec, grid_size=(4, 4))
-    expected = reference_attention(q, k, v, allowed=swin_pattern((4, 4), 1, (2, 2), (0, 0))).float()
-    torch.testing.assert_close(core(q, k, v).output, expected, atol=1e-5, rtol=1e-5)
+def test_each_call_follows_its_own_grid():
+    """One core serves images of several sizes: the grid comes with each call, the spec never changes."""
+    core = build_attention("swin_window", AttentionSpec(2, 8), {"window_size": 2}, "vision").eval()
+    spec = core.spec
+    for grid in [(2, 2), (4, 4), (3, 5)]:
+        n = 1 + grid[0] * grid[1]
+        q, k, v = make_qkv(b=1, n=n)
+        expected = reference_attention(q, k, v, allowed=swin_pattern(grid, 1, (2, 2), (0, 0))).float()
+        out = core(q, k, v, grid_size=grid, num_prefix_tokens=1).output
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    assert core.spec is spec
 
 
 def test_backward_and_dropout_in_training():
-    spec = AttentionSpec(
-        num_heads=2, head_dim=8, dropout=0.5, grid_size=(4, 4), num_prefix_tokens=1, layer_idx=1
-    )
+    spec = AttentionSpec(num_heads=2, head_dim=8, dropout=0.5, layer_idx=1)
     core = build_attention("swin_window", spec, {"window_size": 2}, "vision").train()
     q, k, v = make_qkv(b=2, n=17, requires_grad=True)
-    out = core(q, k, v).output
+    grid = AttentionInputs(grid_size=(4, 4), num_prefix_tokens=1)
+    out = core(q, k, v, grid).output
     out.sum().backward()
     assert all(torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0 for t in (q, k, v))

@@ -1,4 +1,5 @@
-"""Attention cores behind one contract (see :mod:`hf_efficient.attention.base`).
+"""Attention cores behind one contract (see :mod:`hf_efficient.attention.base`; the inputs of a call in
+:mod:`~hf_efficient.attention.inputs`, hyperparameters in :mod:`~hf_efficient.attention.config`).
 
 Every module in this package registers its core on import; importing the package imports them all, so a
 new variant is one new file.
@@ -7,24 +8,21 @@ new variant is one new file.
 import importlib
 import pkgutil
 
-from .base import (
-    AttentionCapabilities,
-    AttentionConfig,
-    AttentionCore,
-    AttentionOutput,
-    AttentionSpec,
-    GraphEdges,
-)
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .config import AttentionConfig
+from .inputs import AttentionInputs, GraphEdges
 from .registry import (
     ATTENTION_REGISTRY,
+    attention_table,
     build_attention,
     get_attention_class,
     list_attention_types,
     register_attention,
+    unregister_attention,
     validate_attention_config,
 )
 
-_INFRASTRUCTURE = {"base", "registry", "utils"}
+_INFRASTRUCTURE = {"base", "config", "inputs", "registry", "utils"}
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _INFRASTRUCTURE and not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")
@@ -34,12 +32,15 @@ __all__ = [
     "AttentionCapabilities",
     "AttentionConfig",
     "AttentionCore",
+    "AttentionInputs",
     "AttentionOutput",
     "AttentionSpec",
     "GraphEdges",
+    "attention_table",
     "build_attention",
     "get_attention_class",
     "list_attention_types",
     "register_attention",
+    "unregister_attention",
     "validate_attention_config",
 ]

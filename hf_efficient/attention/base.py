@@ -8,28 +8,29 @@ Shapes (the whole package uses these names):
     b = batch, h = heads, n = sequence length, d = head_dim, E = number of edges.
 
     query, key, value : (b, h, n, d)
-    attention_mask    : (b, n) key padding mask, True (or 1) = real token, as HF's ``attention_mask``
-    attention_bias    : additive scores bias broadcastable to (b, h, n, n)   [only if supported]
-    edges             : :class:`GraphEdges` over the flattened (b * n) positions [only if supported]
-    global_attention_mask : (b, n) bool, True = a global token (attends to / is attended by all)
-                        [only if supported; Longformer's per-example global tokens]
+    inputs            : :class:`~hf_efficient.attention.inputs.AttentionInputs`, everything else about the
+                        call (padding mask, bias, edges, global tokens, causal, weights wanted, kernel,
+                        patch grid, cache), built once per model forward and passed to every layer unchanged
     output            : (b, h, n, d); rows of padded query positions are exactly 0
     weights           : (b, h, n, n) attention probabilities, only when requested and supported
 
-Each core declares what it can honour in :class:`AttentionCapabilities`. :meth:`AttentionCore.forward`
-checks every input against those flags and raises a ``ValueError`` naming the problem and the fix;
-nothing is silently ignored. Subclasses implement :meth:`AttentionCore._attend` only.
+Each core declares what it can honour in :class:`AttentionCapabilities`; :meth:`AttentionCore.forward`
+checks the inputs against them (:mod:`~hf_efficient.attention.inputs`) and raises a ``ValueError`` naming
+the problem and the fix, so nothing is silently ignored. Subclasses implement :meth:`AttentionCore._attend`
+and state their facts (paper, cost, FLOP model, settings for tiny models and benchmarks) as class
+attributes, which the registry, the docs table and the benchmarks read; nothing else names a type.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
+
+from .config import AttentionConfig
+from .inputs import AttentionInputs, check_supported
 
 MODALITIES = ("text", "vision", "graph")
 
@@ -48,26 +49,26 @@ class AttentionCapabilities:
     shared_query_key: bool = False  # keys are the queries (Reformer): the block must pass key=query
     fixed_max_length: bool = False  # needs spec.max_seq_len and refuses longer inputs (Linformer)
     permutation_equivariant: bool = False  # permuting tokens permutes outputs (no notion of position)
-    patch_grid: bool = False  # attends by 2-D patch position: reads spec.grid_size, tokens in grid order
+    patch_grid: bool = False  # attends by 2-D patch position: reads inputs.grid_size, tokens in grid order
     modalities: frozenset[str] = frozenset(MODALITIES)
 
 
 @dataclass(frozen=True)
 class AttentionSpec:
-    """Model-level facts a core needs, filled in by the encoder block (not by the user).
+    """Model-level facts a core needs, fixed when the core is built (filled in by the encoder block).
+
+    Facts that may change from call to call (the kernel after ``set_attn_implementation``, the patch grid
+    of the current images) travel in :class:`~hf_efficient.attention.inputs.AttentionInputs` instead.
 
     Attributes:
         num_heads: number of heads h.
         head_dim: size d of each head.
         dropout: dropout probability on attention probabilities (``attention_probs_dropout_prob``).
-        attn_implementation: HF kernel for exact softmax (``"eager"``, ``"sdpa"``, ``"flex_attention"``...),
-            used by ``full`` and by dense sub-blocks inside other cores.
+        attn_implementation: default HF kernel for exact softmax (``"eager"``, ``"sdpa"``,
+            ``"flex_attention"``...), used by ``full`` and by dense sub-blocks inside other cores when the
+            call's ``inputs.attn_implementation`` is None.
         max_seq_len: the model's maximum sequence length (``max_position_embeddings``), if it has one.
         layer_idx: index of the layer owning this core (seeds per-layer random state).
-        grid_size: (height, width) of the patch grid of a vision model, set by the model (and updated when
-            it sees another image size); only cores with ``capabilities.patch_grid`` read it. The sequence
-            is then ``num_prefix_tokens`` tokens (e.g. [CLS]) followed by the patches in row-major order.
-        num_prefix_tokens: tokens before the patch grid (ViT's [CLS]: 1).
     """
 
     num_heads: int
@@ -76,8 +77,6 @@ class AttentionSpec:
     attn_implementation: str = "sdpa"
     max_seq_len: int | None = None
     layer_idx: int = 0
-    grid_size: tuple[int, int] | None = None
-    num_prefix_tokens: int = 0
 
     def __post_init__(self):
         if self.num_heads < 1 or self.head_dim < 1:
@@ -86,32 +85,6 @@ class AttentionSpec:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"attention dropout must be in [0, 1), got {self.dropout}")
-        if self.grid_size is not None and (len(self.grid_size) != 2 or min(self.grid_size) < 1):
-            raise ValueError(f"grid_size must be (height, width) of positive ints, got {self.grid_size}")
-        if self.num_prefix_tokens < 0:
-            raise ValueError(f"num_prefix_tokens must be >= 0, got {self.num_prefix_tokens}")
-
-
-@dataclass
-class GraphEdges:
-    """Directed edges over the flattened (b * n) node positions of a padded batch.
-
-    Node ``i`` of graph ``g`` sits at flat position ``g * n + i``. Messages flow source -> target, as in
-    PyG: target ``edge_index[1, e]`` (a query) attends to source ``edge_index[0, e]`` (a key).
-
-    Attributes:
-        edge_index: (2, E) int64, row 0 = source (key) position, row 1 = target (query) position.
-        edge_weight: optional (E,) positive weights; attention becomes p_ij ∝ w_ij exp(s_ij).
-        edge_attr: optional (E, F) edge features, for cores that project them into the scores.
-    """
-
-    edge_index: torch.Tensor
-    edge_weight: torch.Tensor | None = None
-    edge_attr: torch.Tensor | None = None
-
-    @property
-    def num_edges(self) -> int:
-        return self.edge_index.shape[1]
 
 
 class AttentionOutput(NamedTuple):
@@ -119,78 +92,34 @@ class AttentionOutput(NamedTuple):
     weights: torch.Tensor | None  # (b, h, n, n) or None
 
 
-@dataclass
-class AttentionConfig:
-    """Base of every core's hyperparameters (its ``attention_config``). Subclasses add fields."""
-
-    def validate(self) -> None:
-        """Check value ranges; raise ValueError naming the field. Subclasses extend."""
-
-    @classmethod
-    def from_dict(cls, attention_type: str, values: dict[str, Any] | None) -> AttentionConfig:
-        values = dict(values or {})
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(values) - set(names))
-        if unknown:
-            valid = ", ".join(names) if names else "(none: this attention has no hyperparameters)"
-            raise ValueError(
-                f"Unknown attention_config key(s) {unknown} for attention_type={attention_type!r}. "
-                f"Valid keys: {valid}."
-            )
-        hints = typing.get_type_hints(cls)
-        for name, value in values.items():
-            _check_type(attention_type, name, value, hints[name])
-        config = cls(**values)
-        config.validate()
-        return config
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def _check_type(attention_type: str, name: str, value: Any, hint: Any) -> None:
-    """Light runtime type check of a JSON-ish attention_config value against its annotation."""
-    allowed = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, _UnionType) else (hint,)
-    for option in allowed:
-        origin = typing.get_origin(option) or option
-        if option is type(None) and value is None:
-            return
-        if origin is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return
-        if origin is int and isinstance(value, int) and not isinstance(value, bool):
-            return
-        if origin in (list, tuple) and isinstance(value, (list, tuple)):
-            return
-        if origin is typing.Literal and value in typing.get_args(option):
-            return
-        if isinstance(origin, type) and origin not in (float, int) and isinstance(value, origin):
-            return
-    raise ValueError(
-        f"attention_config[{name!r}] for attention_type={attention_type!r} must be {hint}, got {value!r}."
-    )
-
-
-_UnionType = type(int | None)
-
-
 class AttentionCore(nn.Module):
     """Base class of every attention mechanism. Subclasses set the class attributes and ``_attend``.
 
-    Class attributes:
+    Class attributes (the core's facts; the registry, docs table and benchmarks read them):
         attention_type: registry key (set by ``register_attention``).
         config_class: the dataclass of this core's hyperparameters.
-        capabilities: what the core can honour.
-        paper: citation shown in errors and model cards.
+        capabilities: what the core can honour (inputs, modalities).
+        paper: citation shown in errors, model cards and the docs table.
+        cost: time complexity in n, as the docs table shows it (``"O(n·w)"``).
+        summary: one line on how it works, for the docs table.
         small_config: hyperparameters for tiny models (see below).
+        benchmark_config: settings the attention benchmark runs the type with (its defaults otherwise).
+        lra_listops: (model name, ListOps test accuracy %) reported for this mechanism in the Long Range
+            Arena paper (Tay et al. 2020, table 1), or None; the ListOps results quote it.
+        no_weight_decay: parameters weight decay must leave alone (see below).
     """
 
     attention_type: ClassVar[str] = ""
     config_class: ClassVar[type[AttentionConfig]] = AttentionConfig
     capabilities: ClassVar[AttentionCapabilities] = AttentionCapabilities()
     paper: ClassVar[str] = ""
+    cost: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
     # Hyperparameters that suit tiny models (hidden 32, sequences of tens of tokens): used by docs, the
     # registry-wide tests and the demo, so a new variant is exercised the moment it registers.
     small_config: ClassVar[dict[str, Any]] = {}
+    benchmark_config: ClassVar[dict[str, Any]] = {}
+    lra_listops: ClassVar[tuple[str, float] | None] = None
     # Names of this core's own parameters that weight decay must leave alone: a learned temperature or a
     # normalisation gain decayed toward 0 flattens attention whatever the data says (RFA's sigma fell from
     # 1 to e^(-wd * sum lr) = 0.64 in a Fashion-MNIST run). transformers' Trainer only spares biases and
@@ -205,24 +134,28 @@ class AttentionCore(nn.Module):
         self.head_dim = spec.head_dim
         self.scaling = spec.head_dim**-0.5
 
+    # ---- facts ----------------------------------------------------------------------------------
+    @classmethod
+    def forward_flops(
+        cls, n: int, head_dim: int, config: AttentionConfig, num_edges: int | None = None
+    ) -> float | None:
+        """FLOPs of one forward call for ONE head of ONE sequence of n tokens, or None without a model.
+
+        Convention (the same for every type, so the numbers compare): matrix products only, 2 FLOPs per
+        multiply-add, the (query, key) pairs of the mechanism's pattern (no padding or masked-block waste);
+        softmax, exp, masking, sorts and gathers are left out. ``num_edges`` is E for graph attention
+        (default 16 n). The override's docstring's first line is the formula the benchmarks show.
+        """
+        return None
+
     # ---- hooks for subclasses -------------------------------------------------------------------
     def _attend(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
-        *,
-        attention_bias: torch.Tensor | None,
-        edges: GraphEdges | None,
-        global_attention_mask: torch.Tensor | None,
-        is_causal: bool,
-        output_attentions: bool,
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, inputs: AttentionInputs
     ) -> AttentionOutput:
-        """Compute attention on validated inputs.
+        """Compute attention on prepared inputs.
 
-        ``attention_mask`` is bool (b, n) or None (nothing padded); ``global_attention_mask`` is bool (b, n)
-        or None. Inputs the core does not declare in its capabilities are guaranteed None/False here.
+        ``inputs.attention_mask`` is bool (b, n) or None (nothing padded); ``inputs.global_attention_mask``
+        bool (b, n) or None. Inputs the core does not declare in its capabilities are None/False here.
         """
         raise NotImplementedError
 
@@ -249,6 +182,10 @@ class AttentionCore(nn.Module):
         from inside ``forward``.
         """
 
+    def attn_implementation(self, inputs: AttentionInputs) -> str:
+        """The exact-softmax kernel of this call: the inputs' choice, else the spec's."""
+        return inputs.attn_implementation or self.spec.attn_implementation
+
     def extra_repr(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in self.config.to_dict().items())
         return f"heads={self.num_heads}, head_dim={self.head_dim}" + (f", {fields}" if fields else "")
@@ -259,70 +196,43 @@ class AttentionCore(nn.Module):
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        attention_bias: torch.Tensor | None = None,
-        edges: GraphEdges | None = None,
-        global_attention_mask: torch.Tensor | None = None,
-        is_causal: bool = False,
-        output_attentions: bool = False,
+        inputs: AttentionInputs | None = None,
+        **fields: Any,
     ) -> AttentionOutput:
-        """Validate the inputs against the capabilities, run the core, zero padded query rows.
+        """Check the inputs against the capabilities, run the core, zero padded query rows.
+
+        Args:
+            query, key, value: (b, h, n, d).
+            inputs: the call's :class:`AttentionInputs`; or give its fields as keywords instead
+                (``core(q, k, v, attention_mask=mask, is_causal=True)``).
 
         Returns:
             AttentionOutput(output (b, h, n, d), weights (b, h, n, n) or None).
         """
-        mask = self._check_inputs(
-            query, key, value, attention_mask, attention_bias, edges, is_causal, output_attentions
-        )
-        global_mask = self._check_global_mask(global_attention_mask, query.shape[0], query.shape[2], mask)
-        out = self._attend(
-            query,
-            key,
-            value,
-            mask,
-            attention_bias=attention_bias,
-            edges=edges,
-            global_attention_mask=global_mask,
-            is_causal=is_causal,
-            output_attentions=output_attentions,
-        )
-        output, weights = out
+        name = self.attention_type or type(self).__name__
+        inputs = _as_inputs(inputs, fields, name)
+        self._check_qkv(query, key, value, name)
+        b, _, n, _ = query.shape
+        inputs = inputs.prepare(b, n, name)
+        check_supported(inputs, self.capabilities, tuple(query.shape), name)
+        output, weights = self._attend(query, key, value, inputs)
+        mask = inputs.attention_mask
         if mask is not None:
             # Padded query rows carry no meaning; make them exactly 0 so garbage (even inf/NaN from
             # poisoned padding) can never flow into the next layer or a loss.
             output = output.masked_fill(~mask[:, None, :, None], 0.0)
         return AttentionOutput(output, weights)
 
-    def _check_global_mask(self, global_mask, b, n, mask) -> torch.Tensor | None:
-        name = self.attention_type or type(self).__name__
-        if global_mask is None:
-            return None
-        if not self.capabilities.global_attention_mask:
-            raise ValueError(
-                f"{name} has no per-example global tokens; drop global_attention_mask or use "
-                "attention_type='longformer'."
-            )
-        if global_mask.shape != (b, n):
-            raise ValueError(
-                f"{name}: global_attention_mask must have shape (batch, seq) = {(b, n)}, "
-                f"got {tuple(global_mask.shape)}."
-            )
-        global_mask = global_mask.bool()
-        if mask is not None:
-            global_mask = global_mask & mask  # a padded token is never global
-        return global_mask if bool(global_mask.any()) else None
-
-    def _check_inputs(
-        self, query, key, value, attention_mask, attention_bias, edges, is_causal, output_attentions
-    ) -> torch.Tensor | None:
-        name, caps = self.attention_type or type(self).__name__, self.capabilities
+    def _check_qkv(self, query, key, value, name: str) -> None:
+        """Shapes of query/key/value against the spec and the capabilities (shapes only, no values)."""
+        caps = self.capabilities
         for label, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 4:
                 raise ValueError(
                     f"{name}: {label} must have shape (batch, heads, seq, head_dim), got {tuple(t.shape)}. "
                     "Split hidden states into heads first: x.view(b, n, heads, head_dim).transpose(1, 2)."
                 )
-        b, h, n, d = query.shape
+        _, h, n, d = query.shape
         if h != self.num_heads or d != self.head_dim:
             raise ValueError(
                 f"{name}: expected {self.num_heads} heads of size {self.head_dim}, got query of shape "
@@ -345,112 +255,31 @@ class AttentionCore(nn.Module):
                 f"{name}: got {n} tokens but this core was built for at most max_seq_len="
                 f"{self.spec.max_seq_len}. Rebuild with a larger maximum length."
             )
-        if is_causal and not caps.causal:
-            raise ValueError(f"{name} has no causal form; use one of the causal attention types.")
-        if output_attentions and not caps.output_attentions:
-            raise ValueError(
-                f"{name} never forms the (seq x seq) attention matrix, so it cannot return attention "
-                "weights. Call with output_attentions=False, or use attention_type='full' to inspect weights."
-            )
-        if attention_bias is not None:
-            if not caps.attention_bias:
-                raise ValueError(
-                    f"{name} cannot add a dense attention_bias (that would need the n x n score matrix). "
-                    "Use attention_type='full' for biased attention, or drop the bias."
-                )
-            if (
-                attention_bias.dim() != 4
-                or attention_bias.shape[-2:] != (n, n)
-                or any(s not in (1, t) for s, t in zip(attention_bias.shape[:2], (b, h), strict=True))
-            ):
-                raise ValueError(
-                    f"{name}: attention_bias must broadcast to (batch, heads, seq, seq) = {(b, h, n, n)}, "
-                    f"got {tuple(attention_bias.shape)}."
-                )
-        if edges is not None and not caps.edges:
-            raise ValueError(f"{name} does not take graph edges; use attention_type='graph_sparse'.")
-        if edges is None and caps.requires_edges:
-            raise ValueError(
-                f"{name} attends along graph edges and needs `edges` (GraphEdges with edge_index of shape "
-                "(2, E)); none were given. Pass the graph's edges, or choose a dense attention type."
-            )
-        mask = normalize_padding_mask(attention_mask, b, n, name)
-        if mask is not None and not caps.padding_mask:
-            raise ValueError(f"{name} cannot honour a padding mask; pass sequences of equal length.")
-        if edges is not None:
-            check_edges(edges, b, n, mask, name)
-        return mask
 
 
-def normalize_padding_mask(
-    attention_mask: torch.Tensor | None, b: int, n: int, name: str = "attention"
-) -> torch.Tensor | None:
-    """Turn HF's (b, n) 0/1 or bool mask into bool (True = real), or None when nothing is padded."""
-    if attention_mask is None:
-        return None
-    if attention_mask.shape != (b, n):
-        raise ValueError(
-            f"{name}: attention_mask must be a (batch, seq) = {(b, n)} key padding mask with 1/True for real "
-            f"tokens, got shape {tuple(attention_mask.shape)}. Pass the tokenizer's attention_mask; encoders "
-            "build their own 4-D masks."
+def _as_inputs(inputs: AttentionInputs | None, fields: dict[str, Any], name: str) -> AttentionInputs:
+    """The call's AttentionInputs, from the object or from its fields given as keywords (not both)."""
+    if inputs is not None and not isinstance(inputs, AttentionInputs):
+        raise TypeError(
+            f"{name}: the fourth argument is an AttentionInputs, got {type(inputs).__name__}. Pass a padding "
+            "mask as attention_mask=mask."
         )
-    if attention_mask.dtype != torch.bool:
-        if attention_mask.is_floating_point() and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
-            raise ValueError(
-                f"{name}: attention_mask must hold only 0/1 (or bool); got other values. An additive mask "
-                "(0 / -inf) is not a padding mask: pass the tokenizer's 0/1 mask instead."
-            )
-        attention_mask = attention_mask != 0
-    real_per_row = attention_mask.sum(-1)
-    if bool((real_per_row == 0).any()):
-        raise ValueError(f"{name}: some sequences in the batch have no real token (attention_mask all 0).")
-    if bool((real_per_row == n).all()):
-        return None
-    return attention_mask
-
-
-def check_edges(edges: GraphEdges, b: int, n: int, mask: torch.Tensor | None, name: str) -> None:
-    """Validate GraphEdges against a padded (b, n) batch."""
-    ei = edges.edge_index
-    if ei.dim() != 2 or ei.shape[0] != 2 or ei.dtype not in (torch.int64, torch.int32):
-        raise ValueError(
-            f"{name}: edge_index must be an integer tensor of shape (2, E), got {tuple(ei.shape)} {ei.dtype}."
-        )
-    if ei.shape[1] == 0:
-        raise ValueError(f"{name}: the graph has no edges; add self-loops or edges before attention.")
-    lo, hi = int(ei.min()), int(ei.max())
-    if lo < 0 or hi >= b * n:
-        raise ValueError(
-            f"{name}: edge_index holds node positions in [{lo}, {hi}] but the padded batch has only "
-            f"batch * seq = {b * n} positions (graph g's node i is g * seq + i)."
-        )
-    if bool((ei[0] // n != ei[1] // n).any()):
-        raise ValueError(f"{name}: some edges join nodes of different graphs in the batch.")
-    if mask is not None and not bool(mask.reshape(-1)[ei].all()):
-        raise ValueError(f"{name}: some edges touch padded node positions; drop them or fix the node mask.")
-    num_edges = ei.shape[1]
-    if edges.edge_weight is not None:
-        w = edges.edge_weight
-        if w.shape != (num_edges,):
-            raise ValueError(
-                f"{name}: edge_weight must have shape (E,) = ({num_edges},), got {tuple(w.shape)}."
-            )
-        if bool((w <= 0).any()) or not bool(torch.isfinite(w).all()):
-            raise ValueError(f"{name}: edge_weight must be finite and positive (p_ij ∝ w_ij exp(s_ij)).")
-    if edges.edge_attr is not None and (edges.edge_attr.dim() != 2 or edges.edge_attr.shape[0] != num_edges):
-        raise ValueError(
-            f"{name}: edge_attr must have shape (E, F) with E = {num_edges}, got "
-            f"{tuple(edges.edge_attr.shape)}."
-        )
+    if not fields:
+        return inputs if inputs is not None else AttentionInputs()
+    if inputs is not None:
+        raise TypeError(f"{name}: pass either an AttentionInputs or its fields as keywords, not both.")
+    try:
+        return AttentionInputs(**fields)
+    except TypeError:
+        valid = [f for f in AttentionInputs.__dataclass_fields__ if f != "prepared_for"]
+        unknown = sorted(set(fields) - set(valid))
+        raise TypeError(f"{name}: unknown attention input(s) {unknown}; valid: {', '.join(valid)}.") from None
 
 
 __all__ = [
+    "MODALITIES",
     "AttentionCapabilities",
-    "AttentionConfig",
     "AttentionCore",
     "AttentionOutput",
     "AttentionSpec",
-    "GraphEdges",
-    "check_edges",
-    "normalize_padding_mask",
 ]

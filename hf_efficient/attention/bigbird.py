@@ -34,7 +34,9 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import CHUNK_BYTES, ChunkBuffers, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
 
@@ -310,7 +312,21 @@ class BigBirdAttention(AttentionCore):
     config_class = BigBirdConfig
     capabilities = AttentionCapabilities()
     paper = "Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences (ITC)"
+    cost = "O(n·b·(w+r+g))"
+    lra_listops = ("BigBird", 36.05)
+    summary = "blocks: window + global + seeded random blocks"
     small_config = {"block_size": 4, "num_window_blocks": 3, "num_random_blocks": 2}
+    benchmark_config = {"block_size": 64}
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 d B^2 (g nb + (nb - g) min(nb, w + g + r)): g global blocks dense, other rows w + g + r
+        blocks."""
+        bs = config.block_size
+        nb = -(-n // bs)
+        num_global = min(nb, config.num_global_blocks_start + config.num_global_blocks_end)
+        per_row = min(nb, config.num_window_blocks + num_global + config.num_random_blocks)
+        return 4.0 * head_dim * bs * bs * (num_global * nb + (nb - num_global) * per_row)
 
     def __init__(self, spec, config=None):
         super().__init__(spec, config)
@@ -357,19 +373,8 @@ class BigBirdAttention(AttentionCore):
             torch.cat(valid, 1),
         )
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
         b, h, n, d = query.shape
         bs = self.config.block_size
         mask = extend_padding_mask(attention_mask, b, n, bs, query.device)  # (b, nb * B) or None

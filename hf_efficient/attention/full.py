@@ -16,8 +16,16 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import additive_mask
+
+
+def check_kernel(implementation: str) -> None:
+    """Raise for an ``attn_implementation`` that is neither eager nor one of HF's attention functions."""
+    if implementation != "eager" and implementation not in ALL_ATTENTION_FUNCTIONS:
+        valid = ["eager", *ALL_ATTENTION_FUNCTIONS.keys()]
+        raise ValueError(f"Unknown attn_implementation {implementation!r}; valid: {', '.join(valid)}.")
 
 
 @register_attention("full")
@@ -26,39 +34,38 @@ class FullAttention(AttentionCore):
         attention_bias=True, causal=True, output_attentions=True, permutation_equivariant=True
     )
     paper = "Vaswani et al. 2017, Attention Is All You Need"
+    cost = "O(n²)"
+    lra_listops = ("Transformer", 36.37)
+    summary = (
+        "exact softmax through HF kernels (`attn_implementation`: eager, sdpa, flex...); additive bias; "
+        "causal; weights"
+    )
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 n^2 d: Q K^T and P V over all n x n pairs."""
+        return 4.0 * n * n * head_dim
 
     def __init__(self, spec: AttentionSpec, config=None):
         super().__init__(spec, config)
-        impl = spec.attn_implementation
-        if impl != "eager" and impl not in ALL_ATTENTION_FUNCTIONS:
-            valid = ["eager", *ALL_ATTENTION_FUNCTIONS.keys()]
-            raise ValueError(f"Unknown attn_implementation {impl!r}; valid: {', '.join(valid)}.")
+        check_kernel(spec.attn_implementation)
         self.is_causal = False  # read by HF kernels as a fallback; we always pass is_causal explicitly
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        is_causal, output_attentions = inputs.is_causal, inputs.output_attentions
         n = query.shape[-2]
-        mask = additive_mask(attention_mask, query.dtype)  # (b, 1, 1, n) or None
-        if attention_bias is not None:
-            bias = attention_bias.to(query.dtype)
+        implementation = self.attn_implementation(inputs)
+        mask = additive_mask(inputs.attention_mask, query.dtype)  # (b, 1, 1, n) or None
+        if inputs.attention_bias is not None:
+            bias = inputs.attention_bias.to(query.dtype)
             mask = bias if mask is None else mask + bias  # (b|1, h|1, n, n)
-        if is_causal and (mask is not None or output_attentions or self.spec.attn_implementation == "eager"):
+        if is_causal and (mask is not None or output_attentions or implementation == "eager"):
             causal = torch.full((n, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
             causal = causal.triu(1)[None, None]  # (1, 1, n, n), -inf above the diagonal
             mask = causal if mask is None else mask + causal
             is_causal = False  # now carried by the mask
-        impl = "eager" if output_attentions else self.spec.attn_implementation
+        impl = "eager" if output_attentions else implementation
+        check_kernel(impl)
         kernel = eager_attention_forward if impl == "eager" else ALL_ATTENTION_FUNCTIONS[impl]
         dropout = self.spec.dropout if self.training else 0.0
         output, weights = kernel(

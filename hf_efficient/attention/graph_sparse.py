@@ -40,7 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, GraphEdges
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .config import AttentionConfig
+from .inputs import AttentionInputs, GraphEdges
 from .registry import register_attention
 
 EDGE_FEATURE_MODES = ("multiply", "add")
@@ -238,7 +240,13 @@ class GraphSparseAttention(AttentionCore):
         modalities=frozenset({"graph"}),
     )
     paper = "Dwivedi & Bresson 2021, A Generalization of Transformer Networks to Graphs"
-    small_config = {}
+    cost = "O(E)"
+    summary = "softmax over a graph's edges, edge weights and edge features"
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 E d: a score and a weighted value per edge (E = 16 n unless given)."""
+        return 4.0 * (16 * n if num_edges is None else num_edges) * head_dim
 
     def __init__(self, spec, config: GraphSparseConfig | None = None):
         super().__init__(spec, config)
@@ -301,19 +309,8 @@ class GraphSparseAttention(AttentionCore):
         """out_i = sum over edges j -> i of A_ij v_j: (E, h) x (b, h, n, d) -> (b, h, n, d)."""
         return _EdgeAggregate.apply(probs, value, pattern)
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        edges = inputs.edges
         # The padding mask needs no work here: edges never touch padded nodes (checked by the base class),
         # so padded keys are never read and padded queries have no incoming edge (output 0).
         dtype = query.dtype

@@ -24,7 +24,9 @@ import torch
 import torch.nn.functional as F
 
 from ._kernelized import kernelized_attention, recurrent_step
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 
 
@@ -68,30 +70,26 @@ class LinearAttention(AttentionCore):
         "Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear "
         "Attention"
     )
+    cost = "O(n·d²)"
+    lra_listops = ("Linear Trans.", 16.13)
+    summary = "elu+1 features, causal prefix-sum and RNN step forms"
     small_config = {"block_size": 4}
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 n d (d + 1): phi(K)^T [V, 1] and phi(Q) [S | z] with d features (elu + 1)."""
+        return 4.0 * n * head_dim * (head_dim + 1)
+
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         output = kernelized_attention(
             query,
             key,
             value,
-            attention_mask,
+            inputs.attention_mask,
             elu_feature_map,
             masked_elu_feature_map,
             self.head_dim,
-            causal=is_causal,
+            causal=inputs.is_causal,
             eps=self.config.eps,
             block_size=self.config.block_size,
         )

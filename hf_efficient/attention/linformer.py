@@ -33,7 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, AttentionSpec
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 
 SHARING_MODES = ("headwise", "key_value", "layerwise", "none")
@@ -74,7 +76,16 @@ class LinformerAttention(AttentionCore):
     config_class = LinformerConfig
     capabilities = AttentionCapabilities(fixed_max_length=True)
     paper = "Wang et al. 2020, Linformer: Self-Attention with Linear Complexity"
+    cost = "O(n·k)"
+    lra_listops = ("Linformer", 35.7)
+    summary = "learned length projections, head/key-value/layer sharing"
     small_config = {"projected_length": 8}
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """8 n k d: E K and F V (k x n times n x d, 4 n k d) and attention over the k projected keys
+        (4 n k d)."""
+        return 8.0 * n * config.projected_length * head_dim
 
     def __init__(self, spec: AttentionSpec, config: LinformerConfig | None = None):
         super().__init__(spec, config)
@@ -131,19 +142,8 @@ class LinformerAttention(AttentionCore):
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_seq_len={self.max_seq_len}"
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
         n = query.shape[-2]
         if attention_mask is not None:
             # Zero padded keys/values (masked_fill, so poisoned padding cannot leak) before they are mixed.

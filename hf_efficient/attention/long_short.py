@@ -41,7 +41,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, AttentionSpec
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import CHUNK_BYTES, rows_per_chunk
 
@@ -193,7 +195,18 @@ class LongShortAttention(AttentionCore):
     config_class = LongShortConfig
     capabilities = AttentionCapabilities(modalities=frozenset({"text", "vision", "graph"}))
     paper = "Zhu et al. 2021, Long-Short Transformer: Efficient Transformers for Language and Vision"
+    cost = "O(n·(w+r))"
+    summary = "segment-wise window + dynamic low-rank projection, dual LayerNorm"
     small_config = {"window_size": 6, "num_landmarks": 4}
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 n min(n, w + 2e) d + 6 n r d + 4 n r d: window w + 2 floor(w/2) keys, P = softmax(K W), P^T K,
+        P^T V, and r landmark keys."""
+        w, r = config.window_size, config.num_landmarks
+        window_keys = min(n, w + 2 * (w // 2))
+        return 4.0 * n * window_keys * head_dim + 10.0 * n * r * head_dim
+
     no_weight_decay = ("local_norm_weight", "global_norm_weight")  # LayerNorm gains, as nn.LayerNorm's
 
     def __init__(self, spec: AttentionSpec, config: LongShortConfig | None = None):
@@ -226,19 +239,8 @@ class LongShortAttention(AttentionCore):
         normed = F.layer_norm(x, x.shape[-1:], eps=self.config.layer_norm_eps)
         return torch.addcmul(bias.view(shape), normed, weight.view(shape))
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
         b, h, n, d = query.shape
         w, r = self.config.window_size, self.config.num_landmarks
         e = w // 2

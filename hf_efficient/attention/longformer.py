@@ -32,7 +32,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
 
@@ -67,26 +69,36 @@ class LongformerAttentionConfig(AttentionConfig):
             )
 
 
+def band_pairs(n: int, half: int) -> int:
+    """(i, j) pairs with |i - j| <= half in a sequence of n tokens (the window's pattern, for FLOP counts)."""
+    half = min(half, n - 1)
+    return n * (2 * half + 1) - half * (half + 1)
+
+
 @register_attention("longformer")
 class LongformerAttention(AttentionCore):
     config_class = LongformerAttentionConfig
     capabilities = AttentionCapabilities(global_attention_mask=True)
     paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
+    cost = "O(n·w)"
+    lra_listops = ("Longformer", 35.63)
+    summary = "sliding window (optional dilation) + global tokens by index or per-example mask"
     small_config = {"attention_window": 6, "global_token_indices": [0]}
+    benchmark_config = {"attention_window": 512}
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 d (band pairs + 2 G n): window |i - j| <= w/2 (per dilation residue), G global rows and
+        columns."""
+        half, r = config.attention_window // 2, config.attention_dilation
+        # residue s holds positions s, s + r, ...: an undilated band of half-width `half` on each
+        pairs = sum(band_pairs(len(range(s, n, r)), half) for s in range(min(r, n)))
+        num_global = len({i for i in config.global_token_indices if i < n})
+        return 4.0 * head_dim * (pairs + 2 * num_global * n)
+
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
+        global_attention_mask = inputs.global_attention_mask
         b, h, n, d = query.shape
         device = query.device
         is_global = self._global_tokens(global_attention_mask, attention_mask, b, n, device)

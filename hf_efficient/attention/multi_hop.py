@@ -78,7 +78,15 @@ class MultiHopAttention(GraphSparseAttention):
         modalities=frozenset({"graph"}),
     )
     paper = "Wang et al. 2021, Multi-hop Attention Graph Neural Networks (MAGNA)"
+    cost = "O(K·E)"
+    summary = "one-hop attention over edges diffused K hops (personalised PageRank)"
     small_config = {"alpha": 0.2, "num_hops": 3}
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """2 E d + 2 K E d: one-hop scores, then K hops of A Z over the edges (E = 16 n unless given)."""
+        edges = 16 * n if num_edges is None else num_edges
+        return 2.0 * edges * head_dim * (1 + config.num_hops)
 
     def _edge_features(self, edges):
         try:

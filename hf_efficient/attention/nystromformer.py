@@ -38,7 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, AttentionSpec
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 
 
@@ -124,7 +126,16 @@ class NystromformerAttention(AttentionCore):
     config_class = NystromformerConfig
     capabilities = AttentionCapabilities()
     paper = "Xiong et al. 2021, Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention"
+    cost = "O(n·m)"
+    summary = "segment-mean landmarks, iterative pseudo-inverse"
     small_config = {"num_landmarks": 6, "conv_kernel_size": 3}
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """8 n m d + 4 m^2 d + 8 m^3 T (+ 2 n d c): B V and F (...), A, pinv(A) B V, T pinv steps, conv c."""
+        m, d = min(config.num_landmarks, n), head_dim
+        flops = 8.0 * n * m * d + 4.0 * m * m * d + 8.0 * m**3 * config.pinv_iterations
+        return flops + (2.0 * n * d * config.conv_kernel_size if config.conv_kernel_size else 0.0)
 
     def __init__(self, spec: AttentionSpec, config: NystromformerConfig | None = None):
         super().__init__(spec, config)
@@ -149,19 +160,8 @@ class NystromformerAttention(AttentionCore):
         if self.conv is not None:
             self.conv.reset_parameters()
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
         if attention_mask is not None:
             padded = ~attention_mask[:, None, :, None]  # (b, 1, n, 1)
             query, key, value = (x.masked_fill(padded, 0.0) for x in (query, key, value))

@@ -39,7 +39,9 @@ from typing import Literal
 import torch
 
 from ._kernelized import FEATURE_CHUNK_BYTES, kernelized_attention
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, AttentionSpec
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import orthogonal_gaussian_features, rows_per_chunk
 
@@ -91,7 +93,16 @@ class PerformerAttention(AttentionCore):
     config_class = PerformerConfig
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
     paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
+    cost = "O(n·m·d)"
+    lra_listops = ("Performer", 18.01)
+    summary = "FAVOR+ positive orthogonal random features, redraw callback"
     small_config = {"num_features": 64, "block_size": 4}
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 n m d + 4 n m (d + 1): features W q, W k (m x d each) and the two products with [V, 1]."""
+        m = config.num_features
+        return 4.0 * n * m * head_dim + 4.0 * n * m * (head_dim + 1)
 
     def __init__(self, spec: AttentionSpec, config: PerformerConfig | None = None):
         super().__init__(spec, config)
@@ -112,19 +123,9 @@ class PerformerAttention(AttentionCore):
     def resample_random_state(self, seed: int) -> None:
         self.redraw_features(seeded_generator(seed, self.spec.layer_idx))
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
+        is_causal = inputs.is_causal
         m = self.config.num_features
         if attention_mask is not None:  # padded queries may hold anything (even inf); their rows end up 0
             query = query.masked_fill(~attention_mask[:, None, :, None], 0.0)

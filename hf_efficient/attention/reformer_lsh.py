@@ -45,7 +45,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad, zero_padded
 
@@ -85,6 +87,15 @@ class ReformerLSHConfig(AttentionConfig):
             )
 
 
+def num_buckets(n: int, config: ReformerLSHConfig) -> int:
+    """Buckets for a batch whose longest real sequence has n tokens: the configured number, else about
+    n / chunk_length (even, at least 2), or 1 when one chunk holds the sequence."""
+    if config.num_buckets is not None:
+        return config.num_buckets
+    chunk = config.chunk_length
+    return 1 if n <= chunk else 2 * max(1, (n + chunk // 2) // chunk)
+
+
 @register_attention("reformer_lsh")
 class ReformerLSHAttention(AttentionCore):
     config_class = ReformerLSHConfig
@@ -92,14 +103,22 @@ class ReformerLSHAttention(AttentionCore):
         padding_mask=True, shared_query_key=True, modalities=frozenset({"text", "vision"})
     )
     paper = "Kitaev et al. 2020, Reformer: The Efficient Transformer"
+    cost = "O(n·c·rounds)"
+    lra_listops = ("Reformer", 37.27)
+    summary = "shared query/key, random-rotation LSH, sorted chunks"
     small_config = {"num_hashes": 2, "chunk_length": 4, "num_buckets": 4}
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """R (n d nb + 4 n min(n, 2c) d): per round, hashing x R (d x nb/2) and 2c keys (own + previous
+        chunk)."""
+        rounds, chunk, nb = config.num_hashes, config.chunk_length, num_buckets(n, config)
+        hashing = 2.0 * n * head_dim * (nb // 2) if nb > 1 else 0.0
+        return rounds * (hashing + 4.0 * n * min(n, 2 * chunk) * head_dim)
 
     def num_buckets_for(self, n: int) -> int:
         """Buckets used for a batch whose longest real sequence has n tokens."""
-        if self.config.num_buckets is not None:
-            return self.config.num_buckets
-        chunk = self.config.chunk_length
-        return 1 if n <= chunk else 2 * max(1, (n + chunk // 2) // chunk)
+        return num_buckets(n, self.config)
 
     def rotations(self, num_buckets: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         """Random rotations (h, d, num_hashes, num_buckets / 2): global RNG in training, seeded in eval."""
@@ -111,19 +130,8 @@ class ReformerLSHAttention(AttentionCore):
         generator = torch.Generator().manual_seed(seed)
         return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
         b, h, n, d = query.shape
         chunk, rounds = self.config.chunk_length, self.config.num_hashes
         num_real = n if attention_mask is None else int(attention_mask.sum(-1).max())

@@ -1,14 +1,17 @@
-"""The one place that maps an ``attention_type`` name to a core class.
+"""The one place that maps an ``attention_type`` name to a core class, and the facts it carries.
 
 Variants register themselves with ``@register_attention("name")`` in their own module; every module in
 ``hf_efficient.attention`` is imported by the package ``__init__``, so adding a variant is adding a file.
+Everything that lists types reads them from here: the encoders (by modality and capability), the
+benchmarks (type lists, FLOP models, settings), the ListOps runs and the docs table (:func:`attention_table`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .base import AttentionConfig, AttentionCore, AttentionSpec
+from .base import MODALITIES, AttentionCore, AttentionSpec
+from .config import AttentionConfig
 
 ATTENTION_REGISTRY: dict[str, type[AttentionCore]] = {}
 
@@ -26,6 +29,12 @@ def register_attention(name: str):
         return cls
 
     return decorator
+
+
+def unregister_attention(name: str) -> None:
+    """Remove ``name`` from the registry (for mechanisms registered for a while, e.g. inside a test)."""
+    if ATTENTION_REGISTRY.pop(name, None) is None:
+        raise ValueError(f"attention_type {name!r} is not registered.")
 
 
 def list_attention_types(modality: str | None = None) -> list[str]:
@@ -87,3 +96,13 @@ def build_attention(
             f"{attention_type} expects a {cls.config_class.__name__}, got {type(attention_config)}"
         )
     return cls(spec, attention_config)
+
+
+def attention_table(modality: str | None = None) -> str:
+    """The markdown table of the registered types (the README's and the docs'), from each core's facts."""
+    rows = ["| `attention_type` | paper | cost in n | modalities | notes |", "|---|---|---|---|---|"]
+    for name in list_attention_types(modality):
+        cls = ATTENTION_REGISTRY[name]
+        modalities = ", ".join(m for m in MODALITIES if m in cls.capabilities.modalities)
+        rows.append(f"| `{name}` | {cls.paper} | {cls.cost} | {modalities} | {cls.summary} |")
+    return "\n".join(rows) + "\n"

@@ -57,7 +57,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput, AttentionSpec
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import extend_padding_mask, orthogonal_gaussian_features, pad_to_multiple, rows_per_chunk
 
@@ -221,7 +223,16 @@ class RandomFeatureAttention(AttentionCore):
     config_class = RFAConfig
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
     paper = "Peng et al. 2021, Random Feature Attention (ICLR)"
+    cost = "O(n·m·d)"
+    summary = "random Fourier features, gated causal form"
     small_config = {"num_features": 16, "causal_chunk": 8}
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 n m d + 8 n m (d + 1): W q, W k, then 2m sin/cos features times [V, 1] (non-causal form)."""
+        m = config.num_features
+        return 4.0 * n * m * head_dim + 8.0 * n * m * (head_dim + 1)
+
     no_weight_decay = ("sigma",)  # the temperature: decayed, it drifts toward uniform attention
 
     def __init__(self, spec: AttentionSpec, config: RFAConfig | None = None):
@@ -280,19 +291,9 @@ class RandomFeatureAttention(AttentionCore):
             log_g = log_g.masked_fill(~mask[:, None], 0.0)
         return log_g, log_keep
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
+        is_causal = inputs.is_causal
         if is_causal:
             return AttentionOutput(self._causal(query, key, value, attention_mask), None)
         base, sigma = self.random_weights.to(query.dtype), self.scales().to(query.dtype)

@@ -13,10 +13,10 @@ image coordinates, row r of a layer with shift s falls into window floor((r - s)
 Cost in n: O(n · (M_h·M_w + P) · d) time and memory for n patches, P prefix tokens; O(P · n · d) for the
 prefix rows.
 
-How the grid reaches the core: the vision model sets ``spec.grid_size = (H, W)`` and
-``spec.num_prefix_tokens`` (1 for ViT's [CLS]) before running the encoder (and again when an image of
-another size arrives). The sequence is then ``num_prefix_tokens + H * W`` tokens: the prefix tokens first,
-then the patches in row-major order; any other length raises. Deviations from the paper:
+How the grid reaches the core: the vision model passes ``grid_size = (H, W)`` and ``num_prefix_tokens``
+(1 for ViT's [CLS]) in the call's ``AttentionInputs``, for the size of the current images. The sequence is
+then ``num_prefix_tokens + H * W`` tokens: the prefix tokens first, then the patches in row-major order;
+any other length raises. Deviations from the paper:
 
 - Prefix tokens ([CLS], which Swin does not have) are global: they attend to every token, and every patch
   attends to them besides its window. Without that, ViT's [CLS] classification head would see only itself.
@@ -25,7 +25,7 @@ then the patches in row-major order; any other length raises. Deviations from th
   and no shift on that side (Swin does this for the whole layer when min(H, W) <= M).
 - Only Swin's attention: no patch merging (hierarchy), the encoder stays a plain ViT at one resolution.
 - No relative position bias table (Swin's B): the ViT encoders add absolute position embeddings instead.
-- Without ``spec.grid_size`` (a core used on its own, e.g. on a plain sequence) the sequence is taken as one
+- Without ``grid_size`` (a core used on its own, e.g. on a plain sequence) the sequence is taken as one
   row of n patches, i.e. 1-D non-overlapping windows of M_w tokens, shifted on odd layers.
 - ``output_attentions`` scatters the window probabilities into a dense (b, h, n, n) matrix (O(n^2) memory,
   only when asked for).
@@ -39,7 +39,9 @@ from functools import lru_cache
 import torch
 from torch.nn import functional as F
 
-from .base import AttentionCapabilities, AttentionConfig, AttentionCore, AttentionOutput
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .config import AttentionConfig
+from .inputs import AttentionInputs
 from .registry import register_attention
 
 
@@ -112,19 +114,26 @@ class SwinWindowAttention(AttentionCore):
         output_attentions=True, patch_grid=True, modalities=frozenset({"vision"})
     )
     paper = "Liu et al. 2021, Swin Transformer: Hierarchical Vision Transformer using Shifted Windows"
+    cost = "O(n·M²)"
+    summary = "2-D windows over the patch grid, shifted on odd layers, [CLS] global"
     small_config = {"window_size": 4}
 
-    def layout(self, n: int) -> tuple[int, int, int]:
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 n min(n, M_w) d: without a patch grid (as benchmarked) the sequence is one row of 1-D windows."""
+        return 4.0 * n * min(n, config.window_hw()[-1]) * head_dim
+
+    def layout(self, n: int, inputs: AttentionInputs) -> tuple[int, int, int]:
         """(prefix tokens P, grid height H, grid width W) of a sequence of n tokens; a mismatch raises."""
-        if self.spec.grid_size is None:
+        if inputs.grid_size is None:
             return 0, 1, n  # a plain sequence: one row of n patches
-        (height, width), prefix = self.spec.grid_size, self.spec.num_prefix_tokens
+        (height, width), prefix = inputs.grid_size, inputs.num_prefix_tokens
         if n != prefix + height * width:
             raise ValueError(
                 f"{self.attention_type}: the patch grid {height}x{width} plus {prefix} prefix token(s) makes "
                 f"{prefix + height * width} tokens, but the sequence has {n}. The sequence must be the "
                 "prefix tokens followed by every patch in row-major order (a random subset of patches, as in "
-                "MAE's encoder, has no grid); the vision models set spec.grid_size for each image size."
+                "MAE's encoder, has no grid); the vision models pass grid_size for each image size."
             )
         return prefix, height, width
 
@@ -137,21 +146,11 @@ class SwinWindowAttention(AttentionCore):
         )
         return window, shift
 
-    def _attend(
-        self,
-        query,
-        key,
-        value,
-        attention_mask,
-        *,
-        attention_bias,
-        edges,
-        global_attention_mask,
-        is_causal,
-        output_attentions,
-    ) -> AttentionOutput:
+    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        attention_mask = inputs.attention_mask
+        output_attentions = inputs.output_attentions
         b, h, n, d = query.shape
-        prefix, height, width = self.layout(n)
+        prefix, height, width = self.layout(n, inputs)
         window, shift = self.window_and_shift(height, width)
         slot_token, token_slot, same_region = (
             t.to(query.device) for t in window_plan(height, width, window, shift)

@@ -4,19 +4,22 @@ Parameter names follow BERT (``attention.self.query``, ``attention.output.dense`
 ``output.LayerNorm`` ...), so a BERT checkpoint maps onto an encoder of any attention type with no renaming:
 only the attention core's own parameters (``attention.self.core.*``) are new.
 
+Every layer takes the hidden states and one :class:`~hf_efficient.attention.inputs.AttentionInputs` (padding
+mask, bias, edges, flags, patch grid, kernel), built and checked once by the model's forward and passed
+down unchanged to every core.
+
 Shapes: b = batch, n = sequence length, D = hidden_size, h = heads, d = D / h.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import torch
 from torch import nn
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-from ..attention.base import AttentionCore, AttentionSpec, GraphEdges
+from ..attention.base import AttentionCore, AttentionSpec
+from ..attention.inputs import AttentionInputs
 from ..attention.registry import build_attention, get_attention_class
 
 
@@ -67,32 +70,12 @@ class EfficientSelfAttention(nn.Module):
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, n, D) -> (b, h, n, d)
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        attention_bias: torch.Tensor | None = None,
-        edges: GraphEdges | None = None,
-        global_attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
+        self, hidden_states: torch.Tensor, inputs: AttentionInputs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # The exact kernel follows the model's current attn_implementation (set_attn_implementation changes
-        # config after the core was built); the spec is the core's only view of it.
-        implementation = self.config._attn_implementation or "sdpa"
-        if implementation != self.core.spec.attn_implementation:
-            self.core.spec = dataclasses.replace(self.core.spec, attn_implementation=implementation)
         query = self._heads(self.query(hidden_states))  # (b, h, n, d)
         key = query if self.key is None else self._heads(self.key(hidden_states))
         value = self._heads(self.value(hidden_states))
-        output, weights = self.core(
-            query,
-            key,
-            value,
-            attention_mask=attention_mask,
-            attention_bias=attention_bias,
-            edges=edges,
-            global_attention_mask=global_attention_mask,
-            output_attentions=output_attentions,
-        )
+        output, weights = self.core(query, key, value, inputs)
         b, _, n, _ = output.shape
         return output.transpose(1, 2).reshape(b, n, -1), weights  # (b, h, n, d) -> (b, n, D)
 
@@ -122,8 +105,8 @@ class EfficientAttention(nn.Module):
         self.self = (self_attention_class or EfficientSelfAttention)(config, layer_idx)
         self.output = EfficientSelfOutput(config)
 
-    def forward(self, hidden_states, **attention_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        context, weights = self.self(hidden_states, **attention_inputs)
+    def forward(self, hidden_states, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        context, weights = self.self(hidden_states, inputs)
         return self.output(context, hidden_states), weights
 
 
@@ -158,23 +141,9 @@ class EfficientLayer(GradientCheckpointingLayer):
         self.output = EfficientOutput(config)
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        attention_bias: torch.Tensor | None = None,
-        edges: GraphEdges | None = None,
-        global_attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
+        self, hidden_states: torch.Tensor, inputs: AttentionInputs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        # hidden_states is positional so gradient checkpointing (use_reentrant) propagates its gradient.
-        attention_output, weights = self.attention(
-            hidden_states,
-            attention_mask=attention_mask,
-            attention_bias=attention_bias,
-            edges=edges,
-            global_attention_mask=global_attention_mask,
-            output_attentions=output_attentions,
-        )
+        attention_output, weights = self.attention(hidden_states, inputs)
         return self.output(self.intermediate(attention_output), attention_output), weights
 
 
@@ -198,8 +167,8 @@ class EfficientPreNormAttention(nn.Module):
         self.attention = EfficientSelfAttention(config, layer_idx)
         self.output = EfficientPreNormSelfOutput(config)
 
-    def forward(self, hidden_states, **attention_inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        context, weights = self.attention(hidden_states, **attention_inputs)
+    def forward(self, hidden_states, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        context, weights = self.attention(hidden_states, inputs)
         return self.output(context), weights
 
 
@@ -232,22 +201,9 @@ class EfficientPreNormLayer(GradientCheckpointingLayer):
         self.layernorm_after = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        attention_bias: torch.Tensor | None = None,
-        edges: GraphEdges | None = None,
-        global_attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
+        self, hidden_states: torch.Tensor, inputs: AttentionInputs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        attention_output, weights = self.attention(
-            self.layernorm_before(hidden_states),
-            attention_mask=attention_mask,
-            attention_bias=attention_bias,
-            edges=edges,
-            global_attention_mask=global_attention_mask,
-            output_attentions=output_attentions,
-        )
+        attention_output, weights = self.attention(self.layernorm_before(hidden_states), inputs)
         hidden_states = attention_output + hidden_states
         return self.output(self.intermediate(self.layernorm_after(hidden_states)), hidden_states), weights
 
@@ -307,35 +263,22 @@ class EfficientEncoder(nn.Module):
         return shared
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        attention_bias: torch.Tensor | None = None,
-        edges: GraphEdges | None = None,
-        global_attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
+        self, hidden_states: torch.Tensor, inputs: AttentionInputs, output_hidden_states: bool = False
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
         """Returns (last hidden state (b, n, D), all hidden states or None, attention weights or None)."""
         all_hidden, all_weights = [], []
         for layer in self.layer:
             if output_hidden_states:
                 all_hidden.append(hidden_states)
-            hidden_states, weights = layer(
-                hidden_states,
-                attention_mask=attention_mask,
-                attention_bias=attention_bias,
-                edges=edges,
-                global_attention_mask=global_attention_mask,
-                output_attentions=output_attentions,
-            )
+            # hidden_states positional: gradient checkpointing (use_reentrant) propagates its gradient.
+            hidden_states, weights = layer(hidden_states, inputs)
             all_weights.append(weights)
         if output_hidden_states:
             all_hidden.append(hidden_states)
         return (
             hidden_states,
             tuple(all_hidden) if output_hidden_states else None,
-            tuple(all_weights) if output_attentions else None,
+            tuple(all_weights) if inputs.output_attentions else None,
         )
 
 

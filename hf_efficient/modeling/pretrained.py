@@ -6,6 +6,7 @@ import torch
 from transformers import PreTrainedModel
 
 from ..attention.base import AttentionCore
+from ..attention.inputs import AttentionInputs
 from .blocks import EfficientEncoder
 
 
@@ -60,6 +61,13 @@ class EfficientPreTrainedModel(PreTrainedModel):
                 prefix = f"{name}." if name else ""
                 tied.update({prefix + t: prefix + s for t, s in module.shared_parameter_names().items()})
         return tied
+
+    def attention_inputs(self, batch: int, seq: int, **fields) -> AttentionInputs:
+        """The :class:`AttentionInputs` of one forward over (batch, seq) tokens: ``fields`` plus the model's
+        current kernel (``set_attn_implementation`` takes effect at once), checked once here for every layer.
+        """
+        inputs = AttentionInputs(attn_implementation=self.config._attn_implementation, **fields)
+        return inputs.prepare(batch, seq, type(self).__name__)
 
     def attention_cores(self) -> list[AttentionCore]:
         """Every attention core of the model, in layer order."""

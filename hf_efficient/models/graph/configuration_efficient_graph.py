@@ -43,11 +43,11 @@ class EfficientGraphConfig(EfficientEncoderConfig):
       ``add_virtual_token``.
 
     Permutation equivariance: relabelling the nodes of a graph relabels the node outputs and leaves the graph
-    outputs unchanged when every attention type used declares ``permutation_equivariant`` (full, graph_sparse,
-    multi_hop, linear, performer, rfa) and the inputs are equivariant (degrees, shortest paths, random-walk
-    PE, WL colours are). Not equivariant: ``lap_pe`` (eigenvector signs and bases are arbitrary; signs are
-    flipped at random in training) and position-based types (longformer, bigbird, linformer, long_short,
-    nystromformer), which follow the node order.
+    outputs unchanged when every attention type used declares ``permutation_equivariant`` in its capabilities
+    and the inputs are equivariant (degrees, shortest paths, random-walk PE, WL colours are). Not
+    equivariant: ``lap_pe`` (eigenvector signs and bases are arbitrary; signs are flipped at random in
+    training) and position-based types (windows, blocks, landmarks, length projections), which follow the
+    node order.
 
     Attributes:
         node_feature_dim: F, width of ``node_feat``.

@@ -21,7 +21,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils.generic import can_return_tuple
 
-from ...attention.base import GraphEdges
+from ...attention.inputs import AttentionInputs, GraphEdges
 from ...modeling.blocks import (
     EfficientAttention,
     EfficientEncoder,
@@ -93,17 +93,20 @@ class EfficientGraphEmbeddings(nn.Module):
         return self.dropout(self.LayerNorm(x))
 
 
-class EfficientGraphLayer(EfficientLayer):
-    """The shared post-LayerNorm layer; edges reach the core only if it attends along edges.
+def inputs_for(core, inputs: AttentionInputs) -> AttentionInputs:
+    """The model's inputs as one core reads them: edges only for cores that attend along edges.
 
     The graph is an input of the whole model: a dense core (``full``, ``performer``...) in some layer simply
     does not read it (the structure reaches it through encodings or the bias).
     """
+    return inputs if core.capabilities.edges else inputs.replace(edges=None)
 
-    def forward(self, hidden_states, attention_mask=None, attention_bias=None, edges=None, **kwargs):
-        if not self.attention.self.core.capabilities.edges:
-            edges = None
-        return super().forward(hidden_states, attention_mask, attention_bias, edges, **kwargs)
+
+class EfficientGraphLayer(EfficientLayer):
+    """The shared post-LayerNorm layer; edges reach the core only if it attends along edges."""
+
+    def forward(self, hidden_states, inputs: AttentionInputs):
+        return super().forward(hidden_states, inputs_for(self.attention.self.core, inputs))
 
 
 class EfficientGraphLocalSelfAttention(EfficientSelfAttention):
@@ -129,24 +132,14 @@ class EfficientGraphHybridLayer(GradientCheckpointingLayer):
         self.output = EfficientOutput(config)
 
     def forward(
-        self,
-        hidden_states: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        attention_bias: torch.Tensor | None = None,
-        edges: GraphEdges | None = None,
-        global_attention_mask: torch.Tensor | None = None,
-        output_attentions: bool = False,
+        self, hidden_states: torch.Tensor, inputs: AttentionInputs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        local, _ = self.local_attention(hidden_states, attention_mask=attention_mask, edges=edges)
-        global_edges = edges if self.attention.self.core.capabilities.edges else None
-        global_, weights = self.attention(
-            hidden_states,
-            attention_mask=attention_mask,
-            attention_bias=attention_bias,
-            edges=global_edges,
-            global_attention_mask=global_attention_mask,
-            output_attentions=output_attentions,
+        # The local core reads the padding mask and the edges only (the bias and weights are the global's).
+        local_inputs = inputs.replace(
+            attention_bias=None, global_attention_mask=None, output_attentions=False
         )
+        local, _ = self.local_attention(hidden_states, local_inputs)
+        global_, weights = self.attention(hidden_states, inputs_for(self.attention.self.core, inputs))
         summed = local + global_  # (b, n', D)
         return self.output(self.intermediate(summed), summed), weights
 
@@ -293,14 +286,14 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             if edges is not None:
                 edges = _with_virtual_token(edges, node_mask)
 
-        last, all_hidden, all_attentions = self.encoder(
-            hidden,
+        inputs = self.attention_inputs(
+            *hidden.shape[:2],
             attention_mask=attention_mask,
             attention_bias=bias,
             edges=edges,
             output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
         )
+        last, all_hidden, all_attentions = self.encoder(hidden, inputs, output_hidden_states)
         nodes = last[:, 1:] if virtual else last  # (b, n, D)
         if self.config.graph_pooling == "virtual_token":
             pooled = last[:, 0]  # (b, D)

@@ -146,13 +146,13 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (b, n, D)
-        last, all_hidden, all_attentions = self.encoder(
-            hidden_states,
+        inputs = self.attention_inputs(
+            *hidden_states.shape[:2],
             attention_mask=attention_mask,
             global_attention_mask=global_attention_mask,
             output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
         )
+        last, all_hidden, all_attentions = self.encoder(hidden_states, inputs, output_hidden_states)
         return BaseModelOutputWithPooling(
             last_hidden_state=last,
             pooler_output=self.pooler(last) if self.pooler is not None else None,

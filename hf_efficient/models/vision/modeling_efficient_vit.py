@@ -5,7 +5,7 @@ with ViT's parameter names (``vit.encoder.layer.N.attention.attention.query``, `
 ViT and ViT-MAE checkpoints load without renaming; transformers 5 writes ViT-MAE's decoder layers as
 ``decoder.decoder_encoder.layer.N``, which ``EfficientViTMAEForPreTraining.from_pretrained`` maps back to
 ``decoder.decoder_layers.N`` (the layout of the published MAE checkpoints). Attention types that attend by
-2-D position (``swin_window``) get the patch grid through their spec, set here for every image size.
+2-D position (``swin_window``) get the patch grid of the current images in the call's ``AttentionInputs``.
 
 Shapes: b = batch, C = channels, H x W = image size, p = patch size, h x w = patch grid, N = h * w,
 D = hidden_size.
@@ -14,7 +14,6 @@ D = hidden_size.
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import torch
 from torch import nn
@@ -27,7 +26,8 @@ from transformers.models.vit_mae.modeling_vit_mae import (
 )
 from transformers.utils.generic import can_return_tuple
 
-from ...modeling.blocks import EfficientEncoder, EfficientPreNormLayer, EfficientSelfAttention
+from ...attention.inputs import AttentionInputs
+from ...modeling.blocks import EfficientEncoder, EfficientPreNormLayer
 from ...modeling.heads import classification_loss
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_vit import EfficientViTConfig
@@ -41,14 +41,6 @@ def sincos_position_table(height: int, width: int, dim: int) -> torch.Tensor:
     table = build_2d_sinusoidal_position_embedding(height, width, embed_dim=dim, cls_token=True)
     half = dim // 2
     return torch.cat([table[:, half:], table[:, :half]], dim=-1)[None]  # (1, 1 + h*w, dim)
-
-
-def use_patch_grid(stack: nn.Module, grid: tuple[int, int] | None, num_prefix_tokens: int = 1) -> None:
-    """Tell every attention core under ``stack`` the patch grid of the current images (their spec)."""
-    for module in stack.modules():
-        if isinstance(module, EfficientSelfAttention) and module.core.spec.grid_size != grid:
-            spec = dataclasses.replace(module.core.spec, grid_size=grid, num_prefix_tokens=num_prefix_tokens)
-            module.core.spec = spec
 
 
 class EfficientViTPatchEmbeddings(nn.Module):
@@ -189,7 +181,6 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
         self.encoder = EfficientEncoder(config, EfficientPreNormLayer)
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.pooler = EfficientViTPooler(config) if add_pooling_layer else None
-        use_patch_grid(self.encoder, config.grid_size)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Module:
@@ -201,10 +192,13 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        use_patch_grid(self.encoder, grid)
-        last, all_hidden, all_attentions = self.encoder(
-            embeddings, output_attentions=output_attentions, output_hidden_states=output_hidden_states
+        inputs = self.attention_inputs(
+            *embeddings.shape[:2],
+            output_attentions=output_attentions,
+            grid_size=grid,
+            num_prefix_tokens=1 if grid is not None else 0,  # [CLS] before the patches
         )
+        last, all_hidden, all_attentions = self.encoder(embeddings, inputs, output_hidden_states)
         last = self.layernorm(last)
         return BaseModelOutputWithPooling(
             last_hidden_state=last,
@@ -295,8 +289,11 @@ class EfficientViTMAEDecoder(nn.Module):
         self.decoder_norm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
         self.decoder_pred = nn.Linear(hidden, config.patch_size**2 * config.num_channels)
 
-    def forward(self, latent: torch.Tensor, ids_restore: torch.Tensor, grid: tuple[int, int]) -> torch.Tensor:
-        """(b, 1 + kept, D) encoder output -> (b, N, p * p * C) predicted pixels of every patch."""
+    def forward(
+        self, latent: torch.Tensor, ids_restore: torch.Tensor, grid: tuple[int, int], inputs: AttentionInputs
+    ) -> torch.Tensor:
+        """(b, 1 + kept, D) encoder output -> (b, N, p * p * C) predicted pixels of every patch; ``inputs``
+        are those of the (b, 1 + N) decoder sequence: [CLS] and the full grid."""
         hidden_states = self.decoder_embed(latent)  # (b, 1 + kept, D_dec)
         b, n_kept, dim = hidden_states.shape
         masks = self.mask_token.expand(b, ids_restore.shape[1] + 1 - n_kept, dim)  # (b, N - kept, D_dec)
@@ -308,9 +305,8 @@ class EfficientViTMAEDecoder(nn.Module):
         else:
             positions = sincos_position_table(*grid, dim).to(self.decoder_pos_embed)
         hidden_states = hidden_states + positions
-        use_patch_grid(self, grid)
         for layer in self.decoder_layers:
-            hidden_states, _ = layer(hidden_states)
+            hidden_states, _ = layer(hidden_states, inputs)
         return self.decoder_pred(self.decoder_norm(hidden_states))[:, 1:]  # drop [CLS]: (b, N, p*p*C)
 
 
@@ -406,12 +402,15 @@ class EfficientViTMAEForPreTraining(EfficientViTPreTrainedModel):
             raise ValueError("pixel_values (batch, num_channels, height, width) is required.")
         self.check_encoder_attention()
         embeddings, grid = self.vit.embeddings(pixel_values, bool(interpolate_pos_encoding))  # (b, 1 + N, D)
+        b = embeddings.shape[0]
         kept, mask, ids_restore = self.random_masking(embeddings[:, 1:], noise)
         embeddings = torch.cat([embeddings[:, :1], kept], dim=1)  # (b, 1 + kept, D)
         outputs = self.vit.encode(embeddings, None, output_attentions, output_hidden_states)
-        # The decoder's config is a resized copy: keep it on the model's kernel (set_attn_implementation).
-        self.decoder.config._attn_implementation = self.config._attn_implementation
-        logits = self.decoder(outputs.last_hidden_state, ids_restore, grid)  # (b, N, p*p*C)
+        # The decoder sees [CLS] and every patch in order: the full grid, on the model's current kernel.
+        decoder_inputs = self.attention_inputs(
+            b, 1 + ids_restore.shape[1], grid_size=grid, num_prefix_tokens=1
+        )
+        logits = self.decoder(outputs.last_hidden_state, ids_restore, grid, decoder_inputs)  # (b, N, p*p*C)
         target = self.patchify(pixel_values.to(logits.dtype))
         if self.config.norm_pix_loss:  # normalise each patch's pixels (MAE's per-patch normalised target)
             target = (target - target.mean(-1, keepdim=True)) / (target.var(-1, keepdim=True) + 1.0e-6) ** 0.5

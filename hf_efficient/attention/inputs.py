@@ -1,0 +1,257 @@
+"""What a core is told about one call besides query, key and value: :class:`AttentionInputs`, and its checks.
+
+A model builds one :class:`AttentionInputs` per forward (padding mask, bias, edges, flags, the patch grid,
+the kernel) and passes the same object to every layer; each core reads the fields it declared in its
+:class:`~hf_efficient.attention.base.AttentionCapabilities`. Checks come in two kinds:
+
+* :meth:`AttentionInputs.prepare`: the checks that read tensor values (a padding mask of 0/1, edges inside
+  the batch, positive edge weights) and the normalisation every core relies on (the padding mask becomes
+  bool, or None when nothing is padded). It runs once: the model calls it at its entry point, and a core
+  called directly on unprepared inputs calls it itself.
+* :func:`check_supported`: for every core on every call, shape-only checks of the inputs against that
+  core's capabilities (no tensor is read, so it costs nothing and traces cleanly); an input the core cannot
+  honour raises a ``ValueError`` naming the problem and the fix, nothing is silently ignored.
+
+Shapes: b = batch, h = heads, n = sequence length, E = number of edges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from .base import AttentionCapabilities
+
+
+@dataclass
+class GraphEdges:
+    """Directed edges over the flattened (b * n) node positions of a padded batch.
+
+    Node ``i`` of graph ``g`` sits at flat position ``g * n + i``. Messages flow source -> target, as in
+    PyG: target ``edge_index[1, e]`` (a query) attends to source ``edge_index[0, e]`` (a key).
+
+    Attributes:
+        edge_index: (2, E) int64, row 0 = source (key) position, row 1 = target (query) position.
+        edge_weight: optional (E,) positive weights; attention becomes p_ij ∝ w_ij exp(s_ij).
+        edge_attr: optional (E, F) edge features, for cores that project them into the scores.
+    """
+
+    edge_index: torch.Tensor
+    edge_weight: torch.Tensor | None = None
+    edge_attr: torch.Tensor | None = None
+
+    @property
+    def num_edges(self) -> int:
+        return self.edge_index.shape[1]
+
+
+_TENSOR_FIELDS = {"attention_mask", "attention_bias", "edges", "global_attention_mask"}
+
+
+@dataclass(frozen=True)
+class AttentionInputs:
+    """Everything besides query/key/value that one attention call may take; every field is optional.
+
+    Attributes:
+        attention_mask: (b, n) key padding mask, True / 1 = real token (HF's ``attention_mask``). After
+            :meth:`prepare`: bool, or None when nothing is padded.
+        attention_bias: additive score bias broadcastable to (b, h, n, n) (Graphormer's encodings).
+        edges: :class:`GraphEdges` for cores that attend along a graph's edges.
+        global_attention_mask: (b, n), True = a global token (attends to / is attended by all; Longformer's
+            per-example global tokens). After :meth:`prepare`: bool, never True at padding, None if no token
+            is global.
+        is_causal: query i sees keys j <= i only.
+        output_attentions: also return the (b, h, n, n) attention probabilities.
+        attn_implementation: HF kernel for exact softmax in this call (``"eager"``, ``"sdpa"``,
+            ``"flex_attention"``...); None = the core's ``spec.attn_implementation``. Models pass their
+            config's current ``_attn_implementation``, so ``set_attn_implementation`` takes effect at once.
+        grid_size: (height, width) of the patch grid when the sequence is ``num_prefix_tokens`` tokens
+            followed by every patch in row-major order (ViT); None otherwise (MAE's visible subset). Read
+            by cores that attend by 2-D position (``capabilities.patch_grid``).
+        num_prefix_tokens: tokens before the patch grid (ViT's [CLS]: 1).
+        cache: generation state for incremental decoding, shared by all layers (each core finds its own
+            part by ``spec.layer_idx``); None when not generating.
+        block_mask: a precomputed FlexAttention ``BlockMask`` for cores that run on FlexAttention.
+        prepared_for: (b, n) once :meth:`prepare` has checked and normalised the inputs for that shape;
+            set by :meth:`prepare` only.
+    """
+
+    attention_mask: torch.Tensor | None = None
+    attention_bias: torch.Tensor | None = None
+    edges: GraphEdges | None = None
+    global_attention_mask: torch.Tensor | None = None
+    is_causal: bool = False
+    output_attentions: bool = False
+    attn_implementation: str | None = None
+    grid_size: tuple[int, int] | None = None
+    num_prefix_tokens: int = 0
+    cache: Any = None
+    block_mask: Any = None
+    prepared_for: tuple[int, int] | None = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self):
+        grid = self.grid_size
+        if grid is not None and (len(grid) != 2 or min(grid) < 1):
+            raise ValueError(f"grid_size must be (height, width) of positive ints, got {grid}.")
+        if self.num_prefix_tokens < 0:
+            raise ValueError(f"num_prefix_tokens must be >= 0, got {self.num_prefix_tokens}.")
+
+    def replace(self, **changes) -> AttentionInputs:
+        """A copy with some fields changed; changed tensors are checked again by the next :meth:`prepare`."""
+        # Dropping a tensor (None) needs no new check; a new tensor does.
+        if "prepared_for" not in changes and any(
+            changes[f] is not None for f in _TENSOR_FIELDS & set(changes)
+        ):
+            changes["prepared_for"] = None
+        return dataclasses.replace(self, **changes)
+
+    def prepare(self, batch: int, seq: int, name: str = "attention") -> AttentionInputs:
+        """Check the inputs' tensor values for a (batch, seq) call and normalise them (see the module
+        docstring); returns ``self`` when already prepared for that shape. ``name`` opens every message."""
+        if self.prepared_for == (batch, seq):
+            return self
+        mask = normalize_padding_mask(self.attention_mask, batch, seq, name)
+        if self.edges is not None:
+            check_edges(self.edges, batch, seq, mask, name)
+        global_mask = normalize_global_mask(self.global_attention_mask, batch, seq, mask, name)
+        return dataclasses.replace(
+            self, attention_mask=mask, global_attention_mask=global_mask, prepared_for=(batch, seq)
+        )
+
+
+def check_supported(
+    inputs: AttentionInputs, capabilities: AttentionCapabilities, shape: tuple[int, ...], name: str
+) -> None:
+    """Raise a ``ValueError`` for any input a core with ``capabilities`` cannot honour on (b, h, n, d)
+    queries; shapes only, no tensor values are read."""
+    b, h, n, _ = shape
+    if inputs.is_causal and not capabilities.causal:
+        raise ValueError(f"{name} has no causal form; use one of the causal attention types.")
+    if inputs.output_attentions and not capabilities.output_attentions:
+        raise ValueError(
+            f"{name} never forms the (seq x seq) attention matrix, so it cannot return attention "
+            "weights. Call with output_attentions=False, or use attention_type='full' to inspect weights."
+        )
+    bias = inputs.attention_bias
+    if bias is not None:
+        if not capabilities.attention_bias:
+            raise ValueError(
+                f"{name} cannot add a dense attention_bias (that would need the n x n score matrix). "
+                "Use attention_type='full' for biased attention, or drop the bias."
+            )
+        if (
+            bias.dim() != 4
+            or bias.shape[-2:] != (n, n)
+            or any(s not in (1, t) for s, t in zip(bias.shape[:2], (b, h), strict=True))
+        ):
+            raise ValueError(
+                f"{name}: attention_bias must broadcast to (batch, heads, seq, seq) = {(b, h, n, n)}, "
+                f"got {tuple(bias.shape)}."
+            )
+    if inputs.edges is not None and not capabilities.edges:
+        raise ValueError(f"{name} does not take graph edges; use attention_type='graph_sparse'.")
+    if inputs.edges is None and capabilities.requires_edges:
+        raise ValueError(
+            f"{name} attends along graph edges and needs `edges` (GraphEdges with edge_index of shape "
+            "(2, E)); none were given. Pass the graph's edges, or choose a dense attention type."
+        )
+    if inputs.attention_mask is not None and not capabilities.padding_mask:
+        raise ValueError(f"{name} cannot honour a padding mask; pass sequences of equal length.")
+    if inputs.global_attention_mask is not None and not capabilities.global_attention_mask:
+        raise ValueError(
+            f"{name} has no per-example global tokens; drop global_attention_mask or use "
+            "attention_type='longformer'."
+        )
+
+
+def normalize_padding_mask(
+    attention_mask: torch.Tensor | None, b: int, n: int, name: str = "attention"
+) -> torch.Tensor | None:
+    """Turn HF's (b, n) 0/1 or bool mask into bool (True = real), or None when nothing is padded."""
+    if attention_mask is None:
+        return None
+    if attention_mask.shape != (b, n):
+        raise ValueError(
+            f"{name}: attention_mask must be a (batch, seq) = {(b, n)} key padding mask with 1/True for real "
+            f"tokens, got shape {tuple(attention_mask.shape)}. Pass the tokenizer's attention_mask; encoders "
+            "build their own 4-D masks."
+        )
+    if attention_mask.dtype != torch.bool:
+        if attention_mask.is_floating_point() and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+            raise ValueError(
+                f"{name}: attention_mask must hold only 0/1 (or bool); got other values. An additive mask "
+                "(0 / -inf) is not a padding mask: pass the tokenizer's 0/1 mask instead."
+            )
+        attention_mask = attention_mask != 0
+    real_per_row = attention_mask.sum(-1)
+    if bool((real_per_row == 0).any()):
+        raise ValueError(f"{name}: some sequences in the batch have no real token (attention_mask all 0).")
+    if bool((real_per_row == n).all()):
+        return None
+    return attention_mask
+
+
+def normalize_global_mask(
+    global_mask: torch.Tensor | None, b: int, n: int, mask: torch.Tensor | None, name: str = "attention"
+) -> torch.Tensor | None:
+    """(b, n) bool of global tokens (never a padded one), or None when no token is global."""
+    if global_mask is None:
+        return None
+    if global_mask.shape != (b, n):
+        raise ValueError(
+            f"{name}: global_attention_mask must have shape (batch, seq) = {(b, n)}, "
+            f"got {tuple(global_mask.shape)}."
+        )
+    global_mask = global_mask.bool()
+    if mask is not None:
+        global_mask = global_mask & mask  # a padded token is never global
+    return global_mask if bool(global_mask.any()) else None
+
+
+def check_edges(edges: GraphEdges, b: int, n: int, mask: torch.Tensor | None, name: str) -> None:
+    """Validate GraphEdges against a padded (b, n) batch."""
+    ei = edges.edge_index
+    if ei.dim() != 2 or ei.shape[0] != 2 or ei.dtype not in (torch.int64, torch.int32):
+        raise ValueError(
+            f"{name}: edge_index must be an integer tensor of shape (2, E), got {tuple(ei.shape)} {ei.dtype}."
+        )
+    if ei.shape[1] == 0:
+        raise ValueError(f"{name}: the graph has no edges; add self-loops or edges before attention.")
+    lo, hi = int(ei.min()), int(ei.max())
+    if lo < 0 or hi >= b * n:
+        raise ValueError(
+            f"{name}: edge_index holds node positions in [{lo}, {hi}] but the padded batch has only "
+            f"batch * seq = {b * n} positions (graph g's node i is g * seq + i)."
+        )
+    if bool((ei[0] // n != ei[1] // n).any()):
+        raise ValueError(f"{name}: some edges join nodes of different graphs in the batch.")
+    if mask is not None and not bool(mask.reshape(-1)[ei].all()):
+        raise ValueError(f"{name}: some edges touch padded node positions; drop them or fix the node mask.")
+    num_edges = ei.shape[1]
+    if edges.edge_weight is not None:
+        w = edges.edge_weight
+        if w.shape != (num_edges,):
+            raise ValueError(
+                f"{name}: edge_weight must have shape (E,) = ({num_edges},), got {tuple(w.shape)}."
+            )
+        if bool((w <= 0).any()) or not bool(torch.isfinite(w).all()):
+            raise ValueError(f"{name}: edge_weight must be finite and positive (p_ij ∝ w_ij exp(s_ij)).")
+    if edges.edge_attr is not None and (edges.edge_attr.dim() != 2 or edges.edge_attr.shape[0] != num_edges):
+        raise ValueError(
+            f"{name}: edge_attr must have shape (E, F) with E = {num_edges}, got "
+            f"{tuple(edges.edge_attr.shape)}."
+        )
+
+
+__all__ = [
+    "AttentionInputs",
+    "GraphEdges",
+    "check_edges",
+    "check_supported",
+    "normalize_global_mask",
+    "normalize_padding_mask",
+]
