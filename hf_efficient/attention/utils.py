@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 # glibc hands every allocation above 32 MiB straight back to the system and page-faults it in anew on the
-# next call; intermediates kept under this budget stay in the malloc arena (DESIGN.md, "What the peers do").
+# next call; intermediates kept under this budget stay in the malloc arena (docs/contributing.md, "Memory").
 CHUNK_BYTES = 24 * 2**20
 
 

@@ -17,8 +17,8 @@ class EfficientPreTrainedModel(PreTrainedModel):
     _supports_flash_attn = True
     _supports_attention_backend = True
     _no_split_modules = ["EfficientLayer"]
-    # Losses are computed by self.loss_function-free plain losses below; without this, Trainer would scale
-    # them by the number of processes under DDP (DESIGN.md section 4).
+    # Losses are plain means (no self.loss_function): when forward takes **kwargs or this is True, Trainer
+    # assumes a summed loss and multiplies it by the number of processes under DDP.
     accepts_loss_kwargs = False
 
     @torch.no_grad()

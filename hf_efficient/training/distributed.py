@@ -1,7 +1,7 @@
 """Multi-process training on machines without an accelerator.
 
 ``accelerate launch --multi_gpu --num_processes 2 ...`` starts two processes on a CPU-only machine too
-(DESIGN.md section 4), but ``TrainingArguments`` then builds a non-CPU ``PartialState``, which reports
+(``--cpu --num_processes 2`` silently starts one), but ``TrainingArguments`` then builds a non-CPU ``PartialState``, which reports
 ``distributed_type == NO``: each process trains alone on all the data and writes the same files. Setting
 ``ACCELERATE_USE_CPU`` before ``TrainingArguments`` is built makes them one gloo DDP group.
 """
