@@ -1,9 +1,10 @@
 """Multi-process training on machines without an accelerator.
 
 ``accelerate launch --multi_gpu --num_processes 2 ...`` starts two processes on a CPU-only machine too
-(``--cpu --num_processes 2`` silently starts one), but ``TrainingArguments`` then builds a non-CPU ``PartialState``, which reports
-``distributed_type == NO``: each process trains alone on all the data and writes the same files. Setting
-``ACCELERATE_USE_CPU`` before ``TrainingArguments`` is built makes them one gloo DDP group.
+(``--cpu --num_processes 2`` silently starts one), but ``TrainingArguments`` then builds a non-CPU
+``PartialState``, which reports ``distributed_type == NO``: each process trains alone on all the data and
+writes the same files. Setting ``ACCELERATE_USE_CPU`` before ``TrainingArguments`` is built makes them one
+gloo DDP group.
 """
 
 from __future__ import annotations
