@@ -22,7 +22,7 @@ from .registry import (
     validate_attention_config,
 )
 
-_INFRASTRUCTURE = {"base", "config", "inputs", "registry", "utils"}
+_INFRASTRUCTURE = {"base", "config", "flex", "inputs", "registry", "utils"}
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _INFRASTRUCTURE and not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")

@@ -9,6 +9,10 @@ and out_i = phi_q(q_i)^T S / (phi_q(q_i)^T z + eps). Cost O(n m d) time, O(n (m 
 ``linear`` (Katharopoulos et al. 2020) and ``performer`` (Choromanski et al. 2021); the leading underscore
 keeps this module out of the registry's auto-import.
 
+Half precision (float16 / bfloat16 inputs): features and per-chunk products run in the input dtype (one
+rounding per chunk), while the running sums S, z, the query-side products and the division run in float32
+(over n tokens they outgrow float16's range and lose bfloat16's 8-bit precision); the output is cast back.
+
 Two implementation choices keep it fast on CPU:
 - z rides along as an extra value column: values are extended to [v, 1] (d + 1 columns), so one matmul
   gives numerator and denominator together.
@@ -112,10 +116,18 @@ def kernelized_attention(
     chunks = list(chunks)
     state = None  # (b, h, m, d + 1): [S | z]
     for _, k, v, kp in chunks:
-        part = key_features(k, kp).transpose(-1, -2) @ v  # (b, h, m, d + 1)
+        part = (key_features(k, kp).transpose(-1, -2) @ v).to(accumulate_dtype(v))  # (b, h, m, d + 1)
         state = part if state is None else state + part
-    outputs = [normalise(query_features(q) @ state, eps) for q, _, _, _ in chunks]  # (b, h, c, d) each
+    dtype = query.dtype
+    outputs = [  # (b, h, c, d) each
+        normalise(query_features(q).to(state.dtype) @ state, eps).to(dtype) for q, _, _, _ in chunks
+    ]
     return torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
+
+
+def accumulate_dtype(x: torch.Tensor) -> torch.dtype:
+    """float32 for half-precision tensors (running sums, normalisers), else the tensor's own dtype."""
+    return torch.promote_types(x.dtype, torch.float32)
 
 
 def _causal(chunks, query_features: QueryFeatureFn, key_features: KeyFeatureFn, block: int, eps: float):
@@ -133,7 +145,8 @@ def _causal(chunks, query_features: QueryFeatureFn, key_features: KeyFeatureFn, 
         phi_q = phi_q.reshape(b, h, g, block, m)  # (b, h, g, block, m)
         phi_k = phi_k.reshape(b, h, g, block, m)  # (b, h, g, block, m)
         v = v.reshape(b, h, g, block, d1)  # (b, h, g, block, d + 1)
-        local = phi_k.transpose(-1, -2) @ v  # (b, h, g, m, d + 1): each block's own state
+        work = accumulate_dtype(v)
+        local = (phi_k.transpose(-1, -2) @ v).to(work)  # (b, h, g, m, d + 1): each block's own state
         inclusive = local.cumsum(dim=2)  # (b, h, g, m, d + 1)
         before = F.pad(inclusive[:, :, :-1], (0, 0, 0, 0, 1, 0))  # exclusive prefix sum
         if state is not None:
@@ -141,9 +154,9 @@ def _causal(chunks, query_features: QueryFeatureFn, key_features: KeyFeatureFn, 
         if causal_mask is None:
             causal_mask = torch.ones(block, block, dtype=torch.bool, device=v.device).tril()
         scores = (phi_q @ phi_k.transpose(-1, -2)).masked_fill_(~causal_mask, 0.0)  # (b, h, g, block, block)
-        result = phi_q @ before + scores @ v  # (b, h, g, block, d + 1)
+        result = phi_q.to(work) @ before + (scores @ v).to(work)  # (b, h, g, block, d + 1)
         result = result.reshape(b, h, r, d1)[:, :, :c]  # (b, h, c, d + 1), zero rows cut before dividing
-        outputs.append(normalise(result, eps))
+        outputs.append(normalise(result, eps).to(v.dtype))
         state = inclusive[:, :, -1]
     return torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
 

@@ -215,13 +215,31 @@ class AttentionCore(nn.Module):
         b, _, n, _ = query.shape
         inputs = inputs.prepare(b, n, name)
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
-        output, weights = self._attend(query, key, value, inputs)
+        output, weights = self._attend_in_precision(query, key, value, inputs)
         mask = inputs.attention_mask
         if mask is not None:
             # Padded query rows carry no meaning; make them exactly 0 so garbage (even inf/NaN from
             # poisoned padding) can never flow into the next layer or a loss.
             output = output.masked_fill(~mask[:, None, :, None], 0.0)
         return AttentionOutput(output, weights)
+
+    def _attend_in_precision(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        """``_attend`` with one floating dtype throughout: under autocast, query/key/value are cast to the
+        autocast dtype and the core runs with autocast off, exactly as in a model cast to that dtype.
+
+        Autocast would otherwise mix dtypes inside a core (float32 parameters and elementwise results with
+        half-precision matmuls), which custom autograd functions and sparse kernels do not accept; each
+        core keeps float32 where its maths needs it (normalisers, prefix sums, exp of large scores)."""
+        device = query.device.type
+        if not torch.is_autocast_enabled(device):
+            return self._attend(query, key, value, inputs)
+        dtype = torch.get_autocast_dtype(device)
+        with torch.autocast(device, enabled=False):
+            if key is query:  # shared query/key cores need the identity kept
+                query = key = query.to(dtype)
+            else:
+                query, key = query.to(dtype), key.to(dtype)
+            return self._attend(query, key, value.to(dtype), inputs)
 
     def _check_qkv(self, query, key, value, name: str) -> None:
         """Shapes of query/key/value against the spec and the capabilities (shapes only, no values)."""

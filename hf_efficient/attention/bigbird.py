@@ -36,6 +36,15 @@ import torch.nn.functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
+from .flex import (
+    blocks_all,
+    blocks_holding,
+    check_implementation,
+    coarsen,
+    flex_attend,
+    flex_block_mask,
+    use_flex,
+)
 from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import CHUNK_BYTES, ChunkBuffers, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
@@ -52,6 +61,8 @@ class BigBirdConfig(AttentionConfig):
         num_global_blocks_end: global blocks at the end of the real tokens (ITC: 1).
         num_random_blocks: random key blocks per query block and head.
         seed: seeds the random layout together with the layer index and the number of blocks.
+        implementation: ``"auto"`` (FlexAttention on CUDA without dropout, the native block-sparse path
+            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.flex`).
     """
 
     block_size: int = 64
@@ -60,8 +71,10 @@ class BigBirdConfig(AttentionConfig):
     num_global_blocks_end: int = 1
     num_random_blocks: int = 3
     seed: int = 0
+    implementation: str = "auto"
 
     def validate(self) -> None:
+        check_implementation("bigbird", self.implementation)
         if self.block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {self.block_size}")
         if self.num_window_blocks < 1 or self.num_window_blocks % 2 == 0:
@@ -386,8 +399,10 @@ class BigBirdAttention(AttentionCore):
             last = (mask * torch.arange(1, nb * bs + 1, device=mask.device)).amax(-1)
             lengths = ((last + bs - 1) // bs).tolist()
         layouts = [self.block_layout(m, query.device) for m in lengths]
-        index, blocked, global_index = self._batch_index(layouts, mask, b, nb)
         dropout = self.spec.dropout if self.training else 0.0
+        if use_flex(self.config.implementation, query, dropout):
+            return AttentionOutput(self._attend_flex(query, key, value, attention_mask, layouts), None)
+        index, blocked, global_index = self._batch_index(layouts, mask, b, nb)
         q_blocks = q.reshape(b, h, nb, bs, d)  # (b, h, nb, B, d)
         out = _BlockSparseSoftmax.apply(
             q_blocks,
@@ -401,6 +416,33 @@ class BigBirdAttention(AttentionCore):
         )  # (b, h, nb, B, d)
         out = self._global_rows(out, q_blocks, k, v, mask, layouts, dropout)
         return AttentionOutput(unpad(out.reshape(b, h, nb * bs, d), n), None)
+
+    def _attend_flex(self, query, key, value, real, layouts) -> torch.Tensor:
+        """The same layouts as one FlexAttention block mask: (b, h, n, d).
+
+        Each example's layout becomes a (h, nb, nb) table of allowed BigBird block pairs (global rows: every
+        block up to the last real one); the token-level pattern looks it up, and the flex blocks are counted
+        from it (``flex.coarsen``), so no n x n pattern is built.
+        """
+        b, h, n, _ = query.shape
+        bs = self.config.block_size
+        nb = -(-n // bs)
+        allowed = torch.zeros(b, h, nb, nb, dtype=torch.bool, device=query.device)  # (b, h, nb, nb)
+        for i, layout in enumerate(layouts):
+            m = layout.index.shape[1]
+            hits = torch.zeros(h, m, nb, dtype=torch.int32, device=query.device)
+            allowed[i, :, :m] = hits.scatter_add_(-1, layout.index, layout.valid.int()) > 0
+            allowed[i, :, list(layout.global_blocks), :m] = True
+
+        def mask_mod(batch, head, q, k):
+            pair = allowed[batch, head, q // bs, k // bs]
+            return pair & real[batch, k] if real is not None else pair
+
+        partial, full = coarsen(allowed, bs, n)  # (b, h, fb, fb)
+        if real is not None:
+            partial = partial & blocks_holding(real)[:, None, None, :]
+            full = full & blocks_all(real)[:, None, None, :]
+        return flex_attend(query, key, value, flex_block_mask(partial, mask_mod, n, full=full), self.scaling)
 
     def _batch_index(self, layouts, mask, b, nb) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Flat ids into (b * h * nb) blocks of the key blocks (b, h, nb, K) and of the global slots

@@ -16,6 +16,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .flex import blocks_all, flex_attend, flex_block_mask, num_blocks, use_flex
 from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import additive_mask
@@ -55,6 +56,9 @@ class FullAttention(AttentionCore):
         is_causal, output_attentions = inputs.is_causal, inputs.output_attentions
         n = query.shape[-2]
         implementation = self.attn_implementation(inputs)
+        dropout = self.spec.dropout if self.training else 0.0
+        if not output_attentions and self._on_flex(implementation, query, inputs, dropout):
+            return AttentionOutput(self._attend_flex(query, key, value, inputs), None)
         mask = additive_mask(inputs.attention_mask, query.dtype)  # (b, 1, 1, n) or None
         if inputs.attention_bias is not None:
             bias = inputs.attention_bias.to(query.dtype)
@@ -67,9 +71,53 @@ class FullAttention(AttentionCore):
         impl = "eager" if output_attentions else implementation
         check_kernel(impl)
         kernel = eager_attention_forward if impl == "eager" else ALL_ATTENTION_FUNCTIONS[impl]
-        dropout = self.spec.dropout if self.training else 0.0
         output, weights = kernel(
             self, query, key, value, mask, dropout=dropout, scaling=self.scaling, is_causal=is_causal
         )
         # HF kernels return (b, n, h, d); the contract is (b, h, n, d).
         return AttentionOutput(output.transpose(1, 2), weights if output_attentions else None)
+
+    @staticmethod
+    def _on_flex(implementation: str, query, inputs: AttentionInputs, dropout: float) -> bool:
+        """FlexAttention for ``attn_implementation="flex_attention"``, and on CUDA for a dense bias
+        (Graphormer's per-head encodings) that sdpa would otherwise read as a full (b, h, n, n) float mask."""
+        if implementation == "flex_attention":
+            return use_flex("flex", query, dropout)
+        return (
+            implementation == "sdpa"
+            and inputs.attention_bias is not None
+            and use_flex("auto", query, dropout)
+        )
+
+    def _attend_flex(self, query, key, value, inputs: AttentionInputs) -> torch.Tensor:
+        """Padding and causality as a block mask, the bias (per head) as a score_mod; (b, h, n, d).
+
+        transformers' flex function reads a padding mask per query position and a bias from head 0 only,
+        so this core builds its own masks."""
+        b, h, n, _ = query.shape
+        real, causal = inputs.attention_mask, inputs.is_causal  # (b, n) bool or None
+        score_mod = None
+        if inputs.attention_bias is not None:
+            bias = inputs.attention_bias.to(query.dtype).expand(b, h, n, n)
+
+            def score_mod(score, batch, head, q, k):
+                return score + bias[batch, head, q, k]
+
+        if real is None and not causal:
+            mask = None
+        else:
+
+            def mask_mod(batch, head, q, k):
+                allowed = q >= k if causal else q >= 0
+                return allowed & real[batch, k] if real is not None else allowed
+
+            nb = num_blocks(n)
+            rows = torch.arange(nb, device=query.device)
+            lower = rows[:, None] >= rows[None, :]  # (nb, nb): block pairs with some k <= q
+            partial = (lower if causal else torch.ones_like(lower))[None, None]  # (1, 1, nb, nb)
+            full_keys = blocks_all(real)[:, None, None, :] if real is not None else None  # (b, 1, 1, nb)
+            full = (rows[:, None] > rows[None, :])[None, None] if causal else None  # strictly below diagonal
+            if full_keys is not None:
+                full = full_keys if full is None else full & full_keys
+            mask = flex_block_mask(partial.expand(b, 1, nb, nb), mask_mod, n, full=full.expand(b, 1, nb, nb))
+        return flex_attend(query, key, value, mask, self.scaling, score_mod)

@@ -66,6 +66,7 @@ def project_sequence(projection: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     A shared (k, n) matrix is applied to all batch items and heads with one GEMM, k x n times
     n x (b h d), instead of a broadcast batched matmul that would copy the projection b*h times.
     """
+    projection = projection.to(x.dtype)  # a float32 parameter on half-precision inputs (autocast)
     if projection.dim() == 3:
         return torch.einsum("hkn,bhnd->bhkd", projection, x)
     return torch.einsum("kn,bhnd->bhkd", projection, x)

@@ -258,7 +258,8 @@ class LongShortAttention(AttentionCore):
         per_row = {"key_valid": key_valid[:, None].expand(b, h, num_segments, total_keys)}
         if attention_mask is not None:
             per_row["real"] = real[:, None].expand(b, h, n)  # (b, h, n)
-        params = {name: p for name, p in self.named_parameters(recurse=False)}
+        # in the inputs' dtype: float32 parameters meet half-precision inputs under autocast
+        params = {name: p.to(query.dtype) for name, p in self.named_parameters(recurse=False)}
         per_row.update({name: p[None].expand(b, *p.shape) for name, p in params.items()})  # (b, h, ...)
 
         # Rows per chunk: the (segments, w, window + r) scores of a row dominate every other intermediate.

@@ -34,6 +34,16 @@ import torch.nn.functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
+from .flex import (
+    FLEX_BLOCK,
+    blocks_all,
+    blocks_holding,
+    check_implementation,
+    flex_attend,
+    flex_block_mask,
+    num_blocks,
+    use_flex,
+)
 from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
@@ -49,13 +59,17 @@ class LongformerAttentionConfig(AttentionConfig):
         attention_dilation: dilation r >= 1; token i sees i + t r for |t| <= w / 2.
         global_token_indices: positions that are global in every example (e.g. [0] for CLS); per-example
             global tokens come through the ``global_attention_mask`` input instead.
+        implementation: ``"auto"`` (FlexAttention on CUDA without dropout, the chunked native path
+            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.flex`).
     """
 
     attention_window: int = 512
     attention_dilation: int = 1
     global_token_indices: list[int] = field(default_factory=list)
+    implementation: str = "auto"
 
     def validate(self) -> None:
+        check_implementation("longformer", self.implementation)
         if self.attention_window < 2 or self.attention_window % 2:
             raise ValueError(
                 f"attention_window must be an even integer >= 2 (w / 2 keys on each side), "
@@ -105,6 +119,8 @@ class LongformerAttention(AttentionCore):
         real = attention_mask if attention_mask is not None else torch.ones(b, n, dtype=torch.bool)
         real = real.to(device)
         dropout = self.spec.dropout if self.training else 0.0
+        if use_flex(self.config.implementation, query, dropout):
+            return AttentionOutput(self._attend_flex(query, key, value, attention_mask, is_global), None)
         slot_pos, slot_valid = _global_slots(is_global, b, device)  # (b, G), (b, G)
         gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
         if is_global is None:  # no gather: its backward would allocate a full-size zero gradient
@@ -161,6 +177,40 @@ class LongformerAttention(AttentionCore):
         rows = global_out.transpose(1, 2)[slot_valid]  # (K, h, d)
         out = out.transpose(1, 2).index_put((batch_index, position), rows).transpose(1, 2)  # (b, h, n, d)
         return AttentionOutput(out, None)
+
+    def _attend_flex(self, query, key, value, real, is_global) -> torch.Tensor:
+        """The same pattern as one FlexAttention block mask: (b, h, n, d).
+
+        Token level: key k is real and (|q - k| <= r w/2 with r | q - k, or q or k is global). Block level,
+        from sizes: blocks I, J hold a window pair when their closest tokens are within reach; every pair
+        when their farthest are (undilated, keys all real); global tokens open their block's row and column.
+        """
+        b, _, n, _ = query.shape
+        half, r = self.config.attention_window // 2, self.config.attention_dilation
+        reach = half * r
+
+        def mask_mod(batch, head, q, k):
+            distance = q - k
+            allowed = (distance.abs() <= reach) & (distance % r == 0)
+            if is_global is not None:
+                allowed = allowed | is_global[batch, q] | is_global[batch, k]
+            return allowed & real[batch, k] if real is not None else allowed
+
+        nb = num_blocks(n)
+        blocks = torch.arange(nb, device=query.device)
+        apart = (blocks[:, None] - blocks[None, :]).abs()  # (nb, nb) block distance
+        closest = (apart - 1).clamp(min=0) * FLEX_BLOCK + (apart > 0).long()  # nearest token pair's distance
+        partial = (closest <= reach)[None, None]  # (1, 1, nb, nb)
+        full = ((apart + 1) * FLEX_BLOCK - 1 <= reach)[None, None] if r == 1 else torch.zeros_like(partial)
+        if is_global is not None:
+            holds = blocks_holding(is_global)  # (b, nb)
+            partial = partial | holds[:, None, :, None] | holds[:, None, None, :]
+        if real is not None:
+            partial = partial & blocks_holding(real)[:, None, None, :]
+            full = full & blocks_all(real)[:, None, None, :]
+        partial, full = partial.expand(b, 1, nb, nb), full.expand(b, 1, nb, nb)
+        mask = flex_block_mask(partial, mask_mod, n, full=full & partial)
+        return flex_attend(query, key, value, mask, self.scaling)
 
     def _global_tokens(self, global_attention_mask, attention_mask, b, n, device) -> torch.Tensor | None:
         """(b, n) bool of global tokens from the config's indices and the per-example mask, or None."""

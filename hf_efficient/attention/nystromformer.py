@@ -195,5 +195,7 @@ class NystromformerAttention(AttentionCore):
             query, key_landmarks, mixed_values, attn_mask=landmark_mask, dropout_p=dropout, scale=self.scaling
         )  # (b, h, n, d)
         if self.conv is not None:
-            output = output + self.conv(value)  # (b, h, n, d): padded values are zero, like the border
+            # (b, h, n, d): padded values are zero, like the border; the weight in the inputs' dtype
+            weight = self.conv.weight.to(value.dtype)
+            output = output + F.conv2d(value, weight, padding=self.conv.padding, groups=self.num_heads)
         return AttentionOutput(output, None)

@@ -295,7 +295,11 @@ class RandomFeatureAttention(AttentionCore):
         attention_mask = inputs.attention_mask
         is_causal = inputs.is_causal
         if is_causal:
-            return AttentionOutput(self._causal(query, key, value, attention_mask), None)
+            # The gated recurrence (cumulative log gates, decayed states, normaliser) runs in float32 for
+            # half-precision inputs: products of many gates leave float16's range and bfloat16's precision.
+            work = torch.promote_types(query.dtype, torch.float32)
+            out = self._causal(query.to(work), key.to(work), value.to(work), attention_mask)
+            return AttentionOutput(out.to(query.dtype), None)
         base, sigma = self.random_weights.to(query.dtype), self.scales().to(query.dtype)
         out = _NonCausalRFA.apply(query, key, value, base, sigma, attention_mask, self.config.eps)
         return AttentionOutput(out, None)

@@ -41,6 +41,7 @@ from torch.nn import functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
+from .flex import check_implementation, dense_pattern, flex_attend, flex_block_mask, reduce_dense, use_flex
 from .inputs import AttentionInputs
 from .registry import register_attention
 
@@ -53,12 +54,16 @@ class SwinWindowConfig(AttentionConfig):
         window_size: window side M in patches (int), or [M_h, M_w].
         shift_windows: shift the windows by half a window on odd layers (Swin's SW-MSA); False keeps every
             layer on the same windows.
+        implementation: ``"auto"`` (FlexAttention on CUDA without dropout, the native windowed path
+            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.flex`).
     """
 
     window_size: int | list = 7
     shift_windows: bool = True
+    implementation: str = "auto"
 
     def validate(self) -> None:
+        check_implementation("swin_window", self.implementation)
         sizes = self.window_size if isinstance(self.window_size, list | tuple) else [self.window_size]
         if len(sizes) not in (1, 2) or not all(isinstance(s, int) and s >= 1 for s in sizes):
             raise ValueError(
@@ -157,6 +162,9 @@ class SwinWindowAttention(AttentionCore):
         )
         num_windows, m = slot_token.shape
         dropout = self.spec.dropout if self.training else 0.0
+        if not output_attentions and use_flex(self.config.implementation, query, dropout):
+            flex_out = self._attend_flex(query, key, value, attention_mask, prefix, token_slot, same_region)
+            return AttentionOutput(flex_out, None)
         real = attention_mask if attention_mask is not None else query.new_ones(b, n, dtype=torch.bool)
 
         def to_windows(x):  # (b, h, n, d) -> (b, h, num_windows, M, d), the inner padding slots zero
@@ -192,6 +200,29 @@ class SwinWindowAttention(AttentionCore):
         if output_attentions:
             weights = self.dense_weights(probs, pre_probs, slot_token, prefix, n)
         return AttentionOutput(output, weights)
+
+    def _attend_flex(self, query, key, value, real, prefix, token_slot, same_region) -> torch.Tensor:
+        """The same windows as one FlexAttention block mask: (b, h, n, d).
+
+        Patch p sits in window token_slot[p] // M at position token_slot[p] % M; two patches attend to each
+        other when they share a window and (shifted layers) an image region; prefix tokens are global. The
+        block-level pattern comes from the token pattern (images have at most a few thousand patches).
+        """
+        b, _, n, _ = query.shape
+        m = same_region.shape[-1]
+        window_of, position = token_slot // m, token_slot % m  # (H*W,) each
+
+        def mask_mod(batch, head, q, k):
+            qp, kp = (q - prefix).clamp(min=0), (k - prefix).clamp(min=0)  # grid indices (prefix: unused)
+            same = (window_of[qp] == window_of[kp]) & same_region[window_of[qp], position[qp], position[kp]]
+            allowed = same | (q < prefix) | (k < prefix)
+            return allowed & real[batch, k] if real is not None else allowed
+
+        partial, full = reduce_dense(
+            dense_pattern(mask_mod, b if real is not None else 1, 1, n, query.device)
+        )
+        mask = flex_block_mask(partial.expand(b, 1, -1, -1), mask_mod, n, full=full.expand(b, 1, -1, -1))
+        return flex_attend(query, key, value, mask, self.scaling)
 
     @staticmethod
     def dense_weights(probs, pre_probs, slot_token, prefix: int, n: int) -> torch.Tensor:

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The GPU check, in minutes on one CUDA machine: the GPU tests (FlexAttention paths against the native ones,
+# half precision for every type) and the GPU benchmark (benchmarks/gpu.py: every type against exact sdpa,
+# forward + backward in bfloat16, n = 4k..64k; JSON, markdown and plots).
+#
+#   benchmarks/gpu_check.sh [OUT_DIR]            # on a CUDA machine (default OUT_DIR: benchmarks/results/gpu)
+#   benchmarks/gpu_check.sh --dry-run [OUT_DIR]  # on a CPU: the same code at tiny sizes (CI runs this)
+#
+# Needs: python3 with torch (>= 2.5, FlexAttention), transformers, accelerate, safetensors, tokenizers, scipy,
+# Pillow, matplotlib and pytest; the GPU images of this project's device machines have them. hf_efficient
+# runs from this checkout (PYTHONPATH), so nothing is installed and no network is needed. Each step has its
+# own time limit, the benchmark first (it writes results.json after every point), so a stuck step cannot
+# take the whole budget and the check ends within about 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+DRY_RUN=0
+if [ "${1:-}" = "--dry-run" ]; then DRY_RUN=1; shift; fi
+OUT=${1:-benchmarks/results/gpu}
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}  # the project venv where there is one
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+
+GPU_TESTS=$(grep -rl "pytest.mark.gpu" tests --include='*.py' | sort)
+status=0
+{
+  echo "date: $(date -u +%FT%TZ)"
+  command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+  "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'transformers', transformers.__version__, 'gpu', torch.cuda.get_device_name() if torch.cuda.is_available() else None)"
+} | tee "$OUT/environment.txt"
+
+if [ "$DRY_RUN" = 1 ]; then
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+  timeout 300 "$PY" -m benchmarks.gpu --dry-run --out "$OUT" || status=1
+  # on a CPU the gpu-marked tests skip; their files' CPU tests cover the same FlexAttention / precision code
+  timeout 300 "$PY" -m pytest -q -p no:cacheprovider $GPU_TESTS || status=1
+else
+  "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU: use --dry-run')" || exit 1
+  timeout 330 "$PY" -m benchmarks.gpu --out "$OUT" --budget_s 240 || status=1
+  timeout 140 "$PY" -m pytest -q -p no:cacheprovider -m gpu -x --junitxml="$OUT/gpu_tests.xml" $GPU_TESTS \
+    2>&1 | tee "$OUT/gpu_tests.txt" || status=1
+fi
+echo "gpu_check: $([ $status = 0 ] && echo passed || echo FAILED); results in $OUT"
+exit $status

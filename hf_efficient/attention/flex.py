@@ -1,0 +1,223 @@
+"""FlexAttention paths of the structured cores: block-sparse masks built from a core's layout.
+
+PyTorch's FlexAttention (``torch.nn.attention.flex_attention``) computes softmax attention over the blocks a
+``BlockMask`` lists, with a ``mask_mod`` (which (query, key) pairs are allowed) applied inside partial
+blocks and a ``score_mod`` (an additive bias) on every score; on CUDA it compiles into one fused kernel
+whose cost follows the blocks kept. The cores with a structured pattern (``full`` with padding, causality
+or a per-head bias; ``longformer``; ``bigbird``; ``swin_window``) describe their pattern here:
+
+* ``mask_mod(b, h, q, k) -> bool``: the exact token-level pattern (used inside partial blocks only);
+* a block-level pattern over blocks of ``FLEX_BLOCK`` tokens, computed from sizes and the layout (never by
+  evaluating the token pattern n^2 times): ``partial`` (b|1, h|1, nq, nk), True where a block pair may hold
+  an allowed pair, and optionally ``full`` where every pair is allowed (no mask_mod needed there).
+
+Which path a core takes: its ``attention_config["implementation"]`` ("auto", "native", "flex"); "auto"
+takes FlexAttention when the inputs are on CUDA, FlexAttention is available and no attention dropout is
+active (FlexAttention has none), the core's own (native) path otherwise; the native path stays the default
+on CPU. On CPU FlexAttention runs forward only (no backward): forcing "flex" there serves inference and the
+tests that check both paths agree.
+
+Shapes: b = batch, h = heads, n = sequence length, d = head_dim, nb = number of flex blocks.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+
+import torch
+
+try:
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+except ImportError:  # torch without FlexAttention
+    BlockMask = flex_attention = None
+
+FLEX_BLOCK = 128  # tokens per BlockMask block (FlexAttention's default tile)
+IMPLEMENTATIONS = ("auto", "native", "flex")
+
+MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def check_implementation(name: str, implementation: str) -> None:
+    """Validate an ``implementation`` hyperparameter (for the cores' config ``validate``)."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"{name}: implementation must be one of {IMPLEMENTATIONS} ('auto': FlexAttention on CUDA, the "
+            f"native path elsewhere), got {implementation!r}."
+        )
+    if implementation == "flex" and flex_attention is None:
+        raise ValueError(
+            f"{name}: implementation='flex' needs torch.nn.attention.flex_attention (torch >= 2.5)."
+        )
+
+
+def use_flex(implementation: str, query: torch.Tensor, dropout: float) -> bool:
+    """Whether a core configured with ``implementation`` runs this call on FlexAttention.
+
+    Raises where "flex" is forced but cannot serve the call (dropout, or a backward on CPU)."""
+    if implementation == "native" or flex_attention is None:
+        return False
+    if implementation == "auto":
+        return query.is_cuda and dropout == 0.0
+    if dropout > 0.0:
+        raise ValueError(
+            "implementation='flex': FlexAttention has no attention dropout. Set "
+            "attention_probs_dropout_prob=0 or use implementation='auto' (the native path runs training with "
+            "dropout)."
+        )
+    if not query.is_cuda and torch.is_grad_enabled() and query.requires_grad:
+        raise ValueError(
+            "implementation='flex' on CPU runs forward only (FlexAttention has no CPU backward). Train on "
+            "CUDA, run inference under torch.no_grad(), or use implementation='auto'."
+        )
+    return True
+
+
+def num_blocks(n: int, block: int = FLEX_BLOCK) -> int:
+    return -(-n // block)
+
+
+def block_ranges(n: int, block: int = FLEX_BLOCK, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """First and last token position of every block: (nb,), (nb,) (the last block may be short)."""
+    first = torch.arange(0, n, block, device=device)
+    return first, (first + block - 1).clamp(max=n - 1)
+
+
+def blocks_holding(token_mask: torch.Tensor, block: int = FLEX_BLOCK) -> torch.Tensor:
+    """(..., n) bool -> (..., nb): which blocks hold at least one True token."""
+    n = token_mask.shape[-1]
+    padded = torch.nn.functional.pad(token_mask, (0, (-n) % block))
+    return padded.unflatten(-1, (-1, block)).any(-1)
+
+
+def blocks_all(token_mask: torch.Tensor, block: int = FLEX_BLOCK) -> torch.Tensor:
+    """(..., n) bool -> (..., nb): which blocks hold only True tokens (the short last block: its tokens)."""
+    n = token_mask.shape[-1]
+    padded = torch.nn.functional.pad(token_mask, (0, (-n) % block), value=True)
+    return padded.unflatten(-1, (-1, block)).all(-1)
+
+
+def flex_block_mask(
+    partial: torch.Tensor,
+    mask_mod: MaskMod,
+    n: int,
+    full: torch.Tensor | None = None,
+    block: int = FLEX_BLOCK,
+) -> BlockMask:
+    """A ``BlockMask`` from block-level patterns (see the module docstring).
+
+    Args:
+        partial: (b|1, h|1, nb, nb) bool, block pairs that may hold an allowed (query, key) pair.
+        mask_mod: the exact token-level pattern, applied inside partial blocks.
+        n: sequence length (queries and keys).
+        full: optional (b|1, h|1, nb, nb) bool, block pairs whose every pair is allowed; must imply partial.
+    """
+    full_args = {}
+    if full is not None:
+        partial = partial & ~full
+        full_args = dict(zip(("full_kv_num_blocks", "full_kv_indices"), _kv_blocks(full), strict=True))
+    kv_num_blocks, kv_indices = _kv_blocks(partial)
+    return BlockMask.from_kv_blocks(
+        kv_num_blocks, kv_indices, BLOCK_SIZE=block, mask_mod=mask_mod, seq_lengths=(n, n), **full_args
+    )
+
+
+def _kv_blocks(pattern: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, H, nq, nk) bool -> counts (B, H, nq) int32 and indices (B, H, nq, nk) int32, kept blocks first."""
+    counts = pattern.sum(-1, dtype=torch.int32)
+    order = torch.argsort((~pattern).to(torch.int8), dim=-1, stable=True)  # True blocks first, in order
+    return counts, order.to(torch.int32)
+
+
+def flex_attend(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: BlockMask,
+    scale: float,
+    score_mod: ScoreMod | None = None,
+) -> torch.Tensor:
+    """softmax(q k^T scale + score_mod) v over the block mask's pattern: (b, h, n, d).
+
+    Compiled on CUDA (one fused kernel); on CPU the eager reference path (forward only). A query row with no
+    allowed key outputs 0.
+    """
+    if query.is_cuda:
+        return _compiled_flex()(query, key, value, score_mod=score_mod, block_mask=mask, scale=scale)
+    with warnings.catch_warnings():  # "flex_attention called without torch.compile()": intended on CPU
+        warnings.simplefilter("ignore", UserWarning)
+        return flex_attention(query, key, value, score_mod=score_mod, block_mask=mask, scale=scale)
+
+
+@functools.cache
+def _compiled_flex():
+    return torch.compile(flex_attention)
+
+
+def coarsen(pattern: torch.Tensor, block: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Block-level patterns at ``FLEX_BLOCK`` from a pattern over blocks of ``block`` tokens.
+
+    Args:
+        pattern: (B, H, m, m) bool, which (query block, key block) pairs of ``block`` tokens are allowed.
+        n: sequence length.
+
+    Returns:
+        partial, full: (B, H, nb, nb) bool: flex block pairs covering some / only allowed block pairs
+        (counted with 2-D prefix sums, so any ratio of the two block sizes works).
+    """
+    m = pattern.shape[-1]
+    first, last = block_ranges(n, device=pattern.device)
+    lo, hi = first // block, (last // block).clamp(max=m - 1)  # (nb,): covered small blocks [lo, hi]
+    sums = torch.nn.functional.pad(pattern.int().cumsum(-1).cumsum(-2), (1, 0, 1, 0))  # (B, H, m + 1, m + 1)
+    row_hi, row_lo = (hi + 1)[:, None], lo[:, None]
+    col_hi, col_lo = (hi + 1)[None, :], lo[None, :]
+    count = (
+        sums[..., row_hi, col_hi]
+        - sums[..., row_lo, col_hi]
+        - sums[..., row_hi, col_lo]
+        + sums[..., row_lo, col_lo]
+    )  # (B, H, nb, nb)
+    area = (hi - lo + 1)[:, None] * (hi - lo + 1)[None, :]
+    return count > 0, count == area
+
+
+def dense_pattern(mask_mod: MaskMod, batch: int, heads: int, n: int, device=None) -> torch.Tensor:
+    """(batch, heads, n, n) bool: ``mask_mod`` evaluated on every (query, key) pair (O(n^2): short sequences
+    and tests only)."""
+    index = torch.arange
+    return mask_mod(
+        index(batch, device=device)[:, None, None, None],
+        index(heads, device=device)[None, :, None, None],
+        index(n, device=device)[None, None, :, None],
+        index(n, device=device)[None, None, None, :],
+    ).expand(batch, heads, n, n)
+
+
+def reduce_dense(allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, H, n, n) bool token pattern -> partial, full (B, H, nb, nb) at ``FLEX_BLOCK``."""
+    n = allowed.shape[-1]
+    extra = (-n) % FLEX_BLOCK
+    padded_any = torch.nn.functional.pad(allowed, (0, extra, 0, extra))
+    padded_all = torch.nn.functional.pad(allowed, (0, extra, 0, extra), value=True)
+    nb = num_blocks(n)
+    shape = (*allowed.shape[:2], nb, FLEX_BLOCK, nb, FLEX_BLOCK)
+    return padded_any.view(shape).any(-1).any(-2), padded_all.view(shape).all(-1).all(-2)
+
+
+__all__ = [
+    "FLEX_BLOCK",
+    "IMPLEMENTATIONS",
+    "block_ranges",
+    "blocks_all",
+    "blocks_holding",
+    "check_implementation",
+    "coarsen",
+    "dense_pattern",
+    "flex_attend",
+    "flex_block_mask",
+    "num_blocks",
+    "reduce_dense",
+    "use_flex",
+]

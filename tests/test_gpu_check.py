@@ -1,0 +1,41 @@
+"""benchmarks/gpu_check.sh --dry-run: on a CPU it runs the GPU check's code at tiny sizes (as CI does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hf_efficient
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow  # a benchmark process and a pytest process (about 25 s)
+def test_gpu_check_dry_run_measures_every_type(tmp_path):
+    env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--dry-run", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "gpu_check: passed" in done.stdout
+    results = json.loads((tmp_path / "results.json").read_text())
+    records = {(r["type"], r["length"]): r for r in results["records"]}
+    types = {t for t, _ in records}
+    assert {"full", "full_bias_sdpa", "full_bias_flex"} <= types
+    assert set(hf_efficient.list_attention_types("text")) <= types
+    assert all(r["status"] == "ok" and r["median_s"] > 0 for r in records.values()), records
+    # the FlexAttention types ran their flex path, forward only on the CPU; the others forward + backward
+    assert records[("longformer", 256)]["mode"] == "fwd" and records[("linear", 256)]["mode"] == "fwd_bwd"
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| full | 256 |" in summary and "x sdpa" in summary
+    assert (tmp_path / "time.png").stat().st_size > 0 and (tmp_path / "environment.txt").exists()
