@@ -31,6 +31,9 @@ from hf_efficient.attention import AttentionSpec, build_attention, get_attention
 
 BASELINE = "full"  # exact attention through transformers' sdpa, FlashAttention on CUDA in bfloat16
 BIASED = ("full_bias_sdpa", "full_bias_flex")  # exact attention with a dense per-head bias (Graphormer)
+# Other settings of a registered type, measured beside its benchmark_config: BigBird with blocks of
+# FlexAttention's 128 tokens (the layout's blocks are then whole flex blocks, no token-level mask).
+VARIANTS = {"bigbird_block128": ("bigbird", {"block_size": 128})}
 GPU_SETTINGS = dict(lengths=[4096, 8192, 16384, 32768, 65536], heads=8, head_dim=64, warmup=2, repeats=5)
 DRY_SETTINGS = dict(lengths=[256, 512], heads=2, head_dim=16, warmup=1, repeats=1)
 
@@ -38,7 +41,7 @@ DRY_SETTINGS = dict(lengths=[256, 512], heads=2, head_dim=16, warmup=1, repeats=
 def default_types() -> list[str]:
     """Every registered type that runs on a plain sequence, exact attention first, then the biased pair."""
     usable = [t for t in hf_efficient.list_attention_types("text") if t != BASELINE]
-    return [BASELINE, *usable, *BIASED]
+    return [BASELINE, *usable, *VARIANTS, *BIASED]
 
 
 def build_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype: torch.dtype):
@@ -47,11 +50,11 @@ def build_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype
     On CUDA every point is forward + backward. On the CPU (dry run) the FlexAttention paths run forward
     only (FlexAttention has no CPU backward): forced with ``implementation="flex"``, so the dry run goes
     through the same code as the GPU run."""
-    base = BASELINE if name in BIASED else name
+    base, overrides = VARIANTS.get(name, (BASELINE if name in BIASED else name, {}))
     cls = get_attention_class(base)
     kernel = "flex_attention" if name == "full_bias_flex" else "sdpa"
     spec = AttentionSpec(heads, head_dim, attn_implementation=kernel, max_seq_len=n)
-    settings = dict(cls.benchmark_config)
+    settings = {**cls.benchmark_config, **overrides}
     on_flex = name == "full_bias_flex" or "implementation" in cls.config_class.__dataclass_fields__
     forward_only = device == "cpu" and on_flex
     if forward_only and name != "full_bias_flex":
@@ -216,18 +219,26 @@ def plot(records: list[dict], out: Path) -> None:
         ("peak_mib", "peak memory (MiB)", "memory.png"),
     ):
         fig, axis = plt.subplots(figsize=(7, 4.5))
-        for t in dict.fromkeys(r["type"] for r in records):
+        names = list(dict.fromkeys(r["type"] for r in records))
+        colours = plt.get_cmap("tab20")
+        for i, t in enumerate(names):
             points = [(r["length"], r[key]) for r in records if r["type"] == t and r.get(key) is not None]
             if points:
-                axis.plot(
-                    *zip(*points, strict=True), marker="o", label=t, linewidth=2.5 if t == BASELINE else 1
-                )
+                style = dict(color="black", linewidth=2.5) if t == BASELINE else dict(color=colours(i % 20))
+                axis.plot(*zip(*points, strict=True), marker="os^vD"[i % 5], label=t, **style)
         axis.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel=label)
         axis.set_title(f"forward + backward, {label.split(' (')[0]}")
         axis.legend(fontsize=7, ncol=2)
         fig.tight_layout()
         fig.savefig(out / name, dpi=120)
         plt.close(fig)
+
+
+def replot(out: Path) -> None:
+    """Rewrite summary.md and the plots of a finished run from its results.json."""
+    payload = json.loads((out / "results.json").read_text())
+    (out / "summary.md").write_text(summarize(payload["records"], payload["meta"]))
+    plot(payload["records"], out)
 
 
 def main(argv: list[str] | None = None) -> dict:

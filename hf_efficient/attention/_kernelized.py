@@ -9,9 +9,12 @@ and out_i = phi_q(q_i)^T S / (phi_q(q_i)^T z + eps). Cost O(n m d) time, O(n (m 
 ``linear`` (Katharopoulos et al. 2020) and ``performer`` (Choromanski et al. 2021); the leading underscore
 keeps this module out of the registry's auto-import.
 
-Half precision (float16 / bfloat16 inputs): features and per-chunk products run in the input dtype (one
-rounding per chunk), while the running sums S, z, the query-side products and the division run in float32
-(over n tokens they outgrow float16's range and lose bfloat16's 8-bit precision); the output is cast back.
+Half precision: with bfloat16 inputs, features and per-chunk products run in bfloat16 (one rounding per
+chunk), while the running sums S, z, the query-side products and the division run in float32 (over n
+tokens they lose bfloat16's 8-bit precision); the output is cast back. The cores run float16 inputs in
+float32 (``AttentionCore.float32_for``): the normaliser phi(q_i)^T z can be tiny at early causal
+positions, and gradients through 1 / (phi(q_i)^T z) then leave float16's range although they are moderate
+in float32.
 
 Two implementation choices keep it fast on CPU:
 - z rides along as an extra value column: values are extended to [v, 1] (d + 1 columns), so one matmul

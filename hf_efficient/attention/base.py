@@ -107,6 +107,8 @@ class AttentionCore(nn.Module):
         lra_listops: (model name, ListOps test accuracy %) reported for this mechanism in the Long Range
             Arena paper (Tay et al. 2020, table 1), or None; the ListOps results quote it.
         no_weight_decay: parameters weight decay must leave alone (see below).
+        float32_for: half-precision input dtypes this core computes in float32 (see
+            :meth:`_attend_in_precision`).
     """
 
     attention_type: ClassVar[str] = ""
@@ -125,6 +127,7 @@ class AttentionCore(nn.Module):
     # 1 to e^(-wd * sum lr) = 0.64 in a Fashion-MNIST run). transformers' Trainer only spares biases and
     # LayerNorm modules; hf_efficient.training.EfficientTrainer also spares these.
     no_weight_decay: ClassVar[tuple[str, ...]] = ()
+    float32_for: ClassVar[tuple[torch.dtype, ...]] = ()
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()
@@ -224,22 +227,27 @@ class AttentionCore(nn.Module):
         return AttentionOutput(output, weights)
 
     def _attend_in_precision(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
-        """``_attend`` with one floating dtype throughout: under autocast, query/key/value are cast to the
-        autocast dtype and the core runs with autocast off, exactly as in a model cast to that dtype.
+        """``_attend`` with one floating dtype throughout.
 
-        Autocast would otherwise mix dtypes inside a core (float32 parameters and elementwise results with
-        half-precision matmuls), which custom autograd functions and sparse kernels do not accept; each
-        core keeps float32 where its maths needs it (normalisers, prefix sums, exp of large scores)."""
+        Under autocast, query/key/value are cast to the autocast dtype and the core runs with autocast off,
+        exactly as in a model cast to that dtype: autocast would otherwise mix dtypes inside a core (float32
+        parameters and elementwise results with half-precision matmuls), which custom autograd functions
+        and sparse kernels do not accept. A core whose maths cannot run in a half dtype lists it in
+        ``float32_for`` and computes in float32, its output cast back; the others keep float32 where
+        their maths needs it (normalisers, prefix sums, exp of large scores) inside ``_attend``."""
         device = query.device.type
-        if not torch.is_autocast_enabled(device):
+        autocast = torch.is_autocast_enabled(device)
+        dtype = torch.get_autocast_dtype(device) if autocast else query.dtype
+        compute = torch.float32 if dtype in self.float32_for else dtype
+        if not autocast and compute == query.dtype:
             return self._attend(query, key, value, inputs)
-        dtype = torch.get_autocast_dtype(device)
         with torch.autocast(device, enabled=False):
             if key is query:  # shared query/key cores need the identity kept
-                query = key = query.to(dtype)
+                query = key = query.to(compute)
             else:
-                query, key = query.to(dtype), key.to(dtype)
-            return self._attend(query, key, value.to(dtype), inputs)
+                query, key = query.to(compute), key.to(compute)
+            output, weights = self._attend(query, key, value.to(compute), inputs)
+        return AttentionOutput(output.to(dtype), None if weights is None else weights.to(dtype))
 
     def _check_qkv(self, query, key, value, name: str) -> None:
         """Shapes of query/key/value against the spec and the capabilities (shapes only, no values)."""

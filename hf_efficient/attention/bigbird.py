@@ -37,6 +37,8 @@ import torch.nn.functional as F
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
 from .flex import (
+    BlockMask,
+    BlockMaskCache,
     blocks_all,
     blocks_holding,
     check_implementation,
@@ -345,10 +347,12 @@ class BigBirdAttention(AttentionCore):
         super().__init__(spec, config)
         # Layouts per (number of blocks, device): a plain dict, rebuilt on demand from the config seed.
         self.layouts: dict[tuple[int, str], BlockLayout] = {}
+        self.flex_masks = BlockMaskCache()  # FlexAttention masks of unpadded lengths, rebuilt on demand
 
     def init_weights(self) -> None:
         """No parameters; the layout is a function of (seed, layer_idx, number of blocks), rebuilt lazily."""
         self.layouts.clear()
+        self.flex_masks.store.clear()
 
     def block_layout(self, num_blocks: int, device: torch.device | str = "cpu") -> BlockLayout:
         """The (cached) layout for a sequence of ``num_blocks`` blocks."""
@@ -401,7 +405,12 @@ class BigBirdAttention(AttentionCore):
         layouts = [self.block_layout(m, query.device) for m in lengths]
         dropout = self.spec.dropout if self.training else 0.0
         if use_flex(self.config.implementation, query, dropout):
-            return AttentionOutput(self._attend_flex(query, key, value, attention_mask, layouts), None)
+            # unpadded: every example has the same layout, one mask per length
+            key_of = None
+            if attention_mask is None:
+                key_of, layouts = (n, str(query.device)), layouts[:1]
+            flex_mask = self.flex_masks.get(key_of, lambda: self._flex_mask(n, attention_mask, layouts))
+            return AttentionOutput(flex_attend(query, key, value, flex_mask, self.scaling), None)
         index, blocked, global_index = self._batch_index(layouts, mask, b, nb)
         q_blocks = q.reshape(b, h, nb, bs, d)  # (b, h, nb, B, d)
         out = _BlockSparseSoftmax.apply(
@@ -417,32 +426,37 @@ class BigBirdAttention(AttentionCore):
         out = self._global_rows(out, q_blocks, k, v, mask, layouts, dropout)
         return AttentionOutput(unpad(out.reshape(b, h, nb * bs, d), n), None)
 
-    def _attend_flex(self, query, key, value, real, layouts) -> torch.Tensor:
-        """The same layouts as one FlexAttention block mask: (b, h, n, d).
+    def _flex_mask(self, n, real, layouts) -> BlockMask:
+        """The same layouts as one FlexAttention block mask (batch dimension: one per layout).
 
         Each example's layout becomes a (h, nb, nb) table of allowed BigBird block pairs (global rows: every
         block up to the last real one); the token-level pattern looks it up, and the flex blocks are counted
         from it (``flex.coarsen``), so no n x n pattern is built.
         """
-        b, h, n, _ = query.shape
-        bs = self.config.block_size
+        b, h, bs, device = len(layouts), self.num_heads, self.config.block_size, layouts[0].index.device
         nb = -(-n // bs)
-        allowed = torch.zeros(b, h, nb, nb, dtype=torch.bool, device=query.device)  # (b, h, nb, nb)
+        allowed = torch.zeros(b, h, nb, nb, dtype=torch.bool, device=device)  # (b, h, nb, nb)
         for i, layout in enumerate(layouts):
             m = layout.index.shape[1]
-            hits = torch.zeros(h, m, nb, dtype=torch.int32, device=query.device)
+            hits = torch.zeros(h, m, nb, dtype=torch.int32, device=device)
             allowed[i, :, :m] = hits.scatter_add_(-1, layout.index, layout.valid.int()) > 0
             allowed[i, :, list(layout.global_blocks), :m] = True
 
+        shared = allowed[0] if b == 1 else None  # one layout for every example (B = 1 mask)
+
         def mask_mod(batch, head, q, k):
-            pair = allowed[batch, head, q // bs, k // bs]
+            pair = (
+                shared[head, q // bs, k // bs]
+                if shared is not None
+                else allowed[batch, head, q // bs, k // bs]
+            )
             return pair & real[batch, k] if real is not None else pair
 
         partial, full = coarsen(allowed, bs, n)  # (b, h, fb, fb)
         if real is not None:
             partial = partial & blocks_holding(real)[:, None, None, :]
             full = full & blocks_all(real)[:, None, None, :]
-        return flex_attend(query, key, value, flex_block_mask(partial, mask_mod, n, full=full), self.scaling)
+        return flex_block_mask(partial, mask_mod, n, full=full)
 
     def _batch_index(self, layouts, mask, b, nb) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Flat ids into (b * h * nb) blocks of the key blocks (b, h, nb, K) and of the global slots

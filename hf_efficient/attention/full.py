@@ -16,7 +16,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
-from .flex import blocks_all, flex_attend, flex_block_mask, num_blocks, use_flex
+from .flex import BlockMask, BlockMaskCache, blocks_all, flex_attend, flex_block_mask, num_blocks, use_flex
 from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import additive_mask
@@ -50,6 +50,7 @@ class FullAttention(AttentionCore):
     def __init__(self, spec: AttentionSpec, config=None):
         super().__init__(spec, config)
         check_kernel(spec.attn_implementation)
+        self.flex_masks = BlockMaskCache()  # FlexAttention masks of unpadded causal lengths
         self.is_causal = False  # read by HF kernels as a fallback; we always pass is_causal explicitly
 
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
@@ -79,15 +80,10 @@ class FullAttention(AttentionCore):
 
     @staticmethod
     def _on_flex(implementation: str, query, inputs: AttentionInputs, dropout: float) -> bool:
-        """FlexAttention for ``attn_implementation="flex_attention"``, and on CUDA for a dense bias
-        (Graphormer's per-head encodings) that sdpa would otherwise read as a full (b, h, n, n) float mask."""
-        if implementation == "flex_attention":
-            return use_flex("flex", query, dropout)
-        return (
-            implementation == "sdpa"
-            and inputs.attention_bias is not None
-            and use_flex("auto", query, dropout)
-        )
+        """FlexAttention for ``attn_implementation="flex_attention"`` only: with a dense per-head bias
+        (Graphormer's) sdpa and FlexAttention took the same time and memory on an H200 (4k-16k tokens,
+        ``benchmarks/results/reference/gpu``), and sdpa needs no compilation."""
+        return implementation == "flex_attention" and use_flex("flex", query, dropout)
 
     def _attend_flex(self, query, key, value, inputs: AttentionInputs) -> torch.Tensor:
         """Padding and causality as a block mask, the bias (per head) as a score_mod; (b, h, n, d).
@@ -103,21 +99,25 @@ class FullAttention(AttentionCore):
             def score_mod(score, batch, head, q, k):
                 return score + bias[batch, head, q, k]
 
-        if real is None and not causal:
-            mask = None
-        else:
-
-            def mask_mod(batch, head, q, k):
-                allowed = q >= k if causal else q >= 0
-                return allowed & real[batch, k] if real is not None else allowed
-
-            nb = num_blocks(n)
-            rows = torch.arange(nb, device=query.device)
-            lower = rows[:, None] >= rows[None, :]  # (nb, nb): block pairs with some k <= q
-            partial = (lower if causal else torch.ones_like(lower))[None, None]  # (1, 1, nb, nb)
-            full_keys = blocks_all(real)[:, None, None, :] if real is not None else None  # (b, 1, 1, nb)
-            full = (rows[:, None] > rows[None, :])[None, None] if causal else None  # strictly below diagonal
-            if full_keys is not None:
-                full = full_keys if full is None else full & full_keys
-            mask = flex_block_mask(partial.expand(b, 1, nb, nb), mask_mod, n, full=full.expand(b, 1, nb, nb))
+        mask = None  # unpadded and not causal: every pair
+        if real is not None or causal:
+            cache_key = (n, str(query.device)) if real is None else None  # unpadded causal: one per length
+            mask = self.flex_masks.get(cache_key, lambda: self._flex_mask(n, real, causal, query.device))
         return flex_attend(query, key, value, mask, self.scaling, score_mod)
+
+    @staticmethod
+    def _flex_mask(n, real, causal, device) -> BlockMask:
+        """Block mask of padding (real: (b, n) bool or None) and causality; batch dimension real's or 1."""
+
+        def mask_mod(batch, head, q, k):
+            allowed = q >= k if causal else q >= 0
+            return allowed & real[batch, k] if real is not None else allowed
+
+        b, nb = 1 if real is None else real.shape[0], num_blocks(n)
+        rows = torch.arange(nb, device=device)
+        lower = rows[:, None] >= rows[None, :]  # (nb, nb): block pairs with some k <= q
+        partial = (lower if causal else torch.ones_like(lower))[None, None]  # (1, 1, nb, nb)
+        full = (rows[:, None] > rows[None, :] if causal else torch.ones_like(lower))[None, None]
+        if real is not None:  # a block is full only if all its keys are real
+            full = full & blocks_all(real)[:, None, None, :]
+        return flex_block_mask(partial.expand(b, 1, nb, nb), mask_mod, n, full=full.expand(b, 1, nb, nb))

@@ -74,6 +74,7 @@ class LinearAttention(AttentionCore):
     lra_listops = ("Linear Trans.", 16.13)
     summary = "elu+1 features, causal prefix-sum and RNN step forms"
     small_config = {"block_size": 4}
+    float32_for = (torch.float16,)  # see _kernelized: 1 / normaliser gradients overflow float16
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

@@ -36,6 +36,8 @@ from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
 from .flex import (
     FLEX_BLOCK,
+    BlockMask,
+    BlockMaskCache,
     blocks_all,
     blocks_holding,
     check_implementation,
@@ -110,6 +112,10 @@ class LongformerAttention(AttentionCore):
         num_global = len({i for i in config.global_token_indices if i < n})
         return 4.0 * head_dim * (pairs + 2 * num_global * n)
 
+    def __init__(self, spec, config=None):
+        super().__init__(spec, config)
+        self.flex_masks = BlockMaskCache()  # FlexAttention masks of unpadded lengths, rebuilt on demand
+
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         attention_mask = inputs.attention_mask
         global_attention_mask = inputs.global_attention_mask
@@ -120,7 +126,15 @@ class LongformerAttention(AttentionCore):
         real = real.to(device)
         dropout = self.spec.dropout if self.training else 0.0
         if use_flex(self.config.implementation, query, dropout):
-            return AttentionOutput(self._attend_flex(query, key, value, attention_mask, is_global), None)
+            # a pattern of sizes only (no padding, no per-example global tokens): one mask per length
+            same_for_all = attention_mask is None and global_attention_mask is None
+            cache_key = (n, str(device)) if same_for_all else None
+            if same_for_all and is_global is not None:
+                is_global = is_global[:1]  # from global_token_indices: the same in every example
+            mask = self.flex_masks.get(
+                cache_key, lambda: self._flex_mask(n, attention_mask, is_global, device)
+            )
+            return AttentionOutput(flex_attend(query, key, value, mask, self.scaling), None)
         slot_pos, slot_valid = _global_slots(is_global, b, device)  # (b, G), (b, G)
         gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
         if is_global is None:  # no gather: its backward would allocate a full-size zero gradient
@@ -178,26 +192,30 @@ class LongformerAttention(AttentionCore):
         out = out.transpose(1, 2).index_put((batch_index, position), rows).transpose(1, 2)  # (b, h, n, d)
         return AttentionOutput(out, None)
 
-    def _attend_flex(self, query, key, value, real, is_global) -> torch.Tensor:
-        """The same pattern as one FlexAttention block mask: (b, h, n, d).
+    def _flex_mask(self, n, real, is_global, device) -> BlockMask:
+        """The same pattern as one FlexAttention block mask (batch dimension: that of real / is_global).
 
         Token level: key k is real and (|q - k| <= r w/2 with r | q - k, or q or k is global). Block level,
         from sizes: blocks I, J hold a window pair when their closest tokens are within reach; every pair
         when their farthest are (undilated, keys all real); global tokens open their block's row and column.
         """
-        b, _, n, _ = query.shape
+        b = max([1] + [t.shape[0] for t in (real, is_global) if t is not None])
         half, r = self.config.attention_window // 2, self.config.attention_dilation
         reach = half * r
+
+        shared_global = is_global[0] if is_global is not None and is_global.shape[0] == 1 else None
 
         def mask_mod(batch, head, q, k):
             distance = q - k
             allowed = (distance.abs() <= reach) & (distance % r == 0)
-            if is_global is not None:
+            if shared_global is not None:  # the same global tokens in every example (B = 1 mask)
+                allowed = allowed | shared_global[q] | shared_global[k]
+            elif is_global is not None:
                 allowed = allowed | is_global[batch, q] | is_global[batch, k]
             return allowed & real[batch, k] if real is not None else allowed
 
         nb = num_blocks(n)
-        blocks = torch.arange(nb, device=query.device)
+        blocks = torch.arange(nb, device=device)
         apart = (blocks[:, None] - blocks[None, :]).abs()  # (nb, nb) block distance
         closest = (apart - 1).clamp(min=0) * FLEX_BLOCK + (apart > 0).long()  # nearest token pair's distance
         partial = (closest <= reach)[None, None]  # (1, 1, nb, nb)
@@ -209,8 +227,7 @@ class LongformerAttention(AttentionCore):
             partial = partial & blocks_holding(real)[:, None, None, :]
             full = full & blocks_all(real)[:, None, None, :]
         partial, full = partial.expand(b, 1, nb, nb), full.expand(b, 1, nb, nb)
-        mask = flex_block_mask(partial, mask_mod, n, full=full & partial)
-        return flex_attend(query, key, value, mask, self.scaling)
+        return flex_block_mask(partial, mask_mod, n, full=full & partial)
 
     def _global_tokens(self, global_attention_mask, attention_mask, b, n, device) -> torch.Tensor | None:
         """(b, n) bool of global tokens from the config's indices and the per-example mask, or None."""

@@ -107,6 +107,9 @@ class ReformerLSHAttention(AttentionCore):
     lra_listops = ("Reformer", 37.27)
     summary = "shared query/key, random-rotation LSH, sorted chunks"
     small_config = {"num_hashes": 2, "chunk_length": 4, "num_buckets": 4}
+    # Half precision runs in float32: hashing rounded projections moves tokens between buckets (argmax
+    # ties), and the chunk bookkeeping (float-coded buckets, -inf biases) needs float32's range.
+    float32_for = (torch.float16, torch.bfloat16)
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -132,12 +135,6 @@ class ReformerLSHAttention(AttentionCore):
 
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         attention_mask = inputs.attention_mask
-        if query.dtype in (torch.float16, torch.bfloat16):
-            # Half precision runs in float32: hashing on rounded projections moves tokens between buckets
-            # (argmax ties), and the chunk bookkeeping (float codes, -inf biases) needs float32's range.
-            single = query.float()
-            out, _ = self._attend(single, single, value.float(), inputs)
-            return AttentionOutput(out.to(query.dtype), None)
         b, h, n, d = query.shape
         chunk, rounds = self.config.chunk_length, self.config.num_hashes
         num_real = n if attention_mask is None else int(attention_mask.sum(-1).max())

@@ -41,7 +41,16 @@ from torch.nn import functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
-from .flex import check_implementation, dense_pattern, flex_attend, flex_block_mask, reduce_dense, use_flex
+from .flex import (
+    BlockMask,
+    BlockMaskCache,
+    check_implementation,
+    dense_pattern,
+    flex_attend,
+    flex_block_mask,
+    reduce_dense,
+    use_flex,
+)
 from .inputs import AttentionInputs
 from .registry import register_attention
 
@@ -123,6 +132,10 @@ class SwinWindowAttention(AttentionCore):
     summary = "2-D windows over the patch grid, shifted on odd layers, [CLS] global"
     small_config = {"window_size": 4}
 
+    def __init__(self, spec, config=None):
+        super().__init__(spec, config)
+        self.flex_masks = BlockMaskCache()  # FlexAttention masks of unpadded grids, rebuilt on demand
+
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
         """4 n min(n, M_w) d: without a patch grid (as benchmarked) the sequence is one row of 1-D windows."""
@@ -163,8 +176,12 @@ class SwinWindowAttention(AttentionCore):
         num_windows, m = slot_token.shape
         dropout = self.spec.dropout if self.training else 0.0
         if not output_attentions and use_flex(self.config.implementation, query, dropout):
-            flex_out = self._attend_flex(query, key, value, attention_mask, prefix, token_slot, same_region)
-            return AttentionOutput(flex_out, None)
+            layout = (n, prefix, height, width, window, shift, str(query.device))
+            mask = self.flex_masks.get(
+                layout if attention_mask is None else None,  # unpadded: one mask per grid
+                lambda: self._flex_mask(n, attention_mask, prefix, token_slot, same_region),
+            )
+            return AttentionOutput(flex_attend(query, key, value, mask, self.scaling), None)
         real = attention_mask if attention_mask is not None else query.new_ones(b, n, dtype=torch.bool)
 
         def to_windows(x):  # (b, h, n, d) -> (b, h, num_windows, M, d), the inner padding slots zero
@@ -201,15 +218,14 @@ class SwinWindowAttention(AttentionCore):
             weights = self.dense_weights(probs, pre_probs, slot_token, prefix, n)
         return AttentionOutput(output, weights)
 
-    def _attend_flex(self, query, key, value, real, prefix, token_slot, same_region) -> torch.Tensor:
-        """The same windows as one FlexAttention block mask: (b, h, n, d).
+    def _flex_mask(self, n, real, prefix, token_slot, same_region) -> BlockMask:
+        """The same windows as one FlexAttention block mask (batch dimension: real's, or 1).
 
         Patch p sits in window token_slot[p] // M at position token_slot[p] % M; two patches attend to each
         other when they share a window and (shifted layers) an image region; prefix tokens are global. The
         block-level pattern comes from the token pattern (images have at most a few thousand patches).
         """
-        b, _, n, _ = query.shape
-        m = same_region.shape[-1]
+        b, m = 1 if real is None else real.shape[0], same_region.shape[-1]
         window_of, position = token_slot // m, token_slot % m  # (H*W,) each
 
         def mask_mod(batch, head, q, k):
@@ -218,11 +234,8 @@ class SwinWindowAttention(AttentionCore):
             allowed = same | (q < prefix) | (k < prefix)
             return allowed & real[batch, k] if real is not None else allowed
 
-        partial, full = reduce_dense(
-            dense_pattern(mask_mod, b if real is not None else 1, 1, n, query.device)
-        )
-        mask = flex_block_mask(partial.expand(b, 1, -1, -1), mask_mod, n, full=full.expand(b, 1, -1, -1))
-        return flex_attend(query, key, value, mask, self.scaling)
+        partial, full = reduce_dense(dense_pattern(mask_mod, b, 1, n, same_region.device))
+        return flex_block_mask(partial, mask_mod, n, full=full)
 
     @staticmethod
     def dense_weights(probs, pre_probs, slot_token, prefix: int, n: int) -> torch.Tensor:
