@@ -17,6 +17,11 @@ active (FlexAttention has none), the core's own (native) path otherwise; the nat
 on CPU. On CPU FlexAttention runs forward only (no backward): forcing "flex" there serves inference and the
 tests that check both paths agree.
 
+Cost beyond the kernel: a block mask is built per call (a sort and a dozen small kernels), or once per
+length for unpadded inputs (:class:`BlockMaskCache`); each distinct pattern kind (core, dtype, batched or
+shared mask) compiles once, and torch's recompile limit (``torch._dynamo.config.recompile_limit``, 8 by
+default) caps how many one process compiles before FlexAttention falls back to its unfused kernel.
+
 Shapes: b = batch, h = heads, n = sequence length, d = head_dim, nb = number of flex blocks.
 """
 
