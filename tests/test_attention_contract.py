@@ -200,8 +200,8 @@ def test_unsupported_inputs_raise(attention_type):
         core(bad, bad, bad, edges=edges)
     with pytest.raises(ValueError, match="attention_mask must be"):
         core(q, k, v, attention_mask=torch.ones(2, 15), edges=edges)
-    with pytest.raises(ValueError, match="no real token"):
-        core(q, k, v, attention_mask=torch.zeros(2, 16), edges=edges)
+    if not caps.requires_edges:  # all padding is no error: zero rows (tests/test_empty_rows.py)
+        assert (core(q, k, v, attention_mask=torch.zeros(2, 16)).output == 0).all()
     if caps.requires_edges:
         with pytest.raises(ValueError, match="needs `edges`"):
             core(q, k, v)

@@ -218,12 +218,21 @@ class AttentionCore(nn.Module):
         b, _, n, _ = query.shape
         inputs = inputs.prepare(b, n, name)
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
-        output, weights = self._attend_in_precision(query, key, value, inputs)
+        if inputs.empty_rows is not None:
+            # A sequence with no real token: computed on zeros with every key "real" (so no core divides by an
+            # empty softmax or normaliser), then zeroed below; masked_fill passes no gradient to its inputs.
+            blank = inputs.empty_rows[:, None, None, None]  # (b, 1, 1, 1)
+            shared = key is query
+            query, value = query.masked_fill(blank, 0.0), value.masked_fill(blank, 0.0)
+            key = query if shared else key.masked_fill(blank, 0.0)
+        output, weights = self._attend_in_precision(query, key, value, inputs.with_empty_rows_filled())
         mask = inputs.attention_mask
         if mask is not None:
             # Padded query rows carry no meaning; make them exactly 0 so garbage (even inf/NaN from
             # poisoned padding) can never flow into the next layer or a loss.
             output = output.masked_fill(~mask[:, None, :, None], 0.0)
+        if weights is not None and inputs.empty_rows is not None:  # no real key: no attention at all
+            weights = weights.masked_fill(inputs.empty_rows[:, None, None, None], 0.0)
         return AttentionOutput(output, weights)
 
     def _attend_in_precision(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:

@@ -76,6 +76,9 @@ class AttentionInputs:
         cache: generation state for incremental decoding, shared by all layers (each core finds its own
             part by ``spec.layer_idx``); None when not generating.
         block_mask: a precomputed FlexAttention ``BlockMask`` for cores that run on FlexAttention.
+        empty_rows: (b,) bool, True for sequences with no real token at all (a batch of real data padded
+            to a common length can hold one); set by :meth:`prepare`, None when there is none. Their
+            output rows are 0, like every padded query row.
         prepared_for: (b, n) once :meth:`prepare` has checked and normalised the inputs for that shape;
             set by :meth:`prepare` only.
     """
@@ -91,6 +94,7 @@ class AttentionInputs:
     num_prefix_tokens: int = 0
     cache: Any = None
     block_mask: Any = None
+    empty_rows: torch.Tensor | None = dataclasses.field(default=None, repr=False)
     prepared_for: tuple[int, int] | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
@@ -115,12 +119,28 @@ class AttentionInputs:
         if self.prepared_for == (batch, seq):
             return self
         mask = normalize_padding_mask(self.attention_mask, batch, seq, name)
+        empty = None
+        if mask is not None:
+            empty = ~mask.any(-1)  # (b,)
+            empty = empty if bool(empty.any()) else None
         if self.edges is not None:
             check_edges(self.edges, batch, seq, mask, name)
         global_mask = normalize_global_mask(self.global_attention_mask, batch, seq, mask, name)
         return dataclasses.replace(
-            self, attention_mask=mask, global_attention_mask=global_mask, prepared_for=(batch, seq)
+            self,
+            attention_mask=mask,
+            global_attention_mask=global_mask,
+            empty_rows=empty,
+            prepared_for=(batch, seq),
         )
+
+    def with_empty_rows_filled(self) -> AttentionInputs:
+        """The inputs a core computes with when some sequences are all padding: their keys count as real (so
+        every core has something to attend to; the caller zeroes their query/key/value and their output)."""
+        if self.empty_rows is None:
+            return self
+        mask = self.attention_mask | self.empty_rows[:, None]  # (b, n)
+        return dataclasses.replace(self, attention_mask=mask, empty_rows=None)
 
 
 def check_supported(
@@ -187,10 +207,7 @@ def normalize_padding_mask(
                 "(0 / -inf) is not a padding mask: pass the tokenizer's 0/1 mask instead."
             )
         attention_mask = attention_mask != 0
-    real_per_row = attention_mask.sum(-1)
-    if bool((real_per_row == 0).any()):
-        raise ValueError(f"{name}: some sequences in the batch have no real token (attention_mask all 0).")
-    if bool((real_per_row == n).all()):
+    if bool(attention_mask.all()):
         return None
     return attention_mask
 
