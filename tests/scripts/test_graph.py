@@ -23,9 +23,9 @@ from hf_efficient.data.graph_tasks import graph_model_kwargs, infer_graph_task
 from hf_efficient.data.graphs import load_solubility
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
-from .script_loader import load_script
+from ..script_loader import load_script
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "graph"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "graph"
 TINY = str(CONFIGS / "base_tiny.json")
 COMMON = ["--report_to", "none", "--logging_steps", "1", "--seed", "0", "--save_strategy", "no"]
 SLICE = ["--dataset_name", "solubility", "--max_train_samples", "64", "--max_eval_samples", "32"]

@@ -446,7 +446,7 @@ def test_save_load_identical_through_auto_classes(name, tmp_path):
 def test_remote_code_loads_without_hf_efficient(tmp_path):
     """register_for_auto_class + save_pretrained ships flat remote code (hf_efficient.hub) that a fresh
     process in which hf_efficient cannot be imported loads with trust_remote_code=True: same logits."""
-    from .test_hub import BLOCK_HF_EFFICIENT, run_python
+    from ...test_hub import BLOCK_HF_EFFICIENT, run_python
 
     config = tiny_config(**EQUIVARIANT["gps_performer"])
     model = EfficientGraphForGraphClassification(config).eval()

@@ -34,9 +34,9 @@ from hf_efficient.data import (
 )
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
-from .script_loader import load_script
+from ..script_loader import load_script
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "vision"
 TINY = str(CONFIGS / "base_tiny.json")
 CONFIG_ERRORS = (ValueError, StrictDataclassClassValidationError)  # @strict wraps the config's ValueErrors
 COMMON = ["--report_to", "none", "--logging_steps", "1", "--seed", "0", "--save_strategy", "no"]

@@ -14,7 +14,7 @@ from hf_efficient.training import (
     train_and_save,
 )
 
-from .helpers import make_core
+from ..attention.helpers import make_core
 
 
 class TwoLayers(nn.Module):

@@ -285,7 +285,7 @@ def test_readme_attention_table_is_the_registry_table():
     registered types with each core's facts."""
     from hf_efficient.attention.__main__ import with_table
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
     assert with_table(readme, hf_efficient.attention_table()) == readme
     for name in ALL_TYPES:
         cls = get_attention_class(name)

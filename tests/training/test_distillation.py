@@ -18,7 +18,7 @@ from transformers import BertTokenizer, TrainingArguments
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification, EfficientBertModel
 from hf_efficient.training import AttentionDistillationTrainer, layer_relative_errors
 
-from .script_loader import load_script
+from ..script_loader import load_script
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = (

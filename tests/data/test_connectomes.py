@@ -21,9 +21,9 @@ from hf_efficient.data import connectomes, graphs
 from hf_efficient.data.graph_tasks import infer_graph_task
 from hf_efficient.data.graphs import load_graph_splits, load_mouse_connectomes
 
-from .script_loader import load_script
+from ..script_loader import load_script
 
-CONFIG = str(Path(__file__).resolve().parents[1] / "configs" / "graph" / "base_connectomes.json")
+CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "graph" / "base_connectomes.json")
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import hf_efficient
 from hf_efficient import EfficientBertConfig, validate_attention_config
 from hf_efficient.training import ConfigArguments, merge_model_configs, parse_args_with_config_files
 
-from .script_loader import load_script
+from ..script_loader import load_script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
 
 
