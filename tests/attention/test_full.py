@@ -5,7 +5,7 @@ import torch
 
 from hf_efficient.attention import AttentionSpec, build_attention
 
-from .helpers import make_qkv, reference_attention
+from .helpers import assert_dropout_only_in_training, make_qkv, reference_attention
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
@@ -52,8 +52,5 @@ def test_unknown_kernel_raises():
 
 
 def test_training_dropout_applies():
-    core = build_attention("full", AttentionSpec(2, 8, dropout=0.5)).train()
-    q, k, v = make_qkv(n=12)
-    assert not torch.allclose(core(q, k, v).output, core(q, k, v).output)
-    core.eval()
-    assert torch.equal(core(q, k, v).output, core(q, k, v).output)
+    core = build_attention("full", AttentionSpec(2, 8, dropout=0.5))
+    assert_dropout_only_in_training(core, *make_qkv(n=12))

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention
 from hf_efficient.attention.graph_sparse import EdgePattern, _EdgeAggregate, _EdgeScores, _EdgeSoftmax
 
-from .helpers import adjacency_to_edges, make_core, make_qkv, reference_attention
+from .helpers import (
+    adjacency_to_edges,
+    assert_bfloat16_keeps_dtype,
+    assert_dropout_only_in_training,
+    make_core,
+    make_qkv,
+    random_adjacency,
+    reference_attention,
+)
 
-
-def random_adjacency(b: int, n: int, p: float = 0.25, seed: int = 0, mask=None) -> torch.Tensor:
-    """(b, n, n) bool [graph, target, source], self loops except on node 0 of each graph (kept isolated)."""
-    g = torch.Generator().manual_seed(seed)
-    adj = (torch.rand(b, n, n, generator=g) < p) | torch.eye(n, dtype=torch.bool)
-    adj[:, 0, :] = False  # node 0 has no incoming edge
-    if mask is not None:
-        adj &= mask[:, :, None] & mask[:, None, :]
-    return adj
+# (b, n, n) bool [graph, target, source], self loops except on node 0 of each graph (kept isolated)
+random_graph = partial(random_adjacency, isolate_first=True)
 
 
 def dense_oracle(q, k, v, adj, weight=None, feature=None, mode="multiply"):
@@ -57,7 +60,7 @@ def test_complete_graph_equals_full_attention_with_padding():
 
 def test_random_graph_with_edge_weights_matches_oracle():
     q, k, v = make_qkv(b=2, n=19, seed=3)
-    adj = random_adjacency(2, 19, seed=1)
+    adj = random_graph(2, 19, seed=1)
     edges = adjacency_to_edges(adj)
     out = make_core("graph_sparse")(q, k, v, edges=edges).output
     torch.testing.assert_close(
@@ -74,7 +77,7 @@ def test_random_graph_with_edge_weights_matches_oracle():
 def test_unsorted_and_duplicate_edges_equal_summed_weights():
     """Edge order is irrelevant and a doubled edge with weights w1, w2 acts as one edge of weight w1 + w2."""
     q, k, v = make_qkv(b=1, n=15, seed=4)
-    edges = adjacency_to_edges(random_adjacency(1, 15, seed=5))
+    edges = adjacency_to_edges(random_graph(1, 15, seed=5))
     e = edges.num_edges
     weight = torch.rand(e, generator=torch.Generator().manual_seed(6)) + 0.5
     extra = torch.arange(0, e, 3)  # duplicate every third edge
@@ -91,7 +94,7 @@ def test_unsorted_and_duplicate_edges_equal_summed_weights():
 @pytest.mark.parametrize("mode", ["multiply", "add"])
 def test_edge_features_match_oracle(mode):
     q, k, v = make_qkv(b=2, n=17, seed=8)
-    adj = random_adjacency(2, 17, seed=9)
+    adj = random_graph(2, 17, seed=9)
     edges = adjacency_to_edges(adj)
     g = torch.Generator().manual_seed(10)
     attr, weight = (
@@ -118,7 +121,7 @@ def test_edge_features_match_oracle(mode):
 
 def test_isolated_node_outputs_zero_and_gets_no_gradient():
     q, k, v = make_qkv(b=2, n=12, requires_grad=True)
-    edges = adjacency_to_edges(random_adjacency(2, 12, seed=11))  # node 0 of each graph has no in-edge
+    edges = adjacency_to_edges(random_graph(2, 12, seed=11))  # node 0 of each graph has no in-edge
     isolated_source = ~torch.isin(torch.arange(24), edges.edge_index[0]).view(2, 12)
     out = make_core("graph_sparse")(q, k, v, edges=edges).output
     assert (out[:, :, 0] == 0).all()
@@ -130,7 +133,7 @@ def test_isolated_node_outputs_zero_and_gets_no_gradient():
 
 def test_gradients_match_dense_oracle():
     q, k, v = make_qkv(b=2, n=13, seed=12, requires_grad=True)
-    adj = random_adjacency(2, 13, seed=13)
+    adj = random_graph(2, 13, seed=13)
     edges = adjacency_to_edges(adj)
     g = torch.Generator().manual_seed(14)
     attr = torch.randn(edges.num_edges, 3, generator=g)
@@ -166,7 +169,7 @@ def test_autograd_functions_pass_gradcheck():
 def test_cached_pattern_follows_in_place_edits():
     """The edge pattern is reused across layers for the same edge_index, but never after it changed."""
     q, k, v = make_qkv(b=1, n=11, seed=23)
-    edges = adjacency_to_edges(random_adjacency(1, 11, seed=24))
+    edges = adjacency_to_edges(random_graph(1, 11, seed=24))
     core = make_core("graph_sparse")
     before = core(q, k, v, edges=edges).output
     assert EdgePattern.of(edges.edge_index, 11) is EdgePattern.of(edges.edge_index, 11)
@@ -183,7 +186,7 @@ def test_nan_padding_does_not_leak():
     mask[0, 10:] = False
     for t in (q, k, v):
         t[0, :, 10:] = float("nan")
-    adj = random_adjacency(2, 16, seed=16, mask=mask)
+    adj = random_graph(2, 16, seed=16, mask=mask)
     q, k, v = (t.requires_grad_() for t in (q, k, v))
     out = make_core("graph_sparse")(q, k, v, attention_mask=mask, edges=adjacency_to_edges(adj)).output
     assert torch.isfinite(out).all() and (out[0, :, 10:] == 0).all()
@@ -193,7 +196,7 @@ def test_nan_padding_does_not_leak():
 
 def test_batch_items_are_independent_with_their_own_edges():
     q, k, v = make_qkv(b=3, n=14, seed=17)
-    adj = random_adjacency(3, 14, seed=18)
+    adj = random_graph(3, 14, seed=18)
     core = make_core("graph_sparse")
     together = core(q, k, v, edges=adjacency_to_edges(adj)).output
     for i in range(3):
@@ -205,23 +208,16 @@ def test_batch_items_are_independent_with_their_own_edges():
 
 def test_dropout_in_training_only():
     spec = AttentionSpec(2, 8, dropout=0.5)
-    core = build_attention("graph_sparse", spec).train()
+    core = build_attention("graph_sparse", spec)
     q, k, v = make_qkv(b=1, n=20)
-    edges = adjacency_to_edges(random_adjacency(1, 20, p=0.5, seed=19))
-    torch.manual_seed(0)
-    first, second = core(q, k, v, edges=edges).output, core(q, k, v, edges=edges).output
-    assert not torch.allclose(first, second)
-    core.eval()
-    assert torch.equal(core(q, k, v, edges=edges).output, core(q, k, v, edges=edges).output)
+    edges = adjacency_to_edges(random_graph(1, 20, p=0.5, seed=19))
+    assert_dropout_only_in_training(core, q, k, v, edges=edges)
 
 
 def test_bfloat16_inputs_keep_their_dtype():
     q, k, v = make_qkv(b=1, n=18, seed=20)
-    edges = adjacency_to_edges(random_adjacency(1, 18, seed=21))
-    core = make_core("graph_sparse")
-    out = core(q.bfloat16(), k.bfloat16(), v.bfloat16(), edges=edges).output
-    assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), core(q, k, v, edges=edges).output, atol=5e-2, rtol=5e-2)
+    edges = adjacency_to_edges(random_graph(1, 18, seed=21))
+    assert_bfloat16_keeps_dtype(make_core("graph_sparse"), q, k, v, edges=edges)
 
 
 def test_edge_projection_survives_meta_device_init():
@@ -235,7 +231,7 @@ def test_edge_projection_survives_meta_device_init():
 
 def test_edge_feature_errors():
     q, k, v = make_qkv(b=1, n=10)
-    edges = adjacency_to_edges(random_adjacency(1, 10, seed=22))
+    edges = adjacency_to_edges(random_graph(1, 10, seed=22))
     attr = torch.randn(edges.num_edges, 4)
     with pytest.raises(ValueError, match="edge_dim'] is None"):
         make_core("graph_sparse")(q, k, v, edges=GraphEdges(edges.edge_index, edge_attr=attr))

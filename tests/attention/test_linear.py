@@ -10,20 +10,13 @@ from hf_efficient.attention import AttentionSpec, build_attention
 from hf_efficient.attention._kernelized import kernelized_attention
 from hf_efficient.attention.linear import elu_feature_map, masked_elu_feature_map
 
-from .helpers import make_core, make_qkv
+from .helpers import kernel_quadratic_form, make_core, make_qkv
 
 
-def quadratic_form(q, k, v, mask=None, causal=False, eps=1e-6):
-    """phi(Q) phi(K)^T V / (phi(Q) phi(K)^T 1 + eps) in float64, written out as an (n x n) matrix."""
-    q, k, v = (t.double() for t in (q, k, v))
-    phi_q, phi_k = F.elu(q) + 1, F.elu(k) + 1
-    kernel = phi_q @ phi_k.transpose(-1, -2)  # (b, h, n, n)
-    n = q.shape[-2]
-    if mask is not None:
-        kernel = kernel * mask[:, None, None, :].double()
-    if causal:
-        kernel = kernel * torch.ones(n, n, dtype=torch.float64).tril()
-    return (kernel @ v) / (kernel.sum(-1, keepdim=True) + eps)
+def quadratic_form(q, k, v, mask=None, causal=False):
+    """The explicit float64 (n x n) form with linear attention's elu + 1 features and eps = 1e-6."""
+    phi_q, phi_k = F.elu(q.double()) + 1, F.elu(k.double()) + 1
+    return kernel_quadratic_form(phi_q, phi_k, v, mask, causal, eps=1e-6)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -8,7 +8,7 @@ import torch
 import hf_efficient.attention.longformer as longformer_module
 from hf_efficient.attention import AttentionSpec, build_attention
 
-from .helpers import make_core, make_qkv, reference_attention
+from .helpers import assert_dropout_only_in_training, make_core, make_qkv, reference_attention
 
 
 def longformer_pattern(n: int, window: int, dilation: int, is_global: torch.Tensor) -> torch.Tensor:
@@ -118,11 +118,7 @@ def test_global_by_index_equals_global_by_mask():
 
 def test_dropout_only_in_training():
     core = build_attention("longformer", AttentionSpec(2, 8, dropout=0.5), {"attention_window": 6})
-    q, k, v = make_qkv(n=20)
-    core.train()
-    assert not torch.allclose(core(q, k, v).output, core(q, k, v).output)
-    core.eval()
-    assert torch.equal(core(q, k, v).output, core(q, k, v).output)
+    assert_dropout_only_in_training(core, *make_qkv(n=20))
 
 
 @pytest.mark.parametrize(

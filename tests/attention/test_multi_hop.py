@@ -3,20 +3,25 @@ truncated sum and the K -> infinity inverse, gradients, and errors."""
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 
 from hf_efficient.attention import GraphEdges
 
-from .helpers import adjacency_to_edges, make_core, make_qkv, reference_attention
+from .helpers import (
+    adjacency_to_edges,
+    assert_bfloat16_keeps_dtype,
+    assert_dropout_only_in_training,
+    make_core,
+    make_qkv,
+    random_adjacency,
+    reference_attention,
+)
 
-
-def adjacency(b: int, n: int, seed: int) -> torch.Tensor:
-    """(b, n, n) bool [graph, target, source]: random edges + self loops, node 0 without incoming edges."""
-    g = torch.Generator().manual_seed(seed)
-    adj = (torch.rand(b, n, n, generator=g) < 0.3) | torch.eye(n, dtype=torch.bool)
-    adj[:, 0] = False
-    return adj
+# (b, n, n) bool [graph, target, source]: random edges + self loops, node 0 without incoming edges
+adjacency = partial(random_adjacency, p=0.3, isolate_first=True)
 
 
 def dense_one_hop(q, k, adj) -> torch.Tensor:
@@ -88,7 +93,7 @@ def test_many_hops_converge_to_personalised_pagerank():
 def test_isolated_node_keeps_alpha_value():
     q, k, v = make_qkv(b=1, n=8, seed=8)
     out = make_core("multi_hop", alpha=0.3, num_hops=3)(
-        q, k, v, edges=adjacency_to_edges(adjacency(1, 8, 9))
+        q, k, v, edges=adjacency_to_edges(adjacency(1, 8, seed=9))
     ).output
     torch.testing.assert_close(out[:, :, 0], 0.3 * v[:, :, 0])
 
@@ -110,19 +115,13 @@ def test_dropout_in_training_only():
     edges = adjacency_to_edges(adjacency(1, 12, seed=14))
     core = make_core("multi_hop")
     core.spec = type(core.spec)(num_heads=2, head_dim=8, dropout=0.5)
-    core.train()
-    assert not torch.allclose(core(q, k, v, edges=edges).output, core(q, k, v, edges=edges).output)
-    core.eval()
-    assert torch.equal(core(q, k, v, edges=edges).output, core(q, k, v, edges=edges).output)
+    assert_dropout_only_in_training(core, q, k, v, edges=edges)
 
 
 def test_bfloat16_inputs_keep_their_dtype():
     q, k, v = make_qkv(b=1, n=14, seed=16)
     edges = adjacency_to_edges(adjacency(1, 14, seed=17))
-    core = make_core("multi_hop")
-    out = core(q.bfloat16(), k.bfloat16(), v.bfloat16(), edges=edges).output
-    assert out.dtype == torch.bfloat16
-    torch.testing.assert_close(out.float(), core(q, k, v, edges=edges).output, atol=5e-2, rtol=5e-2)
+    assert_bfloat16_keeps_dtype(make_core("multi_hop"), q, k, v, edges=edges)
 
 
 def test_errors_name_multi_hop():

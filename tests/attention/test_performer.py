@@ -1,4 +1,5 @@
-"""performer (FAVOR+): convergence to softmax attention, explicit quadratic forms, redraws, callback."""
+"""performer (FAVOR+): convergence to softmax attention, explicit quadratic forms, redraws (the redraw
+callback: tests/training/test_callbacks.py)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,13 @@ import math
 
 import pytest
 import torch
-from torch import nn
-from transformers import TrainerControl, TrainerState
 
 from hf_efficient.attention import AttentionSpec, build_attention
 from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONENT_FLOOR
 from hf_efficient.attention.performer import RELU_FEATURE_FLOOR
 from hf_efficient.attention.utils import orthogonal_gaussian_features
-from hf_efficient.training import RandomStateCallback, resample_attention_random_state
-from hf_efficient.training.run import RandomStateArguments, random_state_callbacks
 
-from .helpers import make_core, make_qkv, reference_attention
+from .helpers import kernel_quadratic_form, make_core, make_qkv, reference_attention
 
 
 def explicit_features(x, w, kernel):
@@ -27,17 +24,6 @@ def explicit_features(x, w, kernel):
         return torch.relu(x @ w.T / math.sqrt(m)) + RELU_FEATURE_FLOOR
     x = x * d**-0.25
     return torch.exp(x @ w.T - x.square().sum(-1, keepdim=True) / 2) / math.sqrt(m)
-
-
-def quadratic_form(phi_q, phi_k, v, mask=None, causal=False, eps=0.0):
-    """phi(Q) phi(K)^T V / (phi(Q) phi(K)^T 1 + eps) with an explicit (n x n) kernel matrix."""
-    kernel = phi_q @ phi_k.transpose(-1, -2)  # (b, h, n, n)
-    if mask is not None:
-        kernel = kernel.masked_fill(~mask[:, None, None, :], 0.0)
-    if causal:
-        n = kernel.shape[-1]
-        kernel = kernel.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), 0.0)
-    return (kernel @ v.double()) / (kernel.sum(-1, keepdim=True) + eps)
 
 
 def relative_error(out, ref):
@@ -91,7 +77,7 @@ def test_equals_explicit_quadratic_form_of_its_features(kernel, causal):
     mask[1, 3] = mask[1, 19:] = False
     w = core.projection_matrix
     phi_q, phi_k = explicit_features(q, w, kernel), explicit_features(k, w, kernel)
-    expected = quadratic_form(phi_q, phi_k, v, mask, causal)
+    expected = kernel_quadratic_form(phi_q, phi_k, v, mask, causal)
     expected = expected.masked_fill(~mask[:, None, :, None], 0)
     out = core(q, k, v, attention_mask=mask, is_causal=causal).output
     assert_close_with_gradients(out, expected, (q, k, v), atol=1e-10, rtol=1e-8)
@@ -109,7 +95,8 @@ def test_exponent_floor_keeps_outputs_and_gradients():
     exponents = scaled @ w.double().T - scaled.square().sum(-1, keepdim=True) / 2  # (b, h, n, m)
     assert (exponents - exponents.amax() < PERFORMER_EXPONENT_FLOOR).float().mean() > 0.2  # the floor acts
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    expected = quadratic_form(explicit_features(q, w, "softmax"), explicit_features(k, w, "softmax"), v)
+    phi_q, phi_k = explicit_features(q, w, "softmax"), explicit_features(k, w, "softmax")
+    expected = kernel_quadratic_form(phi_q, phi_k, v)
     out = core(q, k, v).output
     assert_close_with_gradients(out, expected, (q, k, v), atol=1e-9, rtol=1e-7)
 
@@ -173,84 +160,3 @@ def test_config_validation():
         with pytest.raises(ValueError, match=field):
             build_attention("performer", spec, bad)
     assert build_attention("performer", spec).config.num_features == 256
-
-
-class TinyModel(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layers = nn.ModuleList(
-            [make_core("performer", layer_idx=i) for i in range(2)] + [make_core("linear", layer_idx=2)]
-        )
-
-
-def test_callback_redraws_every_n_steps_reproducibly():
-    model, twin = TinyModel(), TinyModel()
-    callback = RandomStateCallback(redraw_every_n_steps=3)
-    state, control = TrainerState(), TrainerControl()
-    initial = [layer.projection_matrix.clone() for layer in model.layers[:2]]
-    for step in (1, 2):
-        state.global_step = step
-        callback.on_step_end(None, state, control, model=model)
-    assert all(torch.equal(a.projection_matrix, b) for a, b in zip(model.layers, initial, strict=False))
-    state.global_step = 3
-    assert callback.on_step_end(None, state, control, model=model) is control
-    after = [layer.projection_matrix.clone() for layer in model.layers[:2]]
-    assert not any(torch.equal(a, b) for a, b in zip(after, initial, strict=True))
-    assert not torch.equal(after[0], after[1])  # layers draw different features
-
-    callback.on_step_end(None, state, control, model=twin)  # same step -> same features
-    assert all(torch.equal(a.projection_matrix, b) for a, b in zip(twin.layers, after, strict=False))
-    state.global_step = 6
-    callback.on_step_end(None, state, control, model=twin)
-    assert not torch.equal(twin.layers[0].projection_matrix, after[0])
-
-
-def test_callback_never_redraws_after_the_last_step():
-    # The final evaluation and the saved model must see the features the weights were trained with.
-    model = TinyModel()
-    callback = RandomStateCallback(redraw_every_n_steps=3)
-    state, control = TrainerState(max_steps=6), TrainerControl()
-    before = model.layers[0].projection_matrix.clone()
-    state.global_step = 6
-    callback.on_step_end(None, state, control, model=model)
-    assert torch.equal(model.layers[0].projection_matrix, before)
-    state.global_step = 3  # an intermediate multiple still redraws
-    callback.on_step_end(None, state, control, model=model)
-    assert not torch.equal(model.layers[0].projection_matrix, before)
-
-
-def test_callback_keeps_features_fixed_in_the_final_fraction_of_training():
-    # Late redraws meet a decayed learning rate the weights cannot adapt with (FMNIST Performer: -6 points).
-    callback = RandomStateCallback(redraw_every_n_steps=2, fixed_final_fraction=0.5)
-    assert [s for s in range(1, 11) if callback.redraws_at(s, max_steps=10)] == [2, 4]
-    assert [s for s in range(1, 11) if callback.redraws_at(s, max_steps=0)] == [2, 4, 6, 8, 10]  # unknown
-    default = RandomStateCallback(redraw_every_n_steps=1000)
-    assert [s for s in range(1000, 18001, 1000) if default.redraws_at(s, 18000)][-1] == 14000
-    model, state, control = TinyModel(), TrainerState(max_steps=10), TrainerControl()
-    before = model.layers[0].projection_matrix.clone()
-    state.global_step = 6
-    callback.on_step_end(None, state, control, model=model)
-    assert torch.equal(model.layers[0].projection_matrix, before)
-    for bad in (1.0, -0.1):
-        with pytest.raises(ValueError, match=r"fixed_final_fraction must be in \[0, 1\)"):
-            RandomStateCallback(redraw_every_n_steps=2, fixed_final_fraction=bad)
-
-
-def test_resample_function_for_custom_loops():
-    model = TinyModel()
-    before = model.layers[0].projection_matrix.clone()
-    assert resample_attention_random_state(model, seed=5) == 3  # every core visited
-    assert not torch.equal(model.layers[0].projection_matrix, before)
-    with pytest.raises(ValueError, match="redraw_every_n_steps"):
-        RandomStateCallback(redraw_every_n_steps=0)
-
-
-def test_script_redraw_flag_zero_keeps_the_initial_features():
-    # --random_state_redraw_steps 0: the features drawn from (seed, layer) at initialisation stay for the run.
-    model = TinyModel()
-    callbacks = random_state_callbacks(model, RandomStateArguments(random_state_redraw_steps=0), seed=0)
-    assert callbacks == []
-    (callback,) = random_state_callbacks(model, RandomStateArguments(random_state_redraw_steps=7), seed=3)
-    assert (callback.redraw_every_n_steps, callback.seed) == (7, 3)
-    with pytest.raises(ValueError, match=r"random_state_redraw_steps must be >= 0, got -1.*0 never redraws"):
-        random_state_callbacks(model, RandomStateArguments(random_state_redraw_steps=-1), seed=0)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hf_efficient.attention import rfa
 from hf_efficient.attention.rfa import RandomFeatureAttention, _NonCausalRFA
 
-from .helpers import make_core, make_qkv, reference_attention
+from .helpers import make_core, make_qkv, padding_mask, reference_attention
 
 
 def explicit_features(core: RandomFeatureAttention, x: torch.Tensor) -> torch.Tensor:
@@ -53,10 +53,6 @@ def quadratic_rfa(core, q, k, v, mask=None, causal=False) -> torch.Tensor:
     return scores @ v / scores.sum(-1, keepdim=True).abs().clamp_min(core.config.eps)
 
 
-def padding_mask(b: int, n: int, lengths: list[int]) -> torch.Tensor:
-    return torch.arange(n)[None] < torch.tensor(lengths)[:, None]  # (b, n)
-
-
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 4 rows (non-causal) / groups of one block (causal), so tiny inputs cross boundaries."""
@@ -67,7 +63,7 @@ def small_chunks(monkeypatch):
 def test_non_causal_equals_explicit_quadratic_form(with_mask, small_chunks):
     core = make_core("rfa", num_features=16).double()
     q, k, v = (t.double() for t in make_qkv(b=2, n=23))
-    mask = padding_mask(2, 23, [23, 17]) if with_mask else None
+    mask = padding_mask([23, 17], 23) if with_mask else None
     out = core(q, k, v, attention_mask=mask).output
     ref = quadratic_rfa(core, q, k, v, mask)
     torch.testing.assert_close(out[0], ref[0], atol=1e-10, rtol=1e-10)
@@ -80,7 +76,7 @@ def test_non_causal_backward_matches_finite_differences(with_mask, small_chunks)
     q, k, v = (t.double().requires_grad_() for t in make_qkv(b=2, n=10))
     base = torch.randn(2, 6, 8, dtype=torch.float64)  # W~
     sigma = (torch.rand(2, 1, 8, dtype=torch.float64) + 0.5).requires_grad_()
-    mask = padding_mask(2, 10, [10, 7]) if with_mask else None
+    mask = padding_mask([10, 7], 10) if with_mask else None
     function = lambda q, k, v, sigma: _NonCausalRFA.apply(q, k, v, base, sigma, mask, 1e-3)  # noqa: E731
     assert torch.autograd.gradcheck(function, (q, k, v, sigma), fast_mode=True)
 
@@ -100,7 +96,7 @@ def test_causal_equals_explicit_quadratic_form(gate, small_chunks):
     """gate=False: plain causal RFA; gate=True: weights (1 - g_j) prod g_l; several blocks and groups."""
     core = make_core("rfa", gate=gate, causal_chunk=5).double()
     q, k, v = (t.double() for t in make_qkv(b=2, n=23))
-    mask = padding_mask(2, 23, [23, 18])
+    mask = padding_mask([23, 18], 23)
     out = core(q, k, v, attention_mask=mask, is_causal=True).output
     ref = quadratic_rfa(core, q, k, v, mask, causal=True)
     torch.testing.assert_close(out[0], ref[0], atol=1e-10, rtol=1e-10)
