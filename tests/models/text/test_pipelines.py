@@ -17,15 +17,10 @@ from hf_efficient import (
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
-    get_attention_class,
 )
 
-SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-WORDS = (
-    "the a an cat dog bird sat ran flew on under over mat tree house big small red blue green happy sad "
-    "film movie was is good bad great awful boring fun plot actor story and but very not"
-).split()
-PIECES = ["##s", "##ed", "##ing", "##ly"]
+from .helpers import SPECIAL_TOKENS, tiny_config, write_vocab
+
 # One efficient type with no parameters of its own, one with random features, and exact attention.
 ATTENTION_TYPES = ["full", "longformer", "performer"]
 LABELS = {0: "O", 1: "B-ANIMAL", 2: "I-ANIMAL"}
@@ -33,26 +28,16 @@ LABELS = {0: "O", 1: "B-ANIMAL", 2: "I-ANIMAL"}
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-    vocab_file = tmp_path_factory.mktemp("tokenizer") / "vocab.txt"
-    vocab_file.write_text("\n".join(SPECIAL + WORDS + PIECES) + "\n")
+    vocab_file = write_vocab(tmp_path_factory.mktemp("tokenizer"))
     tok = BertTokenizer(vocab=str(vocab_file))
     assert tok.tokenize("The cats sat") == ["the", "cat", "##s", "sat"]
-    assert tok.mask_token_id == SPECIAL.index("[MASK]") and tok.pad_token_id == 0
+    assert tok.mask_token_id == SPECIAL_TOKENS.index("[MASK]") and tok.pad_token_id == 0
     return tok
 
 
 def config(tokenizer, attention_type: str, **overrides) -> EfficientBertConfig:
-    return EfficientBertConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        attention_type=attention_type,
-        attention_config=dict(get_attention_class(attention_type).small_config),
-        **overrides,
-    )
+    """The tiny text config (helpers.tiny_config) sized for the tokenizer's vocabulary."""
+    return tiny_config(attention_type, vocab_size=len(tokenizer), **overrides)
 
 
 def assert_probability(score) -> None:

@@ -1,20 +1,15 @@
-"""EfficientViT: parity with transformers' ViT / ViT-MAE, every vision attention type, save/load, Auto
-classes, pipeline on PIL images, errors. Tiny models only (hidden 32, 2 layers, 16x16 images, 4x4 patches)."""
+"""EfficientViT: parity with transformers' ViT / ViT-MAE, every vision attention type (checks.py), save/load,
+Auto classes, pipeline on PIL images, errors. Tiny models only (hidden 32, 2 layers, 16x16 images, 4x4
+patches: helpers.py)."""
 
 from __future__ import annotations
-
-import warnings
 
 import numpy as np
 import pytest
 import torch
-from huggingface_hub.errors import StrictDataclassClassValidationError
 from PIL import Image
 from transformers import (
-    AutoConfig,
     AutoImageProcessor,
-    AutoModel,
-    AutoModelForImageClassification,
     AutoModelForPreTraining,
     ViTConfig,
     ViTForImageClassification,
@@ -31,49 +26,14 @@ from hf_efficient import (
     EfficientViTImageProcessor,
     EfficientViTMAEForPreTraining,
     EfficientViTModel,
-    get_attention_class,
 )
 from hf_efficient.models.vision.modeling_efficient_vit import sincos_position_table
 
+from ..helpers import CONFIG_ERRORS
+from . import checks
+from .helpers import TINY_DECODER, TINY_VIT, images, mae_noise, tiny_config
+
 VISION_TYPES = hf_efficient.list_attention_types("vision")
-TINY_VIT = dict(
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    intermediate_size=37,
-    image_size=16,
-    patch_size=4,
-)
-TINY_DECODER = dict(
-    decoder_hidden_size=16,
-    decoder_num_hidden_layers=2,
-    decoder_num_attention_heads=2,
-    decoder_intermediate_size=20,
-)
-CONFIG_ERRORS = (ValueError, StrictDataclassClassValidationError)
-# Parameters a non-causal encoder never uses (RFA's recency gate): no gradient, as in the text tests.
-CAUSAL_ONLY_PARAMETERS = ("core.gate_weight", "core.gate_bias")
-
-
-def attention_config(attention_type: str) -> dict:
-    """The type's small_config; swin_window gets 2x2 windows so the 4x4 grid has four, shifted on layer 1."""
-    if attention_type == "swin_window":
-        return {"window_size": 2}
-    return dict(get_attention_class(attention_type).small_config)
-
-
-def tiny_config(attention_type: str = "full", **overrides) -> EfficientViTConfig:
-    values = {**TINY_VIT, **TINY_DECODER, "attention_type": attention_type}
-    values["attention_config"] = attention_config(attention_type)
-    return EfficientViTConfig(**{**values, **overrides})
-
-
-def images(b: int = 2, channels: int = 3, size: int = 16, seed: int = 0) -> torch.Tensor:
-    return torch.randn(b, channels, size, size, generator=torch.Generator().manual_seed(seed))
-
-
-def mae_noise(b: int = 2, n: int = 16, seed: int = 1) -> torch.Tensor:
-    return torch.rand(b, n, generator=torch.Generator().manual_seed(seed))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -202,79 +162,22 @@ def test_vision_types_exclude_graph_only_ones():
 
 @pytest.mark.parametrize("attention_type", VISION_TYPES)
 def test_classification_and_mae_forward_backward(attention_type):
-    model = EfficientViTForImageClassification(tiny_config(attention_type, num_labels=3)).train()
-    out = model(images(), labels=torch.tensor([0, 2]), output_hidden_states=True)
-    assert out.logits.shape == (2, 3) and len(out.hidden_states) == 3
-    assert out.hidden_states[0].shape == (2, 17, 32)
-    out.loss.backward()
-    for name, param in model.named_parameters():
-        if name.endswith(CAUSAL_ONLY_PARAMETERS):
-            continue
-        assert param.grad is not None and torch.isfinite(param.grad).all(), name
-
-    encoder_types = ["full", "full"] if get_attention_class(attention_type).capabilities.patch_grid else None
-    mae = EfficientViTMAEForPreTraining(
-        tiny_config(attention_type, layer_attention_types=encoder_types)
-    ).train()
-    out = mae(images(), noise=mae_noise())
-    assert out.logits.shape == (2, 16, 48) and torch.isfinite(out.loss)
-    out.loss.backward()
-    assert mae.vit.embeddings.patch_embeddings.projection.weight.grad.abs().sum() > 0
+    checks.check_classification_and_mae_forward_backward(attention_type)
 
 
 @pytest.mark.parametrize("attention_type", VISION_TYPES)
 def test_save_load_identical_through_auto_classes(attention_type, tmp_path):
-    x = images()
-    for model_class, auto_class, field in [
-        (EfficientViTForImageClassification, AutoModelForImageClassification, "logits"),
-        (EfficientViTModel, AutoModel, "pooler_output"),
-    ]:
-        model = model_class(tiny_config(attention_type, num_labels=3)).eval()
-        folder = tmp_path / model_class.__name__
-        model.save_pretrained(folder)
-        config = AutoConfig.from_pretrained(folder)
-        assert type(config) is EfficientViTConfig and config.attention_type == attention_type
-        loaded = auto_class.from_pretrained(folder).eval()
-        assert type(loaded) is model_class
-        with torch.no_grad():
-            torch.testing.assert_close(getattr(loaded(x), field), getattr(model(x), field), atol=0, rtol=0)
-    # A classifier checkpoint also opens as the bare encoder.
-    base = AutoModel.from_pretrained(tmp_path / "EfficientViTForImageClassification").eval()
-    assert type(base) is EfficientViTModel
+    checks.check_save_load_identical_through_auto_classes(attention_type, tmp_path)
 
 
 @pytest.mark.parametrize("attention_type", VISION_TYPES)
 def test_output_attentions_or_a_clear_error(attention_type):
-    model = EfficientViTModel(tiny_config(attention_type)).eval()
-    if not get_attention_class(attention_type).capabilities.output_attentions:
-        with pytest.raises(ValueError, match="output_attentions=False"):
-            model(images(), output_attentions=True)
-        return
-    attentions = model(images(), output_attentions=True).attentions
-    assert len(attentions) == 2 and attentions[0].shape == (2, 4, 17, 17)
-    torch.testing.assert_close(attentions[0].sum(-1), torch.ones(2, 4, 17))
+    checks.check_output_attentions_or_a_clear_error(attention_type)
 
 
 @pytest.mark.parametrize("attention_type", VISION_TYPES)
 def test_gradient_checkpointing_same_gradients(attention_type):
-    model = EfficientViTForImageClassification(tiny_config(attention_type, num_labels=3)).train()
-    x, labels = images(), torch.tensor([1, 2])
-
-    def grads():
-        model.zero_grad()
-        torch.manual_seed(0)  # reformer_lsh draws fresh rotations in training, like dropout
-        model(x, labels=labels).loss.backward()
-        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-
-    plain = grads()
-    with warnings.catch_warnings():  # transformers 5.23 renamed it activation_checkpointing_enable
-        warnings.simplefilter("ignore", FutureWarning)
-        model.gradient_checkpointing_enable()
-    assert all(layer.gradient_checkpointing for layer in model.vit.encoder.layer)
-    checkpointed = grads()
-    assert plain.keys() == checkpointed.keys()
-    for name in plain:
-        torch.testing.assert_close(checkpointed[name], plain[name], atol=1e-6, rtol=1e-5, msg=name)
+    checks.check_gradient_checkpointing_same_gradients(attention_type)
 
 
 def test_swin_window_follows_the_image_size():
