@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
@@ -21,9 +20,9 @@ from hf_efficient.data import connectomes, graphs
 from hf_efficient.data.graph_tasks import infer_graph_task
 from hf_efficient.data.graphs import load_graph_splits, load_mouse_connectomes
 
-from ..script_loader import load_script
+from ..script_loader import CONFIGS, QUIET
 
-CONFIG = str(Path(__file__).resolve().parents[2] / "configs" / "graph" / "base_connectomes.json")
+CONFIG = str(CONFIGS / "graph" / "base_connectomes.json")
 
 
 @pytest.fixture(scope="module")
@@ -104,15 +103,16 @@ def test_package_files_read_from_the_cached_wheel(tmp_path, monkeypatch):
     assert list(only) == ["edgelists/sub-1_ses-1_dti.edgelist"]
 
 
-def test_tiny_training_run_on_the_connectomes(tmp_path):
+@pytest.mark.slow  # a training run on 332-node graphs
+def test_tiny_training_run_on_the_connectomes(train_graph, tmp_path):
     args = ["--config", CONFIG, "--dataset_name", "mouse_connectomes", "--output_dir", str(tmp_path)]
     args += ["--max_train_samples", "4", "--max_eval_samples", "2", "--per_device_train_batch_size", "2"]
-    args += ["--max_steps", "2", "--report_to", "none", "--seed", "0", "--logging_steps", "1"]
+    args += ["--max_steps", "2", *QUIET, "--logging_steps", "1"]
     args += [
         "--config_overrides",
         "hidden_size=16,num_attention_heads=2,intermediate_size=32,num_hidden_layers=1,rw_pe_dim=null",
     ]
-    metrics = load_script("train_graph").main(args)
+    metrics = train_graph.main(args)
     assert 0 <= metrics["eval_accuracy"] <= 1
     config = json.loads((tmp_path / "config.json").read_text())
     assert (config["edge_dim"], config["attention_config"]["edge_dim"], config["node_vocab_size"]) == (

@@ -18,13 +18,13 @@ from hf_efficient.data.graph_transforms import (
     wl_colors,
 )
 
+from .helpers import graph_record
+
 
 def graph(num_nodes: int, undirected_edges, self_loops=(), node_feat=None) -> dict:
-    """An OGB-style record storing each undirected edge in both directions (as OGB does)."""
-    source = [a for a, b in undirected_edges] + [b for a, b in undirected_edges] + list(self_loops)
-    target = [b for a, b in undirected_edges] + [a for a, b in undirected_edges] + list(self_loops)
+    """An OGB-style record (both directions of each edge) with constant node features unless given."""
     node_feat = node_feat if node_feat is not None else [[1.0]] * num_nodes
-    return {"edge_index": [source, target], "num_nodes": num_nodes, "node_feat": node_feat, "y": [0]}
+    return graph_record(num_nodes, undirected_edges, self_loops, node_feat=node_feat, y=[0])
 
 
 PATH4 = graph(4, [(0, 1), (1, 2), (2, 3)])

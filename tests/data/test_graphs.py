@@ -41,6 +41,8 @@ from hf_efficient.data.graphs import (
 )
 from hf_efficient.data.molecules import ATOM_VOCAB_SIZE, smiles_to_record
 
+from .helpers import graph_record
+
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
 
@@ -221,13 +223,10 @@ def test_save_to_disk_folder_and_description(tmp_path):
 
 def _path_graphs(labels: list) -> list[dict]:
     """Paths of 2, 3, 4... nodes with 0/1 node features and the given labels ``y``."""
-    graphs_ = []
-    for i, y in enumerate(labels):
-        n = i + 2
-        edges = [[j for j in range(n - 1)] + [j + 1 for j in range(n - 1)]]
-        edges.append(edges[0][n - 1 :] + edges[0][: n - 1])
-        graphs_.append({"edge_index": edges, "node_feat": np.eye(n, 3).tolist(), "num_nodes": n, "y": y})
-    return graphs_
+    return [
+        graph_record(i + 2, [(j, j + 1) for j in range(i + 1)], node_feat=np.eye(i + 2, 3).tolist(), y=y)
+        for i, y in enumerate(labels)
+    ]
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,8 @@ from hf_efficient.data import (
     train_wordpiece_tokenizer,
 )
 
+from .helpers import write_csv
+
 
 @pytest.fixture(scope="module")
 def rotten_tomatoes():
@@ -176,14 +178,9 @@ def test_unknown_task_lists_valid_names():
         load_task_datasets("sst-2")
 
 
-def _write_csv(path, header, rows):
-    path.write_text("\n".join([",".join(header)] + [",".join(map(str, r)) for r in rows]) + "\n")
-    return str(path)
-
-
 def test_files_with_and_without_task_name(tmp_path):
     pair_rows = [("a cat sat", "a cat is sitting", 4.5), ("dogs bark", "the sky is blue", 0.25)]
-    train = _write_csv(tmp_path / "pairs.csv", ["sentence1", "sentence2", "label"], pair_rows)
+    train = write_csv(tmp_path / "pairs.csv", ["sentence1", "sentence2", "label"], pair_rows)
     raw, task = load_task_datasets(train_file=train, validation_file=train)
     assert (
         task.is_regression
@@ -192,7 +189,7 @@ def test_files_with_and_without_task_name(tmp_path):
     )
     raw, task = load_task_datasets("stsb", train_file=train, validation_file=train)
     assert task.name == "stsb" and task.eval_splits == ("validation",) and task.test_splits == ()
-    words = _write_csv(
+    words = write_csv(
         tmp_path / "words.csv", ["text", "label"], [("good", "pos"), ("bad", "neg"), ("ok", "pos")]
     )
     raw, task = load_task_datasets(train_file=words, validation_file=words)
@@ -211,7 +208,7 @@ def test_files_with_and_without_task_name(tmp_path):
     ],
 )
 def test_labels_and_columns_must_match_the_task(tmp_path, task_name, header, rows, message):
-    path = _write_csv(tmp_path / "data.csv", header, rows)
+    path = write_csv(tmp_path / "data.csv", header, rows)
     with pytest.raises(ValueError, match=message):
         load_task_datasets(task_name, train_file=path, validation_file=path)
 

@@ -7,7 +7,6 @@ clear errors.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from transformers import (
@@ -23,17 +22,12 @@ from hf_efficient.data.graph_tasks import graph_model_kwargs, infer_graph_task
 from hf_efficient.data.graphs import load_solubility
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
-from ..script_loader import load_script
+from ..script_loader import CONFIGS, QUIET
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "graph"
-TINY = str(CONFIGS / "base_tiny.json")
-COMMON = ["--report_to", "none", "--logging_steps", "1", "--seed", "0", "--save_strategy", "no"]
+GRAPH_CONFIGS = CONFIGS / "graph"
+TINY = str(GRAPH_CONFIGS / "base_tiny.json")
+COMMON = [*QUIET, "--logging_steps", "1", "--save_strategy", "no"]
 SLICE = ["--dataset_name", "solubility", "--max_train_samples", "64", "--max_eval_samples", "32"]
-
-
-@pytest.fixture(scope="module")
-def train_graph():
-    return load_script("train_graph")
 
 
 def run_args(output_dir, *extra) -> list[str]:
@@ -85,13 +79,13 @@ def solubility_task():
     return infer_graph_task(load_solubility()["train"], "y")
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (CONFIGS / "attention").glob("*.json")))
+@pytest.mark.parametrize("name", sorted(p.stem for p in (GRAPH_CONFIGS / "attention").glob("*.json")))
 @pytest.mark.parametrize("base", ["base_tiny.json", "base_molecules.json"])
 def test_attention_override_files_build_models(train_graph, solubility_task, name, base):
     script_args = (train_graph.GraphDataArguments, train_graph.ModelArguments, TrainingArguments)
     parser = HfArgumentParser((ConfigArguments, *script_args))
     _, model_kwargs = parse_args_with_config_files(
-        parser, EfficientGraphConfig, None, ["--config", str(CONFIGS / base), "--attention_type", name]
+        parser, EfficientGraphConfig, None, ["--config", str(GRAPH_CONFIGS / base), "--attention_type", name]
     )
     config = EfficientGraphConfig(**graph_model_kwargs(model_kwargs, solubility_task))
     assert config.attention_type == name

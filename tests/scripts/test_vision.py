@@ -2,54 +2,33 @@
 
 pretrain_mae -> finetune_image_classification warm-started from it with the attention swapped; from scratch
 with shifted windows; from a transformers ViT checkpoint; an imagefolder; the pipeline on a saved folder;
-the image data helpers (idx files, Fashion-MNIST fetch, augmentation); clear errors. Fashion-MNIST itself
-(a 31 MB Debian package) is fetched only by the test marked slow.
+clear errors. Fashion-MNIST itself (a 31 MB Debian package) is fetched only by the test marked slow; the image
+data helpers (idx files, the fetch, augmentation) are tested in tests/data/test_images.py.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
-from huggingface_hub.errors import StrictDataclassClassValidationError
-from PIL import Image
 from transformers import HfArgumentParser, ViTConfig, ViTForImageClassification, pipeline
 
 import hf_efficient
 from hf_efficient import EfficientViTConfig, EfficientViTImageProcessor, validate_attention_config
 from hf_efficient.data import (
-    FASHION_MNIST_CLASSES,
-    debian,
-    fashion_mnist_dir,
-    image_transform,
     load_digits_dataset,
     load_fashion_mnist,
-    random_crop_flip,
-    read_idx,
 )
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
-from ..script_loader import load_script
+from ..models.helpers import CONFIG_ERRORS
+from ..script_loader import CONFIGS, QUIET, load_script
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "vision"
-TINY = str(CONFIGS / "base_tiny.json")
-CONFIG_ERRORS = (ValueError, StrictDataclassClassValidationError)  # @strict wraps the config's ValueErrors
-COMMON = ["--report_to", "none", "--logging_steps", "1", "--seed", "0", "--save_strategy", "no"]
-
-
-@pytest.fixture(scope="module")
-def pretrain():
-    return load_script("pretrain_mae")
-
-
-@pytest.fixture(scope="module")
-def finetune():
-    return load_script("finetune_image_classification")
+VISION_CONFIGS = CONFIGS / "vision"
+TINY = str(VISION_CONFIGS / "base_tiny.json")
+COMMON = [*QUIET, "--logging_steps", "1", "--save_strategy", "no"]
 
 
 def run_args(output_dir, *extra, dataset=("--dataset_name", "digits")) -> list[str]:
@@ -57,10 +36,10 @@ def run_args(output_dir, *extra, dataset=("--dataset_name", "digits")) -> list[s
 
 
 @pytest.fixture(scope="module")
-def mae_checkpoint(pretrain, tmp_path_factory) -> Path:
+def mae_checkpoint(pretrain_mae, tmp_path_factory) -> Path:
     """An MAE with Longformer attention pretrained for 6 steps on the digits."""
     output_dir = tmp_path_factory.mktemp("mae_longformer")
-    metrics = pretrain.main(
+    metrics = pretrain_mae.main(
         run_args(output_dir, "--attention_type", "longformer", "--max_steps", "6", "--max_eval_samples", "64")
     )
     assert metrics["train_loss"] > 0 and metrics["eval_loss"] > 0  # pixel MSE on the masked patches
@@ -68,9 +47,9 @@ def mae_checkpoint(pretrain, tmp_path_factory) -> Path:
 
 
 def test_every_vision_attention_type_has_a_valid_override():
-    files = {p.stem: p for p in (CONFIGS / "attention").glob("*.json")}
+    files = {p.stem: p for p in (VISION_CONFIGS / "attention").glob("*.json")}
     assert set(files) == set(hf_efficient.list_attention_types("vision"))
-    base = json.loads((CONFIGS / "base_fmnist.json").read_text())["model"]
+    base = json.loads((VISION_CONFIGS / "base_fmnist.json").read_text())["model"]
     for name, path in files.items():
         model = json.loads(path.read_text())["model"]
         assert model["attention_type"] == name
@@ -86,7 +65,7 @@ def test_every_vision_attention_type_has_a_valid_override():
 def test_base_configs_parse_for_their_script(script, base, grid, tmp_path):
     module = load_script(script)
     classes = (module.ModelArguments, module.ImageDataArguments, ConfigArguments, module.TrainingArguments)
-    path = CONFIGS / f"{base}.json"
+    path = VISION_CONFIGS / f"{base}.json"
     args = ["--config", str(path), "--attention_type", "swin_window", "--output_dir", str(tmp_path)]
     parsed, model = parse_args_with_config_files(HfArgumentParser(classes), EfficientViTConfig, None, args)
     config = EfficientViTConfig(**model)
@@ -107,10 +86,12 @@ def test_mae_saves_model_processor_and_card(mae_checkpoint):
     assert [text for text in expected if text not in card] == [] and "swin_window" not in card
 
 
-def test_finetune_from_mae_with_swapped_attention_and_the_pipeline(finetune, mae_checkpoint, tmp_path):
+def test_finetune_from_mae_with_swapped_attention_and_the_pipeline(
+    finetune_image_classification, mae_checkpoint, tmp_path
+):
     args = run_args(tmp_path, "--model_name_or_path", str(mae_checkpoint), "--attention_type", "performer")
     args += ["--max_steps", "4", "--max_eval_samples", "50", "--random_state_redraw_steps", "2"]
-    metrics = finetune.main(args)
+    metrics = finetune_image_classification.main(args)
     assert 0 <= metrics["eval_accuracy"] <= 1
     assert (
         json.loads((tmp_path / "eval_results.json").read_text())["eval_accuracy"] == metrics["eval_accuracy"]
@@ -133,17 +114,18 @@ def test_finetune_from_mae_with_swapped_attention_and_the_pipeline(finetune, mae
     assert len(predictions) == 3 and {p["label"] for p in predictions} <= {str(d) for d in range(10)}
 
 
-def test_from_scratch_with_shifted_windows_learns_the_digits(finetune, tmp_path):
+@pytest.mark.slow  # 150 training steps
+def test_from_scratch_with_shifted_windows_learns_the_digits(finetune_image_classification, tmp_path):
     args = run_args(
         tmp_path, "--attention_type", "swin_window", "--max_steps", "150", "--logging_steps", "50"
     )
-    metrics = finetune.main([*args, "--augment", "false"])
+    metrics = finetune_image_classification.main([*args, "--augment", "false"])
     assert metrics["eval_accuracy"] > 0.4  # chance: 0.1 (360 test digits)
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["attention_config"] == {"window_size": 4, "shift_windows": True}
 
 
-def test_finetune_a_transformers_vit_checkpoint_on_an_imagefolder(finetune, tmp_path):
+def test_finetune_a_transformers_vit_checkpoint_on_an_imagefolder(finetune_image_classification, tmp_path):
     """A 3-channel 16x16 ViT (another label count) on grey 8x8 images in class folders; labels are names."""
     vit = ViTForImageClassification(
         ViTConfig(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -161,7 +143,7 @@ def test_finetune_a_transformers_vit_checkpoint_on_an_imagefolder(finetune, tmp_
     args += ["--model_name_or_path", str(tmp_path / "vit"), "--ignore_mismatched_sizes", "true"]
     args += ["--per_device_train_batch_size", "8"]
     args += ["--attention_type", "nystromformer", "--max_steps", "2", "--validation_split_percentage", "25"]
-    metrics = finetune.main(args)
+    metrics = finetune_image_classification.main(args)
     assert metrics["eval_samples_per_second"] > 0 and 0 <= metrics["eval_accuracy"] <= 1
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["model_type"] == "efficient_vit" and config["num_channels"] == 3
@@ -170,21 +152,21 @@ def test_finetune_a_transformers_vit_checkpoint_on_an_imagefolder(finetune, tmp_
     assert processor.size == {"height": 16, "width": 16} and processor.num_channels == 3
 
 
-def test_script_errors_are_clear(pretrain, finetune, tmp_path):
+def test_script_errors_are_clear(pretrain_mae, finetune_image_classification, tmp_path):
     with pytest.raises(ValueError, match=r"Unknown dataset 'no_such_images'.*fashion_mnist, digits"):
-        finetune.main(run_args(tmp_path, dataset=("--dataset_name", "no_such_images")))
+        finetune_image_classification.main(run_args(tmp_path, dataset=("--dataset_name", "no_such_images")))
     with pytest.raises(ValueError, match=r"exactly one image dataset"):
-        finetune.main(run_args(tmp_path, dataset=()))
+        finetune_image_classification.main(run_args(tmp_path, dataset=()))
     with pytest.raises(ValueError, match=r"no image column 'img'.*\['image', 'label'\].*--image_column_name"):
-        finetune.main(run_args(tmp_path, "--image_column_name", "img"))
+        finetune_image_classification.main(run_args(tmp_path, "--image_column_name", "img"))
     with pytest.raises(ValueError, match=r"no label column 'labels'.*--label_column_name"):
-        finetune.main(run_args(tmp_path, "--label_column_name", "labels"))
+        finetune_image_classification.main(run_args(tmp_path, "--label_column_name", "labels"))
     with pytest.raises(CONFIG_ERRORS, match=r"image_size=9 must be a multiple of patch_size=2"):
-        finetune.main(run_args(tmp_path, "--config_overrides", "image_size=9"))
+        finetune_image_classification.main(run_args(tmp_path, "--config_overrides", "image_size=9"))
     with pytest.raises(CONFIG_ERRORS, match=r"'graph_sparse' is not available for vision models"):
-        finetune.main(run_args(tmp_path, "--attention_type", "graph_sparse"))
+        finetune_image_classification.main(run_args(tmp_path, "--attention_type", "graph_sparse"))
     with pytest.raises(ValueError, match=r"swin_window attends by 2-D patch position"):
-        pretrain.main(run_args(tmp_path, "--attention_type", "swin_window"))
+        pretrain_mae.main(run_args(tmp_path, "--attention_type", "swin_window"))
 
 
 @pytest.mark.parametrize("name", ["pretrain_mae", "finetune_image_classification"])
@@ -195,75 +177,18 @@ def test_script_help_renders(name, capsys):
     assert exit_info.value.code == 0 and "--attention_type" in out and "--dataset_name" in out
 
 
-# Image data helpers
-
-
-def _write_idx(path: Path, array: np.ndarray) -> None:
-    header = bytes([0, 0, 0x08, array.ndim]) + struct.pack(f">{array.ndim}i", *array.shape)
-    with gzip.open(path, "wb") as f:
-        f.write(header + array.astype(np.uint8).tobytes())
-
-
-def test_idx_files_placed_by_hand_need_no_apt(tmp_path, monkeypatch):
-    folder = tmp_path / "by_hand" / "fashion"
-    folder.mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 6), ("t10k", 4)):
-        _write_idx(folder / f"{split}-images-idx3-ubyte.gz", rng.integers(0, 256, (count, 28, 28)))
-        _write_idx(folder / f"{split}-labels-idx1-ubyte.gz", np.arange(count) % 10)
-    images = read_idx(folder / "train-images-idx3-ubyte.gz")
-    assert images.shape == (6, 28, 28) and images.dtype == np.uint8
-    monkeypatch.setattr(debian.shutil, "which", lambda name: None)  # apt-get would fail if asked
-    monkeypatch.setenv("HF_EFFICIENT_FASHION_MNIST_DIR", str(tmp_path))
-    assert fashion_mnist_dir() == folder
-    data = load_fashion_mnist()
-    assert {split: len(rows) for split, rows in data.items()} == {"train": 6, "test": 4}
-    first = data["train"][0]
-    assert first["image"].mode == "L" and first["image"].size == (28, 28)
-    assert np.array_equal(np.asarray(first["image"]), images[0])
-    assert data["test"].features["label"].names == FASHION_MNIST_CLASSES
-    with pytest.raises(ValueError, match="not an idx file"):
-        (tmp_path / "bad.gz").write_bytes(gzip.compress(b"\x01\x02\x03\x04"))
-        read_idx(tmp_path / "bad.gz")
-
-
-def test_missing_apt_get_says_how_to_fetch_by_hand(tmp_path, monkeypatch):
-    monkeypatch.setattr(debian.shutil, "which", lambda name: None)
-    with pytest.raises(RuntimeError, match=r"apt-get download dataset-fashion-mnist && dpkg -x"):
-        fashion_mnist_dir(tmp_path / "empty")
-
-
-def test_transform_and_augmentation():
-    processor = EfficientViTImageProcessor.for_config(
-        EfficientViTConfig(image_size=8, patch_size=2, num_channels=1)
-    )
-    digits = load_digits_dataset()["train"].select(range(4))
-    batch = image_transform(processor, augment=True)(digits[:4])
-    assert batch["pixel_values"].shape == (4, 1, 8, 8) and batch["labels"].tolist() == digits["label"]
-    assert batch["pixel_values"].min() >= -1 and batch["pixel_values"].max() <= 1
-    image = Image.fromarray(np.arange(64, dtype=np.uint8).reshape(8, 8) * 4)
-    torch.manual_seed(1)
-    first = [np.asarray(random_crop_flip(image)) for _ in range(8)]
-    torch.manual_seed(1)
-    again = [np.asarray(random_crop_flip(image)) for _ in range(8)]
-    assert all(a.shape == (8, 8) for a in first) and all(
-        np.array_equal(a, b) for a, b in zip(first, again, strict=True)
-    )
-    assert any(not np.array_equal(a, np.asarray(image)) for a in first)  # something moved
-
-
 @pytest.mark.slow
-def test_fashion_mnist_from_the_debian_package(finetune, tmp_path, monkeypatch):
+def test_fashion_mnist_from_the_debian_package(finetune_image_classification, tmp_path, monkeypatch):
     """Fetches the 31 MB .deb with apt-get download (no install) into a fresh cache, then trains briefly."""
     monkeypatch.setenv("HF_EFFICIENT_FASHION_MNIST_DIR", str(tmp_path / "cache"))
     data = load_fashion_mnist()
     assert (len(data["train"]), len(data["test"])) == (60_000, 10_000)
     assert np.bincount(data["test"]["label"]).tolist() == [1000] * 10
     assert data["train"][0]["label"] == 9  # the first training image is an ankle boot
-    args = ["--config", str(CONFIGS / "base_fmnist.json"), "--dataset_name", "fashion_mnist"]
+    args = ["--config", str(VISION_CONFIGS / "base_fmnist.json"), "--dataset_name", "fashion_mnist"]
     args += ["--output_dir", str(tmp_path / "out"), "--max_train_samples", "64", "--max_eval_samples", "64"]
     args += ["--max_steps", "2", "--per_device_train_batch_size", "32", *COMMON]
-    metrics = finetune.main(args)
+    metrics = finetune_image_classification.main(args)
     assert 0 <= metrics["eval_accuracy"] <= 1
     card = (tmp_path / "out" / "README.md").read_text()
     assert "zalando-datasets/fashion_mnist" in card and "Ankle boot" in card

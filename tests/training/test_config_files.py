@@ -12,15 +12,7 @@ import hf_efficient
 from hf_efficient import EfficientBertConfig, validate_attention_config
 from hf_efficient.training import ConfigArguments, merge_model_configs, parse_args_with_config_files
 
-from ..script_loader import load_script
-
-ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ROOT / "configs"
-
-
-@pytest.fixture(scope="module")
-def pretrain():
-    return load_script("pretrain_mlm")
+from ..script_loader import CONFIGS, load_script
 
 
 def parse(module, args):
@@ -38,21 +30,21 @@ def test_every_text_attention_type_has_a_valid_override():
 
 
 @pytest.mark.parametrize("size", ["base_tiny", "base_small", "base_bert"])
-def test_base_configs_build_a_model_config_and_training_arguments(pretrain, tmp_path, size):
+def test_base_configs_build_a_model_config_and_training_arguments(pretrain_mlm, tmp_path, size):
     base = str(CONFIGS / "text" / f"{size}.json")
     (model_args, data_args, _, training), model = parse(
-        pretrain, ["--config", base, "--output_dir", str(tmp_path)]
+        pretrain_mlm, ["--config", base, "--output_dir", str(tmp_path)]
     )
     config = EfficientBertConfig(**model)
     assert config.attention_type == "full" and data_args.block_size <= config.max_position_embeddings
     assert training.learning_rate == json.loads(Path(base).read_text())["training"]["learning_rate"]
 
 
-def test_merge_order_base_then_attention_then_command_line(pretrain, tmp_path):
+def test_merge_order_base_then_attention_then_command_line(pretrain_mlm, tmp_path):
     args = ["--config", str(CONFIGS / "text" / "base_tiny.json"), "--attention_type", "longformer"]
     args += ["--attention_config", '{"attention_window": 32}', "--config_overrides", "num_hidden_layers=3"]
     args += ["--learning_rate", "0.1", "--output_dir", str(tmp_path)]
-    (model_args, data_args, _, training), model = parse(pretrain, args)
+    (model_args, data_args, _, training), model = parse(pretrain_mlm, args)
     assert model["hidden_size"] == 128  # base
     assert model["attention_config"] == {
         "attention_window": 32,
@@ -60,18 +52,20 @@ def test_merge_order_base_then_attention_then_command_line(pretrain, tmp_path):
     }  # override + CLI
     assert model["num_hidden_layers"] == 3 and training.learning_rate == 0.1  # command line last
     assert data_args.block_size == 128 and training.max_steps == 1000  # base training section
-    performer = parse(pretrain, ["--config", args[1], "--attention_type", "performer", "--output_dir", "x"])
+    performer = parse(
+        pretrain_mlm, ["--config", args[1], "--attention_type", "performer", "--output_dir", "x"]
+    )
     assert performer[0][0].random_state_redraw_steps == 1000  # the override's training section
     assert performer[1]["attention_config"] == {"num_features": 128}
 
 
-def test_default_attention_folder_applies_without_a_base(pretrain):
-    parser = HfArgumentParser((pretrain.ModelArguments, pretrain.DataArguments, ConfigArguments))
+def test_default_attention_folder_applies_without_a_base(pretrain_mlm):
+    parser = HfArgumentParser((pretrain_mlm.ModelArguments, pretrain_mlm.DataArguments, ConfigArguments))
     _, model = parse_args_with_config_files(
-        parser, EfficientBertConfig, pretrain.ATTENTION_CONFIGS, ["--attention_type", "bigbird"]
+        parser, EfficientBertConfig, pretrain_mlm.ATTENTION_CONFIGS, ["--attention_type", "bigbird"]
     )
     assert model["attention_config"]["block_size"] == 32
-    _, model = parse_args_with_config_files(parser, EfficientBertConfig, pretrain.ATTENTION_CONFIGS, [])
+    _, model = parse_args_with_config_files(parser, EfficientBertConfig, pretrain_mlm.ATTENTION_CONFIGS, [])
     assert model == {}  # nothing asked, nothing changed: a checkpoint keeps its own attention
 
 
@@ -90,16 +84,16 @@ def test_changing_the_type_drops_the_old_hyperparameters():
         ({"modle": {}}, "unknown section key 'modle'"),
     ],
 )
-def test_unknown_keys_raise(pretrain, tmp_path, content, message):
+def test_unknown_keys_raise(pretrain_mlm, tmp_path, content, message):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(content))
     with pytest.raises(ValueError, match=message):
-        parse(pretrain, ["--config", str(path), "--output_dir", str(tmp_path)])
+        parse(pretrain_mlm, ["--config", str(path), "--output_dir", str(tmp_path)])
 
 
-def test_unknown_command_line_override_raises(pretrain, tmp_path):
+def test_unknown_command_line_override_raises(pretrain_mlm, tmp_path):
     with pytest.raises(ValueError, match="unknown model key 'layers'"):
-        parse(pretrain, ["--config_overrides", "layers=2", "--output_dir", str(tmp_path)])
+        parse(pretrain_mlm, ["--config_overrides", "layers=2", "--output_dir", str(tmp_path)])
 
 
 def test_accelerate_configs_load():
