@@ -6,7 +6,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test lint demo bench-demo bench bench-peers clean
+.PHONY: install test test-fast lint demo bench-demo bench bench-peers clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -21,8 +21,16 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# The full suite, what CI runs (.ci/run): lint, then every test, the `slow` and `distributed` ones included
+# (about 3.5 minutes on a quiet 2-core machine; tests marked `gpu` are skipped without CUDA).
 test: lint
 	$(PY) -m pytest -q
+
+# While developing: the tests not marked `slow` or `distributed` (multi-process launches, fresh interpreters,
+# real checkpoints, data downloads), under 2 minutes on a quiet 2-core machine, no lint. Not a substitute
+# for `make test` before a commit. Markers: pyproject.toml [tool.pytest.ini_options].
+test-fast: install
+	$(PY) -m pytest -q -m "not slow and not distributed"
 
 # Main job (5-20 minutes on 2 cores, set-up included; see the README): pretrain a tiny EfficientBert with
 # Longformer attention on IMDB text (masked LM, WordPiece trained on the corpus), fine-tune it on Rotten

@@ -1,4 +1,12 @@
-"""Test-wide settings: one thread (many times faster on the 2-core CI machine), deterministic seeds."""
+"""Suite-wide settings: one thread (many times faster on the 2-core CI machine), offline hub, deterministic
+seeds, and the markers of pyproject.toml ([tool.pytest.ini_options]): ``slow`` and ``distributed`` tests run
+in ``make test`` (CI) and are left out by ``make test-fast``; ``gpu`` tests are skipped where
+``torch.cuda.is_available()`` is False.
+
+Fixtures shared by one folder's tests live in that folder's conftest.py; plain helpers in modules named for
+what they build (attention/helpers.py, models/<encoder>/helpers.py, ...), which register below for pytest's
+assertion rewriting so their failures show the compared values.
+"""
 
 import os
 
@@ -7,7 +15,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
+
+pytest.register_assert_rewrite(
+    "tests.attention.contract",
+    "tests.attention.helpers",
+    "tests.models.helpers",
+    "tests.models.text.checks",
+    "tests.models.vision.checks",
+    "tests.models.graph.checks",
+    "tests.processes",
+)
+
 import torch  # noqa: E402
+
+from .script_loader import SCRIPT_NAMES, load_script  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -16,3 +37,27 @@ torch.set_num_threads(1)
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+def _script_fixture(name: str):
+    @pytest.fixture(scope="session", name=name)
+    def script():
+        return load_script(name)
+
+    script.__doc__ = f"scripts/{name}.py as a module (its main(args) runs a job in-process)."
+    return script
+
+
+# One session fixture per script, named after it: tests in scripts/, training/ and data/ ask for them.
+for _name in SCRIPT_NAMES:
+    globals()[_name] = _script_fixture(_name)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked ``gpu`` on a machine without CUDA (they still show, as skipped)."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA: torch.cuda.is_available() is False")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)

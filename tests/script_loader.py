@@ -1,4 +1,8 @@
-"""Import a script from scripts/ as a module, so tests can call its ``main(args)`` in-process."""
+"""Import a script from scripts/ as a module, so tests can call its ``main(args)`` in-process.
+
+tests/conftest.py also serves each script as a session fixture of the same name (``pretrain_mlm``,
+``finetune_glue``, ...).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,20 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+CONFIGS = ROOT / "configs"
+SCRIPT_NAMES = (
+    "pretrain_mlm",
+    "finetune_glue",
+    "fill_mask",
+    "distill_attention",
+    "pretrain_mae",
+    "finetune_image_classification",
+    "train_graph",
+)
+# Arguments of every in-process training run in the tests: no reporting integration, a fixed seed.
+QUIET = ["--report_to", "none", "--seed", "0"]
 
 
 def load_script(name: str) -> ModuleType:

@@ -13,31 +13,15 @@ Not covered: real authentication (the local hub accepts any token), LFS/Xet tran
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import pytest
 import torch
 
-from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+from hf_efficient import EfficientBertForMaskedLM
 from hf_efficient.hub import export_remote_code
 
 from .hub_server import LocalHub
-
-# Prepended to every child script: hf_efficient cannot be imported, so only remote code can serve the model.
-BLOCK_HF_EFFICIENT = """
-import sys
-
-class BlockHfEfficient:
-    def find_spec(self, name, path=None, target=None):
-        if name == "hf_efficient" or name.startswith("hf_efficient."):
-            raise ImportError(f"{name} is blocked in this test process")
-        return None
-
-sys.meta_path.insert(0, BlockHfEfficient())
-"""
+from .models.text.helpers import tiny_config
+from .processes import BLOCK_HF_EFFICIENT, run_python
 
 # Loads every source given (a folder or a repo id) with the MLM Auto class and AutoModel, runs the inputs.
 LOAD_AND_RUN = """
@@ -87,33 +71,14 @@ model.save_pretrained(scratch, push_to_hub=True, repo_id="user/tiny-efficient-be
 """
 
 
-def run_python(script: str, *args, env: dict | None = None, cwd=None) -> None:
-    """Run ``script`` in a fresh interpreter with one thread; fail with its output if it fails."""
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-        env=full_env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, f"child failed:\n{result.stdout}\n{result.stderr}"
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """A tiny MLM mixing Performer (random-feature buffer) and Longformer layers, saved without remote code,
     plus inputs with padding and the outputs every loaded copy must reproduce."""
     torch.manual_seed(0)
-    config = EfficientBertConfig(
+    config = tiny_config(
+        "performer",
         vocab_size=97,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=37,
-        max_position_embeddings=64,
-        attention_type="performer",
         attention_config={"num_features": 16},
         layer_attention_types=["performer", "longformer"],
         layer_attention_configs={"longformer": {"attention_window": 4, "global_token_indices": [0]}},
@@ -136,6 +101,7 @@ def assert_identical(result: dict, expected: dict) -> None:
     torch.testing.assert_close(result["hidden"], expected["hidden"], rtol=0, atol=0)
 
 
+@pytest.mark.slow  # a fresh interpreter
 def test_exported_folder_loads_without_hf_efficient(reference, tmp_path):
     model, plain, expected = reference
     folder = tmp_path / "remote"
@@ -175,6 +141,7 @@ def test_register_for_auto_class_save_writes_the_same_folder(reference, tmp_path
         assert (tmp_path / "exported" / name).read_text() == (tmp_path / "registered" / name).read_text()
 
 
+@pytest.mark.slow  # three fresh interpreters and a local hub server
 def test_push_to_hub_and_load_back_in_fresh_processes(reference, tmp_path):
     model, plain, expected = reference
     python = set(export_remote_code(model, tmp_path / "exported"))

@@ -207,6 +207,7 @@ def test_dataset_is_deterministic_cached_and_described(tmp_path):
     assert all(evaluate_listops(s) == y for s, y in zip(list(data["train"]["source"]), labels, strict=True))
 
 
+@pytest.mark.distributed  # two processes of a spawn pool
 def test_runs_started_together_share_one_cache(tmp_path):
     # Two processes asking for the same data at the same moment (several attention types started in parallel):
     # one generates under the lock, the other waits and loads; neither reads the other's half-written files.

@@ -75,7 +75,9 @@ def project_sequence(projection: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 @register_attention("linformer")
 class LinformerAttention(AttentionCore):
     config_class = LinformerConfig
-    capabilities = AttentionCapabilities(fixed_max_length=True)
+    # Not for graphs: it projects along token positions up to a fixed maximum length, and a graph's nodes
+    # have neither an order nor a maximum count (the graph config has no max_position_embeddings).
+    capabilities = AttentionCapabilities(fixed_max_length=True, modalities=frozenset({"text", "vision"}))
     paper = "Wang et al. 2020, Linformer: Self-Attention with Linear Complexity"
     cost = "O(n·k)"
     lra_listops = ("Linformer", 35.7)

@@ -199,7 +199,8 @@ class SwinWindowAttention(AttentionCore):
             pre_real = real[:, None, None, :prefix].expand(b, num_windows, m, prefix)
             allowed = torch.cat([allowed, pre_real], dim=-1)  # (b, num_windows, M, M + P)
         scores = scores.masked_fill(~allowed[:, None], torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+        work = torch.promote_types(query.dtype, torch.float32)  # float32 for half inputs; float64 stays
+        probs = torch.softmax(scores, dim=-1, dtype=work).to(query.dtype)
         probs = F.dropout(probs, p=dropout, training=self.training)
         out_win = probs[..., :m] @ v_win  # (b, h, num_windows, M, d)
         if prefix:
@@ -209,7 +210,7 @@ class SwinWindowAttention(AttentionCore):
         if prefix:  # prefix queries attend to every real token
             pre_scores = (query[:, :, :prefix] @ key.transpose(-1, -2)) * self.scaling  # (b, h, P, n)
             pre_scores = pre_scores.masked_fill(~real[:, None, None, :], torch.finfo(pre_scores.dtype).min)
-            pre_probs = torch.softmax(pre_scores, dim=-1, dtype=torch.float32).to(query.dtype)
+            pre_probs = torch.softmax(pre_scores, dim=-1, dtype=work).to(query.dtype)
             pre_probs = F.dropout(pre_probs, p=dropout, training=self.training)
             out_pre = pre_probs @ value  # (b, h, P, d)
         output = out_grid if out_pre is None else torch.cat([out_pre, out_grid], dim=2)  # (b, h, n, d)

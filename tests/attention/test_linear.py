@@ -1,0 +1,113 @@
+"""linear (Katharopoulos et al. 2020): explicit quadratic form, causal parallel == recurrent, padding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention._kernelized import kernelized_attention
+from hf_efficient.attention.linear import elu_feature_map, masked_elu_feature_map
+
+from .helpers import kernel_quadratic_form, make_core, make_qkv
+
+
+def quadratic_form(q, k, v, mask=None, causal=False):
+    """The explicit float64 (n x n) form with linear attention's elu + 1 features and eps = 1e-6."""
+    phi_q, phi_k = F.elu(q.double()) + 1, F.elu(k.double()) + 1
+    return kernel_quadratic_form(phi_q, phi_k, v, mask, causal, eps=1e-6)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [1, 5, 37])
+def test_equals_explicit_quadratic_form(causal, n):
+    core = make_core("linear")  # block_size 4: several causal blocks
+    q, k, v = make_qkv(b=2, n=n)
+    out = core(q, k, v, is_causal=causal).output
+    torch.testing.assert_close(out.double(), quadratic_form(q, k, v, causal=causal), atol=1e-5, rtol=1e-5)
+    out64 = core(q.double(), k.double(), v.double(), is_causal=causal).output  # float64 in, float64 maths
+    torch.testing.assert_close(out64, quadratic_form(q, k, v, causal=causal), atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_padding_anywhere_masks_keys_and_values(causal):
+    core = make_core("linear")
+    q, k, v = make_qkv(b=2, n=21)
+    mask = torch.rand(2, 21, generator=torch.Generator().manual_seed(3)) > 0.3
+    mask[:, 0] = True
+    k, v = k.masked_fill(~mask[:, None, :, None], 1e9), v.masked_fill(~mask[:, None, :, None], -1e9)
+    out = core(q, k, v, attention_mask=mask, is_causal=causal).output
+    expected = quadratic_form(q, k.masked_fill(~mask[:, None, :, None], 0), v, mask, causal)
+    expected = expected.masked_fill(~mask[:, None, :, None], 0)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("block_size", [1, 3, 4, 50])
+@pytest.mark.parametrize("budget", [1, 2**12, 2**30])
+def test_causal_blocks_and_chunk_groups_do_not_change_the_result(block_size, budget):
+    """Parallel causal form: any block size, any number of carried-state groups (tiny budget -> many)."""
+    q, k, v = (t.double() for t in make_qkv(b=2, n=29))
+    mask = torch.ones(2, 29, dtype=torch.bool)
+    mask[1, 20:] = False
+    out = kernelized_attention(
+        q, k, v, mask, elu_feature_map, masked_elu_feature_map, 8, causal=True, eps=1e-6,
+        block_size=block_size, budget=budget,
+    )  # fmt: skip
+    expected = quadratic_form(q, k, v, mask, causal=True)
+    torch.testing.assert_close(out[0], expected[0], atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(out[1, :, :20], expected[1, :, :20], atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("budget", [1, 2**30])
+def test_noncausal_chunking_does_not_change_the_result(budget):
+    q, k, v = (t.double() for t in make_qkv(b=2, n=23))
+    out = kernelized_attention(
+        q, k, v, None, elu_feature_map, masked_elu_feature_map, 8, causal=False, eps=1e-6, budget=budget
+    )
+    torch.testing.assert_close(out, quadratic_form(q, k, v), atol=1e-12, rtol=1e-12)
+
+
+def test_causal_parallel_equals_recurrent_steps():
+    core = make_core("linear")
+    q, k, v = make_qkv(b=2, n=19)
+    parallel = core(q, k, v, is_causal=True).output
+    state, steps = None, []
+    for t in range(19):
+        out_t, state = core.step(q[:, :, t], k[:, :, t], v[:, :, t], state)
+        steps.append(out_t)
+    torch.testing.assert_close(torch.stack(steps, dim=2), parallel, atol=1e-5, rtol=1e-5)
+    s, z = state
+    assert s.shape == (2, 2, 8, 8) and z.shape == (2, 2, 8)
+
+
+def test_causal_output_ignores_future_tokens():
+    core = make_core("linear")
+    q, k, v = make_qkv(b=1, n=20)
+    out = core(q, k, v, is_causal=True).output
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 12:] += 5.0
+    v2[:, :, 12:] -= 5.0
+    out2 = core(q, k2, v2, is_causal=True).output
+    torch.testing.assert_close(out2[:, :, :12], out[:, :, :12], atol=0, rtol=0)
+    assert not torch.allclose(out2[:, :, 12:], out[:, :, 12:])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_gradcheck(causal):
+    core = make_core("linear")
+    q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, n=9))
+    mask = torch.ones(1, 9, dtype=torch.bool)
+    mask[0, 7:] = False
+    assert torch.autograd.gradcheck(
+        lambda a, b, c: core(a, b, c, attention_mask=mask, is_causal=causal).output, (q, k, v)
+    )
+
+
+def test_config_validation():
+    spec = AttentionSpec(2, 8)
+    with pytest.raises(ValueError, match="eps"):
+        build_attention("linear", spec, {"eps": -1.0})
+    with pytest.raises(ValueError, match="block_size"):
+        build_attention("linear", spec, {"block_size": 0})
+    assert build_attention("linear", spec).config.eps == 1e-6

@@ -1,0 +1,195 @@
+"""Longformer core: exact band/dilation/global pattern, exact limit, HF parity, config errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hf_efficient.attention.longformer as longformer_module
+from hf_efficient.attention import AttentionSpec, build_attention
+
+from .helpers import assert_dropout_only_in_training, make_core, make_qkv, reference_attention
+
+
+def longformer_pattern(n: int, window: int, dilation: int, is_global: torch.Tensor) -> torch.Tensor:
+    """(b, 1, n, n) allowed (query, key) pairs: |i - j| <= dilation * window / 2 on the dilation grid,
+    plus global rows and columns."""
+    diff = torch.arange(n)[None, :] - torch.arange(n)[:, None]  # key - query
+    band = (diff.abs() <= dilation * (window // 2)) & (diff % dilation == 0)  # (n, n)
+    allowed = band[None] | is_global[:, None, :] | is_global[:, :, None]  # (b, n, n)
+    return allowed[:, None]
+
+
+def padded_batch(n: int, seed: int = 0):
+    q, k, v = make_qkv(b=2, n=n, seed=seed, requires_grad=True)
+    mask = torch.ones(2, n, dtype=torch.bool)
+    mask[1, n - 7 :] = False
+    return q, k, v, mask
+
+
+@pytest.fixture(params=[True, False], ids=["cpu_flash", "autograd_sdpa"])
+def kernel_path(request, monkeypatch):
+    """Run a test through the fused-kernel autograd Function and through the plain-autograd fallback."""
+    monkeypatch.setattr(longformer_module, "_HAS_CPU_FLASH", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize(
+    ("n", "window", "dilation"),
+    [(17, 6, 1), (23, 4, 1), (37, 6, 1), (50, 8, 1), (50, 4, 2), (23, 6, 3), (45, 6, 4), (40, 600, 1)],
+)
+def test_matches_band_reference_with_padding_and_globals(kernel_path, n, window, dilation):
+    """Exact equality (outputs and gradients) with a dense oracle over the Longformer pattern."""
+    core = make_core(
+        "longformer", attention_window=window, attention_dilation=dilation, global_token_indices=[0]
+    )
+    q, k, v, mask = padded_batch(n)
+    global_mask = torch.zeros(2, n, dtype=torch.bool)
+    global_mask[0, n - 2] = True  # near the end: inside some windows, far from others
+    global_mask[1, 5] = True
+    global_mask[1, n - 1] = True  # a padded token: never global
+    out = core(q, k, v, attention_mask=mask, global_attention_mask=global_mask).output
+
+    is_global = (global_mask | (torch.arange(n) == 0)) & mask
+    allowed = longformer_pattern(n, window, dilation, is_global)
+    expected = reference_attention(q, k, v, mask, allowed=allowed).masked_fill(~mask[:, None, :, None], 0.0)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+
+    weights = torch.randn_like(out)
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+    expected_grads = torch.autograd.grad((expected * weights.double()).sum(), (q, k, v))
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
+
+
+def test_large_window_three_block_reach(kernel_path):
+    """A half-window above the 256-query chunk splits into several key blocks per side (j = 2)."""
+    n, window = 640, 600
+    core = make_core("longformer", attention_window=window, global_token_indices=[])
+    q, k, v = make_qkv(b=1, n=n, requires_grad=True)
+    out = core(q, k, v).output
+    expected = reference_attention(
+        q, k, v, allowed=longformer_pattern(n, window, 1, torch.zeros(1, n).bool())
+    )
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    grad_q, expected_grad = (torch.autograd.grad(t.sum(), q)[0] for t in (out, expected))
+    torch.testing.assert_close(grad_q, expected_grad.float(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("with_padding", [False, True])
+def test_window_covering_sequence_equals_full(with_padding):
+    n = 21
+    core = make_core("longformer", attention_window=2 * n, global_token_indices=[])
+    full = build_attention("full", AttentionSpec(2, 8)).eval()
+    q, k, v, mask = padded_batch(n)
+    mask = mask if with_padding else None
+    torch.testing.assert_close(
+        core(q, k, v, attention_mask=mask).output,
+        full(q, k, v, attention_mask=mask).output,
+        atol=1e-5,
+        rtol=1e-5,
+    )
+
+
+def test_window_is_local_and_dilation_changes_the_pattern():
+    """Sanity that the comparisons above are not vacuous: a narrow window differs from full attention,
+    and dilation 2 differs from dilation 1."""
+    q, k, v = make_qkv(b=1, n=30)
+    narrow = make_core("longformer", attention_window=4, global_token_indices=[])(q, k, v).output
+    dilated = make_core("longformer", attention_window=4, attention_dilation=2)(q, k, v).output
+    full = build_attention("full", AttentionSpec(2, 8)).eval()(q, k, v).output
+    assert (narrow - full).abs().max() > 1e-2
+    assert (narrow - dilated).abs().max() > 1e-2
+
+
+def test_global_by_index_equals_global_by_mask():
+    n = 33
+    q, k, v, mask = padded_batch(n)
+    by_index = make_core("longformer", attention_window=6, global_token_indices=[0, 9])
+    by_mask = make_core("longformer", attention_window=6, global_token_indices=[])
+    global_mask = torch.zeros(2, n, dtype=torch.bool)
+    global_mask[:, [0, 9]] = True
+    expected = by_mask(q, k, v, attention_mask=mask, global_attention_mask=global_mask).output
+    torch.testing.assert_close(by_index(q, k, v, attention_mask=mask).output, expected, atol=1e-6, rtol=1e-6)
+    # ... and a global token changes the result of tokens far outside its window
+    plain = by_mask(q, k, v, attention_mask=mask).output
+    assert (plain[:, :, 20:] - expected[:, :, 20:]).abs().max() > 1e-3
+
+
+def test_dropout_only_in_training():
+    core = build_attention("longformer", AttentionSpec(2, 8, dropout=0.5), {"attention_window": 6})
+    assert_dropout_only_in_training(core, *make_qkv(n=20))
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"attention_window": 5}, "attention_window"),
+        ({"attention_window": 0}, "attention_window"),
+        ({"attention_dilation": 0}, "attention_dilation"),
+        ({"global_token_indices": [-1]}, "global_token_indices"),
+    ],
+)
+def test_bad_config_raises(values, field):
+    with pytest.raises(ValueError, match=field):
+        build_attention("longformer", AttentionSpec(2, 8), values)
+
+
+def test_global_index_past_sequence_raises():
+    core = make_core("longformer", global_token_indices=[40])
+    q, k, v = make_qkv(n=16)
+    with pytest.raises(ValueError, match="global_token_indices"):
+        core(q, k, v)
+
+
+def test_parity_with_transformers_longformer_self_attention():
+    """Same weights through transformers' LongformerSelfAttention (global projections tied to the local
+    ones, as this core has no separate global projections) and through our projections + core."""
+    modeling = pytest.importorskip("transformers.models.longformer.modeling_longformer")
+    from transformers import LongformerConfig
+
+    hidden, heads, window, n = 16, 2, 4, 20  # upstream needs n to be a multiple of attention_window
+    config = LongformerConfig(
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        attention_window=[window],
+        attention_probs_dropout_prob=0.0,
+    )
+    torch.manual_seed(0)
+    layer = modeling.LongformerSelfAttention(config, layer_id=0).eval()
+    for name in ("query", "key", "value"):
+        getattr(layer, f"{name}_global").load_state_dict(getattr(layer, name).state_dict())
+
+    hidden_states = torch.randn(2, n, hidden)
+    real = torch.ones(2, n, dtype=torch.bool)
+    real[1, 15:] = False
+    is_global = torch.zeros(2, n, dtype=torch.bool)
+    is_global[:, 0] = True
+    is_global[1, 6] = True
+    # Upstream's layer mask convention: -10000 padding, 0 local, +10000 global.
+    layer_mask = torch.zeros(2, n).masked_fill(~real, -10000.0).masked_fill(is_global, 10000.0)
+    with torch.no_grad():
+        expected = layer(
+            hidden_states,
+            attention_mask=layer_mask,
+            is_index_masked=~real,
+            is_index_global_attn=is_global,
+            is_global_attn=True,
+        )[0]
+
+        def heads_of(linear):  # (b, n, hidden) -> (b, n, heads, d) -> (b, heads, n, d)
+            return linear(hidden_states).view(2, n, heads, hidden // heads).transpose(1, 2)
+
+        core = build_attention(
+            "longformer", AttentionSpec(heads, hidden // heads), {"attention_window": window}
+        ).eval()
+        out = core(
+            heads_of(layer.query),
+            heads_of(layer.key),
+            heads_of(layer.value),
+            attention_mask=real,
+            global_attention_mask=is_global,
+        ).output
+    out = out.transpose(1, 2).reshape(2, n, hidden)  # (b, heads, n, d) -> (b, n, hidden)
+    torch.testing.assert_close(out[real], expected[real], atol=1e-5, rtol=1e-5)
+    assert (expected[~real] == 0).all() and (out[~real] == 0).all()

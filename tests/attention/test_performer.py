@@ -1,0 +1,162 @@
+"""performer (FAVOR+): convergence to softmax attention, explicit quadratic forms, redraws (the redraw
+callback: tests/training/test_callbacks.py)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONENT_FLOOR
+from hf_efficient.attention.performer import RELU_FEATURE_FLOOR
+from hf_efficient.attention.utils import orthogonal_gaussian_features
+
+from .helpers import kernel_quadratic_form, make_core, make_qkv, reference_attention
+
+
+def explicit_features(x, w, kernel):
+    """The paper's feature maps, float64, no stabilisation: (b, h, n, d) -> (b, h, n, m)."""
+    x, w = x.double(), w.double()
+    m, d = w.shape
+    if kernel == "relu":
+        return torch.relu(x @ w.T / math.sqrt(m)) + RELU_FEATURE_FLOOR
+    x = x * d**-0.25
+    return torch.exp(x @ w.T - x.square().sum(-1, keepdim=True) / 2) / math.sqrt(m)
+
+
+def relative_error(out, ref):
+    return ((out.double() - ref).norm() / ref.norm()).item()
+
+
+def assert_close_with_gradients(out, expected, inputs, atol, rtol):
+    """``out`` == ``expected``, and so are their gradients with respect to ``inputs`` (random upstream)."""
+    torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)
+    upstream = torch.randn(out.shape, dtype=torch.float64)
+    grads = torch.autograd.grad((out * upstream).sum(), inputs)
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), inputs)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
+def test_error_against_softmax_decreases_with_num_features():
+    """More random features -> closer to exact attention (averaged over seeds to smooth the noise).
+
+    Inputs are scaled so that |q'|^2 = |q|^2 / sqrt(d) is about 1: the estimator's variance grows like
+    exp(|q' + k'|^2), so unit-variance 16-d inputs would need far more features for the same error.
+    """
+    q, k, v = make_qkv(b=1, h=2, n=48, d=16, seed=0)
+    q, k = 0.5 * q, 0.5 * k
+    exact = reference_attention(q, k, v)
+    errors = []
+    for m in (16, 64, 256, 1024, 4096):
+        runs = [
+            relative_error(make_core("performer", head_dim=16, num_features=m, seed=s)(q, k, v).output, exact)
+            for s in range(4)
+        ]
+        errors.append(sum(runs) / len(runs))
+    # measured: 0.50, 0.35, 0.26, 0.085, 0.043 (roughly 1 / sqrt(m))
+    assert all(later < earlier for earlier, later in zip(errors, errors[1:], strict=False)), errors
+    assert errors[-1] < 0.08, errors
+    assert errors[0] > 5 * errors[-1], errors
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kernel", ["softmax", "relu"])
+def test_equals_explicit_quadratic_form_of_its_features(kernel, causal):
+    """Stabilised chunked computation == unstabilised phi(Q) phi(K)^T V / normaliser, outputs and gradients.
+
+    eps = 0 and float64, so the stabilising shifts must cancel exactly; a per-key shift would fail this
+    test (it reweights the keys). 26 tokens with block_size 4: the causal form pads its last block.
+    """
+    core = make_core("performer", kernel=kernel, eps=0.0)
+    q, k, v = (3 * t.double() for t in make_qkv(b=2, n=26))  # large logits: stabilisation matters
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    mask = torch.ones(2, 26, dtype=torch.bool)
+    mask[1, 3] = mask[1, 19:] = False
+    w = core.projection_matrix
+    phi_q, phi_k = explicit_features(q, w, kernel), explicit_features(k, w, kernel)
+    expected = kernel_quadratic_form(phi_q, phi_k, v, mask, causal)
+    expected = expected.masked_fill(~mask[:, None, :, None], 0)
+    out = core(q, k, v, attention_mask=mask, is_causal=causal).output
+    assert_close_with_gradients(out, expected, (q, k, v), atol=1e-10, rtol=1e-8)
+
+
+def test_exponent_floor_keeps_outputs_and_gradients():
+    """Large-norm queries/keys (a checkpoint's) push many exponents below the -80 floor that keeps exp out of
+    slow denormals; outputs and gradients still equal the unfloored float64 form: what is floored weighs
+    less than e^-80 of a row's largest feature."""
+    core = make_core("performer", eps=0.0, num_features=64)
+    q, k, v = (t.double() for t in make_qkv(b=1, n=32, seed=3))
+    q, k = 12 * q, 12 * k
+    w = core.projection_matrix
+    scaled = k * k.shape[-1] ** -0.25
+    exponents = scaled @ w.double().T - scaled.square().sum(-1, keepdim=True) / 2  # (b, h, n, m)
+    assert (exponents - exponents.amax() < PERFORMER_EXPONENT_FLOOR).float().mean() > 0.2  # the floor acts
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    phi_q, phi_k = explicit_features(q, w, "softmax"), explicit_features(k, w, "softmax")
+    expected = kernel_quadratic_form(phi_q, phi_k, v)
+    out = core(q, k, v).output
+    assert_close_with_gradients(out, expected, (q, k, v), atol=1e-9, rtol=1e-7)
+
+
+def test_causal_output_ignores_future_values():
+    core = make_core("performer")
+    q, k, v = make_qkv(b=1, n=20)
+    out = core(q, k, v, is_causal=True).output
+    v2 = v.clone()
+    v2[:, :, 11:] += 3.0
+    torch.testing.assert_close(core(q, k, v2, is_causal=True).output[:, :, :11], out[:, :, :11])
+
+
+def test_gradcheck_causal():
+    core = make_core("performer", num_features=8, eps=0.0).double()  # eps 0: the shifts cancel exactly
+    q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, h=2, n=6))
+    mask = torch.tensor([[True] * 5 + [False]])
+    fn = lambda a, b, c: core(a, b, c, attention_mask=mask, is_causal=True).output  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v), fast_mode=True)
+
+
+def test_features_are_orthogonal_blocks_with_chi_norms():
+    w = orthogonal_gaussian_features(40, 16, torch.Generator().manual_seed(0))
+    assert w.shape == (40, 16)
+    directions = w / w.norm(dim=1, keepdim=True)
+    for start in (0, 16, 32):  # rows of one block are orthogonal
+        block = directions[start : start + 16]
+        torch.testing.assert_close(block @ block.T, torch.eye(len(block)), atol=1e-5, rtol=0)
+    many = orthogonal_gaussian_features(4096, 16, torch.Generator().manual_seed(1))
+    assert abs(many.square().sum(1).mean().item() - 16) < 0.5  # E|w|^2 = d for chi_d norms
+
+
+def test_redraw_and_seeding():
+    core = make_core("performer")
+    q, k, v = make_qkv(n=17)
+    w0, out0 = core.projection_matrix.clone(), core(q, k, v).output
+    assert torch.equal(make_core("performer").projection_matrix, w0)  # same (seed, layer) -> same W
+    assert not torch.equal(make_core("performer", layer_idx=1).projection_matrix, w0)
+    assert not torch.equal(make_core("performer", seed=1).projection_matrix, w0)
+
+    torch.manual_seed(123)
+    core.redraw_features()  # from the global RNG
+    assert not torch.equal(core.projection_matrix, w0)
+    assert not torch.allclose(core(q, k, v).output, out0)
+
+    core.resample_random_state(7)
+    w7 = core.projection_matrix.clone()
+    core.resample_random_state(8)
+    assert not torch.equal(core.projection_matrix, w7)
+    core.resample_random_state(7)
+    assert torch.equal(core.projection_matrix, w7)
+
+    core.init_weights()  # back to the (config.seed, layer_idx) draw
+    assert torch.equal(core.projection_matrix, w0)
+    assert "projection_matrix" in core.state_dict()
+
+
+def test_config_validation():
+    spec = AttentionSpec(2, 8)
+    for bad, field in (({"num_features": 0}, "num_features"), ({"kernel": "cosine"}, "kernel")):
+        with pytest.raises(ValueError, match=field):
+            build_attention("performer", spec, bad)
+    assert build_attention("performer", spec).config.num_features == 256

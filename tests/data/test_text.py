@@ -1,0 +1,238 @@
+"""Text data: offline corpora, WordPiece training, MLM blocks and masking, GLUE tasks, label checks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from datasets import Dataset, DatasetDict
+from transformers import AutoTokenizer
+
+from hf_efficient.data import (
+    GLUE_TASK_NAMES,
+    TASKS,
+    SeededMLMCollator,
+    get_task,
+    group_texts,
+    load_movie_reviews,
+    load_or_train_tokenizer,
+    load_task_datasets,
+    load_text_corpus,
+    preprocess_task,
+    rotten_tomatoes_splits,
+    train_wordpiece_tokenizer,
+)
+
+from .helpers import write_csv
+
+
+@pytest.fixture(scope="module")
+def rotten_tomatoes():
+    return load_movie_reviews("rotten_tomatoes")
+
+
+@pytest.fixture(scope="module")
+def corpus(rotten_tomatoes):
+    return rotten_tomatoes.select(range(300))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(corpus):
+    return train_wordpiece_tokenizer(corpus, vocab_size=500, model_max_length=128)
+
+
+# ---- offline corpora ---------------------------------------------------------------------------------------
+def test_movie_reviews_subsets(rotten_tomatoes):
+    assert len(rotten_tomatoes) == 8530 and rotten_tomatoes.column_names == ["text", "label"]
+    assert rotten_tomatoes.features["label"].names == ["neg", "pos"]
+    assert sum(rotten_tomatoes["label"]) == 4265  # balanced
+    with pytest.raises(ValueError, match="rotten_tomatoes"):
+        load_movie_reviews("sst2")
+
+
+def test_rotten_tomatoes_split_is_fixed_stratified_and_disjoint():
+    first, second = rotten_tomatoes_splits(), rotten_tomatoes_splits()
+    assert (len(first["train"]), len(first["validation"])) == (7677, 853)
+    assert first["validation"]["text"] == second["validation"]["text"]  # seed 42: the same split every time
+    assert abs(sum(first["validation"]["label"]) - 853 / 2) <= 1  # stratified
+    assert not set(first["train"]["text"]) & set(first["validation"]["text"]) - {""}
+
+
+def test_load_text_corpus_from_files_folders_and_offline_name(tmp_path, corpus):
+    text_file = tmp_path / "a.txt"
+    text_file.write_text("first line\nsecond line\n")
+    assert load_text_corpus(files=[str(text_file)])["text"] == ["first line", "second line"]
+    corpus.save_to_disk(tmp_path / "single")
+    DatasetDict(train=corpus, validation=corpus.select(range(5))).save_to_disk(tmp_path / "dict")
+    assert len(load_text_corpus(str(tmp_path / "single"))) == 300
+    assert len(load_text_corpus(str(tmp_path / "dict"), split="validation")) == 5
+    with pytest.raises(ValueError, match="splits"):
+        load_text_corpus(str(tmp_path / "dict"), split="test")
+    assert len(load_text_corpus("movie_reviews:imdb")) == 25000
+    with pytest.raises(ValueError, match="exactly one"):
+        load_text_corpus()
+
+
+def test_missing_text_column_lists_columns(corpus, tokenizer):
+    with pytest.raises(ValueError, match=r"no column 'body'.*\['text', 'label'\]"):
+        load_text_corpus("movie_reviews:rotten_tomatoes", text_column="body")
+    with pytest.raises(ValueError, match="--text_column"):
+        group_texts(corpus, tokenizer, 64, text_column="body")
+
+
+# ---- tokenizer ------------------------------------------------------------------------------------------
+def test_trained_wordpiece_is_a_bert_tokenizer(tmp_path, tokenizer):
+    assert [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id] == [0, 1, 2]
+    assert tokenizer.mask_token == "[MASK]" and 100 < len(tokenizer) <= 500
+    encoded = tokenizer("The Movie", "is fine")
+    assert (
+        encoded["input_ids"][0] == tokenizer.cls_token_id
+        and encoded["input_ids"][-1] == tokenizer.sep_token_id
+    )
+    assert set(encoded["token_type_ids"]) == {0, 1}  # pairs get segment ids
+    assert tokenizer.decode(tokenizer("the movie")["input_ids"], skip_special_tokens=True) == "the movie"
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded("the movie is fine")["input_ids"] == tokenizer("the movie is fine")["input_ids"]
+
+
+def test_load_or_train_tokenizer_reuses_the_saved_one(tmp_path, corpus):
+    trained = load_or_train_tokenizer(None, corpus, tmp_path, vocab_size=300)
+    assert (tmp_path / "tokenizer.json").exists()
+    again = load_or_train_tokenizer(None, corpus.select(range(10)), tmp_path, vocab_size=999)
+    assert again.get_vocab() == trained.get_vocab()
+
+
+# ---- MLM blocks and masking ------------------------------------------------------------------------------
+def test_group_texts_makes_full_cls_sep_blocks(corpus, tokenizer):
+    blocks = group_texts(corpus, tokenizer, block_size=32)
+    assert blocks.column_names == ["input_ids", "special_tokens_mask"]
+    stream = []
+    for text in corpus["text"]:
+        stream += tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.sep_token_id]
+    assert len(blocks) == len(stream) // 30  # one batch of 300 documents: only the tail is dropped
+    for i, (ids, special) in enumerate(zip(blocks["input_ids"], blocks["special_tokens_mask"], strict=True)):
+        assert len(ids) == 32 and ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
+        assert ids[1:-1] == stream[30 * i : 30 * (i + 1)]  # documents in order, joined by [SEP]
+        assert special == [int(t in tokenizer.all_special_ids) for t in ids]
+
+
+def test_group_texts_errors(corpus, tokenizer):
+    with pytest.raises(ValueError, match=r"max_position_embeddings=512.*resize_position_embeddings"):
+        group_texts(corpus, tokenizer, block_size=4096, max_position_embeddings=512)
+    with pytest.raises(ValueError, match="fewer than one block"):
+        group_texts(corpus.select(range(2)), tokenizer, block_size=500)
+
+
+def test_seeded_mlm_collator_masks_like_bert_without_touching_the_global_rng(corpus, tokenizer):
+    blocks = group_texts(corpus, tokenizer, block_size=64)
+    examples = [blocks[i] for i in range(len(blocks))]
+    collator = SeededMLMCollator(tokenizer, mlm_probability=0.15, mask_seed=1)
+    rng = torch.get_rng_state()
+    batch = collator(examples)
+    assert torch.equal(rng, torch.get_rng_state())  # dropout keeps the global RNG to itself
+    again = collator(examples)
+    assert torch.equal(batch["input_ids"], again["input_ids"]) and torch.equal(
+        batch["labels"], again["labels"]
+    )
+    other_seed = SeededMLMCollator(tokenizer, mask_seed=2)(examples)
+    assert not torch.equal(batch["labels"], other_seed["labels"])
+    original = torch.tensor([e["input_ids"] for e in examples])
+    selected = batch["labels"] != -100
+    special = torch.tensor([e["special_tokens_mask"] for e in examples]).bool()
+    assert not (selected & special).any()  # [CLS] / [SEP] are never predicted
+    assert torch.equal(batch["labels"][selected], original[selected])
+    assert 0.13 < selected.float().sum() / (~special).sum() < 0.17
+    masked = batch["input_ids"][selected] == tokenizer.mask_token_id
+    kept = batch["input_ids"][selected] == original[selected]
+    assert 0.75 < masked.float().mean() < 0.85 and 0.06 < kept.float().mean() < 0.15  # 80 / 10 / 10
+
+
+# ---- GLUE-style tasks ------------------------------------------------------------------------------------
+def test_task_table_covers_glue():
+    assert set(GLUE_TASK_NAMES) == {
+        "cola",
+        "sst2",
+        "mrpc",
+        "qqp",
+        "stsb",
+        "mnli",
+        "qnli",
+        "rte",
+        "wnli",
+        "ax",
+    }
+    assert get_task("stsb").is_regression and get_task("stsb").num_labels == 1
+    assert get_task("mnli").num_labels == 3 and "validation_mismatched" in get_task("mnli").eval_splits
+    assert get_task("cola").metrics == ("matthews_correlation",) and get_task("mrpc").metrics == (
+        "f1",
+        "accuracy",
+    )
+    assert get_task("ax").train_split is None and get_task("qnli").sentence_keys == ("question", "sentence")
+    assert all(task.sentence_keys[0] for task in TASKS.values())
+
+
+def test_unknown_task_lists_valid_names():
+    with pytest.raises(ValueError, match=r"Unknown task_name 'sst-2'.*cola, sst2, mrpc"):
+        load_task_datasets("sst-2")
+
+
+def test_files_with_and_without_task_name(tmp_path):
+    pair_rows = [("a cat sat", "a cat is sitting", 4.5), ("dogs bark", "the sky is blue", 0.25)]
+    train = write_csv(tmp_path / "pairs.csv", ["sentence1", "sentence2", "label"], pair_rows)
+    raw, task = load_task_datasets(train_file=train, validation_file=train)
+    assert (
+        task.is_regression
+        and task.sentence_keys == ("sentence1", "sentence2")
+        and task.train_split == "train"
+    )
+    raw, task = load_task_datasets("stsb", train_file=train, validation_file=train)
+    assert task.name == "stsb" and task.eval_splits == ("validation",) and task.test_splits == ()
+    words = write_csv(
+        tmp_path / "words.csv", ["text", "label"], [("good", "pos"), ("bad", "neg"), ("ok", "pos")]
+    )
+    raw, task = load_task_datasets(train_file=words, validation_file=words)
+    assert task.label_names == ("neg", "pos") and task.metrics == ("accuracy", "f1")
+
+
+@pytest.mark.parametrize(
+    ("task_name", "header", "rows", "message"),
+    [
+        ("sst2", ["sentence", "label"], [("fine", 0), ("bad", 2)], r"class ids 0\.\.1 .*got \[2\]"),
+        ("sst2", ["sentence", "label"], [("fine", 0.5), ("bad", 1.0)], "fractional"),
+        ("stsb", ["sentence1", "sentence2", "label"], [("a", "b", "high")], "regression task"),
+        ("rte", ["sentence1", "sentence2", "label"], [("a", "b", "maybe")], "not among the task's labels"),
+        ("sst2", ["text", "label"], [("fine", 1)], r"no column\(s\) \['sentence'\].*\['text', 'label'\]"),
+        ("sst2", ["sentence", "score"], [("fine", 1)], r"no column\(s\) \['label'\]"),
+    ],
+)
+def test_labels_and_columns_must_match_the_task(tmp_path, task_name, header, rows, message):
+    path = write_csv(tmp_path / "data.csv", header, rows)
+    with pytest.raises(ValueError, match=message):
+        load_task_datasets(task_name, train_file=path, validation_file=path)
+
+
+def test_preprocess_pairs_truncates_and_maps_labels(tokenizer):
+    task = get_task("rte")
+    raw = DatasetDict(
+        train=Dataset.from_dict(
+            {
+                "sentence1": ["a long premise " * 20],
+                "sentence2": ["a hypothesis"],
+                "label": ["not_entailment"],
+            }
+        ),
+        test=Dataset.from_dict({"sentence1": ["x"], "sentence2": ["y"], "label": [-1]}),
+    )
+    data = preprocess_task(raw, task, tokenizer, max_seq_length=16)
+    row = data["train"][0]
+    assert len(row["input_ids"]) == 16 and row["label"] == 1 and 1 in row["token_type_ids"]
+    assert "label" not in data["test"].column_names  # hidden test labels never reach the metrics
+
+
+def test_json_lines_files(tmp_path):
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps({"sentence": s, "label": y}) for s, y in [("good", 1), ("bad", 0)]))
+    raw, task = load_task_datasets("sst2", train_file=str(path), validation_file=str(path))
+    assert len(raw["train"]) == 2 and task.label_names == ("negative", "positive")

@@ -1,0 +1,225 @@
+"""What every text attention type must do inside EfficientBert, as plain checks on a type's name: the heads'
+shapes, losses and gradients, padding, save/load through the Auto classes, attention weights or a clear
+error, and warm-starting from a BERT checkpoint.
+
+tests/models/text/test_modeling.py parametrises them over ``list_attention_types("text")``; a test that
+registers a mechanism of its own runs them all with :func:`check_text_encoder`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+from torch.nn import functional as F
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    BertConfig,
+    BertForMaskedLM,
+)
+
+from hf_efficient import (
+    EfficientBertConfig,
+    EfficientBertForMaskedLM,
+    EfficientBertForSequenceClassification,
+    EfficientBertForTokenClassification,
+    EfficientBertModel,
+    get_attention_class,
+)
+
+from ...attention.helpers import small_config
+from ..helpers import assert_grads_finite
+from .helpers import HEADS, LAYERS, LENGTHS, TINY_BERT, VOCAB, batch, tiny_config
+
+
+def check_masked_lm_shapes_loss_and_grads(attention_type: str) -> None:
+    model = EfficientBertForMaskedLM(tiny_config(attention_type)).train()
+    ids, mask = batch()
+    labels = ids.masked_fill(torch.rand(ids.shape) < 0.7, -100).masked_fill(mask == 0, -100)
+    labels[0, 0] = ids[0, 0]  # at least one target
+    out = model(ids, attention_mask=mask, labels=labels)
+    assert out.logits.shape == (3, 20, VOCAB)
+    assert out.loss.ndim == 0 and torch.isfinite(out.loss)
+    expected = F.cross_entropy(out.logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    assert_grads_finite(model)
+    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    # The decoder is tied to the word embeddings (BERT's tie_word_embeddings=True).
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+
+
+def check_sequence_classification_problem_types(attention_type: str) -> None:
+    ids, mask = batch()
+    # Single label: integer labels and num_labels > 1.
+    model = EfficientBertForSequenceClassification(tiny_config(attention_type, num_labels=3)).train()
+    assert model.config.problem_type is None
+    labels = torch.tensor([0, 2, 1])
+    out = model(ids, attention_mask=mask, labels=labels)
+    assert out.logits.shape == (3, 3)
+    assert model.config.problem_type == "single_label_classification"
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, labels))
+    out.loss.backward()
+    assert_grads_finite(model)
+    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+    # Multi label: float (b, num_labels) labels.
+    model = EfficientBertForSequenceClassification(tiny_config(attention_type, num_labels=3)).eval()
+    labels = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    out = model(ids, attention_mask=mask, labels=labels)
+    assert model.config.problem_type == "multi_label_classification"
+    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, labels))
+
+    # Regression: num_labels == 1, whatever the label dtype.
+    model = EfficientBertForSequenceClassification(tiny_config(attention_type, num_labels=1)).eval()
+    labels = torch.tensor([0.5, -1.0, 2.0])
+    out = model(ids, attention_mask=mask, labels=labels)
+    assert out.logits.shape == (3, 1)
+    assert model.config.problem_type == "regression"
+    torch.testing.assert_close(out.loss, F.mse_loss(out.logits.squeeze(-1), labels))
+
+
+def check_token_classification_shapes_loss_and_grads(attention_type: str) -> None:
+    model = EfficientBertForTokenClassification(tiny_config(attention_type, num_labels=5)).train()
+    ids, mask = batch()
+    labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100)
+    out = model(ids, attention_mask=mask, labels=labels)
+    assert out.logits.shape == (3, 20, 5)
+    expected = F.cross_entropy(out.logits.reshape(-1, 5), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    assert_grads_finite(model)
+    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+
+
+def check_padding_invariance(attention_type: str) -> None:
+    """Appending padding (random token ids under mask 0) leaves real tokens' outputs unchanged (eval)."""
+    model = EfficientBertModel(tiny_config(attention_type)).eval()
+    ids, _ = batch(b=1, n=17, lengths=(17,))
+    garbage, _ = batch(b=1, n=11, lengths=(11,), seed=1)
+    padded_ids = torch.cat([ids, garbage], dim=1)  # (1, 28)
+    padded_mask = (torch.arange(28) < 17).long()[None]
+    with torch.no_grad():
+        alone = model(ids)
+        padded = model(padded_ids, attention_mask=padded_mask)
+    torch.testing.assert_close(
+        padded.last_hidden_state[:, :17], alone.last_hidden_state, atol=1e-5, rtol=1e-5
+    )
+    torch.testing.assert_close(padded.pooler_output, alone.pooler_output, atol=1e-5, rtol=1e-5)
+
+
+def check_batch_rows_equal_unpadded_runs(attention_type: str) -> None:
+    """Each row of a padded batch equals that sequence encoded alone, without padding."""
+    model = EfficientBertForMaskedLM(tiny_config(attention_type)).eval()
+    ids, mask = batch()
+    with torch.no_grad():
+        together = model(ids, attention_mask=mask).logits
+        for row, length in enumerate(LENGTHS):
+            alone = model(ids[row : row + 1, :length]).logits
+            torch.testing.assert_close(together[row : row + 1, :length], alone, atol=1e-5, rtol=1e-5)
+
+
+def check_save_load_identical_through_auto_classes(attention_type: str, folder: Path) -> None:
+    ids, mask = batch()
+    mlm = EfficientBertForMaskedLM(tiny_config(attention_type)).eval()
+    with torch.no_grad():
+        mlm.cls.predictions.bias.normal_()  # a trained, non-zero decoder bias must survive loading
+        expected = mlm(ids, attention_mask=mask).logits
+        expected_hidden = mlm.bert(ids, attention_mask=mask).last_hidden_state
+    mlm.save_pretrained(folder / "mlm")
+
+    config = AutoConfig.from_pretrained(folder / "mlm")
+    assert type(config) is EfficientBertConfig
+    assert config.attention_type == attention_type
+    assert config.attention_config == small_config(attention_type)
+
+    for loader in (EfficientBertForMaskedLM, AutoModelForMaskedLM):
+        loaded = loader.from_pretrained(folder / "mlm").eval()
+        assert type(loaded) is EfficientBertForMaskedLM
+        with torch.no_grad():
+            torch.testing.assert_close(loaded(ids, attention_mask=mask).logits, expected, atol=0, rtol=0)
+        assert loaded.cls.predictions.decoder.weight is loaded.bert.embeddings.word_embeddings.weight
+
+    # An MLM checkpoint also opens as the bare encoder.
+    base = AutoModel.from_pretrained(folder / "mlm").eval()
+    assert type(base) is EfficientBertModel
+    with torch.no_grad():
+        torch.testing.assert_close(base(ids, attention_mask=mask).last_hidden_state, expected_hidden)
+
+    tasks = [
+        (EfficientBertForSequenceClassification, AutoModelForSequenceClassification, "logits"),
+        (EfficientBertForTokenClassification, AutoModelForTokenClassification, "logits"),
+        (EfficientBertModel, AutoModel, "last_hidden_state"),
+    ]
+    for model_class, auto_class, field in tasks:
+        model = model_class(tiny_config(attention_type, num_labels=4)).eval()
+        task_folder = folder / model_class.__name__
+        model.save_pretrained(task_folder)
+        loaded = auto_class.from_pretrained(task_folder).eval()
+        assert type(loaded) is model_class
+        with torch.no_grad():
+            torch.testing.assert_close(
+                getattr(loaded(ids, attention_mask=mask), field),
+                getattr(model(ids, attention_mask=mask), field),
+                atol=0,
+                rtol=0,
+            )
+
+
+def check_output_attentions_or_a_clear_error(attention_type: str) -> None:
+    """Weights (b, heads, n, n) summing to 1 over real keys where the core can return them; elsewhere
+    output_attentions=True raises, and hidden states still come back."""
+    model = EfficientBertModel(tiny_config(attention_type)).eval()
+    ids, mask = batch()
+    if get_attention_class(attention_type).capabilities.output_attentions:
+        attentions = model(ids, attention_mask=mask, output_attentions=True).attentions
+        assert len(attentions) == LAYERS and attentions[0].shape == (3, HEADS, 20, 20)
+        torch.testing.assert_close(attentions[0].sum(-1), torch.ones(3, HEADS, 20))
+    else:
+        with pytest.raises(ValueError, match="output_attentions=False"):
+            model(ids, attention_mask=mask, output_attentions=True)
+    hidden = model(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    assert len(hidden) == LAYERS + 1
+
+
+def check_bert_checkpoint_warm_starts(attention_type: str, folder: Path) -> None:
+    """Every BERT weight loads; only the attention core's own parameters (if any) are new."""
+    ref = BertForMaskedLM(BertConfig(**TINY_BERT)).eval()
+    ref.save_pretrained(folder)
+    ours, info = EfficientBertForMaskedLM.from_pretrained(
+        folder,
+        attention_type=attention_type,
+        attention_config=small_config(attention_type),
+        output_loading_info=True,
+    )
+    assert ours.config.attention_type == attention_type
+    assert all(".attention.self.core." in key for key in info["missing_keys"]), info["missing_keys"]
+    assert not info["mismatched_keys"]
+    reference = dict(ref.named_parameters())
+    for name, param in ours.named_parameters():
+        if ".core." not in name:
+            torch.testing.assert_close(param, reference[name], atol=0, rtol=0, msg=name)
+    ids, mask = batch()
+    with torch.no_grad():
+        assert torch.isfinite(ours.eval()(ids, attention_mask=mask).logits).all()
+
+
+def check_text_encoder(attention_type: str, folder: Path | None = None) -> None:
+    """Every check above on ``attention_type``; ``folder``: where checkpoints go (a temporary one if None)."""
+    if folder is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return check_text_encoder(attention_type, Path(tmp))
+    check_masked_lm_shapes_loss_and_grads(attention_type)
+    check_sequence_classification_problem_types(attention_type)
+    check_token_classification_shapes_loss_and_grads(attention_type)
+    check_padding_invariance(attention_type)
+    check_batch_rows_equal_unpadded_runs(attention_type)
+    check_save_load_identical_through_auto_classes(attention_type, Path(folder) / "auto")
+    check_output_attentions_or_a_clear_error(attention_type)
+    check_bert_checkpoint_warm_starts(attention_type, Path(folder) / "bert")

