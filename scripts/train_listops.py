@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, TrainingArguments
+from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.attention import ATTENTION_REGISTRY
@@ -53,6 +53,7 @@ from hf_efficient.data.listops import (
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
+    EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
     build_model_card,
@@ -253,7 +254,9 @@ def main(args: list[str] | None = None) -> dict:
         pre.add_argument("--summarize", required=True, help="Folder holding the runs' output_dirs.")
         return {"runs": summarize(pre.parse_args(args).summarize)}
 
-    parser = HfArgumentParser((RandomStateArguments, ListOpsArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser(
+        (RandomStateArguments, ListOpsArguments, ConfigArguments, EfficientTrainingArguments)
+    )
     parsed, model_kwargs = setup_run(
         parser, EfficientBertConfig, ATTENTION_CONFIGS, _with_default_config(args)
     )
