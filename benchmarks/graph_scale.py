@@ -2,10 +2,12 @@
 
 A small ``EfficientGraphForNodeClassification`` (hidden 64, 2 layers, 4 heads) runs forward + backward of
 the node-classification loss on synthetic graphs (uniformly random directed edges, ``--edges_per_node``
-per node, fixed seed; a self loop added to every node) with one graph per batch:
+per node, fixed seed; a self loop added to every node) with one graph per batch. Its setups (``--types``)
+come from the registry:
 
-- ``graph_sparse``: attention along the edges only, O(E).
-- ``gps_performer``: GraphGPS layers, local ``graph_sparse`` over edges + global ``performer``, O(E + n m).
+- every graph type that attends along edges (``graph_sparse``, ``multi_hop``, ...): O(E).
+- ``gps_performer``: GraphGPS layers, the default local attention over edges (``graph_sparse``) + global
+  ``performer``, O(E + n m).
 - ``full_sdpa`` / ``full_eager``: exact attention over all node pairs, O(n^2) time; the eager kernel also
   O(n^2) memory. At large n these fail (address-space cap) or time out, and that is recorded as the status.
 
@@ -42,7 +44,7 @@ from benchmarks.harness import (
     set_up_torch,
     sweep,
 )
-from benchmarks.mechanisms import is_exact
+from benchmarks.mechanisms import EXACT_KERNELS, is_exact, split_name
 from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
 
 MODEL = dict(
@@ -53,6 +55,7 @@ MODEL = dict(
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
 )
+GPS = {"gps_performer": {"graph_layer_type": "gps", "attention_type": "performer"}}
 PRESETS = {
     "full": dict(nodes=[1000, 10000, 50000, 200000], repeats=2, warmup=1, edges_per_node=10),
     "smoke": dict(nodes=[64], repeats=1, warmup=0, edges_per_node=4),
@@ -61,13 +64,19 @@ POINT_SETTINGS = "edges_per_node feature_dim num_labels seed threads warmup repe
 
 
 def setups() -> dict[str, tuple[dict, str | None]]:
-    """Benchmark name -> (EfficientGraphConfig overrides, attn_implementation or None for the default)."""
-    return {
-        "graph_sparse": ({"attention_type": "graph_sparse"}, None),
-        "gps_performer": ({"graph_layer_type": "gps", "attention_type": "performer"}, None),
-        "full_sdpa": ({"attention_type": "full"}, "sdpa"),
-        "full_eager": ({"attention_type": "full"}, "eager"),
-    }
+    """Benchmark name -> (EfficientGraphConfig overrides, attn_implementation or None for the default): the
+    registry's graph types that attend along edges, GraphGPS, exact attention with both kernels."""
+    from hf_efficient.attention import get_attention_class, list_attention_types
+
+    edge_types = [
+        t for t in list_attention_types("graph") if get_attention_class(t).capabilities.requires_edges
+    ]
+    table = {t: ({"attention_type": t}, None) for t in edge_types}
+    table.update({name: (overrides, None) for name, overrides in GPS.items()})
+    for name in EXACT_KERNELS:
+        attention_type, implementation = split_name(name)
+        table[name] = ({"attention_type": attention_type}, implementation)
+    return table
 
 
 def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels: int, seed: int) -> dict:

@@ -11,7 +11,12 @@ from benchmarks import graph_scale as bench
 from .cli import run_module
 
 
-@pytest.mark.parametrize("bench_type", ["graph_sparse", "gps_performer", "full_sdpa", "full_eager"])
+def test_setups_come_from_the_registry():
+    # every graph type that attends along edges, GraphGPS, exact attention with both kernels
+    assert list(bench.setups()) == ["graph_sparse", "multi_hop", "gps_performer", "full_eager", "full_sdpa"]
+
+
+@pytest.mark.parametrize("bench_type", list(bench.setups()))
 def test_graph_scale_point_runs_in_process(bench_type):
     args = argparse.Namespace(
         type=bench_type, nodes=48, edges_per_node=3, feature_dim=8, num_labels=3, seed=0, threads=1,
