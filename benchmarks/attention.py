@@ -39,11 +39,11 @@ from benchmarks.harness import (
     machine_meta,
     measure,
     measure_sgemm_peak,
-    parse_args_with_plugins,
     set_up_torch,
     sweep,
 )
 from benchmarks.mechanisms import BASELINE, EXACT, bench_configs, benchmark_types, is_exact, resolve
+from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import (
     Panel,
     markdown_table,

@@ -40,11 +40,11 @@ from benchmarks.harness import (
     launch,
     machine_meta,
     measure,
-    parse_args_with_plugins,
     set_up_torch,
     sweep,
 )
 from benchmarks.mechanisms import EXACT_KERNELS, is_exact, split_name
+from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
 
 MODEL = dict(

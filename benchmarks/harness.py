@@ -12,16 +12,13 @@ show the median) and reads its peak memory: the kernel's peak resident set size 
 the first call, minus the resident size at that moment, i.e. what the calls need on top of what was already
 allocated (inputs, parameters, imports).
 
-``--plugin MODULE`` (:func:`add_point_arguments`, :func:`parse_args_with_plugins`): a module, by dotted name
-or file path, that registers extra attention types; it is imported before the type lists are built and again
-in every worker process, so a mechanism registered outside the package is benchmarked like ours.
+The options every harness-based CLI shares come from :func:`add_point_arguments`, ``--plugin`` included
+(:mod:`benchmarks.plugins`: modules that register extra attention types, imported here and in every worker).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import os
 import platform
@@ -29,10 +26,11 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+
+from benchmarks.plugins import add_plugin_argument
 
 PointFunction = Callable[[argparse.Namespace], dict]
 
@@ -123,34 +121,7 @@ def set_up_torch(threads: int, seed: int = 0) -> None:
     torch.manual_seed(seed)
 
 
-# ---- plugins --------------------------------------------------------------------------------------------
-def load_plugin(name_or_path: str) -> ModuleType:
-    """Import a module that registers attention types: a dotted name, or a ``.py`` file's path.
-
-    A file already imported (by path or as a module) is not executed again, so its registrations are not
-    repeated.
-    """
-    path = Path(name_or_path)
-    if path.suffix != ".py":
-        return importlib.import_module(name_or_path)
-    path = path.resolve()
-    for module in list(sys.modules.values()):
-        if getattr(module, "__file__", None) and Path(module.__file__).resolve() == path:
-            return module
-    spec = importlib.util.spec_from_file_location(f"benchmark_plugin_{path.stem}", path)
-    if spec is None:
-        raise FileNotFoundError(f"--plugin {name_or_path}: no such Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and pickling look their module up here
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_plugins(plugins: Sequence[str]) -> None:
-    for plugin in plugins:
-        load_plugin(plugin)
-
-
+# ---- command line ---------------------------------------------------------------------------------------
 def add_point_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -170,28 +141,6 @@ def add_point_arguments(
     parser.add_argument("--timeout", type=float, default=timeout, help="seconds per point")
     if plugins:
         add_plugin_argument(parser)
-
-
-def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
-    """``--plugin MODULE``, repeatable (parse with :func:`parse_args_with_plugins`)."""
-    parser.add_argument(
-        "--plugin",
-        action="append",
-        default=[],
-        metavar="MODULE",
-        help="a module (dotted name or .py path) that registers extra attention types; repeatable",
-    )
-
-
-def parse_args_with_plugins(
-    make_parser: Callable[[], argparse.ArgumentParser], argv: Sequence[str] | None = None
-) -> argparse.Namespace:
-    """Load the ``--plugin`` modules first, then build the parser (its defaults and choices may list the
-    registered types, plugins' included) and parse."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--plugin", action="append", default=[])
-    load_plugins(pre.parse_known_args(argv)[0].plugin)
-    return make_parser().parse_args(argv)
 
 
 # ---- one point, one process ----------------------------------------------------------------------------

@@ -36,8 +36,9 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.harness import add_plugin_argument, machine_meta, parse_args_with_plugins
+from benchmarks.harness import machine_meta
 from benchmarks.mechanisms import EXACT
+from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
 from benchmarks.report import pyplot, write_report
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the checkpoint and tokenizer are local files

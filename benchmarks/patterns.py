@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 import hf_efficient
-from benchmarks.harness import add_plugin_argument, parse_args_with_plugins
+from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
 from benchmarks.report import pyplot
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
 

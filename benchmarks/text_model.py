@@ -40,7 +40,6 @@ from benchmarks.harness import (
     launch,
     machine_meta,
     measure,
-    parse_args_with_plugins,
     set_up_torch,
     sweep,
 )
@@ -53,6 +52,7 @@ from benchmarks.mechanisms import (
     is_exact,
     resolve,
 )
+from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import (
     Panel,
     markdown_table,

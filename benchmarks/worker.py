@@ -13,7 +13,8 @@ import argparse
 import importlib
 import json
 
-from benchmarks.harness import cap_address_space, load_plugins
+from benchmarks.harness import cap_address_space
+from benchmarks.plugins import load_plugins
 
 
 def main(argv: list[str] | None = None) -> None:

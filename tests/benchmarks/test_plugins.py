@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from benchmarks.harness import load_plugin
 from benchmarks.mechanisms import benchmark_types
+from benchmarks.plugins import load_plugin
 from hf_efficient.attention import ATTENTION_REGISTRY, unregister_attention
 
 from .cli import run_module
