@@ -11,7 +11,8 @@
     python -m benchmarks.rfa_trained_attention MODEL      # a trained RFA model's weights vs its kernel
 
 Shared pieces: :mod:`benchmarks.harness` (a fresh process per measured point, memory and time readings,
-address-space cap, sgemm peak, machine metadata, ``--plugin``), :mod:`benchmarks.report` (results.json,
-summary.md, plots), :mod:`benchmarks.mechanisms` (which of our types run, and with what settings, read from
-the registry) and :mod:`benchmarks.flops` (FLOPs of a point from each core's FLOP model).
+address-space cap, sgemm peak, machine metadata), :mod:`benchmarks.report` (results.json, summary.md,
+plots), :mod:`benchmarks.mechanisms` (which of our types run, and with what settings, read from the
+registry), :mod:`benchmarks.flops` (FLOPs of a point from each core's FLOP model) and
+:mod:`benchmarks.plugins` (``--plugin MODULE``: types registered outside the package run too).
 """
