@@ -9,6 +9,7 @@
     python -m benchmarks.minilm_conversion    # a pretrained BERT converted to every type, no training
     python -m benchmarks.listops --results runs/listops   # table + plot of scripts/train_listops.py runs
     python -m benchmarks.rfa_trained_attention MODEL      # a trained RFA model's weights vs its kernel
+    python -m benchmarks.gpu --out DIR        # one CUDA GPU: every type vs sdpa, bf16 (gpu_check.sh runs it)
 
 Shared pieces: :mod:`benchmarks.harness` (a fresh process per measured point, memory and time readings,
 address-space cap, sgemm peak, machine metadata), :mod:`benchmarks.report` (results.json, summary.md,
