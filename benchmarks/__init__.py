@@ -10,6 +10,7 @@
     python -m benchmarks.listops --results runs/listops   # table + plot of scripts/train_listops.py runs
     python -m benchmarks.rfa_trained_attention MODEL      # a trained RFA model's weights vs its kernel
     python -m benchmarks.gpu --out DIR        # one CUDA GPU: every type vs sdpa, bf16 (gpu_check.sh runs it)
+    python -m benchmarks.seeds --seeds 0 1 2 --out DIR -- CMD {seed} {output_dir}   # mean ± std over seeds
 
 Shared pieces: :mod:`benchmarks.harness` (a fresh process per measured point, memory and time readings,
 address-space cap, sgemm peak, machine metadata), :mod:`benchmarks.report` (results.json, summary.md,
