@@ -69,7 +69,7 @@ def check_ids(owner: str, name: str, ids: torch.Tensor, size: int, table: str, f
         raise ValueError(f"{owner}: {name} must hold integer ids (torch.long), got dtype {ids.dtype}. {fix}")
     if not checking_values() or ids.numel() == 0:
         return
-    low, high = int(ids.min()), int(ids.max())
+    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one host sync
     if low < 0 or high >= size:
         raise ValueError(
             f"{owner}: {name} holds ids in [{low}, {high}] but the {table} have rows [0, {size}). {fix}"
@@ -119,11 +119,16 @@ def check_class_labels(
     check_same_shape(owner, "labels", labels, shape, meaning)
     if not checking_values():
         return
-    targets = labels[labels != IGNORE_INDEX]
-    if targets.numel() and (int(targets.min()) < 0 or int(targets.max()) >= num_classes):
+    if labels.numel() == 0:
+        return
+    ignored, far = labels == IGNORE_INDEX, torch.iinfo(torch.int64).max
+    low = labels.long().masked_fill(ignored, far).min()  # -100 (no target) never the smallest or largest
+    high = labels.long().masked_fill(ignored, -far).max()
+    low, high = torch.stack([low, high]).tolist()  # one host sync
+    if low <= high and (low < 0 or high >= num_classes):  # low > high: every label is -100
         raise ValueError(
-            f"{owner}: labels hold ids in [{int(targets.min())}, {int(targets.max())}] but {classes}: "
-            f"ids must be in [0, {num_classes}), or {IGNORE_INDEX} for no target. {fix}"
+            f"{owner}: labels hold ids in [{low}, {high}] but {classes}: ids must be in [0, {num_classes}), "
+            f"or {IGNORE_INDEX} for no target. {fix}"
         )
 
 
