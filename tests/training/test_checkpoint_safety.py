@@ -37,7 +37,7 @@ from hf_efficient.training.output_dir import (
 )
 
 from ..models.text.helpers import batch, tiny_config
-from ..processes import ROOT, child_env
+from ..processes import ROOT, child_env, free_port, launch
 
 # ---------------------------------------------------------------------------------------------------------
 # from_pretrained: missing folders, weights cut short
@@ -274,3 +274,34 @@ def test_weights_loaded_from_a_complete_checkpoint_equal_the_trained_ones(traine
     with torch.no_grad():
         logits = model.eval()(ids, attention_mask=mask).logits
     assert torch.isfinite(logits).all() and logits.shape == (3, 2)
+
+
+CLAIM_ON_EVERY_RANK = """
+import sys, torch.distributed as dist
+from transformers import HfArgumentParser
+from hf_efficient import EfficientBertConfig
+from hf_efficient.training import ConfigArguments, EfficientTrainingArguments, setup_run
+parser = HfArgumentParser((ConfigArguments, EfficientTrainingArguments))
+try:
+    setup_run(parser, EfficientBertConfig, None, ["--output_dir", sys.argv[1], "--report_to", "none"])
+except Exception as error:
+    print(f"rank {dist.get_rank()}: {type(error).__name__}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.distributed
+def test_every_rank_of_a_distributed_run_stops_with_the_main_process_verdict(tmp_path):
+    """Only rank 0 takes the lock and looks at the folder; its verdict is broadcast, so rank 1 raises the
+    same error instead of waiting at the next barrier for a rank that has stopped."""
+    EfficientBertForMaskedLM(tiny_config()).save_pretrained(tmp_path / "out")
+    script = tmp_path / "claim.py"
+    script.write_text(CLAIM_ON_EVERY_RANK)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+    result = launch(
+        [*torchrun, "--master_port", str(free_port()), str(script), str(tmp_path / "out")], timeout=180
+    )
+    assert sorted(line for line in result.stdout.splitlines() if line.startswith("rank")) == [
+        "rank 0: OutputDirNotEmptyError",
+        "rank 1: OutputDirNotEmptyError",
+    ]
