@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-from datasets import DatasetDict
+from datasets import ClassLabel, DatasetDict, Value
 from transformers import PreTrainedTokenizerBase
 
 from .files import load_data_files
@@ -22,6 +22,7 @@ from .text import rotten_tomatoes_splits
 
 GLUE_HUB_PATH = "nyu-mll/glue"
 LABEL_COLUMN = "label"
+_LABEL_IDS = "label_ids"  # the column of mapped label ids while tokenizing
 
 
 @dataclass(frozen=True)
@@ -236,7 +237,9 @@ def _check_labels(labels: list, task: TextClassificationTask, split: str, hidden
             "numbers (a regression target?). Use class ids 0..num_labels-1 or a regression task (stsb)."
         )
     allowed = set(range(task.num_labels))
-    bad = sorted(int(v) for v in values if v is not None and int(v) not in allowed)
+    bad = sorted(
+        int(v) for v in values if v is not None and int(v) not in allowed and str(v) not in task.label_names
+    )
     if bad or None in values:
         raise ValueError(
             f"{where}: labels must be class ids 0..{task.num_labels - 1} ({', '.join(task.label_names)}); "
@@ -264,22 +267,30 @@ def preprocess_task(
         encoded = tokenizer(*texts, truncation=True, max_length=max_seq_length)
         if LABEL_COLUMN in batch:
             labels = batch[LABEL_COLUMN]
-            encoded[LABEL_COLUMN] = [label2id[v] if isinstance(v, str) else v for v in labels]
             if task.is_regression:
-                encoded[LABEL_COLUMN] = [float(v) for v in labels]
+                encoded[_LABEL_IDS] = [float(v) for v in labels]
+            else:  # a label is one of the task's names (a string, or a number in user data: 1..5 stars)
+                encoded[_LABEL_IDS] = [label2id[str(v)] if str(v) in label2id else int(v) for v in labels]
         return encoded
 
+    # datasets keeps an input column's type for an output column of the same name (string labels mapped
+    # to ids would stay strings and break the collator): the ids are written under another name, then
+    # renamed and typed as the task's (ClassLabel with its names, or float32 for regression).
+    label_type = Value("float32") if task.is_regression else ClassLabel(names=list(task.label_names))
     processed = DatasetDict()
     for split, data in raw.items():
         if split in task.test_splits and LABEL_COLUMN in data.column_names:
             data = data.remove_columns(LABEL_COLUMN)
-        processed[split] = data.map(
+        data = data.map(
             tokenize,
             batched=True,
             remove_columns=data.column_names,
             num_proc=num_proc,
             desc=f"Tokenizing {split}",
         )
+        if _LABEL_IDS in data.column_names:
+            data = data.rename_column(_LABEL_IDS, LABEL_COLUMN).cast_column(LABEL_COLUMN, label_type)
+        processed[split] = data
     return processed
 
 

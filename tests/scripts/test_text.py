@@ -17,6 +17,7 @@ from transformers import pipeline
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.training import end_distributed_run, has_random_state
 
+from ..data.helpers import write_csv
 from ..models.text.helpers import MINILM
 from ..processes import free_port, launch
 from ..script_loader import CONFIGS, SCRIPTS
@@ -81,6 +82,18 @@ def test_finetune_regression_on_pairs(finetune_glue, pretrained, data, tmp_path)
     metrics = finetune_glue.main([*args, "--per_device_train_batch_size", "8", *COMMON])
     assert {"eval_pearson", "eval_spearmanr", "eval_combined_score"} <= set(metrics)
     assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "regression"
+
+
+def test_finetune_on_string_labels(finetune_glue, pretrained, data, tmp_path):
+    rows = list(csv.reader(open(data["train"])))[1:17]
+    names = {"0": "negative", "1": "positive"}
+    words = write_csv(tmp_path / "words.csv", ["sentence", "label"], [(s, names[y]) for s, y in rows])
+    args = ["--model_name_or_path", str(pretrained), "--train_file", words, "--validation_file", words]
+    args += ["--output_dir", str(tmp_path / "run"), "--max_steps", "2", "--max_seq_length", "64"]
+    metrics = finetune_glue.main([*args, "--per_device_train_batch_size", "8", *COMMON])
+    assert 0 <= metrics["eval_accuracy"] <= 1
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
 
 
 @pytest.mark.slow  # the real 6-layer MiniLM checkpoint
