@@ -26,6 +26,7 @@ from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParse
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.data import (
+    GLUE_HUB_PATH,
     TASKS,
     check_sequence_length,
     load_task_datasets,
@@ -38,13 +39,12 @@ from hf_efficient.training import (
     EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
     predictions_from_logits,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
 )
@@ -128,24 +128,23 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             logits = trainer.predict(data[split], metric_key_prefix=f"predict_{split}").predictions
             path = Path(training_args.output_dir) / f"predict_results_{task.name}_{split}.tsv"
             write_predictions(path, predictions_from_logits(logits, task.is_regression), task)
-    if trainer.is_world_process_zero():
-        shown = {k: v for k, v in eval_metrics.items() if not k.endswith(("runtime", "_per_second", "epoch"))}
-        print(f"{task.name}: " + ", ".join(f"{k} = {v:.4f}" for k, v in shown.items()), flush=True)
-        card = build_model_card(
-            model,
-            summary=f"Fine-tuned on {task.name} by `scripts/finetune_glue.py` from "
-            f"`{model_args.model_name_or_path}`.",
-            data_description=f"{task_args.train_file or task.source}: {len(train or []):,} training rows, "
-            f"inputs truncated to {max_length} tokens.",
-            base_model=model_args.model_name_or_path,
-            training_args=training_args if train is not None else None,
-            extra_hyperparameters={"max_seq_length": max_length},
-            eval_metrics=eval_metrics,
-            eval_description=f"On the {', '.join(evals) or 'no'} split(s) of {task.name}.",
-            eval_dataset=task.name,
-            efficiency=efficiency,
-        )
-        save_model_card(card, training_args.output_dir)
+    finish_run(
+        trainer,
+        eval_metrics,
+        headline=task.name,
+        shown=("loss", *task.metrics, "combined_score"),
+        summary=f"Fine-tuned on {task.name} by `scripts/finetune_glue.py` from "
+        f"`{model_args.model_name_or_path}`.",
+        data_description=f"{task_args.train_file or task.source}: {len(train or []):,} training rows, "
+        f"inputs truncated to {max_length} tokens.",
+        datasets=[GLUE_HUB_PATH] if task.loader is None and not task_args.train_file else None,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args if train is not None else None,
+        extra_hyperparameters={"max_seq_length": max_length},
+        eval_description=f"On the {', '.join(evals) or 'no'} split(s) of {task.name}.",
+        eval_dataset=task.name,
+        efficiency=efficiency,
+    )
     return eval_metrics
 
 

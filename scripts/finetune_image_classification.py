@@ -38,12 +38,11 @@ from hf_efficient.training import (
     EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
 )
@@ -115,25 +114,23 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )  # fmt: skip
     train_result = train_and_save(trainer)
     eval_metrics = evaluate_and_save(trainer) if evaluation is not None else {}
-    if trainer.is_world_process_zero():
-        shown = {k: v for k, v in eval_metrics.items() if k in ("eval_loss", "eval_accuracy")}
-        print(f"{splits.source}: " + ", ".join(f"{k} = {v:.4f}" for k, v in shown.items()), flush=True)
-        start = f"`{model_args.model_name_or_path}`" if model_args.model_name_or_path else "scratch"
-        card = build_model_card(
-            model,
-            summary=f"Image classification on {splits.source} by `scripts/finetune_image_classification.py`, "
-            f"from {start}.",
-            data_description=describe_images(splits, config, data_args.augment),
-            datasets=[splits.hub_id] if splits.hub_id else None,
-            base_model=model_args.model_name_or_path,
-            training_args=training_args,
-            extra_hyperparameters={"image_size": config.image_size, "augment": data_args.augment},
-            eval_metrics=eval_metrics,
-            eval_description=f"Accuracy on {len(evaluation or []):,} images ({splits.eval_split}).",
-            eval_dataset=splits.hub_id or splits.source,
-            efficiency=efficiency_metrics(train_result.metrics, config.max_position_embeddings),
-        )
-        save_model_card(card, training_args.output_dir)
+    start = f"`{model_args.model_name_or_path}`" if model_args.model_name_or_path else "scratch"
+    finish_run(
+        trainer,
+        eval_metrics,
+        headline=splits.source,
+        shown=("loss", "accuracy"),
+        summary=f"Image classification on {splits.source} by `scripts/finetune_image_classification.py`, "
+        f"from {start}.",
+        data_description=describe_images(splits, config, data_args.augment),
+        datasets=[splits.hub_id] if splits.hub_id else None,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args,
+        extra_hyperparameters={"image_size": config.image_size, "augment": data_args.augment},
+        eval_description=f"Accuracy on {len(evaluation or []):,} images ({splits.eval_split}).",
+        eval_dataset=splits.hub_id or splits.source,
+        efficiency=efficiency_metrics(train_result.metrics, config.max_position_embeddings),
+    )
     return eval_metrics
 
 

@@ -37,12 +37,11 @@ from hf_efficient.training import (
     EfficientTrainer,
     EfficientTrainingArguments,
     RandomStateArguments,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
 )
@@ -99,21 +98,21 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )  # fmt: skip
     train_result = train_and_save(trainer)
     eval_metrics = evaluate_and_save(trainer) if evaluation is not None else None
-    if trainer.is_world_process_zero():
-        card = build_model_card(
-            model,
-            summary=f"Masked-autoencoder pretraining on {splits.source} by `scripts/pretrain_mae.py`.",
-            data_description=describe_images(splits, config, data_args.augment) + " Labels unused.",
-            datasets=[splits.hub_id] if splits.hub_id else None,
-            base_model=model_args.model_name_or_path,
-            training_args=training_args,
-            extra_hyperparameters={"mask_ratio": config.mask_ratio, "norm_pix_loss": config.norm_pix_loss},
-            eval_metrics=eval_metrics,
-            eval_description=f"Pixel loss on the masked patches of {len(evaluation or []):,} held-out images "
-            f"({splits.eval_split}; random masks).",
-            efficiency=efficiency_metrics(train_result.metrics, 1 + visible),  # tokens the encoder sees
-        )
-        save_model_card(card, training_args.output_dir)
+    finish_run(
+        trainer,
+        eval_metrics or {},
+        headline=splits.source,
+        shown=("loss",),
+        summary=f"Masked-autoencoder pretraining on {splits.source} by `scripts/pretrain_mae.py`.",
+        data_description=describe_images(splits, config, data_args.augment) + " Labels unused.",
+        datasets=[splits.hub_id] if splits.hub_id else None,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args,
+        extra_hyperparameters={"mask_ratio": config.mask_ratio, "norm_pix_loss": config.norm_pix_loss},
+        eval_description=f"Pixel loss on the masked patches of {len(evaluation or []):,} held-out images "
+        f"({splits.eval_split}; random masks).",
+        efficiency=efficiency_metrics(train_result.metrics, 1 + visible),  # tokens the encoder sees
+    )
     return {**train_result.metrics, **(eval_metrics or {})}
 
 

@@ -35,11 +35,10 @@ from hf_efficient.training import (
     EfficientTrainer,
     EfficientTrainingArguments,
     RandomStateArguments,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
+    finish_run,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
 )
@@ -118,34 +117,34 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
         metrics.update(eval_metrics)
-    if trainer.is_world_process_zero():
-        tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path or "WordPiece, trained"
-        card = build_model_card(
-            model,
-            summary="Pretrained with masked language modelling by `scripts/pretrain_mlm.py`.",
-            data_description=f"{len(blocks):,} blocks of {data_args.block_size} tokens from "
-            f"`{data_args.source}` (column `{data_args.text_column}`, {len(corpus):,} texts); "
-            f"tokenizer: {tokenizer_source}.",
-            datasets=[data_args.dataset_name] if data_args.dataset_name else None,
-            base_model=model_args.model_name_or_path,
-            training_args=training_args,
-            extra_hyperparameters={
-                "block_size": data_args.block_size,
-                "masking": f"{data_args.mlm_probability:.0%} of tokens (80% [MASK], 10% random, 10% kept)",
-                **(
-                    {
-                        "random_state_redraw_steps": model_args.random_state_redraw_steps,
-                        "random_state_fixed_final_fraction": model_args.random_state_fixed_final_fraction,
-                    }
-                    if callbacks
-                    else {}
-                ),
-            },
-            eval_metrics=eval_metrics,
-            eval_description=f"Masked-token loss and perplexity on {len(eval_blocks or [])} held-out blocks.",
-            efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
-        )
-        save_model_card(card, training_args.output_dir)
+    tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path or "WordPiece, trained"
+    finish_run(
+        trainer,
+        eval_metrics if eval_blocks is not None else {},
+        headline="masked language modelling",
+        shown=("loss", "perplexity", "accuracy"),
+        summary="Pretrained with masked language modelling by `scripts/pretrain_mlm.py`.",
+        data_description=f"{len(blocks):,} blocks of {data_args.block_size} tokens from "
+        f"`{data_args.source}` (column `{data_args.text_column}`, {len(corpus):,} texts); "
+        f"tokenizer: {tokenizer_source}.",
+        datasets=[data_args.dataset_name] if data_args.dataset_name else None,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args,
+        extra_hyperparameters={
+            "block_size": data_args.block_size,
+            "masking": f"{data_args.mlm_probability:.0%} of tokens (80% [MASK], 10% random, 10% kept)",
+            **(
+                {
+                    "random_state_redraw_steps": model_args.random_state_redraw_steps,
+                    "random_state_fixed_final_fraction": model_args.random_state_fixed_final_fraction,
+                }
+                if callbacks
+                else {}
+            ),
+        },
+        eval_description=f"Masked-token loss and perplexity on {len(eval_blocks or [])} held-out blocks.",
+        efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
+    )
     return metrics
 
 

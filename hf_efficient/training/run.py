@@ -15,6 +15,7 @@ from .callbacks import RandomStateCallback, has_random_state
 from .checkpoints import resolve_resume_checkpoint
 from .config_files import parse_args_with_config_files
 from .distributed import enable_cpu_ddp_if_launched, has_accelerator
+from .model_card import build_model_card, save_model_card
 from .output_dir import claim_output_dir
 
 # Flags of the scripts that name a checkpoint or tokenizer folder (or a hub id).
@@ -30,6 +31,13 @@ class EfficientTrainingArguments(TrainingArguments):
         metadata={
             "help": "Replace the model and checkpoints an earlier run left in --output_dir (its checkpoints "
             "are deleted). Without it, such a folder is refused unless --resume_from_checkpoint continues it."
+        },
+    )
+    hub_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Save (and push) the modeling code with the model, so that trust_remote_code=True loads "
+            "it where hf_efficient is not installed (the image processor too, for vision models)."
         },
     )
 
@@ -122,7 +130,7 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
             f"Continue from its weights with a fresh optimizer: --model_name_or_path {resume} instead of "
             "--resume_from_checkpoint."
         ) from error
-    trainer.save_model()
+    trainer.save_model(_internal_call=True)  # no push yet: finish_run pushes once, with the filled card
     trainer.save_state()
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
@@ -140,3 +148,32 @@ def evaluate_and_save(trainer: Trainer, dataset=None, prefix: str = "eval") -> d
     trainer.log_metrics(prefix, metrics)
     trainer.save_metrics(prefix, metrics)
     return metrics
+
+
+def finish_run(trainer: Trainer, eval_metrics: dict[str, float], *, headline: str, shown, **card) -> None:
+    """The end every script shares: rank 0 prints ``headline: metric = value, ...`` for the ``shown`` metric
+    names (with or without ``eval_``), builds the model card (:func:`build_model_card` with ``card``, saying
+    how to load the remote code when ``--hub_remote_code`` shipped it) and saves it as ``README.md``; with
+    ``--push_to_hub`` every process then calls ``trainer.push_to_hub``, which uploads the output folder with
+    that card (``EfficientTrainer.create_model_card``) rather than ``Trainer``'s draft.
+    """
+    args = trainer.args
+    if trainer.is_world_process_zero():
+        # eval_accuracy, and eval_validation_matched_accuracy when a task has several evaluation splits
+        values = {
+            k: v
+            for k, v in eval_metrics.items()
+            if any(k.removeprefix("eval_") == n or k.endswith(f"_{n}") for n in shown)
+        }
+        print(f"{headline}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()), flush=True)
+        model_card = build_model_card(
+            trainer.model,
+            repo_id=getattr(trainer, "hub_model_id", None),  # set by Trainer with --push_to_hub
+            remote_code=getattr(args, "hub_remote_code", False),
+            eval_metrics=eval_metrics,
+            **card,
+        )
+        save_model_card(model_card, args.output_dir)
+        trainer.model_card = model_card
+    if args.push_to_hub:
+        trainer.push_to_hub(commit_message="End of training")

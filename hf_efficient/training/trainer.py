@@ -9,18 +9,25 @@ this trainer removes them from the decayed group.
 
 Checkpoints: each ``checkpoint-N`` is marked complete once written, old ones are rotated out only then, and
 resuming with ``resume_from_checkpoint=True`` (or ``"last"``) takes the newest complete one
-(:mod:`hf_efficient.training.checkpoints`). Everything else is ``Trainer``'s.
+(:mod:`hf_efficient.training.checkpoints`).
+
+Hub: ``push_to_hub`` publishes ``trainer.model_card`` (the package's filled card, set by the scripts) instead
+of ``Trainer``'s generic draft, and with ``hub_remote_code=True`` every save ships the remote code
+(:func:`hf_efficient.hub.export_remote_code`, image processor included) so that ``trust_remote_code=True``
+loads the model where hf_efficient is not installed. Everything else is ``Trainer``'s.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from huggingface_hub import ModelCard
 from torch import nn
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..attention.base import AttentionCore
+from ..hub import export_remote_code
 from .checkpoints import (
     discard_checkpoint,
     mark_checkpoint_complete,
@@ -54,6 +61,25 @@ class EfficientTrainer(Trainer):
     Example:
         >>> trainer = EfficientTrainer(model=model, args=args, train_dataset=train)
     """
+
+    model_card: ModelCard | None = None  # published by create_model_card (push_to_hub) when set
+
+    def create_model_card(self, **kwargs) -> None:
+        """Write ``self.model_card`` as ``README.md`` in ``output_dir`` (``push_to_hub`` uploads it); without
+        one, ``Trainer``'s draft from ``kwargs`` (``finetuned_from``, ``dataset``, ...)."""
+        if self.model_card is None:
+            return super().create_model_card(**kwargs)
+        if self.is_world_process_zero():
+            Path(self.args.output_dir).mkdir(parents=True, exist_ok=True)
+            self.model_card.save(Path(self.args.output_dir) / "README.md")
+        return None
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        """``Trainer``'s save (model, then processor), then the remote code with ``hub_remote_code``: after
+        the processor, whose ``preprocessor_config.json`` must name the shipped image processor too."""
+        super()._save(output_dir, state_dict)
+        if self.args.should_save and getattr(self.args, "hub_remote_code", False):
+            export_remote_code(self.accelerator.unwrap_model(self.model), output_dir or self.args.output_dir)
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         spared = no_weight_decay_parameter_names(model)
