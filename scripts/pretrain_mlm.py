@@ -38,6 +38,8 @@ from hf_efficient.training import (
     efficiency_metrics,
     end_distributed_run,
     finish_run,
+    masked_lm_accuracy,
+    masked_lm_predictions,
     random_state_callbacks,
     setup_run,
     train_and_save,
@@ -104,6 +106,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         data_collator=SeededMLMCollator(tokenizer, data_args.mlm_probability, mask_seed=training_args.seed),
         processing_class=tokenizer,
         callbacks=callbacks,
+        # accuracy over the masked tokens, from (b, n) predicted ids instead of (b, n, V) logits
+        compute_metrics=masked_lm_accuracy,
+        preprocess_logits_for_metrics=masked_lm_predictions,
     )
     logger.info(
         "%d blocks of %d tokens, attention %s, %s parameters", len(blocks), data_args.block_size,
@@ -142,7 +147,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
                 else {}
             ),
         },
-        eval_description=f"Masked-token loss and perplexity on {len(eval_blocks or [])} held-out blocks.",
+        eval_description=f"Masked-token loss, perplexity and accuracy on {len(eval_blocks or [])} held-out "
+        "blocks.",
         efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
     )
     return metrics

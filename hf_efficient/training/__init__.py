@@ -10,7 +10,17 @@ from .distillation import (
     layer_relative_errors,
 )
 from .distributed import enable_cpu_ddp_if_launched, end_distributed_run
-from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
+from .metrics import (
+    METRICS,
+    build_compute_metrics,
+    combine_metrics,
+    compute_task_metrics,
+    load_metric,
+    masked_lm_accuracy,
+    masked_lm_predictions,
+    metric_path,
+    predictions_from_logits,
+)
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
 from .output_dir import OutputDirInUseError, OutputDirNotEmptyError, claim_output_dir
 from .run import (
@@ -38,6 +48,11 @@ __all__ = [
     "build_compute_metrics",
     "check_attention_changed",
     "claim_output_dir",
+    "combine_metrics",
+    "load_metric",
+    "masked_lm_accuracy",
+    "masked_lm_predictions",
+    "metric_path",
     "build_model_card",
     "compute_task_metrics",
     "efficiency_metrics",

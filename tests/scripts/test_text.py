@@ -31,7 +31,7 @@ def pretrained(pretrain_mlm, data, tmp_path_factory) -> Path:
     window = {"attention_window": 8, "global_token_indices": [0]}
     args = pretrain_args(data, output_dir, "longformer", window, "--max_steps", "8", "--save_steps", "4")
     metrics = pretrain_mlm.main([*args, "--validation_split_percentage", "10", "--warmup_steps", "0.25"])
-    assert metrics["perplexity"] > 1 and metrics["train_loss"] > 0
+    assert metrics["perplexity"] > 1 and metrics["train_loss"] > 0 and 0 <= metrics["eval_accuracy"] <= 1
     return output_dir
 
 
