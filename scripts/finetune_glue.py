@@ -37,16 +37,20 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
-    RandomStateArguments,
+    SampleLimitArguments,
     build_compute_metrics,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
     finish_run,
+    first_examples,
     predictions_from_logits,
     random_state_callbacks,
     setup_run,
     train_and_save,
+)
+from hf_efficient.training import (
+    ModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
@@ -54,22 +58,19 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TaskArguments:
+class TaskArguments(SampleLimitArguments):
     task_name: str | None = field(default=None, metadata={"help": f"One of: {', '.join(TASKS)}."})
     train_file: str | None = field(default=None, metadata={"help": "CSV / JSON: sentence column(s), label."})
     validation_file: str | None = field(default=None, metadata={"help": "Labelled CSV / JSON to evaluate."})
     test_file: str | None = field(default=None, metadata={"help": "CSV / JSON to predict (--do_predict)."})
     max_seq_length: int = field(default=128, metadata={"help": "Truncate inputs to this many tokens."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Only the first N training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Only the first N evaluation rows."})
 
 
 @dataclass
-class ModelArguments(RandomStateArguments):
+class ModelArguments(SharedModelArguments):
     model_name_or_path: str = field(
         default="bert-base-uncased", metadata={"help": "EfficientBert checkpoint or any BERT checkpoint."}
     )
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer; none: the checkpoint's."})
     resize_position_embeddings: bool = field(
         default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
     )
@@ -83,10 +84,11 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     raw, task = load_task_datasets(
         task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
     )
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **model_args.hub_kwargs())
     # Any BERT checkpoint loads; --attention_type / --attention_config swap its attention.
     model = EfficientBertForSequenceClassification.from_pretrained(
-        model_args.model_name_or_path, **task.label_config(), **model_kwargs
+        model_args.model_name_or_path, **task.label_config(), **model_kwargs, **model_args.model_kwargs()
     )
     max_length = task_args.max_seq_length
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
@@ -94,12 +96,15 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(raw, task, tokenizer, max_length)
-    train = data[task.train_split] if task.train_split else None  # None: an evaluation-only task (ax)
-    if train is not None and task_args.max_train_samples is not None:
-        train = train.select(range(min(task_args.max_train_samples, len(train))))
-    evals = {split: data[split] for split in task.eval_splits}
-    if task_args.max_eval_samples is not None:
-        evals = {k: v.select(range(min(task_args.max_eval_samples, len(v)))) for k, v in evals.items()}
+    # None: an evaluation-only task (ax), or --do_eval / --do_predict without --do_train
+    train = data[task.train_split] if task.train_split and training_args.do_train else None
+    train = first_examples(train, task_args.max_train_samples, "max_train_samples")
+    evals = {split: data[split] for split in task.eval_splits} if training_args.do_eval else {}
+    evals = {k: first_examples(v, task_args.max_eval_samples, "max_eval_samples") for k, v in evals.items()}
+    tests = {
+        k: first_examples(data[k], task_args.max_predict_samples, "max_predict_samples")
+        for k in task.test_splits
+    }
 
     trainer = EfficientTrainer(
         model=model,
@@ -124,8 +129,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         prefix = "eval" if len(evals) == 1 else f"eval_{split}"  # MNLI: matched and mismatched
         eval_metrics.update(evaluate_and_save(trainer, dataset, prefix))
     if training_args.do_predict:
-        for split in task.test_splits:
-            logits = trainer.predict(data[split], metric_key_prefix=f"predict_{split}").predictions
+        for split, dataset in tests.items():
+            logits = trainer.predict(dataset, metric_key_prefix=f"predict_{split}").predictions
             path = Path(training_args.output_dir) / f"predict_results_{task.name}_{split}.tsv"
             write_predictions(path, predictions_from_logits(logits, task.is_regression), task)
     finish_run(

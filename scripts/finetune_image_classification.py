@@ -36,7 +36,6 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
-    RandomStateArguments,
     build_compute_metrics,
     efficiency_metrics,
     end_distributed_run,
@@ -46,13 +45,16 @@ from hf_efficient.training import (
     setup_run,
     train_and_save,
 )
+from hf_efficient.training import (
+    ModelArguments as SharedModelArguments,
+)
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision" / "attention"
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments(RandomStateArguments):
+class ModelArguments(SharedModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "EfficientViT / MAE / any ViT checkpoint; none: from scratch."}
     )
@@ -88,6 +90,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
             **labels,
             **model_kwargs,
+            **model_args.model_kwargs(),
         )
     else:
         model = EfficientViTForImageClassification(EfficientViTConfig(**{**model_kwargs, **labels}))

@@ -34,7 +34,6 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
-    RandomStateArguments,
     efficiency_metrics,
     end_distributed_run,
     finish_run,
@@ -43,6 +42,9 @@ from hf_efficient.training import (
     random_state_callbacks,
     setup_run,
     train_and_save,
+)
+from hf_efficient.training import (
+    ModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
@@ -55,7 +57,7 @@ class DataArguments(TextCorpusArguments):
 
 
 @dataclass
-class ModelArguments(RandomStateArguments):
+class ModelArguments(SharedModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Warm-start from a BERT / EfficientBert checkpoint; none: scratch."}
     )
@@ -80,7 +82,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             data_args.text_column, model_args.vocab_size, data_args.block_size,
         )  # fmt: skip
     if model_args.model_name_or_path:
-        model = EfficientBertForMaskedLM.from_pretrained(model_args.model_name_or_path, **model_kwargs)
+        model = EfficientBertForMaskedLM.from_pretrained(
+            model_args.model_name_or_path, **model_kwargs, **model_args.model_kwargs()
+        )
     else:
         model_kwargs = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, **model_kwargs}
         model = EfficientBertForMaskedLM(EfficientBertConfig(**model_kwargs))

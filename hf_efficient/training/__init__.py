@@ -1,5 +1,6 @@
 """Training utilities shared by the scripts: trainer, callbacks, metrics, config files, cards, distilling."""
 
+from .arguments import ModelArguments, SampleLimitArguments, decide_phases, first_examples
 from .callbacks import RandomStateCallback, has_random_state, resample_attention_random_state, step_seed
 from .checkpoints import last_checkpoint, resolve_resume_checkpoint
 from .config_files import ConfigArguments, load_config_file, merge_model_configs, parse_args_with_config_files
@@ -36,6 +37,10 @@ from .trainer import EfficientTrainer, no_weight_decay_parameter_names
 
 __all__ = [
     "METRICS",
+    "ModelArguments",
+    "SampleLimitArguments",
+    "decide_phases",
+    "first_examples",
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",

@@ -11,6 +11,7 @@ from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArg
 from transformers.trainer_utils import TrainOutput
 
 from ..modeling.checkpoint_files import check_pretrained_path
+from .arguments import RandomStateArguments, decide_phases
 from .callbacks import RandomStateCallback, has_random_state
 from .checkpoints import resolve_resume_checkpoint
 from .config_files import parse_args_with_config_files
@@ -18,6 +19,8 @@ from .distributed import enable_cpu_ddp_if_launched, has_accelerator
 from .model_card import build_model_card, save_model_card
 from .output_dir import claim_output_dir
 
+# Loggers whose INFO records the scripts show: this package's and the script's own (run as a file).
+SCRIPT_LOGGERS = ("hf_efficient", "__main__")
 # Flags of the scripts that name a checkpoint or tokenizer folder (or a hub id).
 PRETRAINED_PATH_FLAGS = ("model_name_or_path", "tokenizer_name")
 
@@ -56,10 +59,15 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
         for flag in PRETRAINED_PATH_FLAGS:
             check_pretrained_path(getattr(arguments, flag, None), f"--{flag}")
     training_args = parsed[-1]
+    decide_phases(training_args, args)
     if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
         training_args.dataloader_pin_memory = False
-    level = logging.INFO if training_args.should_log else logging.WARNING  # the main process logs
-    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=level)
+    # Warnings of every library; INFO from this package and the script only (not from datasets, urllib3,
+    # filelock ... through the root logger), and only on the process that logs (rank 0).
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=logging.WARNING)
+    level = logging.INFO if training_args.should_log else logging.WARNING
+    for name in SCRIPT_LOGGERS:
+        logging.getLogger(name).setLevel(level)
     claim_output_dir(training_args, overwrite=getattr(training_args, "overwrite_output_dir", False))
     set_seed(training_args.seed)
     # float32 values below ~1e-38 (denormals) cost ~100x per operation on x86 CPUs; exp-based attention
@@ -67,26 +75,6 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     # do. No effect on results beyond the 1e-38 level; returns False where the CPU cannot.
     torch.set_flush_denormal(True)
     return parsed, model_kwargs
-
-
-@dataclass
-class RandomStateArguments:
-    """The command-line flag of every script whose model may hold random attention state (Performer's and
-    RFA's features); scripts' ``ModelArguments`` extend it."""
-
-    random_state_redraw_steps: int = field(
-        default=1000,
-        metadata={
-            "help": "Redraw random features (Performer, RFA) every N steps; 0 keeps the model's features "
-            "(drawn at initialisation, or loaded with --model_name_or_path) for the whole run."
-        },
-    )
-    random_state_fixed_final_fraction: float = field(
-        default=0.2,
-        metadata={
-            "help": "No redraws in this final fraction of max_steps: the weights settle on the features."
-        },
-    )
 
 
 def random_state_callbacks(

@@ -63,7 +63,7 @@ def test_finetune_from_our_checkpoint_with_files(finetune_glue, pretrained, data
     args = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--output_dir", str(tmp_path)]
     args += ["--train_file", data["train"], "--validation_file", data["dev"], "--test_file", data["test"]]
     args += ["--max_seq_length", "64", "--max_steps", "3", "--per_device_train_batch_size", "8"]
-    metrics = finetune_glue.main([*args, "--do_predict", *COMMON])
+    metrics = finetune_glue.main([*args, "--do_train", "--do_eval", "--do_predict", *COMMON])
     assert 0 <= metrics["eval_accuracy"] <= 1 and "eval_combined_score" not in metrics  # sst2: accuracy only
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["attention_type"] == "longformer"
@@ -82,6 +82,39 @@ def test_finetune_regression_on_pairs(finetune_glue, pretrained, data, tmp_path)
     metrics = finetune_glue.main([*args, "--per_device_train_batch_size", "8", *COMMON])
     assert {"eval_pearson", "eval_spearmanr", "eval_combined_score"} <= set(metrics)
     assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "regression"
+
+
+def test_phase_flags_and_sample_limits(finetune_glue, pretrained, data, tmp_path):
+    """--do_eval / --do_predict alone run only those phases (transformers' meaning); --max_*_samples cap
+    each phase's rows."""
+    args = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--max_seq_length", "64"]
+    args += ["--train_file", data["train"], "--validation_file", data["dev"], "--test_file", data["test"]]
+    metrics = finetune_glue.main(
+        [*args, "--output_dir", str(tmp_path / "eval"), "--do_eval", "--max_eval_samples", "5", *COMMON]
+    )
+    assert metrics["eval_samples"] if "eval_samples" in metrics else True
+    assert not (tmp_path / "eval" / "train_results.json").exists()  # nothing trained
+    assert json.loads((tmp_path / "eval" / "eval_results.json").read_text())["eval_accuracy"] in {
+        i / 5 for i in range(6)
+    }  # 5 rows
+    finetune_glue.main(
+        [
+            *args,
+            "--output_dir",
+            str(tmp_path / "predict"),
+            "--do_predict",
+            "--max_predict_samples",
+            "3",
+            *COMMON,
+        ]
+    )
+    with open(tmp_path / "predict" / "predict_results_sst2_test.tsv") as f:
+        assert len(list(csv.reader(f, delimiter="\t"))) == 1 + 3
+    assert not (tmp_path / "predict" / "eval_results.json").exists()
+    with pytest.raises(ValueError, match="--max_train_samples must be at least 1, got 0"):
+        finetune_glue.main(
+            [*args, "--output_dir", str(tmp_path / "zero"), "--max_train_samples", "0", *COMMON]
+        )
 
 
 def test_finetune_on_string_labels(finetune_glue, pretrained, data, tmp_path):
@@ -198,6 +231,9 @@ def test_two_process_ddp_trains_on_both_ranks_without_scaling_the_loss(pretrain_
     result = launch(command + ddp_args)
     for rank in (0, 1):
         assert f"[process {rank} of 2] trained 2 steps" in result.stdout, result.stdout[-3000:]
+    # decided from the model (every parameter gets a gradient here), not Trainer's blanket True
+    assert "find_unused_parameters=True was specified" not in result.stderr
+    assert "DDP find_unused_parameters=False (none unused)" in result.stderr
     single_args = pretrain_args(data, tmp_path / "single", "longformer", {"attention_window": 8}, *common)
     pretrain_mlm.main([*single_args, "--tokenizer_name", str(tmp_path / "ddp")])  # rank 0's tokenizer
     ddp, single = logged_losses(tmp_path / "ddp"), logged_losses(tmp_path / "single")
