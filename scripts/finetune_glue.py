@@ -29,6 +29,7 @@ from hf_efficient.data import (
     GLUE_HUB_PATH,
     TASKS,
     check_sequence_length,
+    load_hub_task_datasets,
     load_task_datasets,
     preprocess_task,
     write_predictions,
@@ -60,6 +61,16 @@ logger = logging.getLogger(__name__)
 @dataclass
 class TaskArguments(SampleLimitArguments):
     task_name: str | None = field(default=None, metadata={"help": f"One of: {', '.join(TASKS)}."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Any text classification dataset (hub id or local folder)."}
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's config."})
+    text_column_names: str | None = field(
+        default=None, metadata={"help": "With --dataset_name: the text column, or two comma-separated."}
+    )
+    label_column_name: str = field(
+        default="label", metadata={"help": "With --dataset_name: the label column."}
+    )
     train_file: str | None = field(default=None, metadata={"help": "CSV / JSON: sentence column(s), label."})
     validation_file: str | None = field(default=None, metadata={"help": "Labelled CSV / JSON to evaluate."})
     test_file: str | None = field(default=None, metadata={"help": "CSV / JSON to predict (--do_predict)."})
@@ -81,9 +92,18 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, task_args, _, training_args = parsed
 
-    raw, task = load_task_datasets(
-        task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
-    )
+    if task_args.dataset_name is not None:
+        raw, task = load_hub_task_datasets(
+            task_args.dataset_name,
+            task_args.dataset_config_name,
+            task_args.text_column_names,
+            task_args.label_column_name,
+            model_args.cache_dir,
+        )
+    else:
+        raw, task = load_task_datasets(
+            task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
+        )
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **model_args.hub_kwargs())
     # Any BERT checkpoint loads; --attention_type / --attention_config swap its attention.
@@ -133,6 +153,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             logits = trainer.predict(dataset, metric_key_prefix=f"predict_{split}").predictions
             path = Path(training_args.output_dir) / f"predict_results_{task.name}_{split}.tsv"
             write_predictions(path, predictions_from_logits(logits, task.is_regression), task)
+    hub_datasets = [GLUE_HUB_PATH] if task.loader is None and not task_args.train_file else None
+    if task_args.dataset_name is not None:  # a hub id, not a local folder, goes in the card's metadata
+        hub_datasets = None if Path(task_args.dataset_name).exists() else [task_args.dataset_name]
     finish_run(
         trainer,
         eval_metrics,
@@ -142,7 +165,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         f"`{model_args.model_name_or_path}`.",
         data_description=f"{task_args.train_file or task.source}: {len(train or []):,} training rows, "
         f"inputs truncated to {max_length} tokens.",
-        datasets=[GLUE_HUB_PATH] if task.loader is None and not task_args.train_file else None,
+        datasets=hub_datasets,
         base_model=model_args.model_name_or_path,
         training_args=training_args if train is not None else None,
         extra_hyperparameters={"max_seq_length": max_length},

@@ -168,6 +168,58 @@ def load_task_datasets(
     return raw, task
 
 
+def load_hub_task_datasets(
+    dataset_name: str,
+    dataset_config_name: str | None = None,
+    text_column_names: str | None = None,
+    label_column_name: str = LABEL_COLUMN,
+    cache_dir: str | None = None,
+) -> tuple[DatasetDict, TextClassificationTask]:
+    """Any sentence (pair) classification or regression dataset by name (``datasets.load_dataset``: a hub
+    id or a local folder of CSV / JSON files), as transformers' ``run_classification.py`` takes it.
+
+    Args:
+        dataset_name, dataset_config_name: what ``datasets.load_dataset`` loads.
+        text_column_names: one or two comma-separated text columns (the sentence, or the pair); none: GLUE's
+            column names, ``sentence1``/``sentence2``, ``sentence`` or ``text``.
+        label_column_name: the label column (strings, numbers or ClassLabel; floats mean regression).
+        cache_dir: where ``datasets`` keeps the download.
+
+    The task is inferred as for files: splits ``train``, ``validation`` (else ``test`` when it is labelled)
+    to evaluate, and ``test`` to predict when its labels are hidden (-1).
+    """
+    raw = datasets.load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir)
+    columns = next(iter(raw.values())).column_names
+    renames = {label_column_name: LABEL_COLUMN}
+    if text_column_names is not None:
+        texts = [name.strip() for name in text_column_names.split(",")]
+        if len(texts) not in (1, 2):
+            raise ValueError(
+                "--text_column_names takes one column or two (a pair), comma-separated; got "
+                f"{text_column_names!r}."
+            )
+        renames.update(
+            zip(texts, ("sentence1", "sentence2") if len(texts) == 2 else ("sentence",), strict=True)
+        )
+    missing = [name for name in renames if name not in columns]
+    if missing:
+        raise ValueError(f"{dataset_name} has no column(s) {missing}; its columns are {columns}.")
+    renames = {old: new for old, new in renames.items() if old != new}
+    raw = DatasetDict({split: data.rename_columns(renames) for split, data in raw.items()})
+    hidden = "test" in raw and set(raw["test"].unique(LABEL_COLUMN)) <= {-1, None}
+    eval_split = "validation" if "validation" in raw else "test" if "test" in raw and not hidden else None
+    task = dataclasses.replace(
+        infer_task(raw),
+        name=dataset_name.rstrip("/").rpartition("/")[2],
+        train_split="train" if "train" in raw else None,
+        eval_splits=(eval_split,) if eval_split else (),
+        test_splits=("test",) if hidden else (),
+        source=dataset_name + (f" ({dataset_config_name})" if dataset_config_name else ""),
+    )
+    check_task_data(raw, task)
+    return raw, task
+
+
 def infer_task(raw: DatasetDict) -> TextClassificationTask:
     """A task for user files: GLUE's column names when present, else ``sentence1``/``sentence2``, ``sentence``
     or ``text``; float labels mean regression, other labels are classes in sorted order."""

@@ -117,6 +117,34 @@ def test_phase_flags_and_sample_limits(finetune_glue, pretrained, data, tmp_path
         )
 
 
+def test_finetune_on_a_dataset_by_name_with_its_own_columns(finetune_glue, pretrained, data, tmp_path):
+    """--dataset_name loads any dataset (here a local folder of CSVs, as a hub id would be) and
+    --text_column_names / --label_column_name name its columns, as run_classification.py does."""
+    rows = list(csv.reader(open(data["train"])))[1:21]
+    folder = tmp_path / "reviews"
+    folder.mkdir()
+    stars = {"0": "1 star", "1": "5 stars"}
+    for split, part in (("train", rows[:14]), ("validation", rows[14:])):
+        write_csv(folder / f"{split}.csv", ["review", "stars"], [(text, stars[y]) for text, y in part])
+    args = ["--model_name_or_path", str(pretrained), "--dataset_name", str(folder)]
+    args += [
+        "--text_column_names",
+        "review",
+        "--label_column_name",
+        "stars",
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
+    metrics = finetune_glue.main([*args, "--max_steps", "2", "--max_seq_length", "64", *COMMON])
+    assert 0 <= metrics["eval_accuracy"] <= 1 and "eval_f1" in metrics
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["id2label"] == {"0": "1 star", "1": "5 stars"}
+    with pytest.raises(
+        ValueError, match=r"has no column\(s\) \['title'\]; its columns are \['review', 'stars'\]"
+    ):
+        finetune_glue.main([*args[:-2], "--text_column_names", "title", "--output_dir", str(tmp_path / "x")])
+
+
 def test_finetune_on_string_labels(finetune_glue, pretrained, data, tmp_path):
     rows = list(csv.reader(open(data["train"])))[1:17]
     names = {"0": "negative", "1": "positive"}
