@@ -25,10 +25,13 @@ from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.data import (
     SeededMLMCollator,
     TextCorpusArguments,
+    check_sequence_length,
     group_texts,
     hold_out_blocks,
     load_corpus_from_args,
     load_or_train_tokenizer,
+    load_text_corpus,
+    tokenize_lines,
 )
 from hf_efficient.training import (
     ConfigArguments,
@@ -37,6 +40,7 @@ from hf_efficient.training import (
     efficiency_metrics,
     end_distributed_run,
     finish_run,
+    first_examples,
     masked_lm_accuracy,
     masked_lm_predictions,
     random_state_callbacks,
@@ -54,6 +58,17 @@ logger = logging.getLogger(__name__)
 @dataclass
 class DataArguments(TextCorpusArguments):
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict (0.15)."})
+    validation_file: str | None = field(
+        default=None,
+        metadata={"help": "Text to evaluate on (.txt, .csv, .json), instead of a held-out share."},
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Only the first N evaluation rows."})
+    line_by_line: bool = field(
+        default=False, metadata={"help": "One example per text (truncated to block_size) instead of blocks."}
+    )
+    pad_to_max_length: bool = field(
+        default=False, metadata={"help": "With --line_by_line: pad every example to block_size."}
+    )
 
 
 @dataclass
@@ -90,13 +105,38 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         model = EfficientBertForMaskedLM(EfficientBertConfig(**model_kwargs))
     if model_args.resize_position_embeddings and data_args.block_size > model.config.max_position_embeddings:
         model.bert.resize_position_embeddings(data_args.block_size)
-    with training_args.main_process_first(desc="grouping texts"):  # rank 0 fills the datasets cache first
-        blocks = group_texts(
-            corpus, tokenizer, data_args.block_size, data_args.text_column,
+    if data_args.validation_file and data_args.validation_split_percentage > 0:
+        raise ValueError(
+            "Give --validation_file or --validation_split_percentage, not both: the file is the eval set."
+        )
+    check_sequence_length(data_args.block_size, model.config.max_position_embeddings)
+
+    def examples(texts):  # blocks of exactly block_size tokens, or one example per text (--line_by_line)
+        if data_args.line_by_line:
+            return tokenize_lines(
+                texts, tokenizer, data_args.block_size, data_args.text_column,
+                data_args.pad_to_max_length, data_args.preprocessing_num_workers,
+            )  # fmt: skip
+        return group_texts(
+            texts, tokenizer, data_args.block_size, data_args.text_column,
             model.config.max_position_embeddings, data_args.preprocessing_num_workers,
         )  # fmt: skip
-    blocks, eval_blocks = hold_out_blocks(blocks, data_args.validation_split_percentage, training_args.seed)
-    eval_metrics = None
+
+    with training_args.main_process_first(desc="grouping texts"):  # rank 0 fills the datasets cache first
+        blocks = examples(corpus)
+        if data_args.validation_file:
+            eval_texts = load_text_corpus(
+                files=[data_args.validation_file], text_column=data_args.text_column
+            )
+            eval_blocks = examples(eval_texts)
+    if not data_args.validation_file:
+        blocks, eval_blocks = hold_out_blocks(
+            blocks, data_args.validation_split_percentage, training_args.seed
+        )
+    if not training_args.do_eval:
+        eval_blocks = None
+    eval_blocks = first_examples(eval_blocks, data_args.max_eval_samples, "max_eval_samples")
+    eval_metrics = None  # set after training, when there is an evaluation set
 
     # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
     callbacks = random_state_callbacks(model, model_args, training_args.seed)
@@ -118,11 +158,12 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         "%d blocks of %d tokens, attention %s, %s parameters", len(blocks), data_args.block_size,
         model.config.attention_type, f"{model.num_parameters():,}",
     )  # fmt: skip
-    train_result = train_and_save(trainer)
-    metrics = dict(train_result.metrics)
+    train_result = train_and_save(trainer) if training_args.do_train else None
+    metrics = dict(train_result.metrics) if train_result else {}
     if eval_blocks is not None:
         eval_metrics = trainer.evaluate()
         eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50))
+        eval_metrics["eval_samples"] = len(eval_blocks)  # as run_mlm.py reports
         trainer.log_metrics("eval", eval_metrics)
         trainer.save_metrics("eval", eval_metrics)
         metrics.update(eval_metrics)
@@ -138,7 +179,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         f"tokenizer: {tokenizer_source}.",
         datasets=[data_args.dataset_name] if data_args.dataset_name else None,
         base_model=model_args.model_name_or_path,
-        training_args=training_args,
+        training_args=training_args if train_result else None,
         extra_hyperparameters={
             "block_size": data_args.block_size,
             "masking": f"{data_args.mlm_probability:.0%} of tokens (80% [MASK], 10% random, 10% kept)",
@@ -153,7 +194,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         },
         eval_description=f"Masked-token loss, perplexity and accuracy on {len(eval_blocks or [])} held-out "
         "blocks.",
-        efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
+        efficiency=efficiency_metrics(train_result.metrics, data_args.block_size) if train_result else None,
     )
     return metrics
 

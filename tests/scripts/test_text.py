@@ -145,6 +145,20 @@ def test_finetune_on_a_dataset_by_name_with_its_own_columns(finetune_glue, pretr
         finetune_glue.main([*args[:-2], "--text_column_names", "title", "--output_dir", str(tmp_path / "x")])
 
 
+def test_pretrain_line_by_line_with_a_validation_file(pretrain_mlm, data, tmp_path):
+    """run_mlm.py's --line_by_line (one example per text, padded to --block_size with --pad_to_max_length),
+    --validation_file and --max_eval_samples."""
+    validation = tmp_path / "dev.txt"
+    validation.write_text("\n".join(f"a short review number {i} ." for i in range(12)) + "\n\n")
+    args = pretrain_args(data, tmp_path / "run", "longformer", {"attention_window": 8}, "--max_steps", "2")
+    args += ["--line_by_line", "--pad_to_max_length", "--validation_file", str(validation)]
+    metrics = pretrain_mlm.main([*args, "--max_eval_samples", "5"])
+    assert 0 <= metrics["eval_accuracy"] <= 1 and metrics["perplexity"] > 1
+    assert json.loads((tmp_path / "run" / "eval_results.json").read_text())["eval_samples"] == 5
+    with pytest.raises(ValueError, match="--validation_file or --validation_split_percentage, not both"):
+        pretrain_mlm.main([*args, "--validation_split_percentage", "10", "--output_dir", str(tmp_path / "x")])
+
+
 def test_finetune_on_string_labels(finetune_glue, pretrained, data, tmp_path):
     rows = list(csv.reader(open(data["train"])))[1:17]
     names = {"0": "negative", "1": "positive"}
