@@ -138,22 +138,27 @@ def evaluate_and_save(trainer: Trainer, dataset=None, prefix: str = "eval") -> d
     return metrics
 
 
-def finish_run(trainer: Trainer, eval_metrics: dict[str, float], *, headline: str, shown, **card) -> None:
-    """The end every script shares: rank 0 prints ``headline: metric = value, ...`` for the ``shown`` metric
-    names (with or without ``eval_``), builds the model card (:func:`build_model_card` with ``card``, saying
-    how to load the remote code when ``--hub_remote_code`` shipped it) and saves it as ``README.md``; with
-    ``--push_to_hub`` every process then calls ``trainer.push_to_hub``, which uploads the output folder with
-    that card (``EfficientTrainer.create_model_card``) rather than ``Trainer``'s draft.
+def finish_run(
+    trainer: Trainer, eval_metrics: dict[str, float], *, headline: str | None, shown=(), **card
+) -> None:
+    """The end every script shares.
+
+    Rank 0 prints ``headline: metric = value, ...`` for the ``shown`` metric names (with or without
+    ``eval_``; no line without a headline), builds the model card (:func:`build_model_card` with ``card``,
+    saying how to load the remote code when ``--hub_remote_code`` shipped it) and saves it as ``README.md``.
+    With ``--push_to_hub`` every process then calls ``trainer.push_to_hub``, which uploads the output folder
+    with that card (``EfficientTrainer.create_model_card``) rather than ``Trainer``'s draft.
     """
     args = trainer.args
     if trainer.is_world_process_zero():
-        # eval_accuracy, and eval_validation_matched_accuracy when a task has several evaluation splits
-        values = {
-            k: v
-            for k, v in eval_metrics.items()
-            if any(k.removeprefix("eval_") == n or k.endswith(f"_{n}") for n in shown)
-        }
-        print(f"{headline}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()), flush=True)
+        if headline is not None:
+            # eval_accuracy, and eval_validation_matched_accuracy when a task has several evaluation splits
+            values = {
+                k: v
+                for k, v in eval_metrics.items()
+                if any(k.removeprefix("eval_") == n or k.endswith(f"_{n}") for n in shown)
+            }
+            print(f"{headline}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()), flush=True)
         model_card = build_model_card(
             trainer.model,
             repo_id=getattr(trainer, "hub_model_id", None),  # set by Trainer with --push_to_hub
