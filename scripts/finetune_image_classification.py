@@ -58,9 +58,6 @@ class ModelArguments(SharedModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "EfficientViT / MAE / any ViT checkpoint; none: from scratch."}
     )
-    ignore_mismatched_sizes: bool = field(
-        default=False, metadata={"help": "Start a new head when the checkpoint has another number of labels."}
-    )
 
 
 @dataclass
@@ -87,14 +84,13 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         # Any ViT checkpoint loads; --attention_type / --attention_config swap its attention.
         model = EfficientViTForImageClassification.from_pretrained(
             model_args.model_name_or_path,
-            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
             **labels,
             **model_kwargs,
             **model_args.model_kwargs(),
         )
     else:
         model = EfficientViTForImageClassification(EfficientViTConfig(**{**model_kwargs, **labels}))
-    processor = image_processor_for(model.config, model_args.model_name_or_path)
+    processor = image_processor_for(model.config, model_args.model_name_or_path, **model_args.hub_kwargs())
     columns = (data_args.image_column_name, data_args.label_column_name)
     train = with_image_transform(splits.train, processor, *columns, augment=data_args.augment)
     evaluation = with_image_transform(splits.eval, processor, *columns)

@@ -103,7 +103,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         )
     else:
         model = EfficientViTMAEForPreTraining(EfficientViTConfig(**model_kwargs))
-    processor = image_processor_for(model.config, model_args.model_name_or_path)
+    processor = image_processor_for(model.config, model_args.model_name_or_path, **model_args.hub_kwargs())
     column = data_args.image_column_name
     train = with_image_transform(splits.train, processor, column, None, augment=data_args.augment)
     evaluation = with_image_transform(splits.eval, processor, column, None)

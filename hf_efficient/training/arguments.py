@@ -57,6 +57,9 @@ class ModelArguments(RandomStateArguments):
     trust_remote_code: bool = field(
         default=False, metadata={"help": "Run the python files of a hub checkpoint (read them first)."}
     )
+    ignore_mismatched_sizes: bool = field(
+        default=False, metadata={"help": "Start a new head when the checkpoint has another number of labels."}
+    )
     torch_dtype: str | None = field(
         default=None,
         metadata={
@@ -75,11 +78,13 @@ class ModelArguments(RandomStateArguments):
         }
 
     def model_kwargs(self) -> dict[str, Any]:
-        """``from_pretrained`` keyword arguments for models: :meth:`hub_kwargs` plus the dtype."""
+        """``from_pretrained`` keyword arguments for models: :meth:`hub_kwargs`, the dtype, and whether a head
+        of another size starts afresh."""
+        kwargs = {**self.hub_kwargs(), "ignore_mismatched_sizes": self.ignore_mismatched_sizes}
         dtype = self.torch_dtype
         if dtype is None:
-            return self.hub_kwargs()
-        return {**self.hub_kwargs(), "dtype": dtype if dtype == "auto" else getattr(torch, dtype)}
+            return kwargs
+        return {**kwargs, "dtype": dtype if dtype == "auto" else getattr(torch, dtype)}
 
 
 @dataclass

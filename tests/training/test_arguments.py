@@ -13,7 +13,7 @@ from hf_efficient.training import ModelArguments, decide_phases, first_examples
 def test_model_arguments_give_from_pretrained_kwargs():
     args = ModelArguments(cache_dir="c", model_revision="v1", token="t", trust_remote_code=True)
     hub = {"cache_dir": "c", "revision": "v1", "token": "t", "trust_remote_code": True}
-    assert args.hub_kwargs() == hub and args.model_kwargs() == hub
+    assert args.hub_kwargs() == hub and args.model_kwargs() == {**hub, "ignore_mismatched_sizes": False}
     assert ModelArguments(torch_dtype="bfloat16").model_kwargs()["dtype"] is torch.bfloat16
     assert ModelArguments(torch_dtype="auto").model_kwargs()["dtype"] == "auto"
 
