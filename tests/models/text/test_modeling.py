@@ -52,30 +52,62 @@ def test_masked_lm_shapes_loss_and_grads(attention_type):
 
 
 def test_masked_lm_sparse_prediction_same_loss_and_gradients():
-    """sparse_prediction scores only the labelled positions: same loss and gradients as dense, logits (M, V);
-    without labels (fill-mask) the logits stay (b, n, V)."""
+    """Every sparse_prediction setting trains on the same loss and gradients as BERT's dense head (False):
+    None (the default) without any logits, True with the (M, V) logits of the masked positions; without
+    labels (fill-mask) the logits stay (b, n, V)."""
     torch.manual_seed(0)
-    dense = EfficientBertForMaskedLM(
-        tiny_config("full", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    ).train()
-    sparse = EfficientBertForMaskedLM(
-        tiny_config("full", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
-    )
-    sparse.load_state_dict(dense.state_dict())
-    sparse.train()
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    dense = EfficientBertForMaskedLM(tiny_config("full", **no_dropout, sparse_prediction=False)).train()
     ids, mask = batch()
     labels = ids.masked_fill(torch.rand(ids.shape) < 0.8, -100).masked_fill(mask == 0, -100)
     labels[0, 0] = ids[0, 0]
     n_masked = int((labels != -100).sum())
-    out_dense, out_sparse = dense(ids, attention_mask=mask, labels=labels), sparse(ids, mask, labels=labels)
-    assert out_sparse.logits.shape == (n_masked, VOCAB)
-    torch.testing.assert_close(out_sparse.logits, out_dense.logits[labels != -100])
-    torch.testing.assert_close(out_sparse.loss, out_dense.loss)
+    out_dense = dense(ids, attention_mask=mask, labels=labels)
+    assert out_dense.logits.shape == (3, 20, VOCAB)
     out_dense.loss.backward()
-    out_sparse.loss.backward()
-    for (name, p_dense), p_sparse in zip(dense.named_parameters(), sparse.parameters(), strict=True):
-        torch.testing.assert_close(p_sparse.grad, p_dense.grad, msg=name)
-    assert sparse(ids, attention_mask=mask).logits.shape == (3, 20, VOCAB)
+    for setting in (True, None):
+        model = EfficientBertForMaskedLM(tiny_config("full", **no_dropout, sparse_prediction=setting))
+        model.load_state_dict(dense.state_dict())
+        out = model.train()(ids, attention_mask=mask, labels=labels)
+        if setting:
+            assert out.logits.shape == (n_masked, VOCAB)
+            torch.testing.assert_close(out.logits, out_dense.logits[labels != -100])
+        else:
+            assert out.logits is None
+        torch.testing.assert_close(out.loss, out_dense.loss, atol=1e-5, rtol=1e-5)
+        out.loss.backward()
+        for (name, p_dense), p in zip(dense.named_parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, p_dense.grad, atol=1e-5, rtol=1e-5, msg=f"{setting} {name}")
+        assert model(ids, attention_mask=mask).logits.shape == (3, 20, VOCAB)
+
+
+def test_masked_lm_training_keeps_no_vocabulary_sized_tensor():
+    """With labels in training mode (the default sparse_prediction) autograd saves nothing with a
+    vocabulary-sized dimension beyond the decoder's own (V, D) weight and its gradient: the n x V logits
+    and their log-softmax, which BERT's head keeps for backward, are never built."""
+    vocab, n = 4096, 64
+    config = tiny_config("full", vocab_size=vocab, max_position_embeddings=n, hidden_dropout_prob=0.0)
+    ids = torch.randint(5, vocab, (2, n))
+    labels = ids.masked_fill(torch.rand(ids.shape) < 0.85, -100)
+
+    def largest_saved_with_vocab(sparse_prediction):
+        config.sparse_prediction = sparse_prediction
+        model = EfficientBertForMaskedLM(config).train()
+        sizes = []
+
+        def pack(tensor):
+            if vocab in tensor.shape and tensor.dim() >= 2 and tensor.shape[-1] != config.hidden_size:
+                sizes.append(tensor.numel())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss = model(ids, labels=labels).loss
+        loss.backward()  # the gradients still flow
+        assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+        return max(sizes, default=0)
+
+    assert largest_saved_with_vocab(False) >= 2 * n * vocab  # BERT's head: (b, n, V) logits are saved
+    assert largest_saved_with_vocab(None) == 0
 
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
