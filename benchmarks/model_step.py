@@ -9,14 +9,15 @@ dropout 0.1) on one batch of random tokens, 15% of them masked for the MLM loss.
 Each (type, length, variant) point runs in a fresh process (``benchmarks.harness``). A *variant* changes how
 the same model trains:
 
-=================  =====================================================================================
-default            the model's defaults (``sparse_prediction=None``: the masked positions only, through
-                   the chunked loss, no vocabulary-sized tensor)
-sparse_logits      ``sparse_prediction=True``: the (M, V) logits of the masked positions are built
-dense_head         ``sparse_prediction=False``: BERT's head, (b, n, V) logits
-checkpointing      ``model.gradient_checkpointing_enable()``: each layer recomputed in backward
-compile            ``torch.compile(model)`` (inductor; what Trainer's ``torch_compile=True`` does)
-=================  =====================================================================================
+==================  ====================================================================================
+default             the model's defaults (``sparse_prediction=None``: the masked positions only, through
+                    the chunked loss, no vocabulary-sized tensor)
+sparse_logits       ``sparse_prediction=True``: the (M, V) logits of the masked positions are built
+dense_head          ``sparse_prediction=False``: BERT's head, (b, n, V) logits
+checkpointing       ``model.gradient_checkpointing_enable()``: each layer recomputed in backward
+core_checkpointing  ``model.attention_checkpointing_enable()``: each attention core recomputed in backward
+compile             ``torch.compile(model)`` (inductor; what Trainer's ``torch_compile=True`` does)
+==================  ====================================================================================
 
 Model FLOPs utilisation (MFU) = the step's model FLOPs / its median time / the machine's sgemm peak measured
 in the same run (an S x S float32 matmul, S = --sgemm_size, the points' thread count). Model FLOPs count the
@@ -84,6 +85,7 @@ VARIANTS = {
     "sparse_logits": {"sparse_prediction": True},
     "dense_head": {"sparse_prediction": False},
     "checkpointing": {"gradient_checkpointing": True},
+    "core_checkpointing": {"attention_checkpointing": True},
     "compile": {"compile": True},
 }
 POINT_SETTINGS = "batch threads warmup repeats hidden_dropout model config".split()
@@ -134,9 +136,12 @@ def run_point(point: argparse.Namespace) -> dict:
     set_up_torch(point.threads)
     settings = dict(VARIANTS[point.variant])
     compiled, checkpointing = settings.pop("compile", False), settings.pop("gradient_checkpointing", False)
+    core_checkpointing = settings.pop("attention_checkpointing", False)
     model, batch, (attention_type, implementation, attention_config) = mlm_model_and_batch(point, **settings)
     if checkpointing:
         model.gradient_checkpointing_enable()
+    if core_checkpointing:
+        model.attention_checkpointing_enable()
     step_flops = mlm_step_flops(model, batch, point, attention_config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     forward = torch.compile(model) if compiled else model

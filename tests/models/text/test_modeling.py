@@ -350,6 +350,33 @@ def test_gradient_checkpointing_same_gradients(attention_type):
         assert not any(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
 
 
+@pytest.mark.parametrize("attention_type", ["longformer", "performer", "linear", "reformer_lsh"])
+def test_attention_checkpointing_same_gradients_fewer_saved(attention_type):
+    """Checkpointing the cores gives the same gradients (dropout inside the core included: its RNG state is
+    replayed) and keeps less for backward."""
+    model = EfficientBertForMaskedLM(tiny_config(attention_type, hidden_dropout_prob=0.0)).train()
+    ids, mask = batch()
+
+    def loss():
+        torch.manual_seed(0)  # the same dropout masks in both runs
+        return model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+
+    def saved_elements():
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            loss().backward()
+        model.zero_grad()
+        return sum(sizes)
+
+    plain, plain_saved = parameter_gradients(model, loss), saved_elements()
+    model.attention_checkpointing_enable()
+    assert all(attention.checkpoint_core for attention in model.bert.encoder.self_attentions())
+    assert_same_gradients(parameter_gradients(model, loss), plain)
+    assert saved_elements() < plain_saved
+    model.attention_checkpointing_disable()
+    assert saved_elements() == plain_saved
+
+
 def test_output_attentions_and_hidden_states_like_transformers(tmp_path):
     ref = BertModel(BertConfig(**TINY_BERT)).eval()
     ref.save_pretrained(tmp_path)
