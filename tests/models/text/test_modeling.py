@@ -110,6 +110,45 @@ def test_masked_lm_training_keeps_no_vocabulary_sized_tensor():
     assert largest_saved_with_vocab(None) == 0
 
 
+def test_masked_lm_default_head_under_trainer(tmp_path):
+    """Trainer trains the default head (no logits in training) and its evaluation hands compute_metrics
+    BERT's (examples, n, V) logits next to the labels."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    ids, mask = batch(b=4, lengths=[20, 20, 15, 9])
+    labels = ids.masked_fill(torch.rand(ids.shape) < 0.7, -100).masked_fill(mask == 0, -100)
+    labels[:, 0] = ids[:, 0]
+    data = Dataset.from_dict(
+        {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "labels": labels.tolist()}
+    )
+    seen = {}
+
+    def compute_metrics(prediction):
+        seen["logits"], seen["labels"] = prediction.predictions.shape, prediction.label_ids.shape
+        scored = prediction.label_ids != -100
+        return {
+            "accuracy": float(
+                (prediction.predictions.argmax(-1)[scored] == prediction.label_ids[scored]).mean()
+            )
+        }
+
+    model = EfficientBertForMaskedLM(tiny_config("full"))
+    args = TrainingArguments(
+        tmp_path,
+        max_steps=2,
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=2,
+        report_to=[],
+        use_cpu=True,
+    )
+    trainer = Trainer(model, args, train_dataset=data, eval_dataset=data, compute_metrics=compute_metrics)
+    assert trainer.train().training_loss > 0
+    metrics = trainer.evaluate()
+    assert seen == {"logits": (4, 20, VOCAB), "labels": (4, 20)}
+    assert metrics["eval_loss"] > 0 and 0 <= metrics["eval_accuracy"] <= 1
+
+
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_sequence_classification_problem_types(attention_type):
     checks.check_sequence_classification_problem_types(attention_type)
