@@ -46,9 +46,9 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         wants_bias = wants_bias and bias is not None
         grad_hidden = torch.empty_like(hidden) if wants_hidden else None
         # Accumulated over chunks in float32 whatever the parameters' dtype (bf16 sums would lose digits).
-        accumulator = weight.new_zeros((), dtype=torch.float32)
-        grad_weight = accumulator.new_zeros(weight.shape) if wants_weight else None  # (V, D)
-        grad_bias = accumulator.new_zeros(weight.shape[0]) if wants_bias else None  # (V,)
+        float32 = dict(dtype=torch.float32, device=weight.device)
+        grad_weight = torch.zeros(weight.shape, **float32) if wants_weight else None  # (V, D)
+        grad_bias = torch.zeros(weight.shape[0], **float32) if wants_bias else None  # (V,)
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         scratch = ChunkBuffers(hidden.new_empty((), dtype=torch.float32))
         for start in range(0, hidden.shape[0], chunk_rows):
@@ -63,10 +63,8 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             # d loss / d logits = (softmax - one_hot) / count, built in place in the logits buffer.
             probs = logits.sub_(log_norm[:, None]).exp_()
             probs.scatter_add_(1, targets[:, None], probs.new_full((c, 1), -1.0)).div_(count)
-            if wants_hidden:
-                torch.mm(
-                    probs.to(weight.dtype), weight, out=grad_hidden[start : start + c]
-                )  # (c, V) @ (V, D)
+            if wants_hidden:  # (c, V) @ (V, D)
+                torch.mm(probs.to(weight.dtype), weight, out=grad_hidden[start : start + c])
             if wants_weight:
                 grad_weight.addmm_(probs.T, rows.float())  # (V, c) @ (c, D)
             if wants_bias:
