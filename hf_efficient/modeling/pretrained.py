@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import torch
 from transformers import PreTrainedModel
 
 from ..attention.base import AttentionCore
+from ..attention.cache import EfficientCache
 from ..attention.inputs import AttentionInputs
 from .blocks import EfficientEncoder
 
@@ -20,6 +23,13 @@ class EfficientPreTrainedModel(PreTrainedModel):
     # Losses are plain means (no self.loss_function): when forward takes **kwargs or this is True, Trainer
     # assumes a summed loss and multiplies it by the number of processes under DDP.
     accepts_loss_kwargs = False
+
+    def post_init(self):
+        super().post_init()
+        # Parameters a checkpoint saved in another setting may hold but these cores do not build (RFA's gate
+        # in an encoder): loading ignores them rather than reporting them as unexpected.
+        names = {name for core in self.attention_cores() for name in core.unbuilt_parameter_names()}
+        self._keys_to_ignore_on_load_unexpected.update(rf"\.core\.{re.escape(name)}$" for name in names)
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -72,6 +82,12 @@ class EfficientPreTrainedModel(PreTrainedModel):
     def attention_cores(self) -> list[AttentionCore]:
         """Every attention core of the model, in layer order."""
         return [module for module in self.modules() if isinstance(module, AttentionCore)]
+
+    def new_cache(self) -> EfficientCache:
+        """An empty generation cache for this model: one layer per attention layer, as each core needs
+        (keys and values for ``full``, a window for ``longformer``, running sums for the kernelized types).
+        ``generate()`` makes its own; pass one as ``cache=`` to keep decoding state across calls."""
+        return EfficientCache.for_cores(self.attention_cores())
 
     def save_pretrained(
         self, save_directory, is_main_process=True, state_dict=None, push_to_hub=False, **kwargs
