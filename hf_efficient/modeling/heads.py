@@ -60,6 +60,22 @@ def classification_loss(
     )
 
 
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy, as transformers' causal LM loss: position i predicts ``labels[:, i + 1]``.
+
+    Args:
+        logits: (b, n, V).
+        labels: (b, n) token ids (the inputs themselves; the shift is done here), -100 where not scored.
+
+    Returns:
+        The mean over scored positions, computed in float32.
+    """
+    targets = F.pad(labels, (0, 1), value=-100)[:, 1:].to(logits.device)  # (b, n): the next token, -100 last
+    return F.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100
+    )
+
+
 def _mean_loss(loss_fn, logits: torch.Tensor, labels: torch.Tensor, ignore_nan: bool) -> torch.Tensor:
     """``loss_fn`` (MSE / BCE) averaged over the labels, or with ``ignore_nan`` over the non-NaN ones only
     (the others are zeroed by a mask, not indexed away: the same shapes, and no host sync)."""

@@ -4,6 +4,7 @@ from transformers import (
     AutoConfig,
     AutoImageProcessor,
     AutoModel,
+    AutoModelForCausalLM,
     AutoModelForImageClassification,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
@@ -20,6 +21,7 @@ from .graph import (
 )
 from .text import (
     EfficientBertConfig,
+    EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
@@ -46,6 +48,7 @@ _register(
     {
         AutoModel: EfficientBertModel,
         AutoModelForMaskedLM: EfficientBertForMaskedLM,
+        AutoModelForCausalLM: EfficientBertForCausalLM,
         AutoModelForSequenceClassification: EfficientBertForSequenceClassification,
         AutoModelForTokenClassification: EfficientBertForTokenClassification,
     },
@@ -76,6 +79,7 @@ _register(
 
 __all__ = [
     "EfficientBertConfig",
+    "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",
     "EfficientBertForSequenceClassification",
     "EfficientBertForTokenClassification",

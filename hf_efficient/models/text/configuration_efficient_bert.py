@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from huggingface_hub.dataclasses import strict
 
+from ...attention.registry import causal_attention_types
 from ...modeling.config import EfficientEncoderConfig
 
 
@@ -12,7 +13,8 @@ class EfficientBertConfig(EfficientEncoderConfig):
     """A BERT encoder whose attention is chosen by ``attention_type``.
 
     BERT's own fields keep their names and defaults, so a BERT ``config.json`` loads as an
-    ``EfficientBertConfig`` (with ``attention_type="full"`` unless given).
+    ``EfficientBertConfig`` (with ``attention_type="full"`` unless given). ``is_decoder=True`` makes it a
+    causal language model (:class:`EfficientBertForCausalLM`), as BERT's ``BertLMHeadModel``.
 
     Example:
         >>> config = EfficientBertConfig(
@@ -39,8 +41,15 @@ class EfficientBertConfig(EfficientEncoderConfig):
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int | None = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
     classifier_dropout: float | int | None = None
     tie_word_embeddings: bool = True
+    # A causal model (EfficientBertForCausalLM, BERT's is_decoder): every token attends to itself and earlier
+    # tokens only, and generation decodes from a cache (use_cache). Needs an attention type with a causal
+    # form (hf_efficient.causal_attention_types()).
+    is_decoder: bool = False
+    use_cache: bool = True
     # Masked LM with labels: score only the masked positions (ModernBERT's option of the same name). A small
     # model's vocabulary projection costs more than its encoder, and 85% of it is thrown away by the loss;
     # with this on, training logits are (number of masked tokens, V) instead of (b, n, V).
@@ -59,7 +68,17 @@ class EfficientBertConfig(EfficientEncoderConfig):
                 f"position_embedding_type={position_type!r} is not supported: EfficientBert uses BERT's "
                 "absolute position embeddings. Convert a checkpoint with absolute positions."
             )
-        if getattr(self, "is_decoder", False) or getattr(self, "add_cross_attention", False):
+        if getattr(self, "add_cross_attention", False):
             raise ValueError(
-                "EfficientBert is a bidirectional encoder; is_decoder / add_cross_attention must be False."
+                "add_cross_attention=True is not supported: EfficientBert has no cross-attention (no "
+                "encoder-decoder models). Use is_decoder=True alone for a causal language model."
             )
+        if self.is_decoder:
+            layer_types = self.layer_attention_types or [self.attention_type]
+            causal = causal_attention_types(self.modality)
+            refused = sorted(set(layer_types) - set(causal))
+            if refused:
+                raise ValueError(
+                    f"is_decoder=True needs attention types with a causal form; {refused} has none. Causal "
+                    f"attention types: {', '.join(causal)}."
+                )
