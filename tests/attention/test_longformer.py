@@ -28,6 +28,17 @@ def padded_batch(n: int, seed: int = 0):
     return q, k, v, mask
 
 
+def assert_equals_pattern_reference(out, q, k, v, mask, allowed) -> None:
+    """``out`` equals the dense oracle over the ``allowed`` pattern (padded rows 0), outputs and gradients."""
+    expected = reference_attention(q, k, v, mask, allowed=allowed).masked_fill(~mask[:, None, :, None], 0.0)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    weights = torch.randn_like(out)
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+    expected_grads = torch.autograd.grad((expected * weights.double()).sum(), (q, k, v))
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
+
+
 @pytest.fixture(params=[True, False], ids=["cpu_flash", "autograd_sdpa"])
 def kernel_path(request, monkeypatch):
     """Run a test through the fused-kernel autograd Function and through the plain-autograd fallback."""
@@ -52,15 +63,7 @@ def test_matches_band_reference_with_padding_and_globals(kernel_path, n, window,
     out = core(q, k, v, attention_mask=mask, global_attention_mask=global_mask).output
 
     is_global = (global_mask | (torch.arange(n) == 0)) & mask
-    allowed = longformer_pattern(n, window, dilation, is_global)
-    expected = reference_attention(q, k, v, mask, allowed=allowed).masked_fill(~mask[:, None, :, None], 0.0)
-    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
-
-    weights = torch.randn_like(out)
-    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
-    expected_grads = torch.autograd.grad((expected * weights.double()).sum(), (q, k, v))
-    for grad, expected_grad in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
+    assert_equals_pattern_reference(out, q, k, v, mask, longformer_pattern(n, window, dilation, is_global))
 
 
 def test_large_window_three_block_reach(kernel_path):
@@ -212,14 +215,7 @@ def test_causal_matches_reference_with_padding(kernel_path, n, window, dilation)
     q, k, v, mask = padded_batch(n)
     mask[0, :3] = False  # left padding in row 0, right padding in row 1
     out = core(q, k, v, attention_mask=mask, is_causal=True).output
-    allowed = causal_pattern(n, window, dilation)
-    expected = reference_attention(q, k, v, mask, allowed=allowed).masked_fill(~mask[:, None, :, None], 0.0)
-    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
-    weights = torch.randn_like(out)
-    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
-    expected_grads = torch.autograd.grad((expected * weights.double()).sum(), (q, k, v))
-    for grad, expected_grad in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
+    assert_equals_pattern_reference(out, q, k, v, mask, causal_pattern(n, window, dilation))
 
 
 def test_causal_window_covering_sequence_equals_causal_full():
