@@ -14,37 +14,25 @@ Saves the model, the tokenizer and a model card (README.md) in ``--output_dir``.
 
 from __future__ import annotations
 
-import logging
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
-from hf_efficient.data import (
-    SeededMLMCollator,
-    TextCorpusArguments,
-    group_texts,
-    hold_out_blocks,
-    load_corpus_from_args,
-    load_or_train_tokenizer,
-)
+from hf_efficient.data import SeededMLMCollator, TextCorpusArguments, load_corpus_from_args
 from hf_efficient.training import (
     ConfigArguments,
-    EfficientTrainer,
-    RandomStateArguments,
-    build_model_card,
-    efficiency_metrics,
+    LanguageModelArguments,
     end_distributed_run,
-    random_state_callbacks,
-    save_model_card,
+    language_model,
+    language_model_blocks,
+    language_model_tokenizer,
+    pretrain_language_model,
     setup_run,
-    train_and_save,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -52,100 +40,30 @@ class DataArguments(TextCorpusArguments):
     mlm_probability: float = field(default=0.15, metadata={"help": "Share of tokens to predict (0.15)."})
 
 
-@dataclass
-class ModelArguments(RandomStateArguments):
-    model_name_or_path: str | None = field(
-        default=None, metadata={"help": "Warm-start from a BERT / EfficientBert checkpoint; none: scratch."}
-    )
-    tokenizer_name: str | None = field(
-        default=None, metadata={"help": "Tokenizer; none: the checkpoint's, else WordPiece trained here."}
-    )
-    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a WordPiece trained here."})
-    resize_position_embeddings: bool = field(
-        default=False, metadata={"help": "Extend a checkpoint's position table to block_size by copying it."}
-    )
-
-
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser((LanguageModelArguments, DataArguments, ConfigArguments, TrainingArguments))
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
-
     corpus = load_corpus_from_args(data_args)
-    with training_args.main_process_first(desc="tokenizer"):  # rank 0 trains and saves it, the others load it
-        tokenizer = load_or_train_tokenizer(
-            model_args.tokenizer_name or model_args.model_name_or_path, corpus, training_args.output_dir,
-            data_args.text_column, model_args.vocab_size, data_args.block_size,
-        )  # fmt: skip
-    if model_args.model_name_or_path:
-        model = EfficientBertForMaskedLM.from_pretrained(model_args.model_name_or_path, **model_kwargs)
-    else:
-        model_kwargs = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, **model_kwargs}
-        model = EfficientBertForMaskedLM(EfficientBertConfig(**model_kwargs))
-    if model_args.resize_position_embeddings and data_args.block_size > model.config.max_position_embeddings:
-        model.bert.resize_position_embeddings(data_args.block_size)
-    with training_args.main_process_first(desc="grouping texts"):  # rank 0 fills the datasets cache first
-        blocks = group_texts(
-            corpus, tokenizer, data_args.block_size, data_args.text_column,
-            model.config.max_position_embeddings, data_args.preprocessing_num_workers,
-        )  # fmt: skip
-    blocks, eval_blocks = hold_out_blocks(blocks, data_args.validation_split_percentage, training_args.seed)
-    eval_metrics = None
-
-    # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
-    callbacks = random_state_callbacks(model, model_args, training_args.seed)
-    trainer = EfficientTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=blocks,
-        eval_dataset=eval_blocks,
-        # BERT's masking: 15% of tokens, of which 80% -> [MASK], 10% -> a random token, 10% unchanged; masks
-        # seeded per batch, so a resumed run masks as the uninterrupted one did.
-        data_collator=SeededMLMCollator(tokenizer, data_args.mlm_probability, mask_seed=training_args.seed),
-        processing_class=tokenizer,
-        callbacks=callbacks,
+    tokenizer = language_model_tokenizer(model_args, data_args, corpus, training_args)
+    model = language_model(
+        EfficientBertForMaskedLM,
+        EfficientBertConfig,
+        model_args,
+        tokenizer,
+        model_kwargs,
+        data_args.block_size,
     )
-    logger.info(
-        "%d blocks of %d tokens, attention %s, %s parameters", len(blocks), data_args.block_size,
-        model.config.attention_type, f"{model.num_parameters():,}",
+    blocks = language_model_blocks(corpus, tokenizer, data_args, model, training_args)
+    # BERT's masking: 15% of tokens, of which 80% -> [MASK], 10% -> a random token, 10% unchanged; masks
+    # seeded per batch, so a resumed run masks as the uninterrupted one did.
+    collator = SeededMLMCollator(tokenizer, data_args.mlm_probability, mask_seed=training_args.seed)
+    masking = f"{data_args.mlm_probability:.0%} of tokens (80% [MASK], 10% random, 10% kept)"
+    return pretrain_language_model(
+        model, tokenizer, corpus, blocks, collator, model_args, data_args, training_args,
+        summary="Pretrained with masked language modelling by `scripts/pretrain_mlm.py`.",
+        objective={"masking": masking},
     )  # fmt: skip
-    train_result = train_and_save(trainer)
-    metrics = dict(train_result.metrics)
-    if eval_blocks is not None:
-        eval_metrics = trainer.evaluate()
-        eval_metrics["perplexity"] = math.exp(min(eval_metrics["eval_loss"], 50))
-        trainer.log_metrics("eval", eval_metrics)
-        trainer.save_metrics("eval", eval_metrics)
-        metrics.update(eval_metrics)
-    if trainer.is_world_process_zero():
-        tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path or "WordPiece, trained"
-        card = build_model_card(
-            model,
-            summary="Pretrained with masked language modelling by `scripts/pretrain_mlm.py`.",
-            data_description=f"{len(blocks):,} blocks of {data_args.block_size} tokens from "
-            f"`{data_args.source}` (column `{data_args.text_column}`, {len(corpus):,} texts); "
-            f"tokenizer: {tokenizer_source}.",
-            datasets=[data_args.dataset_name] if data_args.dataset_name else None,
-            base_model=model_args.model_name_or_path,
-            training_args=training_args,
-            extra_hyperparameters={
-                "block_size": data_args.block_size,
-                "masking": f"{data_args.mlm_probability:.0%} of tokens (80% [MASK], 10% random, 10% kept)",
-                **(
-                    {
-                        "random_state_redraw_steps": model_args.random_state_redraw_steps,
-                        "random_state_fixed_final_fraction": model_args.random_state_fixed_final_fraction,
-                    }
-                    if callbacks
-                    else {}
-                ),
-            },
-            eval_metrics=eval_metrics,
-            eval_description=f"Masked-token loss and perplexity on {len(eval_blocks or [])} held-out blocks.",
-            efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
-        )
-        save_model_card(card, training_args.output_dir)
-    return metrics
 
 
 if __name__ == "__main__":

@@ -105,6 +105,10 @@ class KeyValueCacheLayer(DynamicLayer):
         """Bytes of the tensors held (keys, values, mask)."""
         return _nbytes(self.keys, self.values, self.key_mask)
 
+    def describe(self) -> str:
+        """What the layer keeps, for model cards and docs."""
+        return "every key and value so far (grows linearly with the context)"
+
 
 class SlidingWindowCacheLayer(KeyValueCacheLayer):
     """The last ``window`` keys and values (b, h, <= window, d) and their padding mask: all that a query of a
@@ -150,6 +154,9 @@ class SlidingWindowCacheLayer(KeyValueCacheLayer):
 
     def crop(self, tokens_to_remove: int) -> None:
         _refuse_crop(self, tokens_to_remove)
+
+    def describe(self) -> str:
+        return f"the last {self.window} keys and values (constant in the context)"
 
 
 class RecurrentStateLayer(CacheLayerMixin):
@@ -229,6 +236,9 @@ class RecurrentStateLayer(CacheLayerMixin):
     def nbytes(self) -> int:
         """Bytes of the state (the same after any number of tokens)."""
         return _nbytes(*(self.state or ()))
+
+    def describe(self) -> str:
+        return "a recurrent state of fixed size (constant in the context)"
 
 
 def _refuse_crop(layer, tokens_to_remove: int) -> None:

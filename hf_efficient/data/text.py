@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import datasets
 import torch
@@ -83,7 +84,8 @@ def rotten_tomatoes_splits(
 @dataclass
 class TextCorpusArguments:
     """Command-line flags of the scripts that train on unlabelled text (``pretrain_mlm.py``,
-    ``distill_attention.py``): where the corpus comes from and how it is cut into blocks."""
+    ``pretrain_clm.py``, ``distill_attention.py``): where the corpus comes from and how it is cut into
+    blocks."""
 
     dataset_name: str | None = field(
         default=None,
@@ -94,7 +96,13 @@ class TextCorpusArguments:
     train_files: list[str] | None = field(default=None, metadata={"help": ".txt (line = text), .csv, .json"})
     text_column: str = field(default="text", metadata={"help": "Column holding the text."})
     max_train_texts: int | None = field(default=None, metadata={"help": "Use only the first N texts."})
-    validation_split_percentage: float = field(default=0.0, metadata={"help": "Percent of blocks held out."})
+    validation_split_percentage: float = field(
+        default=0.0, metadata={"help": "Percent of the blocks (or texts: --validation_split_by) held out."}
+    )
+    validation_split_by: Literal["blocks", "texts"] = field(
+        default="blocks",
+        metadata={"help": "Hold out blocks, or whole texts before grouping (no document in both splits)."},
+    )
     block_size: int = field(default=512, metadata={"help": "Tokens per training block ([CLS] ... [SEP])."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "datasets.map processes."})
 
@@ -247,8 +255,9 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
     """The tokenizer a causal language model is used with: the same vocabulary and normalisation, but it adds
     no ``[CLS]`` / ``[SEP]`` around a text (``pipeline("text-generation")`` tokenises prompts with the
     tokenizer's defaults, and a prompt that ends with ``[SEP]`` is a finished document to the model), with
-    ``[SEP]`` as the eos token (it ends every document of the training stream, so ``generate()`` stops there)
-    and ``[CLS]`` as bos. A tokenizer that already adds nothing is returned unchanged.
+    ``[SEP]`` as the eos token (it ends every document of the training stream, so ``generate()`` stops there),
+    ``[CLS]`` as bos, and padding on the left (a batch of prompts must end where generation goes on). A
+    tokenizer that already adds nothing is returned unchanged.
 
     Args:
         tokenizer: a tokenizers-backed (fast) tokenizer, e.g. the WordPiece one trained by
@@ -272,7 +281,7 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
     specials.setdefault("eos_token", tokenizer.eos_token or tokenizer.sep_token)
     specials.setdefault("bos_token", tokenizer.bos_token or tokenizer.cls_token)
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, model_max_length=tokenizer.model_max_length, **specials
+        tokenizer_object=backend, model_max_length=tokenizer.model_max_length, padding_side="left", **specials
     )
 
 

@@ -9,9 +9,24 @@ from .distillation import (
     layer_relative_errors,
 )
 from .distributed import enable_cpu_ddp_if_launched, end_distributed_run
+from .language_modeling import (
+    LanguageModelArguments,
+    evaluate_perplexity,
+    language_model,
+    language_model_blocks,
+    language_model_tokenizer,
+    pretrain_language_model,
+)
 from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
-from .run import RandomStateArguments, evaluate_and_save, random_state_callbacks, setup_run, train_and_save
+from .run import (
+    RandomStateArguments,
+    evaluate_and_save,
+    random_state_callbacks,
+    random_state_settings,
+    setup_run,
+    train_and_save,
+)
 from .trainer import EfficientTrainer, no_weight_decay_parameter_names
 
 __all__ = [
@@ -19,6 +34,7 @@ __all__ = [
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",
+    "LanguageModelArguments",
     "RandomStateArguments",
     "RandomStateCallback",
     "attention_settings",
@@ -28,16 +44,22 @@ __all__ = [
     "compute_task_metrics",
     "efficiency_metrics",
     "evaluate_and_save",
+    "evaluate_perplexity",
     "enable_cpu_ddp_if_launched",
     "end_distributed_run",
     "has_random_state",
+    "language_model",
+    "language_model_blocks",
+    "language_model_tokenizer",
     "layer_relative_errors",
     "load_config_file",
     "merge_model_configs",
     "no_weight_decay_parameter_names",
     "parse_args_with_config_files",
     "predictions_from_logits",
+    "pretrain_language_model",
     "random_state_callbacks",
+    "random_state_settings",
     "resample_attention_random_state",
     "save_model_card",
     "setup_run",

@@ -144,9 +144,11 @@ def test_causal_lm_tokenizer_adds_no_special_tokens(tmp_path, tokenizer):
     assert causal(text)["input_ids"] == plain
     assert (causal.eos_token_id, causal.bos_token_id) == (tokenizer.sep_token_id, tokenizer.cls_token_id)
     assert causal.pad_token_id == tokenizer.pad_token_id == 0 and causal.get_vocab() == tokenizer.get_vocab()
+    assert causal.padding_side == "left"  # a batch of prompts ends where generation continues
     causal.save_pretrained(tmp_path)
     loaded = AutoTokenizer.from_pretrained(tmp_path)
     assert loaded(text)["input_ids"] == plain and loaded.eos_token_id == tokenizer.sep_token_id
+    assert loaded.padding_side == "left"
     assert causal_lm_tokenizer(loaded) is loaded  # already adds nothing
 
 

@@ -181,7 +181,6 @@ def test_text_generation_pipeline_from_saved_folder(attention_type, tokenizer, t
     assert full[0]["generated_text"][len(prompt) :].strip() == continuation
     new = generator(prompt, max_new_tokens=6, do_sample=False, return_full_text=False)
     assert new[0]["generated_text"].strip() == continuation
-    generator.tokenizer.padding_side = "left"
     several = generator([prompt, "a dog"], max_new_tokens=4, do_sample=False, batch_size=2)
     assert len(several) == 2 and all(len(result) == 1 for result in several)
     assert several[0][0]["generated_text"].startswith(prompt)

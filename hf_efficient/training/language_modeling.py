@@ -1,0 +1,189 @@
+"""What the language-model pretraining scripts share (``scripts/pretrain_mlm.py``, masked;
+``scripts/pretrain_clm.py``, causal): their model flags, the model from a checkpoint or from scratch sized by
+the tokenizer, the corpus cut into blocks with a held-out part, perplexity, and the model card's data and
+evaluation lines. Each script keeps only what differs (the model class, the collator, the masking flags).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Dataset
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+
+from ..data.text import TextCorpusArguments, group_texts, hold_out_blocks, load_or_train_tokenizer
+from .model_card import build_model_card, efficiency_metrics, save_model_card
+from .run import RandomStateArguments, random_state_callbacks, random_state_settings, train_and_save
+from .trainer import EfficientTrainer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LanguageModelArguments(RandomStateArguments):
+    """The model flags of the language-model pretraining scripts."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Warm-start from a BERT / EfficientBert checkpoint; none: scratch."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer; none: the checkpoint's, else WordPiece trained here."}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a WordPiece trained here."})
+    resize_position_embeddings: bool = field(
+        default=False, metadata={"help": "Extend a checkpoint's position table to block_size by copying it."}
+    )
+
+    @property
+    def tokenizer_source(self) -> str:
+        """Where the tokenizer came from, as the model card says it."""
+        return self.tokenizer_name or self.model_name_or_path or "WordPiece, trained"
+
+
+def language_model_tokenizer(
+    model_args: LanguageModelArguments,
+    data_args: TextCorpusArguments,
+    corpus: Dataset,
+    training_args: TrainingArguments,
+) -> PreTrainedTokenizerBase:
+    """``--tokenizer_name``, else the checkpoint's, else WordPiece trained on the corpus and saved in the
+    output folder (the main process trains it, the others load it)."""
+    with training_args.main_process_first(desc="tokenizer"):
+        return load_or_train_tokenizer(
+            model_args.tokenizer_name or model_args.model_name_or_path, corpus, training_args.output_dir,
+            data_args.text_column, model_args.vocab_size, data_args.block_size,
+        )  # fmt: skip
+
+
+def language_model(
+    model_class: type[PreTrainedModel],
+    config_class: type,
+    model_args: LanguageModelArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    model_kwargs: dict,
+    block_size: int,
+) -> PreTrainedModel:
+    """``model_class`` warm-started from ``--model_name_or_path``, or from scratch with the tokenizer's
+    vocabulary size and special tokens (``model_kwargs``: the config files' and flags' fields win); its
+    position table extended to ``block_size`` with ``--resize_position_embeddings``."""
+    if model_args.model_name_or_path:
+        model = model_class.from_pretrained(model_args.model_name_or_path, **model_kwargs)
+    else:
+        specials = {
+            "vocab_size": len(tokenizer),
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+        }
+        model = model_class(config_class(**{**specials, **model_kwargs}))
+    if model_args.resize_position_embeddings and block_size > model.config.max_position_embeddings:
+        model.base_model.resize_position_embeddings(block_size)
+    return model
+
+
+def language_model_blocks(
+    corpus: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    data_args: TextCorpusArguments,
+    model: PreTrainedModel,
+    training_args: TrainingArguments,
+    causal: bool = False,
+) -> tuple[Dataset, Dataset | None]:
+    """(training blocks, held-out blocks or None): :func:`~hf_efficient.data.group_texts` over the corpus,
+    with ``--validation_split_percentage`` held out, of the blocks or, with ``--validation_split_by texts``,
+    of the texts before grouping (no held-out block then shares a document with a training block).
+
+    The main process groups first and fills the ``datasets`` cache; the others read it."""
+
+    def grouped(texts: Dataset) -> Dataset:
+        return group_texts(
+            texts, tokenizer, data_args.block_size, data_args.text_column,
+            model.config.max_position_embeddings, data_args.preprocessing_num_workers, causal=causal,
+        )  # fmt: skip
+
+    seed, percentage = training_args.seed, data_args.validation_split_percentage
+    with training_args.main_process_first(desc="grouping texts"):
+        if data_args.validation_split_by == "blocks" or percentage <= 0:
+            return hold_out_blocks(grouped(corpus), percentage, seed)
+        split = corpus.train_test_split(test_size=percentage / 100, seed=seed)
+        return grouped(split["train"]), grouped(split["test"])
+
+
+def pretrain_language_model(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    corpus: Dataset,
+    blocks: tuple[Dataset, Dataset | None],
+    data_collator,
+    model_args: LanguageModelArguments,
+    data_args: TextCorpusArguments,
+    training_args: TrainingArguments,
+    summary: str,
+    objective: dict[str, Any],
+) -> dict[str, float]:
+    """Train ``model`` on the blocks with :class:`EfficientTrainer` (redrawing random features if the cores
+    have some and the flags ask), save it with its tokenizer, report the held-out perplexity, and write the
+    model card (``summary``; ``objective``: the hyperparameters of the training objective).
+
+    Returns:
+        The training metrics, and the evaluation metrics with ``perplexity`` when blocks were held out.
+    """
+    train_blocks, eval_blocks = blocks
+    # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
+    callbacks = random_state_callbacks(model, model_args, training_args.seed)
+    trainer = EfficientTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_blocks,
+        eval_dataset=eval_blocks,
+        data_collator=data_collator,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    logger.info(
+        "%d blocks of %d tokens, attention %s, %s parameters", len(train_blocks), data_args.block_size,
+        model.config.attention_type, f"{model.num_parameters():,}",
+    )  # fmt: skip
+    train_result = train_and_save(trainer)
+    metrics = dict(train_result.metrics)
+    eval_metrics = evaluate_perplexity(trainer) if eval_blocks is not None else None
+    metrics.update(eval_metrics or {})
+    if trainer.is_world_process_zero():
+        data_description = (
+            f"{len(train_blocks):,} blocks of {data_args.block_size} tokens from `{data_args.source}` "
+            f"(column `{data_args.text_column}`, {len(corpus):,} texts); tokenizer: "
+            f"{model_args.tokenizer_source}."
+        )
+        held_out = f"{data_args.validation_split_percentage:g}% of the {data_args.validation_split_by}"
+        evaluation = f"Loss and perplexity on {len(eval_blocks or []):,} held-out blocks ({held_out})."
+        card = build_model_card(
+            model,
+            summary=summary,
+            data_description=data_description,
+            datasets=[data_args.dataset_name] if data_args.dataset_name else None,
+            base_model=model_args.model_name_or_path,
+            training_args=training_args,
+            extra_hyperparameters={
+                "block_size": data_args.block_size,
+                **objective,
+                **random_state_settings(model_args, callbacks),
+            },
+            eval_metrics=eval_metrics,
+            eval_description=evaluation,
+            efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
+        )
+        save_model_card(card, training_args.output_dir)
+    return metrics
+
+
+def evaluate_perplexity(trainer: Trainer) -> dict[str, float]:
+    """``trainer.evaluate()`` on its held-out blocks, with ``perplexity`` = exp(eval_loss) (the mean loss per
+    predicted token), logged and saved as ``eval_results.json``."""
+    metrics = trainer.evaluate()
+    metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50))
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    return metrics
