@@ -6,9 +6,11 @@ evaluation lines. Each script keeps only what differs (the model class, the coll
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
@@ -148,6 +150,10 @@ def pretrain_language_model(
         model.config.attention_type, f"{model.num_parameters():,}",
     )  # fmt: skip
     train_result = train_and_save(trainer)
+    if trainer.is_world_process_zero():
+        write_data_settings(
+            training_args.output_dir, data_args, model_args, train_blocks, eval_blocks, corpus
+        )
     metrics = dict(train_result.metrics)
     eval_metrics = evaluate_perplexity(trainer) if eval_blocks is not None else None
     metrics.update(eval_metrics or {})
@@ -177,6 +183,26 @@ def pretrain_language_model(
         )
         save_model_card(card, training_args.output_dir)
     return metrics
+
+
+DATA_SETTINGS = "data_settings.json"
+
+
+def write_data_settings(output_dir, data_args, model_args, train_blocks, eval_blocks, corpus) -> None:
+    """``<output_dir>/data_settings.json``: what the model was trained and evaluated on (corpus, block size,
+    tokenizer, held-out part and their sizes), so that runs can be compared on the same data
+    (``python -m benchmarks.clm_perplexity`` reads it)."""
+    settings = {
+        "corpus": data_args.source,
+        "text_column": data_args.text_column,
+        "texts": len(corpus),
+        "block_size": data_args.block_size,
+        "tokenizer": model_args.tokenizer_source,
+        "train_blocks": len(train_blocks),
+        "held_out": f"{data_args.validation_split_percentage:g}% of the {data_args.validation_split_by}",
+        "eval_blocks": len(eval_blocks) if eval_blocks is not None else 0,
+    }
+    (Path(output_dir) / DATA_SETTINGS).write_text(json.dumps(settings, indent=1) + "\n")
 
 
 def evaluate_perplexity(trainer: Trainer) -> dict[str, float]:

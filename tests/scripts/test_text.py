@@ -154,6 +154,9 @@ def test_pretrain_clm_trains_a_decoder_that_generates(
     assert metrics["perplexity"] > 1 and metrics["train_loss"] > 0
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["is_decoder"] and config["attention_type"] == attention_type
+    settings = json.loads((tmp_path / "data_settings.json").read_text())  # what clm_perplexity compares
+    assert settings["block_size"] == 64 and settings["held_out"] == "10% of the texts"
+    assert settings["train_blocks"] > 0 and settings["eval_blocks"] > 0 and settings["texts"] == 60
     assert config["architectures"] == ["EfficientBertForCausalLM"]
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     generation = json.loads((tmp_path / "generation_config.json").read_text())
@@ -173,7 +176,9 @@ def test_pretrain_clm_trains_a_decoder_that_generates(
 
 def test_pretrain_clm_refuses_a_type_without_causal_form(pretrain_clm, data, tmp_path):
     args = pretrain_args(data, tmp_path, "bigbird", {"block_size": 8}, "--max_steps", "1")
-    with pytest.raises(CONFIG_ERRORS, match="Causal attention types: full, linear, longformer, performer, rfa"):
+    with pytest.raises(
+        CONFIG_ERRORS, match="Causal attention types: full, linear, longformer, performer, rfa"
+    ):
         pretrain_clm.main(args)
 
 
