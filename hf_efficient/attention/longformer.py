@@ -108,7 +108,7 @@ class LongformerAttention(AttentionCore):
     paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
     cost = "O(n·w)"
     lra_listops = ("Longformer", 35.63)
-    summary = "sliding window (optional dilation) + global tokens by index or per-example mask"
+    summary = "sliding window (optional dilation) + global tokens by index or per-example mask; causal window"
     small_config = {"attention_window": 6, "global_token_indices": [0]}
     causal_small_config = {"attention_window": 6}  # the causal form has no global tokens
     benchmark_config = {"attention_window": 512}

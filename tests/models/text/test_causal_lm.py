@@ -184,3 +184,35 @@ def test_saved_causal_model_generates_identically_in_a_fresh_process(attention_t
         assert result["module"].startswith("hf_efficient" if imported else "transformers_modules")
         torch.testing.assert_close(result["logits"], logits, atol=0, rtol=0)
         assert torch.equal(result["tokens"], tokens)
+
+
+@pytest.mark.parametrize("attention_type", CAUSAL_TYPES)
+def test_bfloat16_decoding_keeps_recurrent_state_in_float32(attention_type):
+    """A bfloat16 model decodes as its parallel form does (bfloat16 precision); running sums stay float32
+    (they add up many tokens), keys and values are kept in the model's dtype."""
+    model = EfficientBertForCausalLM(tiny_causal_config(attention_type)).eval().to(torch.bfloat16)
+    ids, mask = left_padded_batch()
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
+    decoded, cache = decode_token_by_token(model, ids, mask, 3)
+    real = mask.bool()
+    torch.testing.assert_close(decoded[real].float(), expected[real].float(), atol=2e-2, rtol=2e-2)
+    layer = cache.layers[0]
+    kept = (
+        layer.state[0] if isinstance(layer, hf_efficient.attention.cache.RecurrentStateLayer) else layer.keys
+    )
+    assert kept.dtype == (torch.float32 if kept is not getattr(layer, "keys", None) else torch.bfloat16)
+
+
+def test_logits_to_keep_scores_only_the_last_positions():
+    """generate() asks for the last position's logits only during the prompt (logits_to_keep=1)."""
+    model = EfficientBertForCausalLM(tiny_causal_config("linear")).eval()
+    ids, mask = left_padded_batch()
+    with torch.no_grad():
+        every = model(ids, attention_mask=mask).logits
+        last = model(ids, attention_mask=mask, logits_to_keep=1).logits
+        chosen = model(ids, attention_mask=mask, logits_to_keep=torch.tensor([0, 4])).logits
+    assert last.shape == (2, 1, every.shape[-1])
+    torch.testing.assert_close(last, every[:, -1:])
+    torch.testing.assert_close(chosen, every[:, [0, 4]])
