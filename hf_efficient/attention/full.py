@@ -94,7 +94,9 @@ class FullAttention(AttentionCore):
     def _attend_cached(self, query, key, value, inputs: AttentionInputs, layer) -> AttentionOutput:
         """The new tokens' queries against every key so far (transformers' KV cache): (b, h, n, T) scores,
         padded keys masked, the new tokens causal among themselves. Attention weights come back as
-        (b, h, n, T). FlexAttention is not used here: a few queries against a growing cache suit sdpa."""
+        (b, h, n, T). The prompt goes through the parallel causal form (a 64k-token prompt with an explicit
+        (n, T) mask would need 16 GiB); after it, FlexAttention is not used: a few queries against a growing
+        cache suit sdpa."""
         if inputs.attention_bias is not None:
             raise ValueError(
                 "full: an attention_bias cannot be used with a generation cache (it is (n, n) over the new "
@@ -102,6 +104,8 @@ class FullAttention(AttentionCore):
             )
         keys, values, key_mask = layer.update_with_mask(key, value, inputs.attention_mask)  # (b, h, T, d)
         n, total = query.shape[2], keys.shape[2]
+        if total == n:  # the prompt: the parallel causal form (sdpa's causal kernel, no (n x n) mask)
+            return self._attend(query, key, value, inputs)
         mask = additive_mask(key_mask, query.dtype)  # (b, 1, 1, T) or None
         if n > 1:
             mask = _with_causal(mask, n, total, query)

@@ -133,3 +133,20 @@ def test_cache_belongs_to_its_model():
         ValueError, match="nothing to cache for decoding. Causal attention types: full, linear"
     ):
         make_core("bigbird").new_cache_layer()
+
+
+def test_full_prompt_builds_no_square_mask(monkeypatch):
+    """full's prompt (nothing cached yet) goes through the parallel causal form: sdpa's causal kernel, no
+    (n x n) mask, which a 64k-token prompt could not hold (16 GiB); later chunks mask (n x T) as they must."""
+    from hf_efficient.attention import full as full_module
+
+    built = []
+    original = full_module._with_causal
+    monkeypatch.setattr(full_module, "_with_causal", lambda *a: built.append(a[1:3]) or original(*a))
+    core = make_core("full", causal=True)
+    q, k, v = make_qkv(b=1, n=12)
+    cache = EfficientCache.for_cores([core])
+    decode(core, cache, q, k, v, 0, 8)
+    assert built == []
+    decode(core, cache, q, k, v, 8, 12)
+    assert built == [(4, 12)]
