@@ -20,12 +20,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformers import DataCollatorForLanguageModeling, HfArgumentParser, TrainingArguments
+from transformers import DataCollatorForLanguageModeling, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForCausalLM
 from hf_efficient.data import TextCorpusArguments, causal_lm_tokenizer, load_corpus_from_args
 from hf_efficient.training import (
     ConfigArguments,
+    EfficientTrainingArguments,
     LanguageModelArguments,
     end_distributed_run,
     language_model,
@@ -40,7 +41,7 @@ ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "clm" / "a
 
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
-        (LanguageModelArguments, TextCorpusArguments, ConfigArguments, TrainingArguments)
+        (LanguageModelArguments, TextCorpusArguments, ConfigArguments, EfficientTrainingArguments)
     )
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed

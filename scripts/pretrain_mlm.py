@@ -17,12 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.data import SeededMLMCollator, TextCorpusArguments, load_corpus_from_args
 from hf_efficient.training import (
     ConfigArguments,
+    EfficientTrainingArguments,
     LanguageModelArguments,
     end_distributed_run,
     language_model,
@@ -41,7 +42,9 @@ class DataArguments(TextCorpusArguments):
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((LanguageModelArguments, DataArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser(
+        (LanguageModelArguments, DataArguments, ConfigArguments, EfficientTrainingArguments)
+    )
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
     corpus = load_corpus_from_args(data_args)

@@ -11,6 +11,7 @@ from ..attention.base import AttentionCore
 from ..attention.cache import EfficientCache
 from ..attention.inputs import AttentionInputs
 from .blocks import EfficientEncoder
+from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
 
 
 class EfficientPreTrainedModel(PreTrainedModel):
@@ -30,6 +31,22 @@ class EfficientPreTrainedModel(PreTrainedModel):
         # in an encoder): loading ignores them rather than reporting them as unexpected.
         names = {name for core in self.attention_cores() for name in core.unbuilt_parameter_names()}
         self._keys_to_ignore_on_load_unexpected.update(rf"\.core\.{re.escape(name)}$" for name in names)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """transformers' ``from_pretrained``, with clear errors where it has none: a local path that does not
+        exist (transformers takes it for a hub id), and safetensors weights cut short or corrupt (named, with
+        what to do) instead of safetensors' "incomplete metadata"."""
+        local = check_pretrained_path(pretrained_model_name_or_path, f"{cls.__name__}.from_pretrained")
+        if local is not None and local.is_dir():
+            check_weights_files(local / kwargs.get("subfolder", ""))
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except OSError as error:
+            note = not_found_locally_note(pretrained_model_name_or_path)
+            if note is None:
+                raise
+            raise OSError(f"{cls.__name__}.from_pretrained: {note}: {error}") from error
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -1,6 +1,7 @@
 """Training utilities shared by the scripts: trainer, callbacks, metrics, config files, cards, distilling."""
 
 from .callbacks import RandomStateCallback, has_random_state, resample_attention_random_state, step_seed
+from .checkpoints import last_checkpoint, resolve_resume_checkpoint
 from .config_files import ConfigArguments, load_config_file, merge_model_configs, parse_args_with_config_files
 from .distillation import (
     AttentionDistillationTrainer,
@@ -19,7 +20,9 @@ from .language_modeling import (
 )
 from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
+from .output_dir import OutputDirInUseError, OutputDirNotEmptyError, claim_output_dir
 from .run import (
+    EfficientTrainingArguments,
     RandomStateArguments,
     evaluate_and_save,
     random_state_callbacks,
@@ -34,12 +37,16 @@ __all__ = [
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",
+    "EfficientTrainingArguments",
     "LanguageModelArguments",
+    "OutputDirInUseError",
+    "OutputDirNotEmptyError",
     "RandomStateArguments",
     "RandomStateCallback",
     "attention_settings",
     "build_compute_metrics",
     "check_attention_changed",
+    "claim_output_dir",
     "build_model_card",
     "compute_task_metrics",
     "efficiency_metrics",
@@ -51,6 +58,7 @@ __all__ = [
     "language_model",
     "language_model_blocks",
     "language_model_tokenizer",
+    "last_checkpoint",
     "layer_relative_errors",
     "load_config_file",
     "merge_model_configs",
@@ -61,6 +69,7 @@ __all__ = [
     "random_state_callbacks",
     "random_state_settings",
     "resample_attention_random_state",
+    "resolve_resume_checkpoint",
     "save_model_card",
     "setup_run",
     "step_seed",

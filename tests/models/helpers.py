@@ -6,10 +6,11 @@ import warnings
 from collections.abc import Callable
 
 import torch
-from huggingface_hub.errors import StrictDataclassClassValidationError
+from huggingface_hub.errors import StrictDataclassError
 
-# transformers' strict configs wrap the ValueError of a class validator; the message carries it.
-CONFIG_ERRORS = (ValueError, StrictDataclassClassValidationError)
+# transformers' strict configs wrap the TypeError of a field's type check and the ValueError of a class
+# validator (StrictDataclassFieldValidationError, ...ClassValidationError); the message carries it.
+CONFIG_ERRORS = (ValueError, StrictDataclassError)
 
 
 def assert_grads_finite(model: torch.nn.Module) -> None:

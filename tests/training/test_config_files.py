@@ -22,10 +22,9 @@ from ..script_loader import CONFIGS, load_script
 
 
 def parse(module, args):
-    data_arguments = getattr(
-        module, "DataArguments", TextCorpusArguments
-    )  # pretrain_clm: the corpus flags only
-    dataclasses = (LanguageModelArguments, data_arguments, ConfigArguments, module.TrainingArguments)
+    data_arguments = getattr(module, "DataArguments", TextCorpusArguments)  # pretrain_clm: the corpus flags
+    training = module.EfficientTrainingArguments
+    dataclasses = (LanguageModelArguments, data_arguments, ConfigArguments, training)
     return parse_args_with_config_files(HfArgumentParser(dataclasses), EfficientBertConfig, None, args)
 
 
