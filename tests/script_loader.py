@@ -16,6 +16,7 @@ SCRIPTS = ROOT / "scripts"
 CONFIGS = ROOT / "configs"
 SCRIPT_NAMES = (
     "pretrain_mlm",
+    "pretrain_clm",
     "finetune_glue",
     "fill_mask",
     "distill_attention",

@@ -150,7 +150,12 @@ def check_supported(
     queries; shapes only, no tensor values are read."""
     b, h, n, _ = shape
     if inputs.is_causal and not capabilities.causal:
-        raise ValueError(f"{name} has no causal form; use one of the causal attention types.")
+        from .registry import causal_attention_types  # the registry imports this module
+
+        raise ValueError(
+            f"{name} has no causal form (is_causal=True, a decoder). Causal attention types: "
+            f"{', '.join(causal_attention_types())}."
+        )
     if inputs.output_attentions and not capabilities.output_attentions:
         raise ValueError(
             f"{name} never forms the (seq x seq) attention matrix, so it cannot return attention "

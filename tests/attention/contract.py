@@ -19,6 +19,7 @@ from safetensors.torch import load_file, save_file
 
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
+from hf_efficient.attention.cache import EfficientCache
 
 from .helpers import adjacency_to_edges, make_core, make_qkv, padding_mask
 
@@ -245,6 +246,61 @@ def check_unsupported_inputs_raise(attention_type: str) -> None:
             core(q, k, v, edges=GraphEdges(torch.zeros(2, 0, dtype=torch.long)))
 
 
+DECODE_LENGTH = 23
+# How the causal-decoding check feeds the sequence to a cache: a prompt (parallel form), single tokens, then
+# a chunk of several tokens after a state (chunked prefill), then single tokens again.
+DECODE_PIECES = ((0, 7), *((t, t + 1) for t in range(7, 12)), (12, 17), *((t, t + 1) for t in range(17, 23)))
+
+
+def decode_padding_mask() -> torch.Tensor:
+    """(2, DECODE_LENGTH) bool: row 0 padded on the left (5 tokens), row 1 on the right (after 17 tokens),
+    so the prompt, single padded steps and a chunk all meet padding."""
+    mask = torch.ones(2, DECODE_LENGTH, dtype=torch.bool)
+    mask[0, :5] = False
+    mask[1, 17:] = False
+    return mask
+
+
+def check_causal_decoding_matches_parallel(attention_type: str) -> None:
+    """A causal type decodes from a cache exactly as its parallel causal form computes the whole sequence:
+    prompt, single tokens and a chunk (DECODE_PIECES) against one pass, left and right padding, outputs at
+    real positions equal to 1e-5 (float32), padded ones 0; the cache counts every token. Types without a
+    causal form refuse a cache with the list of those that have one."""
+    core = (
+        make_core(attention_type, causal=True)
+        if get_attention_class(attention_type).capabilities.causal
+        else None
+    )
+    if core is None:
+        core = make_core(attention_type)
+        with pytest.raises(ValueError, match="Causal attention types: .*full"):
+            core.new_cache_layer()
+        return
+    q, k, v = make_qkv(b=2, n=DECODE_LENGTH)
+    if core.capabilities.shared_query_key:
+        k = q
+    mask = decode_padding_mask()
+    expected = core(q, k, v, attention_mask=mask, is_causal=True).output
+    cache = EfficientCache.for_cores([core])
+    pieces = []
+    for start, stop in DECODE_PIECES:
+        part = slice(start, stop)
+        out = core(
+            q[:, :, part],
+            k[:, :, part],
+            v[:, :, part],
+            attention_mask=mask[:, part],
+            is_causal=True,
+            cache=cache,
+        )
+        pieces.append(out.output)
+    decoded = torch.cat(pieces, dim=2)
+    real = mask[:, None, :, None].expand_as(expected)
+    torch.testing.assert_close(decoded[real], expected[real], atol=1e-5, rtol=1e-5)
+    assert (decoded[~real] == 0).all()
+    assert cache.get_seq_length() == DECODE_LENGTH
+
+
 def check_shared_query_key_enforced(attention_type: str) -> None:
     """A core that shares queries and keys refuses a separate key (nothing to check for the others)."""
     core = make_core(attention_type)
@@ -296,5 +352,6 @@ def run_contract_matrix(attention_type: str, folder: Path | None = None) -> None
         check_permutation_equivariance(attention_type)
     check_save_load_identical_outputs(attention_type, folder)
     check_unsupported_inputs_raise(attention_type)
+    check_causal_decoding_matches_parallel(attention_type)
     check_shared_query_key_enforced(attention_type)
     check_no_weight_decay_names_own_parameters(attention_type)

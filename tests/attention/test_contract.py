@@ -70,6 +70,11 @@ def test_unsupported_inputs_raise(attention_type):
 
 
 @pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_causal_decoding_matches_parallel(attention_type):
+    contract.check_causal_decoding_matches_parallel(attention_type)
+
+
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
 def test_unknown_config_key_lists_valid_keys(attention_type):
     contract.check_unknown_config_key_lists_valid_keys(attention_type)
 

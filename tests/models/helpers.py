@@ -12,22 +12,11 @@ from huggingface_hub.errors import StrictDataclassError
 # validator (StrictDataclassFieldValidationError, ...ClassValidationError); the message carries it.
 CONFIG_ERRORS = (ValueError, StrictDataclassError)
 
-# Parameters a non-causal encoder never uses: RFA's recency gate exists for its causal form only. They get no
-# gradient (DDP then needs find_unused_parameters=True); reported to the attention owners.
-CAUSAL_ONLY_PARAMETERS = {"rfa": ("gate_weight", "gate_bias")}
-
 
 def assert_grads_finite(model: torch.nn.Module) -> None:
-    """After a backward pass every parameter has a finite gradient, but a causal-only parameter of a core
-    (``CAUSAL_ONLY_PARAMETERS``), which a bidirectional encoder never uses."""
-    unused = {
-        f"{prefix}.{name}"
-        for prefix, module in model.named_modules()
-        for name in CAUSAL_ONLY_PARAMETERS.get(getattr(module, "attention_type", None), ())
-    }
+    """After a backward pass every parameter has a finite gradient (RFA's causal-only gate exists in causal
+    models only, so an encoder has no parameter without one)."""
     for name, param in model.named_parameters():
-        if name in unused:
-            continue
         assert param.grad is not None, f"{name} received no gradient"
         assert torch.isfinite(param.grad).all(), f"{name} has a non-finite gradient"
 
