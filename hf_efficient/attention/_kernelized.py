@@ -36,6 +36,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from .inputs import is_tracing
 from .utils import CHUNK_BYTES, rows_per_chunk
 
 # Chunk budget for (chunk x m) feature tensors. Well below utils.CHUNK_BYTES: forward+backward of the
@@ -105,6 +106,11 @@ def kernelized_attention(
         rows = max(block, rows // block * block)
     else:
         rows = rows_per_chunk(b * h * num_features * itemsize, n, budget or FEATURE_CHUNK_BYTES)
+    if is_tracing():  # one chunk: a traced graph (torch.export / torch.compile) has no loop over chunks
+        chunks = [(query, key, value, keep)]
+        if causal:  # blocks of block_size even for shorter inputs (min(block_size, n) would guard on n)
+            return _causal(chunks, query_features, key_features, block_size, eps)
+        return _non_causal(chunks, query_features, key_features, eps, query.dtype)
     # split (not slicing per chunk): backward concatenates once instead of zero-filling a full-size
     # gradient per slice.
     chunks = zip(
@@ -116,12 +122,16 @@ def kernelized_attention(
     )
     if causal:
         return _causal(chunks, query_features, key_features, block, eps)
-    chunks = list(chunks)
+    return _non_causal(list(chunks), query_features, key_features, eps, query.dtype)
+
+
+def _non_causal(chunks, query_features: QueryFeatureFn, key_features: KeyFeatureFn, eps: float, dtype):
+    """Non-causal form over chunks of (queries, keys, [values, 1], keep): the state [S | z] summed over the
+    key chunks, then every query chunk against it."""
     state = None  # (b, h, m, d + 1): [S | z]
     for _, k, v, kp in chunks:
         part = (key_features(k, kp).transpose(-1, -2) @ v).to(accumulate_dtype(v))  # (b, h, m, d + 1)
         state = part if state is None else state + part
-    dtype = query.dtype
     outputs = [  # (b, h, c, d) each
         normalise(query_features(q).to(state.dtype) @ state, eps).to(dtype) for q, _, _, _ in chunks
     ]

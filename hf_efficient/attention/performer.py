@@ -43,7 +43,7 @@ from .base import AttentionCapabilities, AttentionCore, AttentionOutput, Attenti
 from .config import AttentionConfig
 from .inputs import AttentionInputs
 from .registry import register_attention
-from .utils import orthogonal_gaussian_features, rows_per_chunk
+from .utils import orthogonal_gaussian_features, row_slices, rows_per_chunk
 
 RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical_stabilizer
 # Exponents are floored here (features >= e^-80 ~ 2e-35 of a row's largest, 0 in every float32 sum) before
@@ -182,11 +182,11 @@ class PerformerAttention(AttentionCore):
         b, h, n, _ = key.shape
         rows = rows_per_chunk(b * h * w_t.shape[1] * key.element_size(), n, FEATURE_CHUNK_BYTES)
         maxima = []
-        for start in range(0, n, rows):
-            x = key[:, :, start : start + rows]  # (b, h, c, d)
+        for piece in row_slices(n, rows):
+            x = key[:, :, piece]  # (b, h, c, d)
             per_key = (x @ w_t).amax(-1, keepdim=True) - self._half_sq_norm(x)  # (b, h, c, 1)
             if mask is not None:
-                per_key.masked_fill_(~mask[:, None, start : start + rows, None], float("-inf"))
+                per_key.masked_fill_(~mask[:, None, piece, None], float("-inf"))
             maxima.append(per_key.amax(dim=(2, 3), keepdim=True))  # (b, h, 1, 1)
         return torch.stack(maxima).amax(0)
 

@@ -61,7 +61,13 @@ from .base import AttentionCapabilities, AttentionCore, AttentionOutput, Attenti
 from .config import AttentionConfig
 from .inputs import AttentionInputs
 from .registry import register_attention
-from .utils import extend_padding_mask, orthogonal_gaussian_features, pad_to_multiple, rows_per_chunk
+from .utils import (
+    extend_padding_mask,
+    orthogonal_gaussian_features,
+    pad_to_multiple,
+    row_slices,
+    rows_per_chunk,
+)
 
 _FEATURE_CHUNK_BYTES = 4 * 2**20  # per-chunk (b, h, rows, 2m) features (measured: 4 MiB <= 8, 16 MiB)
 
@@ -147,8 +153,7 @@ class _NonCausalRFA(torch.autograd.Function):
         weight_t = (sigma * base).transpose(1, 2)  # (h, d, m): W^T with W = sigma * W~
         rows = rows_per_chunk(b * h * 2 * m * query.element_size(), n, _FEATURE_CHUNK_BYTES)
         state_sin, state_cos = (query.new_zeros(b * h, m, d + 1) for _ in range(2))
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             sin_k, cos_k = _sin_cos(_unit(key[:, :, piece])[0], weight_t)  # (b, h, c, m) each
             v_one = _values_and_ones(value, mask, piece)  # (b * h, c, d + 1)
             state_sin.baddbmm_(_flat(sin_k).transpose(1, 2), v_one)
@@ -157,8 +162,7 @@ class _NonCausalRFA(torch.autograd.Function):
         # same memory layout as the query: with heads split off (b, n, h, d) projections, merging heads
         # back afterwards is a free view, and the gradients below need no copy either
         out, den = torch.empty_like(query), query.new_empty(b, h, n)
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             sin_q, cos_q = _sin_cos(_unit(query[:, :, piece])[0], weight_t)
             result = torch.bmm(_flat(sin_q), state_sin).baddbmm_(_flat(cos_q), state_cos)  # (b*h, c, d+1)
             result = result.view(b, h, -1, d + 1)  # (b, h, c, d + 1)
@@ -188,8 +192,7 @@ class _NonCausalRFA(torch.autograd.Function):
             grad_unit.mul_(sigma)  # through x -> x / |x|: (g - x^ (x^ . g)) / |x|
             return grad_unit.sub_(unit * (unit * grad_unit).sum(-1, keepdim=True)).div_(norm)
 
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             unit, norm = _unit(query[:, :, piece])  # (b, h, c, d), (b, h, c, 1)
             sin_q, cos_q = _sin_cos(unit, weight_t)  # (b, h, c, m) each
             den_c = den[:, :, piece, None]  # (b, h, c, 1)
@@ -204,8 +207,7 @@ class _NonCausalRFA(torch.autograd.Function):
             grad_of_cos = grad_result @ state_cos.transpose(1, 2)
             grad_q[:, :, piece] = through_features(grad_of_sin, grad_of_cos, sin_q, cos_q, unit, norm)
         grad_sin.div_(m), grad_cos.div_(m)
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             unit, norm = _unit(key[:, :, piece])
             sin_k, cos_k = _sin_cos(unit, weight_t)
             grad_value = torch.bmm(_flat(sin_k), grad_sin[..., :d]).baddbmm_(_flat(cos_k), grad_cos[..., :d])
