@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from .config import AttentionConfig
-from .inputs import AttentionInputs, check_supported
+from .inputs import AttentionInputs, check_supported, is_tracing
 
 MODALITIES = ("text", "vision", "graph")
 
@@ -185,6 +185,13 @@ class AttentionCore(nn.Module):
         from inside ``forward``.
         """
 
+    def tracing_blocker(self) -> str | None:
+        """Why this core, as configured, cannot be traced by ``torch.export`` / ``torch.compile``, with the
+        fix; None when it can (the default). Cores compute in one piece while tracing (no Python branch on
+        tensor values, no loop over a number of chunks), so only a setting whose shapes follow the data
+        blocks it. Read by ``forward`` while tracing and by :func:`hf_efficient.export.check_exportable`."""
+        return None
+
     def attn_implementation(self, inputs: AttentionInputs) -> str:
         """The exact-softmax kernel of this call: the inputs' choice, else the spec's."""
         return inputs.attn_implementation or self.spec.attn_implementation
@@ -218,6 +225,15 @@ class AttentionCore(nn.Module):
         b, _, n, _ = query.shape
         inputs = inputs.prepare(b, n, name)
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
+        if is_tracing():
+            blocker = self.tracing_blocker()
+            if blocker is not None:
+                raise ValueError(f"{name} cannot be traced by torch.export / torch.compile: {blocker}")
+            # Dense heads: the encoders hand over (b, n, h, d) -> (b, h, n, d) views, whose strides make
+            # torch.export specialise matmuls to batch != 1; one copy per layer of a traced graph.
+            shared = key is query
+            query, value = query.contiguous(), value.contiguous()
+            key = query if shared else key.contiguous()
         if inputs.empty_rows is not None:
             # A sequence with no real token: computed on zeros with every key "real" (so no core divides by an
             # empty softmax or normaliser), then zeroed below; masked_fill passes no gradient to its inputs.

@@ -591,7 +591,9 @@ def _block_sparse_rows(q, k, v, index, blocked, global_index, num_window, dropou
     keys = k.index_select(0, index.reshape(-1)).view(b, h, nb, -1, d)  # (b, h, nb, K * B, d)
     values = v.index_select(0, index.reshape(-1)).view(b, h, nb, -1, d)
     scores = (q @ keys.transpose(-1, -2)).masked_fill(blocked[:, :, :, None, :], torch.finfo(q.dtype).min)
-    probs = torch.nn.functional.dropout(torch.softmax(scores, -1), dropout_p, dropout_p > 0)
+    probs = torch.softmax(scores, -1)
+    if dropout_p > 0:
+        probs = torch.nn.functional.dropout(probs, dropout_p)
     return probs @ values  # (b, h, nb, B, d)
 
 
@@ -601,5 +603,7 @@ def _dense_rows(q, k, v, key_mask, dropout_p) -> torch.Tensor:
     scores = q @ k.transpose(-1, -2)  # (G, r, n)
     if key_mask is not None:
         scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
-    probs = torch.nn.functional.dropout(torch.softmax(scores, -1), dropout_p, dropout_p > 0)
+    probs = torch.softmax(scores, -1)
+    if dropout_p > 0:
+        probs = torch.nn.functional.dropout(probs, dropout_p)
     return probs @ v

@@ -344,7 +344,9 @@ class LongShortAttention(AttentionCore):
         q = pad_to_multiple(q * self.scaling, w).view(b, h, num_segments, w, d)  # (b, h, S, w, d)
         scores = q @ keys.transpose(-1, -2)  # (b, h, S, w, w + 2e + r)
         scores = scores.masked_fill(~valid[:, None, :, None, :], torch.finfo(scores.dtype).min)
-        probs = F.dropout(torch.softmax(scores, dim=-1), self.spec.dropout, self.training)
+        probs = torch.softmax(scores, dim=-1)
+        if self.training and self.spec.dropout > 0:
+            probs = F.dropout(probs, self.spec.dropout)
         return unpad((probs @ values).view(b, h, num_segments * w, d), n)  # (b, h, S w, d) -> (b, h, n, d)
 
     def _landmarks(self, k: torch.Tensor, v: torch.Tensor, row: dict) -> tuple[torch.Tensor, torch.Tensor]:

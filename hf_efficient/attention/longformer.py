@@ -246,7 +246,9 @@ class LongformerAttention(AttentionCore):
             for x, extra in ((k, global_key), (v, global_value))
         )  # (B, h, chunks, span + G, d)
         scores = (queries @ keys.transpose(-1, -2)).masked_fill(~mask.transpose(0, 1)[:, None], float("-inf"))
-        probs = F.dropout(torch.softmax(scores, dim=-1), dropout, self.training)
+        probs = torch.softmax(scores, dim=-1)
+        if dropout > 0:
+            probs = F.dropout(probs, dropout)
         out = (probs @ values).flatten(2, 3)  # (B, h, m, d)
         if r > 1:  # back to position t r + s
             out = out.unflatten(0, (b, r)).permute(0, 2, 3, 1, 4).flatten(2, 3)  # (b, h, m r, d)

@@ -35,12 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import AttentionCapabilities
-from .graph_sparse import (
-    EdgePattern,
-    GraphSparseAttention,
-    GraphSparseConfig,
-    _EdgeAggregate,
-)
+from .graph_sparse import EdgePattern, GraphSparseAttention, GraphSparseConfig
 from .registry import register_attention
 
 
@@ -101,5 +96,5 @@ class MultiHopAttention(GraphSparseAttention):
         teleport = value * alpha  # (b, h, n, d)
         z = value
         for _ in range(self.config.num_hops):
-            z = _EdgeAggregate.apply(probs, z, pattern) * (1.0 - alpha) + teleport  # (b, h, n, d)
+            z = pattern.aggregate(probs, z) * (1.0 - alpha) + teleport  # (b, h, n, d)
         return z

@@ -59,7 +59,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .config import AttentionConfig
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
 from .utils import (
     extend_padding_mask,
@@ -137,6 +137,26 @@ def _values_and_ones(value, mask, piece):
     """
     v_one = F.pad(value[:, :, piece], (0, 1), value=1.0)  # (b, h, c, d + 1)
     return _flat(v_one if mask is None else v_one.masked_fill(~mask[:, None, piece, None], 0.0))
+
+
+def _non_causal_whole(query, key, value, base, sigma, mask, eps: float) -> torch.Tensor:
+    """What :class:`_NonCausalRFA` computes, in one piece with plain autograd (for traced graphs, which
+    cannot loop over chunks): (b, h, n, d). Memory O(n m) per head for the features."""
+    b, h, n, d = query.shape
+    m = base.shape[1]
+    weight_t = (sigma * base).transpose(1, 2)  # (h, d, m)
+
+    def sin_cos(x):  # not _sin_cos: its in-place cos would break plain autograd
+        u = _unit(x)[0] @ weight_t  # (b, h, n, m)
+        return u.sin(), u.cos()
+
+    sin_k, cos_k = sin_cos(key)  # (b, h, n, m) each
+    v_one = _values_and_ones(value, mask, slice(None))  # (b * h, n, d + 1)
+    state_sin = torch.bmm(_flat(sin_k).transpose(1, 2), v_one) / m  # (b * h, m, d + 1)
+    state_cos = torch.bmm(_flat(cos_k).transpose(1, 2), v_one) / m
+    sin_q, cos_q = sin_cos(query)
+    result = (torch.bmm(_flat(sin_q), state_sin) + torch.bmm(_flat(cos_q), state_cos)).view(b, h, n, d + 1)
+    return result[..., :d] / result[..., d:].abs().clamp_min(eps)
 
 
 class _NonCausalRFA(torch.autograd.Function):
@@ -303,11 +323,18 @@ class RandomFeatureAttention(AttentionCore):
             out = self._causal(query.to(work), key.to(work), value.to(work), attention_mask)
             return AttentionOutput(out.to(query.dtype), None)
         base, sigma = self.random_weights.to(query.dtype), self.scales().to(query.dtype)
-        out = _NonCausalRFA.apply(query, key, value, base, sigma, attention_mask, self.config.eps)
+        attend = _non_causal_whole if is_tracing() else _NonCausalRFA.apply
+        out = attend(query, key, value, base, sigma, attention_mask, self.config.eps)
         return AttentionOutput(out, None)
 
     def _causal(self, query, key, value, mask) -> torch.Tensor:
         """Blocks of ``causal_chunk`` tokens, batched over a group of blocks; state carried across blocks."""
+        if is_tracing():
+            raise ValueError(
+                "rfa: the causal (gated) form cannot be traced by torch.export / torch.compile: its state is "
+                "carried from block to block by a Python loop whose length follows n. The bidirectional form "
+                "(is_causal=False, what the encoders use) traces."
+            )
         b, h, n, d = query.shape
         size, m2 = min(self.config.causal_chunk, n), 2 * self.config.num_features
         mask = extend_padding_mask(mask, b, n, size, query.device)

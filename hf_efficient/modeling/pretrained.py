@@ -73,6 +73,14 @@ class EfficientPreTrainedModel(PreTrainedModel):
         """Every attention core of the model, in layer order."""
         return [module for module in self.modules() if isinstance(module, AttentionCore)]
 
+    def tracing_blockers(self) -> list[str]:
+        """Why this model, as configured, cannot be traced by ``torch.export`` / ``torch.compile``: one line
+        per cause, naming the attention type or option and the fix (empty when it can). Models with parts
+        of their own that cannot be traced extend it."""
+        reasons = (f"{core.attention_type}: {core.tracing_blocker()}" for core in self.attention_cores())
+        blocked = (core.tracing_blocker() is not None for core in self.attention_cores())
+        return list(dict.fromkeys(reason for reason, no in zip(reasons, blocked, strict=True) if no))
+
     def save_pretrained(
         self, save_directory, is_main_process=True, state_dict=None, push_to_hub=False, **kwargs
     ):

@@ -21,7 +21,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils.generic import can_return_tuple
 
-from ...attention.inputs import AttentionInputs, GraphEdges
+from ...attention.inputs import AttentionInputs, GraphEdges, is_tracing
 from ...modeling.blocks import (
     EfficientAttention,
     EfficientEncoder,
@@ -33,7 +33,7 @@ from ...modeling.blocks import (
 from ...modeling.heads import classification_loss, classifier_dropout
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
-from .graphormer import GraphormerAttentionBias
+from .graphormer import EDGE_ENCODING_NOT_TRACEABLE, GraphormerAttentionBias
 
 
 class EfficientGraphEmbeddings(nn.Module):
@@ -61,8 +61,8 @@ class EfficientGraphEmbeddings(nn.Module):
     def _node_features(self, node_feat: torch.Tensor) -> torch.Tensor:
         if self.node_vocab_size is None:
             return self.node_encoder(node_feat.to(self.node_encoder.weight.dtype))  # (b, n, F) -> (b, n, D)
-        if node_feat.is_floating_point() or bool(
-            (node_feat < 0).any() | (node_feat >= self.node_vocab_size).any()
+        if node_feat.is_floating_point() or (  # values unchecked in traced graphs (they trust their inputs)
+            not is_tracing() and bool((node_feat < 0).any() | (node_feat >= self.node_vocab_size).any())
         ):
             raise ValueError(
                 f"node_vocab_size={self.node_vocab_size}: node_feat must hold integer categories in "
@@ -150,15 +150,33 @@ class EfficientGraphPreTrainedModel(EfficientPreTrainedModel):
     main_input_name = "node_feat"
     _no_split_modules = ["EfficientGraphLayer", "EfficientGraphHybridLayer"]
 
+    def tracing_blockers(self) -> list[str]:
+        reasons = super().tracing_blockers()
+        if self.config.graph_bias == "graphormer" and self.config.edge_dim is not None:
+            reasons.append(EDGE_ENCODING_NOT_TRACEABLE)
+        return reasons
+
 
 def _with_virtual_token(edges: GraphEdges, node_mask: torch.Tensor) -> GraphEdges:
     """Shift edges to positions g * (n + 1) + i + 1 and join the virtual token (position g * (n + 1)) to every
-    real node both ways, plus a self loop. Virtual edges carry zero features and weight 1."""
+    real node both ways, plus a self loop. Virtual edges carry zero features and weight 1.
+
+    While tracing, every node slot gets its two edges (no count of real nodes): a padded slot's become two
+    self loops of that slot, read only by its own output, which is zeroed, so every real node and the token
+    see exactly the edges of eager mode."""
     b, n = node_mask.shape
     shifted = edges.edge_index + edges.edge_index // n + 1  # (2, E): g * n + i -> g * (n + 1) + i + 1
-    graph, node = node_mask.nonzero(as_tuple=True)  # real nodes
+    if is_tracing():
+        slots = torch.arange(b * n, device=node_mask.device)
+        graph, node = slots // n, slots % n  # every slot
+        real_slot = node_mask.reshape(-1)
+    else:
+        graph, node = node_mask.nonzero(as_tuple=True)  # real nodes
+        real_slot = None
     token = graph * (n + 1)  # (R,)
     real = token + node + 1
+    if real_slot is not None:
+        token = torch.where(real_slot, token, real)  # padded slot: a self loop instead of the token
     tokens = torch.arange(b, device=node_mask.device) * (n + 1)
     virtual = torch.stack([torch.cat([token, real, tokens]), torch.cat([real, token, tokens])])  # (2, 2R + b)
     edge_index = torch.cat([shifted, virtual], dim=1)  # (2, E + 2R + b)
