@@ -109,6 +109,8 @@ class AttentionCore(nn.Module):
         no_weight_decay: parameters weight decay must leave alone (see below).
         float32_for: half-precision input dtypes this core computes in float32 (see
             :meth:`_attend_in_precision`).
+        export_note: what an exported (traced) graph of this core bakes in or assumes, for the export
+            table of docs/serving.md (``python -m hf_efficient.export --update docs/serving.md``).
     """
 
     attention_type: ClassVar[str] = ""
@@ -128,6 +130,7 @@ class AttentionCore(nn.Module):
     # LayerNorm modules; hf_efficient.training.EfficientTrainer also spares these.
     no_weight_decay: ClassVar[tuple[str, ...]] = ()
     float32_for: ClassVar[tuple[torch.dtype, ...]] = ()
+    export_note: ClassVar[str] = ""
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()

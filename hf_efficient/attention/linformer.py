@@ -82,6 +82,7 @@ class LinformerAttention(AttentionCore):
     cost = "O(n·k)"
     lra_listops = ("Linformer", 35.7)
     summary = "learned length projections, head/key-value/layer sharing"
+    export_note = "sequence length up to max_position_embeddings (the projections' size)"
     small_config = {"projected_length": 8}
 
     @classmethod

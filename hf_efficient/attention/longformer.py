@@ -99,6 +99,10 @@ class LongformerAttention(AttentionCore):
     cost = "O(n·w)"
     lra_listops = ("Longformer", 35.63)
     summary = "sliding window (optional dilation) + global tokens by index or per-example mask"
+    export_note = (
+        "global tokens: the configured global_token_indices (a per-example global_attention_mask is no "
+        "serving input); every window chunk at once"
+    )
     small_config = {"attention_window": 6, "global_token_indices": [0]}
     benchmark_config = {"attention_window": 512}
 

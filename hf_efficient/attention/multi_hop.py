@@ -75,6 +75,7 @@ class MultiHopAttention(GraphSparseAttention):
     paper = "Wang et al. 2021, Multi-hop Attention Graph Neural Networks (MAGNA)"
     cost = "O(K·E)"
     summary = "one-hop attention over edges diffused K hops (personalised PageRank)"
+    export_note = "as graph_sparse, K hops of scatters"
     small_config = {"alpha": 0.2, "num_hops": 3}
 
     @classmethod
