@@ -84,6 +84,7 @@ class ServingInput:
 # minimum of sequence and nodes is 2: exported graphs hold broadcasts that torch.export specialises for
 # a size of 1 (a tokenizer's output always holds [CLS] and [SEP]; pad a one-node batch to two slots).
 DYNAMIC_DIMS = {"batch": (1, None), "sequence": (2, None), "nodes": (2, None), "edges": (1, None)}
+_UNBOUNDED = 2**62  # torch.export.Dim's maximum for a dimension with no bound
 
 
 def serving_inputs(model: EfficientPreTrainedModel) -> list[ServingInput]:
@@ -124,8 +125,8 @@ def serving_inputs(model: EfficientPreTrainedModel) -> list[ServingInput]:
 def dimension_range(model: EfficientPreTrainedModel, name: str) -> tuple[int, int | None]:
     """(minimum, maximum or None) of a dynamic dimension of ``model``'s serving inputs."""
     low, high = DYNAMIC_DIMS[name]
-    if name == "sequence":
-        high = model.config.max_position_embeddings
+    if name == "sequence":  # (graph configs have no position embeddings: their sequence is "nodes")
+        high = getattr(model.config, "max_position_embeddings", None)
     return low, high
 
 
@@ -254,7 +255,7 @@ def _dynamic_shapes(model, inputs: list[ServingInput]) -> tuple[tuple[dict[int, 
     dims = {}
     for name in DYNAMIC_DIMS:
         low, high = dimension_range(model, name)
-        dims[name] = torch.export.Dim(name, min=low, max=high if high is not None else int(2**62))
+        dims[name] = torch.export.Dim(name, min=low, max=high or _UNBOUNDED)
     return (
         tuple({axis: dims[d] for axis, d in enumerate(spec.shape) if isinstance(d, str)} for spec in inputs),
     )
@@ -262,7 +263,7 @@ def _dynamic_shapes(model, inputs: list[ServingInput]) -> tuple[tuple[dict[int, 
 
 def trace_sizes(model: EfficientPreTrainedModel) -> dict[str, int]:
     """The sizes traced with: none of them 1 or a bound of its range (torch.export would specialise)."""
-    low, high = dimension_range(model, "sequence")
+    high = dimension_range(model, "sequence")[1] or _UNBOUNDED
     return {"batch": 2, "sequence": min(13, high - 1), "nodes": 5}
 
 
@@ -354,7 +355,7 @@ def _dimension_symbols(exported: ExportedModel) -> dict[str, str]:
 def compare_sizes(model: EfficientPreTrainedModel) -> list[dict[str, int]]:
     """Two sizes that :func:`trace_sizes` did not trace: a batch of one and of three, a short and a longer
     sequence (within the position embeddings) or graph."""
-    high = dimension_range(model, "sequence")[1]
+    high = dimension_range(model, "sequence")[1] or _UNBOUNDED
     return [
         {"batch": 1, "sequence": min(7, high), "nodes": 3},
         {"batch": 3, "sequence": min(29, high), "nodes": 9},
