@@ -255,10 +255,15 @@ def test_serve_it_commands_of_the_docs_and_readme(tmp_path, export, serve_onnx, 
 
 @pytest.mark.slow
 def test_export_folder_refuses_a_mismatch_over_the_tolerance(tmp_path):
+    """ONNX Runtime's kernels (GELU, LayerNorm, softmax) round differently from PyTorch's, by about 1e-7: over
+    a tolerance of 1e-12 the export fails and says by how much (the program itself matches eager exactly,
+    so the ONNX comparison is the one that can fail here)."""
     trained = tmp_path / "model"
     EfficientBertForSequenceClassification(tiny_config("linear")).save_pretrained(trained)
-    with pytest.raises(ValueError, match="exported program differs from the model by .* tolerance 1e-12"):
-        export_folder(trained, tmp_path / "serving", onnx=False, program_tolerance=1e-12)
+    with pytest.raises(ValueError, match=r"ONNX Runtime differs from the model by .* \(tolerance 1e-12\)"):
+        export_folder(trained, tmp_path / "serving", onnx_tolerance=1e-12)
+    manifest = json.loads((tmp_path / "serving" / "export.json").read_text())
+    assert 1e-12 < manifest["onnx_error"] <= 1e-4 and manifest["program_error"] <= 1e-5
 
 
 def test_docs_export_table_is_the_registry_table():

@@ -182,7 +182,8 @@ def check_supported(
         if (
             bias.dim() != 4
             or bias.shape[-2:] != (n, n)
-            or any(s not in (1, t) for s, t in zip(bias.shape[:2], (b, h), strict=True))
+            # (t, 1): a traced size equal to t is settled without asking whether it is 1 (a guard)
+            or any(s not in (t, 1) for s, t in zip(bias.shape[:2], (b, h), strict=True))
         ):
             raise ValueError(
                 f"{name}: attention_bias must broadcast to (batch, heads, seq, seq) = {(b, h, n, n)}, "

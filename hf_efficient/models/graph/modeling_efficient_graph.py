@@ -176,7 +176,8 @@ def _with_virtual_token(edges: GraphEdges, node_mask: torch.Tensor) -> GraphEdge
     shifted = edges.edge_index + edges.edge_index // n + 1  # (2, E): g * n + i -> g * (n + 1) + i + 1
     if is_tracing():
         slots = torch.arange(b * n, device=node_mask.device)
-        graph, node = slots // n, slots % n  # every slot
+        graph = slots // n  # every slot; its node is slots - graph * n (ONNX has no remainder by a size)
+        node = slots - graph * n
         real_slot = node_mask.reshape(-1)
     else:
         graph, node = node_mask.nonzero(as_tuple=True)  # real nodes
