@@ -252,6 +252,16 @@ def test_serve_it_commands_of_the_docs_and_readme(tmp_path, export, serve_onnx, 
     with pytest.raises(ValueError, match="missing serving input"):
         model.run(input_ids=model.encode_texts(texts)["input_ids"])
 
+    # The page's Python example, on the same folders (its ONNX file in tmp_path)
+    snippet = DOCS.read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    for documented, path in {**folders, "model.onnx": str(tmp_path / "snippet.onnx")}.items():
+        assert f'"{documented}"' in snippet
+        snippet = snippet.replace(f'"{documented}"', repr(path))
+    namespace = {}
+    exec(compile(snippet, str(DOCS), "exec"), namespace)
+    assert namespace["report"].onnx_error <= 1e-4 and (tmp_path / "snippet.onnx").stat().st_size > 0
+    assert namespace["logits"].shape == (1, 2) and tuple(namespace["exported"].output_names) == ("logits",)
+
 
 @pytest.mark.slow
 def test_export_folder_refuses_a_mismatch_over_the_tolerance(tmp_path):
@@ -275,3 +285,64 @@ def test_docs_export_table_is_the_registry_table():
     assert with_table(text, export_table(), marker="export-table") == text
     for name in list_attention_types():
         assert f"| `{name}` |" in text
+
+
+def _export_and_serve(model, trained: Path, serving: Path, export, serve_onnx, inputs: list[str]) -> list:
+    """Save ``model`` to ``trained``, export it with scripts/export.py, serve ``inputs`` (serve_onnx.py's
+    arguments after --model_dir) and return the served lines."""
+    model.save_pretrained(trained)
+    export.main(["--model_name_or_path", str(trained), "--output_dir", str(serving)])
+    return serve_onnx.main(["--model_dir", str(serving), "--threads", "1", *inputs])
+
+
+def _assert_served_like_the_model(served: list[dict], model, batch: dict) -> None:
+    """Each served line holds the model's own label and probability (to 1e-4) for its row of ``batch``."""
+    with torch.no_grad():
+        probs = model.eval()(**batch).logits.softmax(-1)
+    assert len(served) == len(probs)
+    for line, row in zip(served, probs, strict=True):
+        assert line["label"] == model.config.id2label[int(row.argmax())]
+        assert abs(line["score"] - float(row.max())) <= 1e-4
+
+
+@pytest.mark.slow
+def test_serve_onnx_classifies_image_files_like_the_model(tmp_path, export, serve_onnx):
+    """--images: PNG files of another size go through the image processor saved beside the model."""
+    import numpy as np
+    from PIL import Image
+
+    from hf_efficient import EfficientViTForImageClassification, EfficientViTImageProcessor
+
+    model = EfficientViTForImageClassification(tiny_vit_config("full", num_labels=3))
+    processor = EfficientViTImageProcessor.for_config(model.config)
+    processor.save_pretrained(tmp_path / "trained")
+    rng = np.random.default_rng(0)
+    files = []
+    for index in range(2):
+        files.append(str(tmp_path / f"image{index}.png"))
+        Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)).save(files[-1])
+    served = _export_and_serve(
+        model, tmp_path / "trained", tmp_path / "serving", export, serve_onnx, ["--images", *files]
+    )
+    assert [line["input"] for line in served] == files
+    pixels = processor([Image.open(f) for f in files], return_tensors="pt")["pixel_values"]
+    _assert_served_like_the_model(served, model, {"pixel_values": pixels})
+
+
+@pytest.mark.slow
+def test_serve_onnx_classifies_graph_records_like_the_model(tmp_path, export, serve_onnx):
+    """--graphs: JSON lines of records of other sizes than the export traced go through the model's collator
+    (graph_sparse over edges, node degrees)."""
+    from hf_efficient.models.graph import GraphCollator
+
+    from .models.graph.helpers import base_records
+
+    model = EfficientGraphForGraphClassification(attention_type_config("graph_sparse", "transformer"))
+    records = [{key: value for key, value in r.items() if key != "y"} for r in base_records()]  # no labels
+    lines = tmp_path / "graphs.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in records))
+    served = _export_and_serve(
+        model, tmp_path / "trained", tmp_path / "serving", export, serve_onnx, ["--graphs", str(lines)]
+    )
+    assert [line["input"] for line in served] == [f"{lines}:{i}" for i in (1, 2, 3)]
+    _assert_served_like_the_model(served, model, GraphCollator.for_config(model.config)(records))
