@@ -7,7 +7,7 @@ from transformers import PreTrainedModel
 
 from ..attention.base import AttentionCore
 from ..attention.inputs import AttentionInputs
-from .blocks import EfficientEncoder
+from .blocks import EfficientEncoder, EfficientSelfAttention
 from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
 
 
@@ -97,6 +97,25 @@ class EfficientPreTrainedModel(PreTrainedModel):
         reasons = (f"{core.attention_type}: {core.tracing_blocker()}" for core in self.attention_cores())
         blocked = (core.tracing_blocker() is not None for core in self.attention_cores())
         return list(dict.fromkeys(reason for reason, no in zip(reasons, blocked, strict=True) if no))
+
+    def attention_checkpointing_enable(self) -> None:
+        """Keep only each attention core's inputs (query, key, value) for backward and run the core again
+        there, instead of keeping its intermediates (feature maps, sorted copies, window blocks).
+
+        Cheaper than ``gradient_checkpointing_enable`` (which recomputes whole layers, projections and
+        feed-forward included) when a core's intermediates are what fills memory; the two combine. Takes
+        effect in training mode with gradients enabled; not saved with the model.
+        """
+        self._set_attention_checkpointing(True)
+
+    def attention_checkpointing_disable(self) -> None:
+        """Undo :meth:`attention_checkpointing_enable`."""
+        self._set_attention_checkpointing(False)
+
+    def _set_attention_checkpointing(self, enabled: bool) -> None:
+        for module in self.modules():
+            if isinstance(module, EfficientSelfAttention):
+                module.checkpoint_core = enabled
 
     def save_pretrained(
         self, save_directory, is_main_process=True, state_dict=None, push_to_hub=False, **kwargs
