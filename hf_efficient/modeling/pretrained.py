@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from transformers import PreTrainedModel
 
@@ -9,6 +11,14 @@ from ..attention.base import AttentionCore
 from ..attention.inputs import AttentionInputs
 from .blocks import EfficientEncoder, EfficientSelfAttention
 from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
+from .loading import (
+    LOAD_REPORT,
+    dropped_log_message,
+    load_summary,
+    logger,
+    random_state_keys,
+    source_model_type,
+)
 
 
 class EfficientPreTrainedModel(PreTrainedModel):
@@ -30,6 +40,7 @@ class EfficientPreTrainedModel(PreTrainedModel):
         local = check_pretrained_path(pretrained_model_name_or_path, f"{cls.__name__}.from_pretrained")
         if local is not None and local.is_dir():
             check_weights_files(local / kwargs.get("subfolder", ""))
+        token = source_model_type.set(None)  # set by the config's from_dict when it reads a bert/vit config
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except OSError as error:
@@ -37,6 +48,34 @@ class EfficientPreTrainedModel(PreTrainedModel):
             if note is None:
                 raise
             raise OSError(f"{cls.__name__}.from_pretrained: {note}: {error}") from error
+        finally:
+            source_model_type.reset(token)
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
+        """transformers' adjustment, and the attention cores' random state (drawn from the seed when absent,
+        as when converting a BERT checkpoint) taken out of the missing keys: it is not a missing weight."""
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        drawn = {
+            key: kind for key, kind in random_state_keys(self).items() if key in loading_info.missing_keys
+        }
+        loading_info.missing_keys -= set(drawn)
+        self._random_state_drawn_on_load = drawn
+
+    @staticmethod
+    def _finalize_model_loading(model, load_config, loading_info):
+        """transformers' end of loading with its LOAD REPORT replaced by one line of
+        :func:`~hf_efficient.modeling.loading.load_summary`, unless sizes mismatched or a conversion failed
+        (then transformers' report stands: it raises after it)."""
+        errors = loading_info.mismatched_keys or loading_info.conversion_errors or loading_info.error_msgs
+        quiet = contextlib.nullcontext() if errors else dropped_log_message(*LOAD_REPORT)
+        with quiet:
+            loading_info = PreTrainedModel._finalize_model_loading(model, load_config, loading_info)
+        drawn = getattr(model, "_random_state_drawn_on_load", {})
+        missing, unexpected = loading_info.missing_keys, loading_info.unexpected_keys
+        if not errors and (missing or unexpected or drawn or source_model_type.get()):
+            source = str(load_config.pretrained_model_name_or_path)
+            logger.warning(load_summary(model, source, missing, unexpected, drawn))
+        return loading_info
 
     @torch.no_grad()
     def _init_weights(self, module):
