@@ -65,6 +65,19 @@ _UNSERVED_OUTPUTS = ("loss", "hidden_states", "attentions")
 _TRACEABLE_KERNELS = ("eager", "sdpa")
 
 
+def _import_extra(module: str, needed_by: str):
+    """``module`` of the ``export`` extra, or an ImportError naming the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        raise ImportError(
+            f"hf_efficient.export.{needed_by} needs {error.name}, which is not installed: "
+            "pip install 'hf_efficient[export]' (onnx, onnxscript, onnxruntime)."
+        ) from error
+
+
 class NotExportableError(ValueError):
     """The model, as configured, cannot be exported; the message names the attention type or option, why,
     and the fix."""
@@ -315,7 +328,8 @@ def export_program(model: EfficientPreTrainedModel) -> ExportedModel:
 def export_onnx(exported: ExportedModel, path: str | Path, optimize: bool = True) -> Path:
     """Convert an :class:`ExportedModel` into an ONNX file (``torch.onnx.export(..., dynamo=True)``), with
     the serving input and output names and the dynamic dimensions named as in :data:`DYNAMIC_DIMS`."""
-    import onnx  # the `export` extra
+    onnx = _import_extra("onnx", "export_onnx")
+    _import_extra("onnxscript", "export_onnx")  # torch.onnx.export(dynamo=True) translates with it
 
     with warnings.catch_warnings():  # the exporter's notes on the ops it decomposes
         warnings.simplefilter("ignore")
@@ -395,8 +409,7 @@ class OnnxRuntimeModel:
     """
 
     def __init__(self, path: str | Path, threads: int | None = None, providers=("CPUExecutionProvider",)):
-        import onnxruntime  # the `export` extra
-
+        onnxruntime = _import_extra("onnxruntime", "OnnxRuntimeModel")
         path = Path(path)
         self.folder = path if path.is_dir() else path.parent
         options = onnxruntime.SessionOptions()
