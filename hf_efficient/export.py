@@ -470,7 +470,9 @@ def load_for_export(model_name_or_path: str | Path) -> EfficientPreTrainedModel:
     from transformers import AutoModel
 
     from . import models
+    from .modeling.checkpoint_files import check_pretrained_path
 
+    check_pretrained_path(model_name_or_path, "hf_efficient.export (--model_name_or_path)")
     config = AutoConfig.from_pretrained(model_name_or_path)
     architecture = (config.architectures or [None])[0]
     model_class = getattr(models, architecture, None) if architecture else None

@@ -346,3 +346,11 @@ def test_serve_onnx_classifies_graph_records_like_the_model(tmp_path, export, se
     )
     assert [line["input"] for line in served] == [f"{lines}:{i}" for i in (1, 2, 3)]
     _assert_served_like_the_model(served, model, GraphCollator.for_config(model.config)(records))
+
+
+def test_export_of_a_missing_folder_names_it(tmp_path, export):
+    """A mistyped --model_name_or_path names the folder and the flag (not a hub repo-id error)."""
+    missing = tmp_path / "runs" / "no_such_model"
+    with pytest.raises(FileNotFoundError, match=r"--model_name_or_path\): no such folder .*no_such_model"):
+        export.main(["--model_name_or_path", str(missing), "--output_dir", str(tmp_path / "serving")])
+    assert not (tmp_path / "serving").exists()
