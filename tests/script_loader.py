@@ -23,6 +23,8 @@ SCRIPT_NAMES = (
     "pretrain_mae",
     "finetune_image_classification",
     "train_graph",
+    "export",
+    "serve_onnx",
 )
 # Arguments of every in-process training run in the tests: no reporting integration, a fixed seed.
 QUIET = ["--report_to", "none", "--seed", "0"]

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 
 from .base import AttentionCore, AttentionOutput
 from .cache import RecurrentStateLayer
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .utils import CHUNK_BYTES, rows_per_chunk
 
 # Chunk budget for (chunk x m) feature tensors. Well below utils.CHUNK_BYTES: forward+backward of the
@@ -149,30 +149,41 @@ def kernelized_attention(
         rows = max(block, rows // block * block)
     else:
         rows = rows_per_chunk(b * h * num_features * itemsize, n, budget or FEATURE_CHUNK_BYTES)
-    # split (not slicing per chunk): backward concatenates once instead of zero-filling a full-size
-    # gradient per slice.
-    chunks = zip(
-        query.split(rows, dim=2),
-        key.split(rows, dim=2),
-        value.split(rows, dim=2),
-        itertools.repeat(None) if keep is None else keep.split(rows, dim=2),
-        itertools.repeat(None) if key_maxima is None else key_maxima.split(rows, dim=2),
-        strict=False,
-    )
+    if is_tracing():  # one chunk: a traced graph (torch.export / torch.compile) has no loop over chunks
+        chunks = [(query, key, value, keep, key_maxima)]
+        block = (
+            block_size  # blocks of block_size even for shorter inputs (min(block_size, n) would guard on n)
+        )
+    else:
+        # split (not slicing per chunk): backward concatenates once instead of zero-filling a full-size
+        # gradient per slice.
+        chunks = zip(
+            query.split(rows, dim=2),
+            key.split(rows, dim=2),
+            value.split(rows, dim=2),
+            itertools.repeat(None) if keep is None else keep.split(rows, dim=2),
+            itertools.repeat(None) if key_maxima is None else key_maxima.split(rows, dim=2),
+            strict=False,
+        )
     if causal:
         output, final = _causal(chunks, query_features, key_features, block, eps, state)
         return (output, final) if return_state else output
-    chunks = list(chunks)
+    return _non_causal(list(chunks), query_features, key_features, key_maxima, eps, query.dtype)
+
+
+def _non_causal(chunks, query_features: QueryFeatureFn, key_features: KeyFeatureFn, key_maxima, eps, dtype):
+    """Non-causal form over chunks of (queries, keys, [values, 1], keep, key maxima): the state [S | z] summed
+    over the key chunks, then every query chunk against it. ``key_maxima`` (b, h, n) or None: the per-key
+    log-feature maxima of a shifted feature map (Performer's), whose largest real one shifts every key."""
     if key_maxima is not None:  # one shift for all keys: the largest log-feature of any real key
         shift = _finite_or_zero(key_maxima.amax(-1, keepdim=True)[..., None])  # (b, h, 1, 1)
         key_features = partial_shift(key_features, shift)
-    sums = None  # (b, h, m, d + 1): [S | z]
+    state = None  # (b, h, m, d + 1): [S | z]
     for _, k, v, kp, _ in chunks:
         part = (key_features(k, kp).transpose(-1, -2) @ v).to(accumulate_dtype(v))  # (b, h, m, d + 1)
-        sums = part if sums is None else sums + part
-    dtype = query.dtype
+        state = part if state is None else state + part
     outputs = [  # (b, h, c, d) each
-        normalise(query_features(q).to(sums.dtype) @ sums, eps).to(dtype) for q, _, _, _, _ in chunks
+        normalise(query_features(q).to(state.dtype) @ state, eps).to(dtype) for q, _, _, _, _ in chunks
     ]
     return torch.cat(outputs, dim=2) if len(outputs) > 1 else outputs[0]
 

@@ -32,7 +32,7 @@ from torch import nn
 from transformers.cache_utils import CacheLayerMixin
 
 from .config import AttentionConfig
-from .inputs import AttentionInputs, check_supported
+from .inputs import AttentionInputs, check_supported, is_tracing
 
 MODALITIES = ("text", "vision", "graph")
 
@@ -130,6 +130,8 @@ class AttentionCore(nn.Module):
         no_weight_decay: parameters weight decay must leave alone (see below).
         float32_for: half-precision input dtypes this core computes in float32 (see
             :meth:`_attend_in_precision`).
+        export_note: what an exported (traced) graph of this core bakes in or assumes, for the export
+            table of docs/serving.md (``python -m hf_efficient.export --update docs/serving.md``).
     """
 
     attention_type: ClassVar[str] = ""
@@ -151,6 +153,7 @@ class AttentionCore(nn.Module):
     # LayerNorm modules; hf_efficient.training.EfficientTrainer also spares these.
     no_weight_decay: ClassVar[tuple[str, ...]] = ()
     float32_for: ClassVar[tuple[torch.dtype, ...]] = ()
+    export_note: ClassVar[str] = ""
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()
@@ -207,6 +210,13 @@ class AttentionCore(nn.Module):
         Called explicitly, by :class:`hf_efficient.training.RandomStateCallback` or a custom loop; never
         from inside ``forward``.
         """
+
+    def tracing_blocker(self) -> str | None:
+        """Why this core, as configured, cannot be traced by ``torch.export`` / ``torch.compile``, with the
+        fix; None when it can (the default). Cores compute in one piece while tracing (no Python branch on
+        tensor values, no loop over a number of chunks), so only a setting whose shapes follow the data
+        blocks it. Read by ``forward`` while tracing and by :func:`hf_efficient.export.check_exportable`."""
+        return None
 
     def unbuilt_parameter_names(self) -> tuple[str, ...]:
         """Names of this core's parameters that a checkpoint saved in another setting may hold but this core,
@@ -268,6 +278,15 @@ class AttentionCore(nn.Module):
         b, _, n, _ = query.shape
         inputs = inputs.prepare(b, n, name)
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
+        if is_tracing():
+            blocker = self.tracing_blocker()
+            if blocker is not None:
+                raise ValueError(f"{name} cannot be traced by torch.export / torch.compile: {blocker}")
+            # Dense heads: the encoders hand over (b, n, h, d) -> (b, h, n, d) views, whose strides make
+            # torch.export specialise matmuls to batch != 1; one copy per layer of a traced graph.
+            shared = key is query
+            query, value = query.contiguous(), value.contiguous()
+            key = query if shared else key.contiguous()
         if inputs.cache is not None:
             return self._forward_cached(query, key, value, inputs, name)
         if inputs.empty_rows is not None:

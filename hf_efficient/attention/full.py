@@ -46,6 +46,7 @@ class FullAttention(AttentionCore):
         "exact softmax through HF kernels (`attn_implementation`: eager, sdpa, flex...); additive bias; "
         "causal; weights"
     )
+    export_note = "eager or sdpa kernel (FlexAttention has no ONNX form); ONNX Runtime forms the n x n scores"
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

@@ -42,7 +42,7 @@ from torch.autograd.function import once_differentiable
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
-from .inputs import AttentionInputs, GraphEdges
+from .inputs import AttentionInputs, GraphEdges, is_tracing
 from .registry import register_attention
 
 EDGE_FEATURE_MODES = ("multiply", "add")
@@ -129,6 +129,54 @@ class EdgePattern:
         """(E,) dot products left[target_e] . right[source_e] for (N, d) matrices, without gathering rows."""
         template = self.by_target(left.new_zeros(self.target.numel()))  # beta=0 still reads the values
         return torch.sparse.sampled_addmm(template, left, right.T, beta=0.0).values()
+
+    def scores(self, query: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
+        """(E, h) scaled dot products q_target . k_source, edges in the pattern's (target) order."""
+        return _EdgeScores.apply(query, key, self, scale)
+
+    def softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        """Softmax of (E, h) scores over each target's incoming edges."""
+        return _EdgeSoftmax.apply(scores, self)
+
+    def aggregate(self, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """(b, h, n, d): each target's sum of probs[e] * value[source_e] over its incoming edges."""
+        return _EdgeAggregate.apply(probs, value, self)
+
+
+class EdgeScatter:
+    """The operations of :class:`EdgePattern` as gathers and scatters over the edges in their given order:
+    what traced graphs (torch.export, torch.compile, ONNX) compute. No sort, no CSR, no count of edges per
+    node: every size is E or N. Memory O(E h d) (the gathered rows), against O(E h) for the CSR kernels.
+    """
+
+    order = None  # the edges stay in the caller's order
+
+    def __init__(self, edge_index: torch.Tensor, num_nodes: int):
+        self.source, self.target = edge_index.long()
+        self.num_nodes = num_nodes
+
+    @staticmethod
+    def _node_rows(x: torch.Tensor) -> torch.Tensor:
+        """(b, h, n, d) -> (b * n, h, d): one row per node of the flattened batch."""
+        return x.transpose(1, 2).flatten(0, 1)
+
+    def scores(self, query: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
+        q, k = self._node_rows(query), self._node_rows(key)  # (N, h, d)
+        return (q.index_select(0, self.target) * k.index_select(0, self.source)).sum(-1) * scale  # (E, h)
+
+    def softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        index = self.target[:, None].expand_as(scores)  # (E, h)
+        lowest = scores.new_full((self.num_nodes, scores.shape[1]), float("-inf"))
+        row_max = lowest.scatter_reduce(0, index, scores, "amax")  # (N, h)
+        probs = (scores - row_max.index_select(0, self.target)).exp()  # (E, h)
+        totals = scores.new_zeros(self.num_nodes, scores.shape[1]).index_add(0, self.target, probs)
+        return probs / totals.index_select(0, self.target)
+
+    def aggregate(self, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        b, h, n, d = value.shape
+        messages = probs[..., None] * self._node_rows(value).index_select(0, self.source)  # (E, h, d)
+        out = value.new_zeros(b * n, h, d).index_add(0, self.target, messages)
+        return out.view(b, n, h, d).transpose(1, 2)  # (b, h, n, d)
 
 
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
@@ -242,6 +290,7 @@ class GraphSparseAttention(AttentionCore):
     paper = "Dwivedi & Bresson 2021, A Generalization of Transformer Networks to Graphs"
     cost = "O(E)"
     summary = "softmax over a graph's edges, edge weights and edge features"
+    export_note = "edges by gathers and scatters, O(E h d); edge values are trusted (not checked)"
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -284,15 +333,17 @@ class GraphSparseAttention(AttentionCore):
 
     def _edge_probabilities(self, query, key, edges: GraphEdges) -> tuple[torch.Tensor, EdgePattern]:
         """One-hop attention A over the edges: (E, h) probabilities (softmax over each target's incoming
-        edges, in the pattern's target order) and the pattern. Shared with multi_hop."""
+        edges, in the pattern's edge order) and the pattern (:class:`EdgeScatter` while tracing). Shared
+        with multi_hop."""
         edge_attr = self._edge_features(edges)
         b, _, n, _ = query.shape
-        pattern = EdgePattern.of(edges.edge_index.to(query.device), b * n)
+        edge_index = edges.edge_index.to(query.device)
+        pattern = EdgeScatter(edge_index, b * n) if is_tracing() else EdgePattern.of(edge_index, b * n)
 
         def in_target_order(t: torch.Tensor) -> torch.Tensor:
             return t if pattern.order is None else t[pattern.order]
 
-        scores = _EdgeScores.apply(query, key, pattern, self.scaling)  # (E, h)
+        scores = pattern.scores(query, key, self.scaling)  # (E, h)
         if edge_attr is not None:
             weight = self.edge_projection.weight
             projected = self.edge_projection(in_target_order(edge_attr).to(weight.dtype)).to(query.dtype)
@@ -300,14 +351,14 @@ class GraphSparseAttention(AttentionCore):
             scores = scores * projected if mode == "multiply" else scores + projected
         if edges.edge_weight is not None:
             scores = scores + in_target_order(edges.edge_weight).to(query.dtype).log()[:, None]  # (E, 1)
-        probs = _EdgeSoftmax.apply(scores, pattern)  # (E, h)
+        probs = pattern.softmax(scores)  # (E, h)
         if self.training and self.spec.dropout > 0:
             probs = F.dropout(probs, self.spec.dropout)
         return probs, pattern
 
     def _propagate(self, probs: torch.Tensor, value: torch.Tensor, pattern: EdgePattern) -> torch.Tensor:
         """out_i = sum over edges j -> i of A_ij v_j: (E, h) x (b, h, n, d) -> (b, h, n, d)."""
-        return _EdgeAggregate.apply(probs, value, pattern)
+        return pattern.aggregate(probs, value)
 
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         edges = inputs.edges

@@ -56,7 +56,7 @@ from .flex import (
     num_blocks,
     use_flex,
 )
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
 from .utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
 
@@ -109,6 +109,10 @@ class LongformerAttention(AttentionCore):
     cost = "O(n·w)"
     lra_listops = ("Longformer", 35.63)
     summary = "sliding window (optional dilation) + global tokens by index or per-example mask; causal window"
+    export_note = (
+        "global tokens: the configured global_token_indices (a per-example global_attention_mask is no "
+        "serving input); every window chunk at once"
+    )
     small_config = {"attention_window": 6, "global_token_indices": [0]}
     causal_small_config = {"attention_window": 6}  # the causal form has no global tokens
     benchmark_config = {"attention_window": 512}
@@ -188,6 +192,13 @@ class LongformerAttention(AttentionCore):
                 cache_key, lambda: self._flex_mask(n, attention_mask, is_global, device, causal)
             )
             return AttentionOutput(flex_attend(query, key, value, mask, self.scaling), None)
+        if is_tracing():
+            if causal:
+                raise ValueError(
+                    "longformer: the causal form cannot be traced by torch.export / torch.compile yet (its "
+                    "traced path is the bidirectional window). Export the encoder form (is_causal=False)."
+                )
+            return AttentionOutput(self._attend_whole(query, key, value, real, is_global, dropout), None)
         slot_pos, slot_valid = _global_slots(is_global, b, device)  # (b, G), (b, G)
         gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
         if is_global is None:  # no gather: its backward would allocate a full-size zero gradient
@@ -235,18 +246,81 @@ class LongformerAttention(AttentionCore):
         out = unpad(chunks.reshape(b, h, m * r, d), n)  # (b, h, n, d)
         if is_global is None:
             return AttentionOutput(out, None)
+        return AttentionOutput(
+            self._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid), None
+        )
 
-        # Global rows: dense over all real keys; unused slots just repeat some row and are dropped.
-        global_query = query.gather(2, gather_index)  # (b, h, G, d)
+    def _global_rows(self, out, query, key, value, real, is_global, slot_pos, slot_valid) -> torch.Tensor:
+        """Replace the rows of global tokens by dense attention over all real keys: out (b, h, n, d), slots
+        (b, G) as :func:`_global_slots` gives them (unused slots repeat some row and are dropped)."""
+        b, h, n, d = query.shape
+        gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
+        dropout = self.spec.dropout if self.training else 0.0
         global_out = F.scaled_dot_product_attention(
-            global_query, key, value, attn_mask=real[:, None, None, :], dropout_p=dropout, scale=self.scaling
+            query.gather(2, gather_index),
+            key,
+            value,
+            attn_mask=real[:, None, None, :],
+            dropout_p=dropout,
+            scale=self.scaling,
         )  # (b, h, G, d)
-        batch_index, position = is_global.nonzero(as_tuple=True)  # (K,), (K,) in slot order
-        rows = global_out.transpose(1, 2)[slot_valid]  # (K, h, d)
-        out = out.transpose(1, 2).index_put((batch_index, position), rows).transpose(1, 2)  # (b, h, n, d)
-        return AttentionOutput(out, None)
+        # Into their positions by a scatter and a select (no nonzero: its size would be a value).
+        rows = global_out.masked_fill(~slot_valid[:, None, :, None], 0.0)  # unused slots add nothing
+        placed = torch.zeros_like(out).scatter_add(2, gather_index, rows)  # (b, h, n, d)
+        return torch.where(is_global[:, None, :, None], placed, out)
 
-    def _window(self, causal: bool, sub_len: int) -> _Window:
+    def _attend_whole(self, query, key, value, real, is_global, dropout) -> torch.Tensor:
+        """The same attention with every chunk at once and plain autograd: what torch.export and
+        torch.compile trace (no loop over chunk groups, no custom Function, no branch on n or on values).
+
+        Differences from the chunked path, none visible in the output: the window is not clipped to short
+        inputs, and global tokens are only the configured ``global_token_indices`` (their number is then
+        known from the config), as slots in a fixed order.
+        """
+        b, h, n, d = query.shape
+        r, device = self.config.attention_dilation, query.device
+        window = self._window(causal=False, sub_len=None)
+        if is_global is None:
+            slot_pos = torch.zeros(b, 0, dtype=torch.long, device=device)
+            slot_valid = torch.zeros(b, 0, dtype=torch.bool, device=device)
+        else:
+            chosen = torch.tensor(sorted(set(self.config.global_token_indices)), device=device)  # (G,)
+            slot_pos = chosen.clamp(max=n - 1).expand(b, -1)  # (b, G): positions past n stay unused
+            slot_valid = is_global.gather(1, slot_pos) & (chosen < n)
+        gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
+        global_key, global_value = key.gather(2, gather_index), value.gather(2, gather_index)
+
+        q, k, v = (pad_to_multiple(t, r * window.chunk) for t in (query, key, value))  # (b, h, r m, d)
+        key_real = pad_to_multiple(real, r * window.chunk, dim=-1, value=False)  # (b, r m)
+        m = q.shape[2] // r
+        if r > 1:  # subsequence s holds positions s, s + r, ... (as in _attend)
+            q, k, v = (t.unflatten(2, (m, r)).permute(0, 3, 1, 2, 4).flatten(0, 1) for t in (q, k, v))
+            key_real = key_real.unflatten(1, (m, r)).transpose(1, 2).flatten(0, 1)  # (b r, m)
+            global_key, global_value = (t.repeat_interleave(r, dim=0) for t in (global_key, global_value))
+        residue = torch.arange(r, device=device)[None, :, None]  # (1, r, 1)
+        sub_pos = torch.where(
+            (slot_pos % r)[:, None, :] == residue, (slot_pos // r)[:, None, :], -4 * (m + window.reach)
+        )
+        mask = window.mask(key_real, sub_pos.flatten(0, 1), slot_valid.repeat_interleave(r, dim=0))
+        num_chunks = m // window.chunk
+        queries = q.unflatten(2, (num_chunks, window.chunk)) * self.scaling  # (B, h, chunks, c, d)
+        keys, values = (
+            torch.cat([window.windows(x), extra[:, :, None].expand(-1, -1, num_chunks, -1, -1)], dim=3)
+            for x, extra in ((k, global_key), (v, global_value))
+        )  # (B, h, chunks, span + G, d)
+        scores = (queries @ keys.transpose(-1, -2)).masked_fill(~mask.transpose(0, 1)[:, None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        if dropout > 0:
+            probs = F.dropout(probs, dropout)
+        out = (probs @ values).flatten(2, 3)  # (B, h, m, d)
+        if r > 1:  # back to position t r + s
+            out = out.unflatten(0, (b, r)).permute(0, 2, 3, 1, 4).flatten(2, 3)  # (b, h, m r, d)
+        out = unpad(out, n)
+        if is_global is None:
+            return out
+        return self._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid)
+
+    def _window(self, causal: bool, sub_len: int | None) -> _Window:
         """The window's geometry on an undilated (sub)sequence of ``sub_len`` tokens: w / 2 keys on each side,
         or, causal, w earlier keys."""
         w = self.config.attention_window
@@ -297,19 +371,26 @@ class LongformerAttention(AttentionCore):
     def _global_tokens(self, global_attention_mask, attention_mask, b, n, device) -> torch.Tensor | None:
         """(b, n) bool of global tokens from the config's indices and the per-example mask, or None."""
         indices = self.config.global_token_indices
+        if global_attention_mask is not None and is_tracing():
+            raise ValueError(
+                "longformer: per-example global tokens (global_attention_mask) cannot be traced by "
+                "torch.export / torch.compile: how many tokens are global is a value of the mask, and the "
+                "global rows are gathered into that many slots. Make the global positions part of the model "
+                "instead (attention_config global_token_indices, e.g. [0] for [CLS]) and drop the mask."
+            )
         if not indices:
             return global_attention_mask
-        if max(indices) >= n:
+        if not is_tracing() and max(indices) >= n:  # a traced graph leaves positions past n out instead
             raise ValueError(
                 f"longformer: global_token_indices {indices} point past the sequence of length {n}."
             )
-        is_global = torch.zeros(b, n, dtype=torch.bool, device=device)
-        is_global[:, indices] = True
+        chosen = torch.tensor(indices, device=device)
+        is_global = (torch.arange(n, device=device)[:, None] == chosen).any(-1).expand(b, n)  # (b, n)
         if global_attention_mask is not None:
-            is_global |= global_attention_mask
+            is_global = is_global | global_attention_mask
         if attention_mask is not None:
-            is_global &= attention_mask  # a padded token is never global
-        return is_global if bool(is_global.any()) else None
+            is_global = is_global & attention_mask  # a padded token is never global
+        return is_global if is_tracing() or bool(is_global.any()) else None
 
 
 def _global_slots(is_global: torch.Tensor | None, b: int, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -346,9 +427,11 @@ class _Window:
     blocks_after: int  # a, key blocks after it
 
     @classmethod
-    def build(cls, before: int, after: int, sub_len: int) -> _Window:
-        # keys farther than the sequence length do not exist: same pattern
-        before, after = min(before, sub_len), min(after, sub_len)
+    def build(cls, before: int, after: int, sub_len: int | None) -> _Window:
+        """The geometry for ``before`` earlier and ``after`` later keys over (sub)sequences of ``sub_len``
+        tokens (None: any length, as a traced graph needs)."""
+        if sub_len is not None:  # keys farther than the sequence length do not exist: same pattern
+            before, after = min(before, sub_len), min(after, sub_len)
         widest = max(before, after, 1)
         chunk = -(-widest // -(-widest // _MAX_CHUNK))
         return cls(before, after, chunk, -(-before // chunk), -(-after // chunk))
@@ -392,13 +475,22 @@ class _Window:
         )
         band = (offset >= -self.before) & (offset <= self.after)  # (chunk, span)
         # The query itself is always allowed, so padded query rows never have an empty softmax.
-        padded_real = F.pad(key_real, (self.reach, self.reach_after), value=False)  # (B, m + reaches)
-        window_real = padded_real.unfold(1, self.span, self.chunk).transpose(0, 1)  # (num_chunks, B, span)
+        window_real = self.windows(key_real[:, None, :, None])[:, 0, :, :, 0].transpose(
+            0, 1
+        )  # (chunks, B, span)
         local = band & (window_real[:, :, None, :] | (offset == 0))  # (num_chunks, B, chunk, span)
         query_pos = torch.arange(m, device=device).view(num_chunks, 1, self.chunk, 1)
         relative = global_pos[None, :, None, :] - query_pos  # (num_chunks, B, chunk, G)
         in_window = (relative >= -self.before) & (relative <= self.after)
         return torch.cat([local, global_valid[None, :, None, :] & ~in_window], dim=-1)
+
+    def windows(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, h, m, d) -> (B, h, num_chunks, span, d): the window keys of every chunk (zeros past the ends),
+        as j + 1 + a shifted views of the blocks."""
+        num_chunks = x.shape[2] // self.chunk
+        padded = F.pad(x, (0, 0, self.reach, self.reach_after))  # (B, h, m + reaches, d)
+        blocks = padded.unflatten(2, (num_chunks + self.num_blocks - 1, self.chunk))
+        return torch.cat([blocks[:, :, o : o + num_chunks] for o in range(self.num_blocks)], dim=3)
 
     def groups(self, q: torch.Tensor, num_global: int) -> list[tuple[int, int]]:
         """Chunk ranges processed per kernel call, so that a group's keys stay under ~24 MiB."""

@@ -35,12 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import AttentionCapabilities
-from .graph_sparse import (
-    EdgePattern,
-    GraphSparseAttention,
-    GraphSparseConfig,
-    _EdgeAggregate,
-)
+from .graph_sparse import EdgePattern, GraphSparseAttention, GraphSparseConfig
 from .registry import register_attention
 
 
@@ -80,6 +75,7 @@ class MultiHopAttention(GraphSparseAttention):
     paper = "Wang et al. 2021, Multi-hop Attention Graph Neural Networks (MAGNA)"
     cost = "O(K·E)"
     summary = "one-hop attention over edges diffused K hops (personalised PageRank)"
+    export_note = "as graph_sparse, K hops of scatters"
     small_config = {"alpha": 0.2, "num_hops": 3}
 
     @classmethod
@@ -101,5 +97,5 @@ class MultiHopAttention(GraphSparseAttention):
         teleport = value * alpha  # (b, h, n, d)
         z = value
         for _ in range(self.config.num_hops):
-            z = _EdgeAggregate.apply(probs, z, pattern) * (1.0 - alpha) + teleport  # (b, h, n, d)
+            z = pattern.aggregate(probs, z) * (1.0 - alpha) + teleport  # (b, h, n, d)
         return z

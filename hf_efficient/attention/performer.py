@@ -46,7 +46,7 @@ from ._kernelized import FEATURE_CHUNK_BYTES, KernelizedAttentionCore
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
 from .registry import register_attention
-from .utils import orthogonal_gaussian_features, rows_per_chunk
+from .utils import orthogonal_gaussian_features, row_slices, rows_per_chunk
 
 RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical_stabilizer
 # Exponents are floored here (features >= e^-80 ~ 2e-35 of a row's largest, 0 in every float32 sum) before
@@ -99,6 +99,7 @@ class PerformerAttention(KernelizedAttentionCore):
     cost = "O(n·m·d)"
     lra_listops = ("Performer", 18.01)
     summary = "FAVOR+ positive orthogonal random features, redraw callback"
+    export_note = "random features: the saved buffer, as in eager mode; one piece: O(n m) features"
     small_config = {"num_features": 64, "block_size": 4}
     # float16: 1 / normaliser gradients overflow (see _kernelized); bfloat16: exp of the rounded projections
     # w.x (|w.x| grows with sqrt(d)) missed float32 by 0.06 at head size 64, over the 0.05 of other types.
@@ -178,11 +179,11 @@ class PerformerAttention(KernelizedAttentionCore):
         b, h, n, _ = key.shape
         rows = rows_per_chunk(b * h * w_t.shape[1] * key.element_size(), n, FEATURE_CHUNK_BYTES)
         maxima = []
-        for start in range(0, n, rows):
-            x = key[:, :, start : start + rows]  # (b, h, c, d)
+        for piece in row_slices(n, rows):  # one slice of everything while tracing
+            x = key[:, :, piece]  # (b, h, c, d)
             per_key = (x @ w_t).amax(-1) - self._half_sq_norm(x)[..., 0]  # (b, h, c)
             if mask is not None:
-                per_key.masked_fill_(~mask[:, None, start : start + rows], float("-inf"))
+                per_key.masked_fill_(~mask[:, None, piece], float("-inf"))
             maxima.append(per_key)
         return torch.cat(maxima, dim=2) if len(maxima) > 1 else maxima[0]
 

@@ -63,9 +63,15 @@ from torch.utils.checkpoint import checkpoint
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .cache import RecurrentStateLayer
 from .config import AttentionConfig
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
-from .utils import extend_padding_mask, orthogonal_gaussian_features, pad_to_multiple, rows_per_chunk
+from .utils import (
+    extend_padding_mask,
+    orthogonal_gaussian_features,
+    pad_to_multiple,
+    row_slices,
+    rows_per_chunk,
+)
 
 _FEATURE_CHUNK_BYTES = 4 * 2**20  # per-chunk (b, h, rows, 2m) features (measured: 4 MiB <= 8, 16 MiB)
 
@@ -137,6 +143,26 @@ def _values_and_ones(value, mask, piece):
     return _flat(v_one if mask is None else v_one.masked_fill(~mask[:, None, piece, None], 0.0))
 
 
+def _non_causal_whole(query, key, value, base, sigma, mask, eps: float) -> torch.Tensor:
+    """What :class:`_NonCausalRFA` computes, in one piece with plain autograd (for traced graphs, which
+    cannot loop over chunks): (b, h, n, d). Memory O(n m) per head for the features."""
+    b, h, n, d = query.shape
+    m = base.shape[1]
+    weight_t = (sigma * base).transpose(1, 2)  # (h, d, m)
+
+    def sin_cos(x):  # not _sin_cos: its in-place cos would break plain autograd
+        u = _unit(x)[0] @ weight_t  # (b, h, n, m)
+        return u.sin(), u.cos()
+
+    sin_k, cos_k = sin_cos(key)  # (b, h, n, m) each
+    v_one = _values_and_ones(value, mask, slice(None))  # (b * h, n, d + 1)
+    state_sin = torch.bmm(_flat(sin_k).transpose(1, 2), v_one) / m  # (b * h, m, d + 1)
+    state_cos = torch.bmm(_flat(cos_k).transpose(1, 2), v_one) / m
+    sin_q, cos_q = sin_cos(query)
+    result = (torch.bmm(_flat(sin_q), state_sin) + torch.bmm(_flat(cos_q), state_cos)).view(b, h, n, d + 1)
+    return result[..., :d] / result[..., d:].abs().clamp_min(eps)
+
+
 class _NonCausalRFA(torch.autograd.Function):
     """Chunked non-causal RFA; backward recomputes the features chunk by chunk (memory O(n d)).
 
@@ -151,8 +177,7 @@ class _NonCausalRFA(torch.autograd.Function):
         weight_t = (sigma * base).transpose(1, 2)  # (h, d, m): W^T with W = sigma * W~
         rows = rows_per_chunk(b * h * 2 * m * query.element_size(), n, _FEATURE_CHUNK_BYTES)
         state_sin, state_cos = (query.new_zeros(b * h, m, d + 1) for _ in range(2))
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             sin_k, cos_k = _sin_cos(_unit(key[:, :, piece])[0], weight_t)  # (b, h, c, m) each
             v_one = _values_and_ones(value, mask, piece)  # (b * h, c, d + 1)
             state_sin.baddbmm_(_flat(sin_k).transpose(1, 2), v_one)
@@ -161,8 +186,7 @@ class _NonCausalRFA(torch.autograd.Function):
         # same memory layout as the query: with heads split off (b, n, h, d) projections, merging heads
         # back afterwards is a free view, and the gradients below need no copy either
         out, den = torch.empty_like(query), query.new_empty(b, h, n)
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             sin_q, cos_q = _sin_cos(_unit(query[:, :, piece])[0], weight_t)
             result = torch.bmm(_flat(sin_q), state_sin).baddbmm_(_flat(cos_q), state_cos)  # (b*h, c, d+1)
             result = result.view(b, h, -1, d + 1)  # (b, h, c, d + 1)
@@ -192,8 +216,7 @@ class _NonCausalRFA(torch.autograd.Function):
             grad_unit.mul_(sigma)  # through x -> x / |x|: (g - x^ (x^ . g)) / |x|
             return grad_unit.sub_(unit * (unit * grad_unit).sum(-1, keepdim=True)).div_(norm)
 
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             unit, norm = _unit(query[:, :, piece])  # (b, h, c, d), (b, h, c, 1)
             sin_q, cos_q = _sin_cos(unit, weight_t)  # (b, h, c, m) each
             den_c = den[:, :, piece, None]  # (b, h, c, 1)
@@ -208,8 +231,7 @@ class _NonCausalRFA(torch.autograd.Function):
             grad_of_cos = grad_result @ state_cos.transpose(1, 2)
             grad_q[:, :, piece] = through_features(grad_of_sin, grad_of_cos, sin_q, cos_q, unit, norm)
         grad_sin.div_(m), grad_cos.div_(m)
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             unit, norm = _unit(key[:, :, piece])
             sin_k, cos_k = _sin_cos(unit, weight_t)
             grad_value = torch.bmm(_flat(sin_k), grad_sin[..., :d]).baddbmm_(_flat(cos_k), grad_cos[..., :d])
@@ -229,6 +251,9 @@ class RandomFeatureAttention(AttentionCore):
     paper = "Peng et al. 2021, Random Feature Attention (ICLR)"
     cost = "O(n·m·d)"
     summary = "random Fourier features, gated causal form"
+    export_note = (
+        "random features: the saved buffer; the bidirectional form (the gated causal one does not trace)"
+    )
     small_config = {"num_features": 16, "causal_chunk": 8}
 
     @classmethod
@@ -309,7 +334,8 @@ class RandomFeatureAttention(AttentionCore):
             out, _ = self._causal_in_float32(query, key, value, attention_mask)
             return AttentionOutput(out, None)
         base, sigma = self.random_weights.to(query.dtype), self.scales().to(query.dtype)
-        out = _NonCausalRFA.apply(query, key, value, base, sigma, attention_mask, self.config.eps)
+        attend = _non_causal_whole if is_tracing() else _NonCausalRFA.apply
+        out = attend(query, key, value, base, sigma, attention_mask, self.config.eps)
         return AttentionOutput(out, None)
 
     def new_cache_layer(self) -> RecurrentStateLayer:
@@ -353,6 +379,12 @@ class RandomFeatureAttention(AttentionCore):
         """Blocks of ``causal_chunk`` tokens, batched over a group of blocks; state carried across blocks,
         starting from ``state`` ([S | z] (b, h, 2m, d + 1) of earlier tokens, or None). Returns (output, the
         [S | z] after the last token)."""
+        if is_tracing():
+            raise ValueError(
+                "rfa: the causal (gated) form cannot be traced by torch.export / torch.compile: its state is "
+                "carried from block to block by a Python loop whose length follows n. The bidirectional form "
+                "(is_causal=False, what the encoders use) traces."
+            )
         b, h, n, d = query.shape
         size, m2 = min(self.config.causal_chunk, n), 2 * self.config.num_features
         mask = extend_padding_mask(mask, b, n, size, query.device)

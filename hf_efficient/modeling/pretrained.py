@@ -144,6 +144,14 @@ class EfficientPreTrainedModel(PreTrainedModel):
         ``generate()`` makes its own; pass one as ``cache=`` to keep decoding state across calls."""
         return EfficientCache.for_cores(self.attention_cores())
 
+    def tracing_blockers(self) -> list[str]:
+        """Why this model, as configured, cannot be traced by ``torch.export`` / ``torch.compile``: one line
+        per cause, naming the attention type or option and the fix (empty when it can). Models with parts
+        of their own that cannot be traced extend it."""
+        reasons = (f"{core.attention_type}: {core.tracing_blocker()}" for core in self.attention_cores())
+        blocked = (core.tracing_blocker() is not None for core in self.attention_cores())
+        return list(dict.fromkeys(reason for reason, no in zip(reasons, blocked, strict=True) if no))
+
     def attention_checkpointing_enable(self) -> None:
         """Keep only each attention core's inputs (query, key, value) for backward and run the core again
         there, instead of keeping its intermediates (feature maps, sorted copies, window blocks).

@@ -8,6 +8,7 @@ Cores that need edges get a random graph per batch item; cores that share querie
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import tempfile
@@ -202,6 +203,61 @@ def check_same_outputs_and_gradients_on(attention_type: str, device: str) -> Non
         torch.testing.assert_close(g.cpu(), w, atol=1e-5, rtol=1e-4)
 
 
+def traced_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every core take the code path it takes under torch.export / torch.compile (one piece, plain
+    autograd) while running eagerly: ``is_tracing()`` asks ``torch.compiler.is_compiling()``."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+
+
+def _padded_call(core, n: int, lengths: list[int]):
+    """Outputs and the gradients of q and v (and k unless shared) of one padded batch through ``core``."""
+    q, k, v = make_qkv(b=len(lengths), n=n, requires_grad=True)
+    mask = padding_mask(lengths, n)
+    out = run(core, q, k, v, mask, lengths=lengths).output
+    used = [q, v] if core.capabilities.shared_query_key else [q, k, v]
+    return out, torch.autograd.grad(out.square().sum(), used)
+
+
+TRACED_SIZES = ((37, [37, 30]), (61, [40, 61]))  # padded batches, several blocks / chunks / segments
+
+
+def _assert_same_padded_calls(core, other, context=contextlib.nullcontext) -> None:
+    """``other`` (inside ``context()``) gives ``core``'s outputs and gradients on the TRACED_SIZES batches."""
+    for n, lengths in TRACED_SIZES:
+        torch.manual_seed(0)  # reformer_lsh draws its training rotations from the global RNG
+        expected, expected_grads = _padded_call(core, n, lengths)
+        with context():
+            torch.manual_seed(0)
+            got, grads = _padded_call(other, n, lengths)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        for g, w in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
+def check_traced_form_matches_eager(attention_type: str) -> None:
+    """The form a traced graph computes (every chunk at once, layouts built in the graph, no custom autograd
+    Function) gives the eager form's outputs and gradients on padded batches, in training mode (dropout 0)."""
+
+    @contextlib.contextmanager
+    def traced():
+        with pytest.MonkeyPatch.context() as patch:
+            traced_form(patch)
+            yield
+
+    core = make_core(attention_type).train()
+    _assert_same_padded_calls(core, core, traced)
+
+
+def check_compiles_fullgraph(attention_type: str) -> None:
+    """``torch.compile(fullgraph=True, dynamic=True)`` traces the core with no graph break, and the compiled
+    call gives the eager outputs and gradients at two lengths (aot_eager: the traced graph, no codegen)."""
+    import torch._dynamo
+
+    core = make_core(attention_type).train()
+    torch._dynamo.reset()
+    _assert_same_padded_calls(core, torch.compile(core, fullgraph=True, dynamic=True, backend="aot_eager"))
+
+
 def check_unsupported_inputs_raise(attention_type: str) -> None:
     """Every input the core does not declare, wrong ranks, head sizes and mask shapes raise a ValueError
     naming the type or the problem."""
@@ -355,3 +411,5 @@ def run_contract_matrix(attention_type: str, folder: Path | None = None) -> None
     check_causal_decoding_matches_parallel(attention_type)
     check_shared_query_key_enforced(attention_type)
     check_no_weight_decay_names_own_parameters(attention_type)
+    check_traced_form_matches_eager(attention_type)
+    check_compiles_fullgraph(attention_type)

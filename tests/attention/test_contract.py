@@ -100,6 +100,17 @@ def test_facts_for_the_table_and_the_benchmarks(attention_type):
     contract.check_facts(attention_type)
 
 
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_traced_form_matches_eager(attention_type):
+    contract.check_traced_form_matches_eager(attention_type)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_compiles_fullgraph(attention_type):
+    contract.check_compiles_fullgraph(attention_type)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("attention_type", ALL_TYPES)
 def test_same_outputs_and_gradients_on_cuda(attention_type):

@@ -36,7 +36,7 @@ from hf_efficient import (
 )
 
 from ...attention.helpers import small_config
-from ..helpers import assert_grads_finite
+from ..helpers import assert_grads_finite, check_export_matches
 from .helpers import (
     HEADS,
     LAYERS,
@@ -253,6 +253,12 @@ def check_bert_checkpoint_warm_starts(attention_type: str, folder: Path) -> None
     ids, mask = batch()
     with torch.no_grad():
         assert torch.isfinite(ours.eval()(ids, attention_mask=mask).logits).all()
+
+
+def check_exports(attention_type: str, folder: Path) -> None:
+    """A sequence classifier exports (torch.export and ONNX) and matches the model at unseen sizes."""
+    model = EfficientBertForSequenceClassification(tiny_config(attention_type))
+    check_export_matches(model, folder)
 
 
 def check_text_encoder(attention_type: str, folder: Path | None = None) -> None:
