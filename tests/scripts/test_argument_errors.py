@@ -168,13 +168,14 @@ def test_an_earlier_runs_model_is_kept_unless_asked(finetune_glue, tiny_checkpoi
 PAUSE_IN_CHECKPOINT = """
 import sys, time
 from pathlib import Path
+from hf_efficient.training import language_modeling
 from tests.script_loader import load_script
 
 script = load_script("pretrain_mlm")
 signal_file, step = Path(sys.argv[1]), int(sys.argv[2])
 
 
-class PausingTrainer(script.EfficientTrainer):
+class PausingTrainer(language_modeling.EfficientTrainer):  # the trainer the pretraining scripts share
     def _save_optimizer_and_scheduler(self, output_dir):
         if self.state.global_step == step:
             signal_file.write_text(output_dir)
@@ -182,7 +183,7 @@ class PausingTrainer(script.EfficientTrainer):
         super()._save_optimizer_and_scheduler(output_dir)
 
 
-script.EfficientTrainer = PausingTrainer
+language_modeling.EfficientTrainer = PausingTrainer
 script.main(sys.argv[3:])
 """
 
