@@ -29,8 +29,8 @@ class EfficientGraphConfig(EfficientEncoderConfig):
     for the ``graph`` modality). Structure enters as inputs, never as branches on the attention type:
 
     * ``graph_layer_type="transformer"``: one attention per layer. Types that take edges (``graph_sparse``,
-      ``multi_hop``) attend along them; dense types (``full``, ``performer``, ``linear``...) attend to every
-      node of the graph and see the structure only through encodings/bias.
+      ``gat``, ``gatv2``, ``multi_hop``) attend along them; dense types (``full``, ``performer``,
+      ``linear``...) attend to every node of the graph and see the structure only through encodings/bias.
     * ``graph_layer_type="gps"`` (GraphGPS, Rampasek et al. 2022): a local attention over edges
       (``local_attention_type``, default ``graph_sparse``) plus the global ``attention_type``, summed, then
       the feed-forward network.
@@ -151,11 +151,9 @@ class EfficientGraphConfig(EfficientEncoderConfig):
                 local not in list_attention_types("graph")
                 or not get_attention_class(local).capabilities.edges
             ):
-                edge_types = [
-                    t for t in list_attention_types("graph") if get_attention_class(t).capabilities.edges
-                ]
                 raise ValueError(
-                    f"local_attention_type={local!r} must be a graph attention type over edges: {edge_types}."
+                    f"local_attention_type={local!r} must be a graph attention type over edges: "
+                    f"{_edge_attention_types()}."
                 )
             validate_attention_config(local, self.local_attention_config)
         for index in range(self.num_hidden_layers):
@@ -167,10 +165,10 @@ class EfficientGraphConfig(EfficientEncoderConfig):
                     "graph_bias)."
                 )
         if self.edge_dim is not None and not self.needs_edges() and self.graph_bias is None:
+            edge_types = ", ".join(_edge_attention_types())
             raise ValueError(
                 f"edge_dim={self.edge_dim} but nothing reads edge features: use an attention type over edges "
-                "(graph_sparse, multi_hop, or graph_layer_type='gps') or graph_bias='graphormer', or set "
-                "edge_dim=None."
+                f"({edge_types}, or graph_layer_type='gps') or graph_bias='graphormer', or set edge_dim=None."
             )
         for name, attention_config in self.attention_types_used():
             if get_attention_class(name).capabilities.edges:
@@ -181,3 +179,8 @@ class EfficientGraphConfig(EfficientEncoderConfig):
                         "model's "
                         f"edge_dim={self.edge_dim}: set both to the width of edge_attr (or both to None)."
                     )
+
+
+def _edge_attention_types() -> list[str]:
+    """The registered graph attention types that attend along edges."""
+    return [name for name in list_attention_types("graph") if get_attention_class(name).capabilities.edges]

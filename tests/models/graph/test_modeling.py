@@ -63,6 +63,19 @@ EQUIVARIANT = {
         add_virtual_token=True,
         graph_pooling="virtual_token",
     ),
+    "gat+edge+virtual": dict(
+        attention_type="gat",
+        attention_config={"edge_dim": 2},
+        edge_dim=2,
+        add_virtual_token=True,
+        graph_pooling="virtual_token",
+    ),
+    "gatv2+edge": dict(attention_type="gatv2", attention_config={"edge_dim": 2}, edge_dim=2),
+    "magna+edge": dict(
+        attention_type="multi_hop",
+        attention_config=small("multi_hop", edge_dim=2, score="gat"),
+        edge_dim=2,
+    ),
     "graphormer": dict(
         attention_type="full",
         graph_bias="graphormer",
@@ -213,6 +226,29 @@ def test_categorical_node_features_and_attention_outputs():
     assert out.attentions[0].shape == (3, 4, 8, 8) and out.hidden_states[0].shape == (3, 8, 32)
     with pytest.raises(ValueError, match="integer categories"):
         model(**{**batch, "node_feat": batch["node_feat"] + 5})
+
+
+@pytest.mark.parametrize("attention_type", ["graph_sparse", "gat", "gatv2"])
+def test_edge_attention_outputs_are_sparse_per_edge_probabilities(attention_type):
+    """output_attentions with attention over edges: per layer a sparse (b, h, n', n') tensor with one entry
+    per edge and head (self loops included for gat), each real node's row a distribution over its in-edges."""
+    config = tiny_config(attention_type=attention_type, add_virtual_token=True)
+    model = EfficientGraphModel(config).eval()
+    collate = GraphCollator.for_config(config, add_self_loops=True)
+    batch = collate(base_records())
+    batch.pop("labels")
+    out = model(**batch, output_attentions=True)
+    b, n = batch["node_mask"].shape
+    assert len(out.attentions) == config.num_hidden_layers
+    for weights in out.attentions:
+        assert weights.is_sparse and weights.shape == (b, 4, n + 1, n + 1)
+        dense = weights.to_dense()
+        real = torch.cat([torch.ones(b, 1, dtype=torch.bool), batch["node_mask"]], dim=1)  # token first
+        row_sums = dense.sum(-1)  # (b, h, n + 1)
+        torch.testing.assert_close(
+            row_sums[real[:, None].expand_as(row_sums)], torch.ones(int(real.sum()) * 4)
+        )
+        assert (dense.transpose(-1, -2)[~real[:, None, :, None].expand_as(dense)] == 0).all()  # no padded key
 
 
 def test_edge_weights_reach_edge_attention_with_virtual_token():
