@@ -47,19 +47,19 @@ demo: install
 	$(PY) scripts/fill_mask.py --model $(DEMO)/mlm "this movie was [MASK] ." "the [MASK] of the film is great ."
 
 # Attention benchmark at small sizes for every registered mechanism (JSON, table, plots), plus a picture
-# of each mechanism's attention pattern.
+# of each mechanism's attention pattern. Benchmarks run as modules from the repository root.
 bench-demo: install
-	$(PY) benchmarks/attention.py --preset demo --threads 2 --out benchmarks/results/demo
-	$(PY) benchmarks/patterns.py --out benchmarks/results/demo/patterns.png
+	$(PY) -m benchmarks.attention --preset demo --threads 2 --out benchmarks/results/demo
+	$(PY) -m benchmarks.patterns --out benchmarks/results/demo/patterns.png
 
 # The full attention benchmark (about half an hour on 2 cores).
 bench: install
-	$(PY) benchmarks/attention.py --preset full --threads 2 --out benchmarks/results/attention
+	$(PY) -m benchmarks.attention --preset full --threads 2 --out benchmarks/results/attention
 
 # Ours against the peer implementations (the `bench` extra, installed after torch so pip keeps the CPU wheel).
 bench-peers: install
 	$(PY) -m pip install --quiet -e ".[bench]"
-	$(PY) benchmarks/peers.py --lengths 1024 4096 16384 --modes fwd fwd_bwd --repeats 3 --threads 2 \
+	$(PY) -m benchmarks.peers --lengths 1024 4096 16384 --modes fwd fwd_bwd --repeats 3 --threads 2 \
 		--out benchmarks/results/peers
 
 clean:

@@ -5,7 +5,7 @@ The queries, keys and values are those of the pretrained all-MiniLM-L6-v2 (PyPI 
 captured with a forward pre-hook on every layer's attention core while the model runs with exact attention
 (``full``), so every layer sees the hidden states it was trained on, and each mechanism is then run on those
 q/k/v alone, layer by layer: the numbers measure the attention approximation in isolation, not how errors
-compound through a converted model (``minilm_conversion.py`` measures that).
+compound through a converted model (``benchmarks.minilm_conversion`` measures that).
 
 Texts: a seeded shuffle of the IMDB reviews, keeping the first ``--num_texts`` whose WordPiece encoding has at
 least max(lengths) tokens; each is cut to n tokens ([CLS] + first n - 2 word pieces + [SEP]) for every length
@@ -29,8 +29,12 @@ Untrained parameters: linformer's projections E, F and long_short's W^P are fres
 their numbers are a lower bound on what trained projections give. long_short runs without DualLN
 (``dual_ln=False``), whose fresh LayerNorms would change even the windowed branch.
 
-    python benchmarks/fidelity.py                          # reference run (see --num_texts)
-    python benchmarks/fidelity.py --quick --out /tmp/fid   # seconds: 2 texts, n = 64, two settings each
+    python -m benchmarks.fidelity                          # reference run (see --num_texts)
+    python -m benchmarks.fidelity --quick --out /tmp/fid   # seconds: 2 texts, n = 64, two settings each
+
+The families below cover the registry's text types; a text type without one (a new core, or one registered
+by ``--plugin``) runs with its defaults against exact attention (shared-QK exact attention if its keys are
+its queries).
 
 More Moore-Penrose iterations help Nystromformer only with a landmark per token: with fewer landmarks the
 converged pinv of the ill-conditioned landmark matrix amplifies the landmark error (float64 alike).
@@ -42,15 +46,19 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.util
 import json
 import math
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
 from typing import NamedTuple
+
+from benchmarks import minilm_conversion as minilm  # checkpoint_dir(), load_model()
+from benchmarks.harness import machine_meta
+from benchmarks.mechanisms import EXACT
+from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
+from benchmarks.report import pyplot, write_report
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the checkpoint and tokenizer are local files
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -178,15 +186,25 @@ TARGET_GAPS = {
 }
 
 
-def _load_sibling(name: str):
-    """Import ``benchmarks/<name>.py`` (benchmarks/ is not a package) to reuse its helpers."""
-    spec = importlib.util.spec_from_file_location(f"_bench_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def registered_families(families: list[Family]) -> list[Family]:
+    """The families of registered text types, and one at default settings for each text type without one."""
+    from hf_efficient.attention import get_attention_class, list_attention_types
 
-
-minilm = _load_sibling("minilm_conversion")  # checkpoint_dir(), load_model()
+    text_types = list_attention_types("text")
+    covered = {f.attention_type for f in families}
+    extra = [
+        Family(
+            t,
+            t,
+            None,
+            [None],
+            target="shared_qk" if get_attention_class(t).capabilities.shared_query_key else "exact",
+            note="defaults",
+        )
+        for t in text_types
+        if t not in covered
+    ]
+    return [f for f in families + extra if f.attention_type in text_types]
 
 
 # ---- data and activations -----------------------------------------------------------------------------
@@ -403,15 +421,12 @@ def _setting_label(parameter: str | None, value_json: str) -> str:
 
 
 def plot(records: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
+    plt = pyplot()
     families = []
     for r in records:
-        if r["family"] not in families and r["family"] not in TARGET_GAPS and r["type"] != "full":
+        if r["family"] not in families and r["family"] not in TARGET_GAPS and r["type"] != EXACT:
             families.append(r["family"])
     gaps = {(r["family"], r["length"]): r["rel_error"] for r in records if r["family"] in TARGET_GAPS}
     lengths = sorted({r["length"] for r in records})
@@ -472,7 +487,7 @@ def plot(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -485,11 +500,16 @@ def main(argv: list[str] | None = None) -> dict:
         "--quick", action="store_true", help="2 texts, n = 64, two settings per family (for tests)"
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fidelity"))
-    args = parser.parse_args(argv)
+    add_plugin_argument(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args_with_plugins(make_parser, argv)
     if args.quick:
         args.lengths, args.num_texts = [64], 2
     if max(args.lengths) > MAX_POSITIONS:
-        parser.error(f"MiniLM has {MAX_POSITIONS} positions: lengths must be <= {MAX_POSITIONS}")
+        raise SystemExit(f"MiniLM has {MAX_POSITIONS} positions: lengths must be <= {MAX_POSITIONS}")
 
     import torch
     from tqdm.auto import tqdm
@@ -498,7 +518,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     torch.set_num_threads(args.threads)
     start = time.perf_counter()
-    families = QUICK_FAMILIES if args.quick else FAMILIES
+    families = registered_families(QUICK_FAMILIES if args.quick else FAMILIES)
     if args.types:
         families = [f for f in families if f.attention_type in args.types or f.name in args.types]
     model, tokenizer = load_minilm(args.seed)
@@ -528,20 +548,14 @@ def main(argv: list[str] | None = None) -> dict:
         "metrics": "rel error ||out-exact||_F/||exact||_F over (n, d) and mean token cosine, per (text, "
         "head), averaged over texts and heads per layer, then over layers",
         "quick": args.quick,
-        "threads": args.threads,
         "seconds": time.perf_counter() - start,
-        "torch": torch.__version__,
         "hf_efficient": hf_efficient.__version__,
-        "machine": platform.processor() or platform.machine(),
+        **machine_meta(args.threads),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
     result = {"meta": meta, "records": records, "texts": texts}
-    (args.out / "results.json").write_text(json.dumps(result, indent=1))
-    plot(records, args.out / "fidelity.png")
-    table = summarize(records, meta)
-    (args.out / "summary.md").write_text(table + "\n")
-    print(table)
-    print(f"\n{meta['seconds']:.0f} s; wrote {args.out}/results.json, summary.md, fidelity.png")
+    plots = {"fidelity.png": functools.partial(plot, records)}
+    write_report(args.out, result, summarize(records, meta), plots)
+    print(f"{meta['seconds']:.0f} s")
     return result
 
 

@@ -8,16 +8,13 @@ records null.
 
 from __future__ import annotations
 
+from benchmarks.mechanisms import split_name
+
 BACKWARD_FACTOR = 3.0  # forward + backward = 3 x forward
 CONVENTION = (
     "matrix products only, 2 FLOPs per multiply-add, pairs in the mechanism's pattern (no padding or "
     "masked-block waste), forward + backward = 3 x forward"
 )
-
-
-def base_type(benchmark_type: str) -> str:
-    """``full_eager`` / ``full_sdpa`` -> ``full``; other names are the registry's."""
-    return "full" if benchmark_type.startswith("full") else benchmark_type
 
 
 def resolved_config(attention_type: str, config: dict | None) -> dict:
@@ -30,7 +27,7 @@ def resolved_config(attention_type: str, config: dict | None) -> dict:
 def _core_class(benchmark_type: str):
     from hf_efficient.attention import ATTENTION_REGISTRY
 
-    return ATTENTION_REGISTRY.get(base_type(benchmark_type))
+    return ATTENTION_REGISTRY.get(split_name(benchmark_type)[0])
 
 
 def formula(benchmark_type: str) -> str | None:

@@ -29,6 +29,16 @@ import torch
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, build_attention, get_attention_class
 
+from .report import (
+    Panel,
+    markdown_table,
+    ok_points,
+    plot_loglog,
+    status_cell,
+    time_and_memory_plots,
+    write_report,
+)
+
 BASELINE = "full"  # exact attention through transformers' sdpa, FlashAttention on CUDA in bfloat16
 BIASED = ("full_bias_sdpa", "full_bias_flex")  # exact attention with a dense per-head bias (Graphormer)
 # Other settings of a registered type, measured beside its benchmark_config: BigBird with blocks of
@@ -105,10 +115,10 @@ def measure(call, device: str, warmup: int, repeats: int) -> tuple[list[float], 
     return times, peak
 
 
-def run(types, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, budget_s, out) -> list[dict]:
+def run(meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, budget_s, out) -> list[dict]:
     records, stopped, began = [], {}, time.perf_counter()
     for n in lengths:
-        for name in types:
+        for name in meta["types"]:
             record = dict(type=name, length=n, heads=heads, head_dim=head_dim, dtype=str(dtype))
             if name in stopped:
                 record.update(status="skipped", reason=stopped[name])
@@ -124,7 +134,7 @@ def run(types, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s,
                     stopped[name] = f"slower than {slow_s} s at n={n}"
             records.append(record)
             print(json.dumps(record), flush=True)
-            write_results(out, records)  # after every point: a killed run keeps what it measured
+            save_partial(out, meta, records)
     return records
 
 
@@ -164,81 +174,69 @@ def _version(package: str) -> str:
     return version(package)
 
 
-def write_results(out: Path, records: list[dict], meta: dict | None = None) -> None:
+def save_partial(out: Path, meta: dict, records: list[dict]) -> None:
+    """results.json after every point, so a killed run keeps what it measured (the report rewrites it)."""
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "results.json"
-    previous = json.loads(path.read_text()) if path.exists() and meta is None else {}
-    payload = {"meta": meta or previous.get("meta", {}), "records": records}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload, indent=1))
-    tmp.replace(path)
+    (out / "results.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
 
 
 def summarize(records: list[dict], meta: dict) -> str:
-    """Markdown: per length, each type's time, its ratio to sdpa's, TFLOP/s and peak memory."""
+    """Markdown: per type and length, time, ratio to sdpa's, TFLOP/s per useful FLOP and peak memory."""
     base = {r["length"]: r for r in records if r["type"] == BASELINE and r["status"] == "ok"}
-    lines = [
+    first = records[0] if records else {}
+    rows = []
+    for r in sorted(records, key=lambda r: (r["type"] != BASELINE, r["type"], r["length"])):
+        ref = base.get(r["length"])
+        note = r.get("reason") or r.get("error") or ""
+        if r.get("mode") == "fwd":
+            note = "forward only (no CPU backward on FlexAttention)"
+        rows.append(
+            [
+                r["type"],
+                str(r["length"]),
+                status_cell(r, lambda r: f"{1e3 * r['median_s']:.2f}"),
+                status_cell(r, lambda r, ref=ref: f"{ref['median_s'] / r['median_s']:.2f}" if ref else "-"),
+                status_cell(r, lambda r: f"{r['tflops']:.1f}" if r.get("tflops") is not None else "-"),
+                f"{ref['tflops']:.1f}" if ref and ref.get("tflops") else "-",
+                status_cell(r, lambda r: f"{r['peak_mib']:.0f}" if r.get("peak_mib") is not None else "-"),
+                note,
+            ]
+        )
+    header = ["type", "n", "time (ms)", "x sdpa", "TFLOP/s", "sdpa TFLOP/s", "peak MiB", "note"]
+    intro = [
         f"# GPU benchmark: {meta.get('gpu') or meta.get('cpu')}",
         "",
-        f"forward + backward of the core, {records[0]['dtype'] if records else ''}, batch 1, "
-        f"{records[0]['heads'] if records else ''} heads x {records[0]['head_dim'] if records else ''}; "
-        "ratio = sdpa's time / this type's (above 1: faster than exact attention); TFLOP/s per useful FLOP "
-        "(the registry's FLOP model: the pairs of the mechanism's pattern, fwd + bwd = 3 x fwd).",
+        f"forward + backward of the core, {first.get('dtype', '')}, batch 1, {first.get('heads', '')} heads "
+        f"x {first.get('head_dim', '')}; x sdpa = sdpa's time / this type's (above 1: faster than exact "
+        "attention); TFLOP/s per useful FLOP (the registry's FLOP model: the pairs of the mechanism's "
+        "pattern, fwd + bwd = 3 x fwd).",
         "",
-        "| type | n | time (ms) | x sdpa | TFLOP/s | sdpa TFLOP/s | peak MiB | note |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(records, key=lambda r: (r["type"] != BASELINE, r["type"], r["length"])):
-        if r["status"] != "ok":
-            lines.append(
-                f"| {r['type']} | {r['length']} | - | - | - | - | - | {r['status']}: "
-                f"{r.get('reason') or r.get('error', '')} |"
-            )
-            continue
-        ref = base.get(r["length"])
-        ratio = f"{ref['median_s'] / r['median_s']:.2f}" if ref else "-"
-        ref_tflops = f"{ref['tflops']:.1f}" if ref and ref.get("tflops") else "-"
-        tflops = f"{r['tflops']:.1f}" if r.get("tflops") is not None else "-"
-        peak = f"{r['peak_mib']:.0f}" if r.get("peak_mib") is not None else "-"
-        note = "forward only (no CPU backward on FlexAttention)" if r.get("mode") == "fwd" else ""
-        lines.append(
-            f"| {r['type']} | {r['length']} | {1e3 * r['median_s']:.2f} | {ratio} | {tflops} | {ref_tflops} "
-            f"| {peak} | {note} |"
-        )
-    return "\n".join(lines) + "\n"
+    return "\n".join(intro + markdown_table(header, rows))
 
 
-def plot(records: list[dict], out: Path) -> None:
-    import matplotlib
+def plots(records: list[dict]) -> dict:
+    """time.png and memory.png: one line per type against n, exact sdpa dashed."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    for key, label, name in (
-        ("median_s", "time (s)", "time.png"),
-        ("peak_mib", "peak memory (MiB)", "memory.png"),
-    ):
-        fig, axis = plt.subplots(figsize=(7, 4.5))
+    def draw(key: str, label: str, path: Path) -> None:
         names = list(dict.fromkeys(r["type"] for r in records))
-        colours = plt.get_cmap("tab20")
-        for i, t in enumerate(names):
-            points = [(r["length"], r[key]) for r in records if r["type"] == t and r.get(key) is not None]
-            if points:
-                style = dict(color="black", linewidth=2.5) if t == BASELINE else dict(color=colours(i % 20))
-                axis.plot(*zip(*points, strict=True), marker="os^vD"[i % 5], label=t, **style)
-        axis.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel=label)
-        axis.set_title(f"forward + backward, {label.split(' (')[0]}")
-        axis.legend(fontsize=7, ncol=2)
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=120)
-        plt.close(fig)
+        lines = {
+            t: ok_points([r for r in records if r.get(key) is not None], "length", key, type=t) for t in names
+        }
+        panel = Panel(f"forward + backward: {label}", "sequence length n", label, lines, dashed={BASELINE})
+        plot_loglog(path, [[panel]], panel_size=(8.0, 5.0))
+
+    return time_and_memory_plots(draw)
+
+
+def write(out: Path, meta: dict, records: list[dict]) -> None:
+    write_report(out, {"meta": meta, "records": records}, summarize(records, meta), plots(records))
 
 
 def replot(out: Path) -> None:
     """Rewrite summary.md and the plots of a finished run from its results.json."""
     payload = json.loads((out / "results.json").read_text())
-    (out / "summary.md").write_text(summarize(payload["records"], payload["meta"]))
-    plot(payload["records"], out)
+    write(out, payload["meta"], payload["records"])
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -257,9 +255,8 @@ def main(argv: list[str] | None = None) -> dict:
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu needs a CUDA GPU; use --dry-run on a CPU.")
     meta = dict(machine(device), settings=settings, types=args.types or default_types())
-    write_results(args.out, [], meta)
     records = run(
-        meta["types"],
+        meta,
         device=device,
         dtype=torch.bfloat16,
         slow_s=args.slow_s,
@@ -267,10 +264,7 @@ def main(argv: list[str] | None = None) -> dict:
         out=args.out,
         **settings,
     )
-    write_results(args.out, records, meta)
-    (args.out / "summary.md").write_text(summarize(records, meta))
-    plot(records, args.out)
-    print(summarize(records, meta))
+    write(args.out, meta, records)
     return {"meta": meta, "records": records}
 
 

@@ -2,19 +2,22 @@
 
 A small ``EfficientGraphForNodeClassification`` (hidden 64, 2 layers, 4 heads) runs forward + backward of
 the node-classification loss on synthetic graphs (uniformly random directed edges, ``--edges_per_node``
-per node, fixed seed; a self loop added to every node) with one graph per batch:
+per node, fixed seed; a self loop added to every node) with one graph per batch. Its setups (``--types``)
+come from the registry:
 
-- ``graph_sparse``: attention along the edges only, O(E).
-- ``gps_performer``: GraphGPS layers, local ``graph_sparse`` over edges + global ``performer``, O(E + n m).
+- every graph type that attends along edges (``graph_sparse``, ``multi_hop``, ...): O(E).
+- ``gps_performer``: GraphGPS layers, the default local attention over edges (``graph_sparse``) + global
+  ``performer``, O(E + n m).
 - ``full_sdpa`` / ``full_eager``: exact attention over all node pairs, O(n^2) time; the eager kernel also
   O(n^2) memory. At large n these fail (address-space cap) or time out, and that is recorded as the status.
 
-Each (type, n) point runs in a fresh Python process under an address-space cap (``--memory_cap_gib``), so
-an over-large point fails fast instead of swapping and no allocator state leaks between points.
+Each (type, n) point runs in a fresh Python process under an address-space cap (``--memory_cap_gib``,
+``benchmarks.harness``), so an over-large point fails fast instead of swapping and no allocator state leaks
+between points.
 
-    python benchmarks/graph_scale.py --threads 1                       # 1k..200k nodes, 10 edges per node
-    python benchmarks/graph_scale.py --preset smoke --out /tmp/gs       # seconds
-    python benchmarks/graph_scale.py --types graph_sparse --nodes 200000 --edges_per_node 10
+    python -m benchmarks.graph_scale --threads 1                      # 1k..200k nodes, 10 edges per node
+    python -m benchmarks.graph_scale --preset smoke --out /tmp/gs      # seconds
+    python -m benchmarks.graph_scale --types graph_sparse --nodes 200000 --edges_per_node 10
 
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/graph_scale.png`` (time and memory against
 node count, log-log). Memory: ``peak_mib`` is the whole process's peak resident set (VmHWM: interpreter,
@@ -25,22 +28,24 @@ size just before it (VmHWM reset there), i.e. what forward + backward need beyon
 from __future__ import annotations
 
 import argparse
+import functools
 import json
-import os
-import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/attention.py, also when imported
-from attention import (  # noqa: E402
-    cap_address_space,
-    current_rss_bytes,
+from benchmarks.harness import (
+    ProcessOptions,
+    add_point_arguments,
+    launch,
     machine_meta,
-    peak_rss_bytes,
-    reset_peak_rss,
+    measure,
+    set_up_torch,
+    sweep,
 )
+from benchmarks.mechanisms import EXACT_KERNELS, is_exact, split_name
+from benchmarks.plugins import parse_args_with_plugins
+from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
 
 MODEL = dict(
     hidden_size=64,
@@ -50,18 +55,28 @@ MODEL = dict(
     hidden_dropout_prob=0.0,
     attention_probs_dropout_prob=0.0,
 )
-TYPES = {  # benchmark name -> (config overrides, attn_implementation)
-    "graph_sparse": ({"attention_type": "graph_sparse"}, None),
-    "gps_performer": ({"graph_layer_type": "gps", "attention_type": "performer"}, None),
-    "full_sdpa": ({"attention_type": "full"}, "sdpa"),
-    "full_eager": ({"attention_type": "full"}, "eager"),
-}
+GPS = {"gps_performer": {"graph_layer_type": "gps", "attention_type": "performer"}}
 PRESETS = {
-    "full": dict(
-        nodes=[1000, 10000, 50000, 200000], types=list(TYPES), repeats=2, warmup=1, edges_per_node=10
-    ),
-    "smoke": dict(nodes=[64], types=list(TYPES), repeats=1, warmup=0, edges_per_node=4),
+    "full": dict(nodes=[1000, 10000, 50000, 200000], repeats=2, warmup=1, edges_per_node=10),
+    "smoke": dict(nodes=[64], repeats=1, warmup=0, edges_per_node=4),
 }
+POINT_SETTINGS = "edges_per_node feature_dim num_labels seed threads warmup repeats".split()
+
+
+def setups() -> dict[str, tuple[dict, str | None]]:
+    """Benchmark name -> (EfficientGraphConfig overrides, attn_implementation or None for the default): the
+    registry's graph types that attend along edges, GraphGPS, exact attention with both kernels."""
+    from hf_efficient.attention import get_attention_class, list_attention_types
+
+    edge_types = [
+        t for t in list_attention_types("graph") if get_attention_class(t).capabilities.requires_edges
+    ]
+    table = {t: ({"attention_type": t}, None) for t in edge_types}
+    table.update({name: (overrides, None) for name, overrides in GPS.items()})
+    for name in EXACT_KERNELS:
+        attention_type, implementation = split_name(name)
+        table[name] = ({"attention_type": attention_type}, implementation)
+    return table
 
 
 def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels: int, seed: int) -> dict:
@@ -77,11 +92,8 @@ def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels
     }
 
 
-def run_point(args: argparse.Namespace) -> dict:
-    """Measure one point in this process (called in a fresh subprocess)."""
-    cap_address_space(args.memory_cap_gib)
-    import torch
-
+def run_point(point: argparse.Namespace) -> dict:
+    """Point function: one (type, node count) training step, in this process."""
     import hf_efficient
     from hf_efficient.models.graph import (
         EfficientGraphConfig,
@@ -89,17 +101,16 @@ def run_point(args: argparse.Namespace) -> dict:
         GraphCollator,
     )
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    overrides, impl = TYPES[args.type]
+    set_up_torch(point.threads)
+    overrides, implementation = setups()[point.type]
     config = EfficientGraphConfig(
-        **MODEL, **overrides, node_feature_dim=args.feature_dim, num_labels=args.num_labels
+        **MODEL, **overrides, node_feature_dim=point.feature_dim, num_labels=point.num_labels
     )
-    if impl is not None:
-        config._attn_implementation = impl
+    if implementation is not None:
+        config._attn_implementation = implementation
     model = EfficientGraphForNodeClassification(config).train()
-    n, num_edges = args.nodes, args.nodes * args.edges_per_node
-    record = synthetic_graph(n, num_edges, args.feature_dim, args.num_labels, args.seed)
+    n, num_edges = point.nodes, point.nodes * point.edges_per_node
+    record = synthetic_graph(n, num_edges, point.feature_dim, point.num_labels, point.seed)
     start = time.perf_counter()
     collator = GraphCollator.for_config(config, label_level="node", add_self_loops=config.needs_edges())
     batch = collator([record])
@@ -113,172 +124,114 @@ def run_point(args: argparse.Namespace) -> dict:
         loss.backward()
         model.zero_grad(set_to_none=True)
 
-    setup_peak = peak_rss_bytes()
-    rss_before = current_rss_bytes()
-    reset_peak_rss()  # the step's own peak, on top of data, parameters and imports
-    times = []
-    for i in range(args.warmup + args.repeats):
-        start = time.perf_counter()
-        step()
-        if i >= args.warmup:
-            times.append(time.perf_counter() - start)
-    step_peak = peak_rss_bytes()
+    timing = measure(step, point.warmup, point.repeats)
     return {
-        "type": args.type,
+        "type": point.type,
         "nodes": n,
         "edges": num_edges,
         "attended_edges": int(batch["edge_index"].shape[1]) if "edge_index" in batch else None,
-        "status": "ok",
-        "median_s": statistics.median(times),
-        "times_s": times,
+        **timing.fields(),
         "collate_s": collate_s,
-        "peak_mib": max(setup_peak, step_peak) / 2**20,
-        "step_mib": (step_peak - rss_before) / 2**20,
+        "peak_mib": timing.process_peak_mib,  # here the whole process's (set-up included)
+        "step_mib": timing.peak_mib,
         "hf_efficient": hf_efficient.__version__,
     }
 
 
-WORKER_ARGS = (
-    "edges_per_node",
-    "feature_dim",
-    "num_labels",
-    "seed",
-    "threads",
-    "warmup",
-    "repeats",
-    "memory_cap_gib",
-)
-
-
-def launch_point(args: argparse.Namespace, bench_type: str, n: int) -> dict:
-    cmd = [sys.executable, __file__, "--worker", "--type", bench_type, "--nodes", str(n)]
-    for name in WORKER_ARGS:
-        cmd += [f"--{name}", str(getattr(args, name))]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    base = {"type": bench_type, "nodes": n, "edges": n * args.edges_per_node}
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return {**base, "status": f"timeout (> {args.timeout:g} s)"}
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        status = "out of memory" if "memory" in last.lower() or "alloc" in last.lower() else "error"
-        return {**base, "status": f"{status}: {last[:200]}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _in_setup_order(records: list[dict]) -> list[str]:
+    """The records' types, in the order of :func:`setups` (unknown names last)."""
+    order = list(setups())
+    types = {r["type"] for r in records}
+    return sorted(types, key=lambda t: order.index(t) if t in order else len(order))
 
 
 def summarize(records: list[dict]) -> str:
     """Markdown table: seconds per training step / process peak MiB, per type and node count."""
     nodes = sorted({r["nodes"] for r in records})
     edges = {r["nodes"]: r["edges"] for r in records}
-    lines = ["### forward + backward: seconds / peak MiB (process) / step MiB (above inputs)", ""]
+    by_point = {(r["type"], r["nodes"]): r for r in records}
+
+    def step_cell(r: dict) -> str:
+        return f"{r['median_s']:.3g} / {r['peak_mib']:.0f} / {r['step_mib']:.0f}"
+
     header = [f"n={n:,}" + (f", E={edges[n]:,}" if n in edges else "") for n in nodes]
-    lines.append("| type | " + " | ".join(header) + " |")
-    lines.append("|---" * (len(nodes) + 1) + "|")
-    for t in sorted({r["type"] for r in records}, key=list(TYPES).index):
-        cells = []
-        for n in nodes:
-            r = next((x for x in records if x["type"] == t and x["nodes"] == n), None)
-            if r is None:
-                cells.append("-")
-            elif r["status"] != "ok":
-                cells.append(r["status"].split(":")[0])
-            else:
-                cells.append(f"{r['median_s']:.3g} / {r['peak_mib']:.0f} / {r['step_mib']:.0f}")
-        lines.append(f"| {t} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    rows = [
+        [t, *(status_cell(by_point.get((t, n)), step_cell) for n in nodes)] for t in _in_setup_order(records)
+    ]
+    lines = ["### forward + backward: seconds / peak MiB (process) / step MiB (above inputs)", ""]
+    return "\n".join(lines + markdown_table(["type", *header], rows))
 
 
-def plot(records: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
-    for ax, (key, label) in zip(
-        axes, (("median_s", "seconds per step"), ("peak_mib", "peak MiB")), strict=True
-    ):
-        for t in [t for t in TYPES if any(r["type"] == t for r in records)]:
-            pts = sorted((r["nodes"], r[key]) for r in records if r["type"] == t and r["status"] == "ok")
-            if pts:
-                style = "--" if t.startswith("full") else "-"
-                ax.plot(*zip(*pts, strict=True), style, marker="o", label=t)
+def plot(records: list[dict], path: Path) -> None:
+    """Seconds per step and peak MiB against node count, log-log; where a type stopped, and why."""
+    types = _in_setup_order(records)
+    panels = []
+    for key, label in (("median_s", "seconds per step"), ("peak_mib", "peak MiB")):
+        lines = {t: ok_points(records, "nodes", key, type=t) for t in types}
+        notes = []
+        for t in types:
             failed = [r for r in records if r["type"] == t and r["status"].split()[0] in ("timeout", "out")]
-            if pts and failed:  # mark where the type stopped, and why
+            if lines[t] and failed:
                 why = failed[0]["status"].split(":")[0].split(" (")[0]
-                ax.annotate(f"{t}: {why} at n={failed[0]['nodes']:,}", pts[-1], fontsize=7)
-        ax.set(xscale="log", yscale="log", xlabel="nodes n (one graph per batch)", ylabel=label)
-        ax.set_title(f"{label}, node classification forward + backward")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "graph_scale.png", dpi=110)
-    plt.close(fig)
+                notes.append((f"{t}: {why} at n={failed[0]['nodes']:,}", lines[t][-1]))
+        title = f"{label}, node classification forward + backward"
+        exact = {t for t in types if is_exact(t)}
+        panels.append(Panel(title, "nodes n (one graph per batch)", label, lines, exact, notes))
+    plot_loglog(path, [panels], panel_size=(6.5, 5))
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
-    parser.add_argument("--types", nargs="+", choices=list(TYPES))
+    parser.add_argument("--types", nargs="+", choices=list(setups()), help="default: all of them")
     parser.add_argument("--nodes", nargs="+", type=int)
     parser.add_argument("--edges_per_node", type=int, help="random directed edges per node (+ a self loop)")
     parser.add_argument("--feature_dim", type=int, default=16)
     parser.add_argument("--num_labels", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--warmup", type=int)
     parser.add_argument("--repeats", type=int)
-    parser.add_argument(
-        "--memory_cap_gib", type=float, default=12.0, help="address-space cap per point (0: none)"
-    )
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per point")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/graph_scale"))
     parser.add_argument(
         "--append", action="store_true", help="add to <out>/results.json (same machine and settings)"
     )
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--type", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    add_point_arguments(parser, threads=1, memory_cap_gib=12.0, timeout=300.0, warmup=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args_with_plugins(make_parser, argv)
     preset = PRESETS[args.preset]
-    for name in ("types", "nodes", "edges_per_node", "warmup", "repeats"):
+    for name in ("nodes", "edges_per_node", "warmup", "repeats"):
         if getattr(args, name) is None:
             setattr(args, name, preset[name])
-    if args.worker:
-        args.nodes = args.nodes[0]
-        print(json.dumps(run_point(args)))
-        return
+    args.types = args.types or list(setups())
+    options = ProcessOptions.from_args(args)
+    settings = {name: getattr(args, name) for name in POINT_SETTINGS}
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    records, failed = [], set()
-    for t in args.types:
-        for n in sorted(args.nodes):
-            if t in failed:  # a larger graph cannot succeed where a smaller one failed
-                records.append(
-                    {
-                        "type": t,
-                        "nodes": n,
-                        "edges": n * args.edges_per_node,
-                        "status": "skipped (failed at smaller n)",
-                    }
-                )
-                continue
-            record = launch_point(args, t, n)
-            print(f"{t} n={n}: {record['status']} {record.get('median_s', '')}", file=sys.stderr, flush=True)
-            if record["status"] != "ok":
-                failed.add(t)
-            records.append(record)
+    def run(base: dict) -> dict:
+        point = {**settings, "type": base["type"], "nodes": base["nodes"]}
+        return launch(run_point, point, base, options)
 
-    run = {
-        "command": "python benchmarks/graph_scale.py " + " ".join(sys.argv[1:]),
-        "types": {t: TYPES[t][0] | {"attn_implementation": TYPES[t][1] or "sdpa"} for t in args.types},
+    bases = [
+        {"type": t, "nodes": n, "edges": n * args.edges_per_node}
+        for t in args.types
+        for n in sorted(args.nodes)
+    ]
+    records = sweep(
+        bases, run, lambda p: p["type"], desc="graph scale benchmark", skipped="skipped (failed at smaller n)"
+    )
+    table = setups()
+    run_meta = {
+        "command": "python -m benchmarks.graph_scale " + " ".join(sys.argv[1:] if argv is None else argv),
+        "types": {t: table[t][0] | {"attn_implementation": table[t][1] or "sdpa"} for t in args.types},
         "nodes": sorted(args.nodes),
         "warmup": args.warmup,
         "repeats": args.repeats,
         "memory_cap_gib": args.memory_cap_gib,
         "timeout_s": args.timeout,
+        "plugins": args.plugin,
     }
     meta = {
         **machine_meta(args.threads),
@@ -289,21 +242,19 @@ def main() -> None:
         "num_labels": args.num_labels,
         "dtype": "float32",
         "device": "cpu",
-        "runs": [run],
+        "runs": [run_meta],
     }
-    results = args.out / "results.json"
-    if args.append and results.exists():  # keep earlier runs' points that this run did not measure
-        earlier = json.loads(results.read_text())
+    results_path = args.out / "results.json"
+    if args.append and results_path.exists():  # keep earlier runs' points that this run did not measure
+        earlier = json.loads(results_path.read_text())
         new = {(r["type"], r["nodes"]) for r in records}
         records = [r for r in earlier["records"] if (r["type"], r["nodes"]) not in new] + records
-        meta["runs"] = earlier["meta"]["runs"] + [run]
-    results.write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-    plot(records, args.out)
-    table = summarize(records) + "\n\nCommands (threads, warmup + repeats per run):\n\n"
-    table += "\n".join(f"- `{r['command']}` ({r['warmup']} + {r['repeats']})" for r in meta["runs"])
-    (args.out / "summary.md").write_text(table + "\n")
-    print(table)
-    print(f"\nwrote {args.out}/results.json, summary.md, graph_scale.png")
+        meta["runs"] = earlier["meta"]["runs"] + [run_meta]
+    summary = summarize(records) + "\n\nCommands (threads, warmup + repeats per run):\n\n"
+    summary += "\n".join(f"- `{r['command']}` ({r['warmup']} + {r['repeats']})" for r in meta["runs"])
+    results = {"meta": meta, "records": records}
+    write_report(args.out, results, summary, {"graph_scale.png": functools.partial(plot, records)})
+    return results
 
 
 if __name__ == "__main__":

@@ -17,8 +17,11 @@ Expectations, per row of the table:
     approx  an approximation with no new parameters (sparse pattern, kernel features, hashing).
     fresh   has freshly initialised parameters or drops a pretrained one; far off without training.
 
-    python benchmarks/minilm_conversion.py                         # 200 sentences, every variant
-    python benchmarks/minilm_conversion.py --num_sentences 4 --types full longformer
+    python -m benchmarks.minilm_conversion                         # 200 sentences, every variant
+    python -m benchmarks.minilm_conversion --num_sentences 4 --types full longformer
+
+The table below covers the registry's text types; a text type without a row (a new core, or one registered
+by ``--plugin``) gets one at its default settings.
 
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/cosine.png``, and prints the table.
 """
@@ -26,12 +29,17 @@ Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/cosine.png``, an
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
+
+from benchmarks.harness import machine_meta
+from benchmarks.mechanisms import EXACT
+from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
+from benchmarks.report import pyplot, write_report
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the checkpoint and tokenizer are local files
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -190,11 +198,7 @@ def summarize(records: list[dict], meta: dict) -> str:
 
 
 def plot(records: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     ok = [r for r in records if r["status"] == "ok"]
     colors = {"exact": "tab:green", "limit": "tab:olive", "approx": "tab:blue", "fresh": "tab:red"}
     fig, ax = plt.subplots(figsize=(9.5, 0.38 * len(ok) + 1.5))
@@ -221,12 +225,12 @@ def variants_for(types: list[str] | None) -> list[tuple]:
 
     text_types = hf_efficient.list_attention_types("text")
     covered = {v[1] for v in VARIANTS}
-    extra = [(t, t, {}, "approx", "defaults") for t in text_types if t not in covered and t != "full"]
+    extra = [(t, t, {}, "approx", "defaults") for t in text_types if t not in covered and t != EXACT]
     chosen = [v for v in VARIANTS + extra if types is None or v[1] in types or v[0] in types]
     return [v for v in chosen if v[1] in text_types]
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -236,7 +240,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--types", nargs="+", help="attention types or variant labels (default: all)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/minilm_conversion"))
-    args = parser.parse_args()
+    add_plugin_argument(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args_with_plugins(make_parser, argv)
 
     import torch
     from tqdm.auto import tqdm
@@ -295,25 +304,19 @@ def main() -> None:
         "tokens_median": statistics.median(lengths),
         "tokens_max": max(lengths),
         "batch_size": args.batch_size,
-        "threads": args.threads,
-        "torch": torch.__version__,
         "hf_efficient": hf_efficient.__version__,
-        "machine": platform.processor() or platform.machine(),
+        **machine_meta(args.threads),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(
-        json.dumps({"meta": meta, "records": records, "sentences": sentences}, indent=1)
+    results = {"meta": meta, "records": records, "sentences": sentences}
+    write_report(
+        args.out, results, summarize(records, meta), {"cosine.png": functools.partial(plot, records)}
     )
-    plot(records, args.out / "cosine.png")
-    table = summarize(records, meta)
-    (args.out / "summary.md").write_text(table + "\n")
-    print(table)
     failed = [r["label"] for r in records if r["status"] != "ok" or r["passed"] is False]
     if failed:
         print(
             f"\nFAILED (error, or an exact variant off by more than {EXACT_TOLERANCE}): {', '.join(failed)}"
         )
-    print(f"\nwrote {args.out}/results.json, summary.md, cosine.png")
+    return results
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@ entry (i, j) is |d out_i / d v_j| (the Frobenius norm of the Jacobian block), wh
 weight p_ij times a constant for every mechanism that is linear in the values, and shows the exact sparsity
 pattern for all of them. Each core uses its ``small_config``; graph types get a ring graph plus chords.
 
-    python benchmarks/patterns.py --length 64 --out benchmarks/results/patterns.png
+    python -m benchmarks.patterns --length 64 --out benchmarks/results/patterns.png
+    python -m benchmarks.patterns --plugin my_attention.py     # types registered there too
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 import torch
 
 import hf_efficient
+from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
+from benchmarks.report import pyplot
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
 
 
@@ -45,20 +48,20 @@ def effective_weights(attention_type: str, n: int, head_dim: int = 16, seed: int
     return jac[:, :, 0, 0].pow(2).sum(dim=(1, 3)).sqrt()  # (n, n): query i, key j
 
 
-def main() -> None:
+def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--length", type=int, default=64)
     parser.add_argument("--types", nargs="+", default=None)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/patterns.png"))
-    args = parser.parse_args()
+    add_plugin_argument(parser)
+    return parser
 
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args_with_plugins(make_parser, argv)
+    plt = pyplot()
     types = args.types or hf_efficient.list_attention_types()
     cols = min(4, len(types))
     rows = math.ceil(len(types) / cols)

@@ -1,8 +1,8 @@
 """Ours against peer implementations of the same mechanism, side by side in one run with the same sizes.
 
-    python benchmarks/peers.py                                 # all mechanisms, n = 1k 4k 16k, fwd, fwd+bwd
-    python benchmarks/peers.py --lengths 512 1024 --repeats 1  # quick
-    python benchmarks/peers.py --mechanisms longformer bigbird --modes fwd_bwd
+    python -m benchmarks.peers                                 # all mechanisms, n = 1k 4k 16k, fwd, fwd+bwd
+    python -m benchmarks.peers --lengths 512 1024 --repeats 1  # quick
+    python -m benchmarks.peers --mechanisms longformer bigbird --modes fwd_bwd
 
 Peers (installed by the ``bench`` extra, after torch; a peer that is not installed is skipped with a message):
     performer      performer-pytorch ``FastAttention`` (FAVOR+, the same number of orthogonal features)
@@ -12,17 +12,18 @@ Peers (installed by the ``bench`` extra, after torch; a peer that is not install
                    transformers ``LongformerSelfAttention`` (sliding chunks, no global tokens)
     bigbird        transformers ``BigBirdBlockSparseAttention`` (block_sparse: 3 window, 2 global, r random)
     reformer_lsh   reformer-pytorch ``LSHAttention``; transformers ``LSHSelfAttention``
+The mechanisms compared are those of our registered types that have a peer in this table (``PEERS``).
 
 What is measured: the attention core only, on both sides. Our core takes projected heads; where a peer is a
 layer with its own q/k/v (and output) projections, those modules are replaced by pass-through modules that
 hand it the same random q, k, v (and an identity output projection), so no projection GEMM is timed on
 either side and nothing is added to ours. A pass-through returns the given tensor itself, or a copy where the
 peer divides it in place (transformers' Longformer query), which costs one (n x h d) copy, not a GEMM.
-Every (mechanism, implementation, length, mode) point runs in a fresh process with the timing and
-peak-memory helpers of ``benchmarks/attention.py`` (ours through its very point runner): float32, median of
+Every (mechanism, implementation, length, mode) point runs in a fresh process (``benchmarks.harness``) with
+the timing of ``benchmarks.attention`` (ours through its very point function): float32, median of
 --repeats after --warmup, peak memory = peak RSS during the calls minus RSS before them (inputs allocated).
-The settings of both sides come from our core's config (attention.py's BENCH_CONFIGS over the defaults);
-where a peer cannot be set to the same thing, the record's ``note`` and the summary say what differs.
+The settings of both sides come from our core's config (its ``benchmark_config`` over the defaults); where a
+peer cannot be set to the same thing, the record's ``note`` and the summary say what differs.
 
 Writes ``<out>/results.json``, ``<out>/time.png`` (time vs n, ours solid, peers dashed, one panel per
 mechanism and mode), ``<out>/memory.png`` and ``<out>/summary.md`` (ratios ours / peer of time and memory).
@@ -31,20 +32,27 @@ mechanism and mode), ``<out>/memory.png`` and ``<out>/summary.md`` (ratios ours 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.metadata
 import importlib.util
 import json
-import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # attention.py, flops.py, also when imported
-import flops  # noqa: E402
-from attention import BENCH_CONFIGS, attention_meta, cap_address_space, measure, run_point, run_worker  # noqa: E402
+from benchmarks import attention, flops
+from benchmarks.harness import ProcessOptions, add_point_arguments, launch, set_up_torch, sweep
+from benchmarks.mechanisms import benchmark_config
+from benchmarks.report import (
+    Panel,
+    markdown_table,
+    ok_points,
+    plot_loglog,
+    status_cell,
+    time_and_memory_plots,
+    write_report,
+)
 
-MECHANISMS = ["performer", "linformer", "nystromformer", "longformer", "bigbird", "reformer_lsh"]
 PROJECTIONS_NOTE = (
     "core only on both sides: the peers' q/k/v/output projections are replaced by pass-through modules fed "
     "the same q, k, v; nothing is added to ours"
@@ -52,8 +60,8 @@ PROJECTIONS_NOTE = (
 
 
 def our_settings(mechanism: str) -> dict:
-    """Our core's full config for the comparison: defaults with attention.py's BENCH_CONFIGS applied."""
-    return flops.resolved_config(mechanism, BENCH_CONFIGS.get(mechanism, {}))
+    """Our core's full config for the comparison: its defaults with its ``benchmark_config`` applied."""
+    return flops.resolved_config(mechanism, benchmark_config(mechanism))
 
 
 # ---- inputs -----------------------------------------------------------------------------------------------
@@ -288,7 +296,7 @@ def _needs(condition: bool, reason: str) -> str | None:
     return None if condition else reason
 
 
-class Peer(NamedTuple):  # not a dataclass: this file is also loaded by path, outside sys.modules
+class Peer(NamedTuple):
     """A peer implementation of one of our mechanisms."""
 
     name: str
@@ -428,6 +436,13 @@ PEERS = [
 PEERS_BY_NAME = {p.name: p for p in PEERS}
 
 
+def mechanisms() -> list[str]:
+    """Our registered types that have a peer, in the order of ``PEERS``."""
+    from hf_efficient.attention import ATTENTION_REGISTRY
+
+    return [m for m in dict.fromkeys(p.mechanism for p in PEERS) if m in ATTENTION_REGISTRY]
+
+
 def missing_modules(peer: Peer) -> list[str]:
     return [m for m in peer.modules if importlib.util.find_spec(m) is None]
 
@@ -440,169 +455,116 @@ def peer_version(peer: Peer) -> str | None:
 
 
 # ---- one point --------------------------------------------------------------------------------------------
-def run_peer_point(args: argparse.Namespace) -> dict:
-    """Measure one point of a peer in this process (called in a fresh subprocess)."""
-    cap_address_space(args.memory_cap_gib)
+def run_peer_point(point: argparse.Namespace) -> dict:
+    """Point function: one point of a peer, in this process."""
     import torch
 
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    peer = PEERS_BY_NAME[args.impl]
+    set_up_torch(point.threads)
+    peer = PEERS_BY_NAME[point.impl]
     # The parent passes the settings, so a peer's process need not import hf_efficient (seconds, under load).
-    settings = json.loads(args.settings) if getattr(args, "settings", None) else our_settings(peer.mechanism)
-    b, h, n, d = args.batch, args.heads, args.length, args.head_dim
-    grad = args.mode == "fwd_bwd"
+    settings = (
+        json.loads(point.settings) if getattr(point, "settings", None) else our_settings(peer.mechanism)
+    )
+    b, h, n, d = point.batch, point.heads, point.length, point.head_dim
+    grad = point.mode == "fwd_bwd"
     forward, leaves, out_shape = peer.build(settings, b, h, n, d, grad)
     upstream = torch.randn(out_shape)
-
-    def call():
-        out = forward()
-        if grad:
-            (out * upstream).sum().backward()
-            for t in leaves:
-                t.grad = None
-
-    times, peak_mib = measure(call, grad, args.warmup, args.repeats)
-    return {
-        "mechanism": peer.mechanism,
-        "impl": peer.name,
-        "length": n,
-        "mode": args.mode,
-        "status": "ok",
-        "median_s": statistics.median(times),
-        "times_s": times,
-        "peak_mib": peak_mib,
-    }
+    timing = attention.time_forward(forward, leaves, upstream, grad, point.warmup, point.repeats)
+    identity = {"mechanism": peer.mechanism, "impl": peer.name, "length": n, "mode": point.mode}
+    return {**identity, **timing.fields()}
 
 
-def run_ours_point(args: argparse.Namespace) -> dict:
-    """Our core through attention.py's point runner, with the settings the peers get."""
-    point = argparse.Namespace(**vars(args))
-    point.type, point.config = args.mechanism, json.dumps(our_settings(args.mechanism))
-    point.graph_degree, point.error_max_length = 1, 0
-    record = run_point(point)
-    return {
-        "mechanism": args.mechanism,
-        "impl": "ours",
-        "length": args.length,
-        "mode": args.mode,
-        "status": record["status"],
-        "median_s": record["median_s"],
-        "times_s": record["times_s"],
-        "peak_mib": record["peak_mib"],
-    }
+def run_ours_point(point: argparse.Namespace) -> dict:
+    """Our core through the attention benchmark's point function, with the settings the peers get."""
+    ours = argparse.Namespace(**vars(point))
+    ours.type, ours.config = point.mechanism, json.dumps(our_settings(point.mechanism))
+    ours.graph_degree, ours.error_max_length = 1, 0
+    record = attention.run_point(ours)
+    identity = {"mechanism": point.mechanism, "impl": "ours", "length": point.length, "mode": point.mode}
+    return {**identity, **{key: record[key] for key in ("status", "median_s", "times_s", "peak_mib")}}
 
 
-def worker(args: argparse.Namespace) -> dict:
-    return run_ours_point(args) if args.impl == "ours" else run_peer_point(args)
-
-
-def launch(args: argparse.Namespace, mechanism: str, impl: str, n: int, mode: str) -> dict:
-    base = {"mechanism": mechanism, "impl": impl, "length": n, "mode": mode}
-    if args.in_process:  # tests and debugging: no isolation of the peak memory
-        point = argparse.Namespace(**{**vars(args), **base, "memory_cap_gib": 0})  # never cap the caller
-        try:
-            return worker(point)
-        except Exception as error:
-            return {**base, "status": f"error: {type(error).__name__}: {error}"[:200]}
-    cmd = [sys.executable, __file__, "--worker", "--mechanism", mechanism, "--impl", impl]
-    cmd += ["--length", str(n), "--mode", mode]
-    for name in ("batch", "heads", "head_dim", "threads", "warmup", "repeats", "memory_cap_gib"):
-        cmd += [f"--{name}", str(getattr(args, name))]
-    cmd += ["--settings", json.dumps(our_settings(mechanism))]
-    return run_worker(cmd, args.threads, args.timeout, base)
+def run_comparison_point(point: argparse.Namespace) -> dict:
+    """Point function: ours or a peer, as ``point.impl`` says."""
+    return run_ours_point(point) if point.impl == "ours" else run_peer_point(point)
 
 
 # ---- summary and plots ------------------------------------------------------------------------------------
-def _cell(r: dict | None, key: str, fmt: str) -> str:
-    return format(r[key], fmt) if r is not None and r["status"] == "ok" else "-"
+def _ratio_cell(ours: dict | None, theirs: dict | None) -> str:
+    """Time ratio ours / peer (memory ratio in brackets), or the status of the side that did not run."""
+    for record in (theirs, ours):
+        if record is None or record["status"] != "ok":
+            return status_cell(record, str)
+    memory = f"{ours['peak_mib'] / theirs['peak_mib']:.2f}" if theirs["peak_mib"] > 0.5 else "n/a"
+    return f"{ours['median_s'] / theirs['median_s']:.2f} ({memory})"
+
+
+def _seconds_and_memory(record: dict) -> str:
+    return f"{record['median_s']:.3f} / {record['peak_mib']:.0f}"
 
 
 def summarize(records: list[dict], modes: list[str], notes: dict[str, str]) -> str:
     """Markdown: ratios ours / peer (time and memory) per mechanism, peer and length, then the raw numbers."""
-    ok = {(r["impl"], r["mechanism"], r["length"], r["mode"]): r for r in records if r["status"] == "ok"}
+    by_point = {(r["impl"], r["mechanism"], r["length"], r["mode"]): r for r in records}
     lengths = sorted({r["length"] for r in records})
-    header = "| mechanism | peer | " + " | ".join(f"n={n}" for n in lengths) + " |"
-    rule = "|---" * (len(lengths) + 2) + "|"
+    columns = [f"n={n}" for n in lengths]
+    present = {(r["impl"], r["mechanism"], r["mode"]) for r in records}
     lines = [f"Compared: {PROJECTIONS_NOTE}."]
     for mode in modes:
-        lines += [f"\n### {mode}: ours / peer, time x (memory x); < 1 means ours is faster (smaller)", ""]
-        lines += [header, rule]
-        for peer in PEERS:
-            rows = [r for r in records if r["impl"] == peer.name and r["mode"] == mode]
-            if not rows:
-                continue
-            cells = []
-            for n in lengths:
-                ours, theirs = (ok.get((i, peer.mechanism, n, mode)) for i in ("ours", peer.name))
-                if ours and theirs:
-                    memory = (
-                        f"{ours['peak_mib'] / theirs['peak_mib']:.2f}" if theirs["peak_mib"] > 0.5 else "n/a"
+        rows = [
+            [
+                peer.mechanism,
+                peer.name,
+                *(
+                    _ratio_cell(
+                        by_point.get(("ours", peer.mechanism, n, mode)),
+                        by_point.get((peer.name, peer.mechanism, n, mode)),
                     )
-                    cells.append(f"{ours['median_s'] / theirs['median_s']:.2f} ({memory})")
-                else:
-                    status = next((r["status"] for r in rows if r["length"] == n), "-")
-                    cells.append("-" if ours and status == "ok" else status.split(":")[0])
-            lines.append(f"| {peer.mechanism} | {peer.name} | " + " | ".join(cells) + " |")
-        lines += [f"\n### {mode}: seconds / peak MiB", "", header.replace("| peer |", "| implementation |")]
-        lines.append(rule)
-        impls = [("ours", m) for m in MECHANISMS] + [(p.name, p.mechanism) for p in PEERS]
-        for impl, mechanism in impls:
-            rows = [r for r in records if (r["impl"], r["mechanism"], r["mode"]) == (impl, mechanism, mode)]
-            if not rows:
-                continue
-            cells = []
-            for n in lengths:
-                r = next((x for x in rows if x["length"] == n), None)
-                if r is None:
-                    cells.append("-")
-                elif r["status"] != "ok":
-                    cells.append(r["status"].split(":")[0])
-                else:
-                    cells.append(f"{r['median_s']:.3f} / {r['peak_mib']:.0f}")
-            lines.append(f"| {mechanism} | {impl} | " + " | ".join(cells) + " |")
+                    for n in lengths
+                ),
+            ]
+            for peer in PEERS
+            if (peer.name, peer.mechanism, mode) in present
+        ]
+        lines += [f"\n### {mode}: ours / peer, time x (memory x); < 1 means ours is faster (smaller)", ""]
+        lines += markdown_table(["mechanism", "peer", *columns], rows)
+        implementations = [("ours", m) for m in mechanisms()] + [(p.name, p.mechanism) for p in PEERS]
+        rows = [
+            [
+                mechanism,
+                impl,
+                *(
+                    status_cell(by_point.get((impl, mechanism, n, mode)), _seconds_and_memory)
+                    for n in lengths
+                ),
+            ]
+            for impl, mechanism in implementations
+            if (impl, mechanism, mode) in present
+        ]
+        lines += [f"\n### {mode}: seconds / peak MiB", ""]
+        lines += markdown_table(["mechanism", "implementation", *columns], rows)
     lines += ["\n### settings and differences", ""]
     lines += [f"- {name}: {note}" for name, note in notes.items()]
     return "\n".join(lines)
 
 
-def plot(records: list[dict], out: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(records: list[dict], key: str, label: str, path: Path) -> None:
+    """``records[key]`` against n, log-log: a row of panels per mode, a panel per mechanism, ours solid."""
     modes = sorted({r["mode"] for r in records})
-    mechanisms = [m for m in MECHANISMS if any(r["mechanism"] == m for r in records)]
-    if not mechanisms:
+    compared = [m for m in mechanisms() if any(r["mechanism"] == m for r in records)]
+    if not compared:
         return
-    for key, label, name in (("median_s", "seconds", "time.png"), ("peak_mib", "peak MiB", "memory.png")):
-        fig, axes = plt.subplots(
-            len(modes), len(mechanisms), figsize=(4.2 * len(mechanisms), 3.6 * len(modes)), squeeze=False
-        )
-        for row, mode in zip(axes, modes, strict=True):
-            for ax, mechanism in zip(row, mechanisms, strict=True):
-                impls = ["ours"] + [p.name for p in PEERS if p.mechanism == mechanism]
-                for i, impl in enumerate(impls):
-                    pts = sorted(
-                        (r["length"], r[key])
-                        for r in records
-                        if (r["impl"], r["mechanism"], r["mode"]) == (impl, mechanism, mode)
-                        and r["status"] == "ok"
-                        and r[key] > 0
-                    )
-                    if pts:
-                        style = "-" if impl == "ours" else "--"
-                        ax.plot(*zip(*pts, strict=True), style, marker="o", color=f"C{i}", label=impl)
-                ax.set(xscale="log", yscale="log", xlabel="n", ylabel=label, title=f"{mechanism}, {mode}")
-                ax.grid(True, which="both", alpha=0.3)
-                if ax.get_legend_handles_labels()[0]:
-                    ax.legend(fontsize=7)
-                else:  # every point failed or was skipped (see the summary's status column)
-                    ax.text(0.5, 0.5, "no measured points", transform=ax.transAxes, ha="center")
-        fig.tight_layout()
-        fig.savefig(out / name, dpi=100)
-        plt.close(fig)
+    grid = []
+    for mode in modes:
+        row = []
+        for mechanism in compared:
+            impls = ["ours"] + [p.name for p in PEERS if p.mechanism == mechanism]
+            lines = {
+                i: ok_points(records, "length", key, impl=i, mechanism=mechanism, mode=mode) for i in impls
+            }
+            row.append(Panel(f"{mechanism}, {mode}", "n", label, lines, dashed=set(impls[1:])))
+        grid.append(row)
+    plot_loglog(path, grid, panel_size=(4.2, 3.6), dpi=100)
 
 
 # ---- main -------------------------------------------------------------------------------------------------
@@ -610,20 +572,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--mechanisms", nargs="+", choices=MECHANISMS, default=MECHANISMS)
+    ours = mechanisms()
+    parser.add_argument("--mechanisms", nargs="+", choices=ours, default=ours)
     parser.add_argument("--peers", nargs="+", help="only these peers (names as in the tables; default all)")
     parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 4096, 16384])
     parser.add_argument("--modes", nargs="+", choices=["fwd", "fwd_bwd"], default=["fwd", "fwd_bwd"])
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head_dim", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--memory_cap_gib", type=float, default=16.0, help="address-space cap per point (0: none)"
-    )
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per point")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/peers"))
     parser.add_argument(
         "--in_process",
@@ -631,67 +588,69 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run every point in this process (tests; memory not isolated)",
     )
     parser.add_argument("--no_plot", action="store_true", help="skip the PNGs")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--mechanism", help=argparse.SUPPRESS)
-    parser.add_argument("--impl", help=argparse.SUPPRESS)
-    parser.add_argument("--length", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--mode", help=argparse.SUPPRESS)
-    parser.add_argument("--settings", help=argparse.SUPPRESS)
+    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0, plugins=False)
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    if args.worker:
-        record = worker(args)
-        print(json.dumps(record))
-        return record
-
-    unknown = sorted(set(args.peers or []) - set(PEERS_BY_NAME))
-    if unknown:
-        raise SystemExit(f"unknown peer(s) {unknown}; peers: {', '.join(PEERS_BY_NAME)}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    records, notes, versions, failed = [], {}, {}, set()
-    plan = []  # (mechanism, impl), ours first
+def plan(args: argparse.Namespace) -> tuple[list[tuple[str, str, str | None]], dict, dict]:
+    """(mechanism, implementation, why it is skipped or None) in run order, ours first; the settings and
+    differences of each side; the installed peers' versions."""
+    steps, notes, versions = [], {}, {}
     for mechanism in args.mechanisms:
         settings = our_settings(mechanism)
         notes[f"ours {mechanism}"] = json.dumps(settings)
-        plan.append((mechanism, "ours", None))
+        steps.append((mechanism, "ours", None))
         for peer in PEERS:
             if peer.mechanism != mechanism or (args.peers and peer.name not in args.peers):
                 continue
             notes[peer.name] = peer.note(settings)
             missing = missing_modules(peer)
             versions[peer.name] = peer_version(peer) if not missing else None
+            message = None
             if missing:
                 message = (
                     f"skipped: not installed (no module {', '.join(missing)}; "
                     "pip install -e '.[bench]' after torch)"
                 )
                 print(f"{peer.name}: {message}")
-            plan.append((mechanism, peer.name, None if not missing else message))
-    for mode in args.modes:
-        for mechanism, impl, skip in plan:
-            for n in sorted(args.lengths):
-                base = {"mechanism": mechanism, "impl": impl, "length": n, "mode": mode}
-                reason = skip
-                if reason is None and impl != "ours":
-                    why = PEERS_BY_NAME[impl].unsupported(our_settings(mechanism), n)
-                    reason = f"skipped: {why}" if why else None
-                if reason is None and (impl, mechanism, mode) in failed:
-                    reason = "skipped (failed at shorter n)"
-                if reason is not None:
-                    records.append({**base, "status": reason})
-                    continue
-                print(f"{mode} {mechanism} {impl} n={n} ...", flush=True)
-                record = launch(args, mechanism, impl, n, mode)
-                if record["status"] != "ok":
-                    failed.add((impl, mechanism, mode))
-                    print(f"  {record['status']}")
-                records.append(record)
+            steps.append((mechanism, peer.name, message))
+    return steps, notes, versions
 
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    unknown = sorted(set(args.peers or []) - set(PEERS_BY_NAME))
+    if unknown:
+        raise SystemExit(f"unknown peer(s) {unknown}; peers: {', '.join(PEERS_BY_NAME)}")
+    steps, notes, versions = plan(args)
+    skips = {(mechanism, impl): message for mechanism, impl, message in steps}
+
+    def reason(base: dict) -> str | None:
+        """Not installed, or a length the peer cannot run; None when the point runs."""
+        mechanism, impl = base["mechanism"], base["impl"]
+        if skips[(mechanism, impl)] is not None or impl == "ours":
+            return skips[(mechanism, impl)]
+        why = PEERS_BY_NAME[impl].unsupported(our_settings(mechanism), base["length"])
+        return f"skipped: {why}" if why else None
+
+    options = ProcessOptions.from_args(args)
+    shape = {
+        name: getattr(args, name) for name in ("batch", "heads", "head_dim", "threads", "warmup", "repeats")
+    }
+
+    def run(base: dict) -> dict:
+        settings = json.dumps(our_settings(base["mechanism"]))
+        return launch(run_comparison_point, {**shape, **base, "settings": settings}, base, options)
+
+    bases = [
+        {"mechanism": mechanism, "impl": impl, "length": n, "mode": mode}
+        for mode in args.modes
+        for mechanism, impl, _ in steps
+        for n in sorted(args.lengths)
+    ]
+    records = sweep(bases, run, lambda p: (p["impl"], p["mechanism"], p["mode"]), desc="peers", reason=reason)
     meta = {
-        **attention_meta(args),
+        **attention.attention_meta(args),
         "warmup": args.warmup,
         "repeats": args.repeats,
         "in_process": args.in_process,
@@ -700,13 +659,8 @@ def main(argv: list[str] | None = None) -> dict:
         "settings_and_differences": notes,
     }
     results = {"meta": meta, "records": records}
-    (args.out / "results.json").write_text(json.dumps(results, indent=1))
-    table = summarize(records, args.modes, notes)
-    (args.out / "summary.md").write_text(table + "\n")
-    if not args.no_plot:
-        plot(records, args.out)
-    print(table)
-    print(f"\nwrote {args.out}/results.json, summary.md" + ("" if args.no_plot else ", time.png, memory.png"))
+    plots = {} if args.no_plot else time_and_memory_plots(functools.partial(plot, records))
+    write_report(args.out, results, summarize(records, args.modes, notes), plots)
     return results
 
 

@@ -1,9 +1,14 @@
 """Adding a mechanism is one registered class: a toy core (exact softmax attention written by hand, 30 lines)
-registered inside this test goes through the contract matrix and the three encoders, and shows in the
-attention table, with no other file changed. The fixture unregisters it, so the rest of the suite (which
-compares the registry with README.md and the config files) never sees it."""
+registered inside this test goes through the contract matrix and the three encoders, shows in the attention
+table, and runs through the attention benchmark's smoke preset (as a ``--plugin``, since every benchmark
+point runs in a fresh process), with no other file changed. The fixture unregisters it, so the rest of the
+suite (which compares the registry with README.md and the config files) never sees it."""
 
 from __future__ import annotations
+
+import inspect
+import json
+import textwrap
 
 import pytest
 import torch
@@ -17,6 +22,7 @@ from hf_efficient.attention import (
     unregister_attention,
 )
 
+from ..benchmarks.cli import run_module
 from ..models.graph.checks import check_graph_encoder
 from ..models.text.checks import check_text_encoder
 from ..models.vision.checks import check_vision_encoder
@@ -74,3 +80,25 @@ def test_the_toy_is_gone_after_its_test():
     assert NAME not in hf_efficient.list_attention_types()
     with pytest.raises(ValueError, match="Unknown attention_type"):
         hf_efficient.get_attention_class(NAME)
+
+
+@pytest.mark.slow  # benchmark worker processes (about 30 s)
+def test_the_toy_runs_through_the_attention_benchmark(tmp_path):
+    """The same class, written to a module that registers it, is measured beside exact attention."""
+    plugin = tmp_path / "handwritten_softmax_plugin.py"
+    source = inspect.getsource(HandwrittenSoftmaxAttention)
+    plugin.write_text(
+        "import torch\n\n"
+        "from hf_efficient.attention import AttentionCapabilities, AttentionCore, AttentionOutput, "
+        "register_attention\n\n\n"
+        + textwrap.dedent(source)
+        + f"\n\nregister_attention({NAME!r})(HandwrittenSoftmaxAttention)\n"
+    )
+    out = tmp_path / "bench"
+    options = ["--preset", "smoke", "--threads", "1", "--types", NAME, "full_sdpa", "--lengths", "32", "64"]
+    run_module("attention", *options, "--plugin", str(plugin), "--out", str(out))
+    records = [r for r in json.loads((out / "results.json").read_text())["records"] if r["type"] == NAME]
+    assert len(records) == 2 and all(r["status"] == "ok" and r["median_s"] > 0 for r in records)
+    assert all(r["flops"] == 3 * 4.0 * r["length"] ** 2 * 16 * 2 for r in records)  # its FLOP model, fwd+bwd
+    assert all(r["rel_error"] < 1e-5 for r in records)  # it is exact attention
+    assert f"| {NAME} |" in (out / "summary.md").read_text()

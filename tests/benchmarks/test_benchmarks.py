@@ -1,34 +1,22 @@
-"""Smoke runs of the benchmark scripts: every registered type goes through the harness at tiny sizes."""
+"""Smoke runs of the attention benchmarks: every registered type goes through the harness at tiny sizes."""
 
 import argparse
-import importlib.util
 import json
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 import hf_efficient
+from benchmarks import attention as bench
+from benchmarks import flops, patterns, peers, rfa_trained_attention
+from benchmarks.mechanisms import benchmark_types
 from hf_efficient import get_attention_class
 
-ROOT = Path(__file__).resolve().parents[1]
+from .cli import run_module
 
 
-def load_script(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize(
-    "attention_type",
-    ["full_eager", "full_sdpa"] + [t for t in hf_efficient.list_attention_types() if t != "full"],
-)
+@pytest.mark.parametrize("attention_type", benchmark_types())
 def test_attention_benchmark_point_runs_in_process(attention_type):
-    bench = load_script("attention")
     args = argparse.Namespace(
         type=attention_type,
         length=48,
@@ -59,23 +47,8 @@ def test_attention_benchmark_point_runs_in_process(attention_type):
 
 
 def test_attention_benchmark_cli_writes_json_and_plots(tmp_path):
-    cmd = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "attention.py"),
-        "--preset",
-        "smoke",
-        "--threads",
-        "1",
-        "--types",
-        "full_sdpa",
-        "full_eager",
-        "--lengths",
-        "32",
-        "64",
-        "--out",
-        str(tmp_path),
-    ]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300)
+    options = ["--preset", "smoke", "--threads", "1", "--types", "full_sdpa", "full_eager"]
+    run_module("attention", *options, "--lengths", "32", "64", "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert {r["status"] for r in results["records"]} == {"ok"}
     assert len(results["records"]) == 4  # 2 types x 2 lengths
@@ -84,31 +57,15 @@ def test_attention_benchmark_cli_writes_json_and_plots(tmp_path):
 
 
 def test_pattern_plot_covers_every_type(tmp_path):
-    patterns = load_script("patterns")
     for attention_type in hf_efficient.list_attention_types():
         weights = patterns.effective_weights(attention_type, n=24, head_dim=4)
         assert weights.shape == (24, 24) and (weights.sum(-1) > 0).all()
     out = tmp_path / "p.png"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "patterns.py"),
-            "--length",
-            "24",
-            "--types",
-            "full",
-            "--out",
-            str(out),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    run_module("patterns", "--length", "24", "--types", "full", "--out", str(out))
     assert out.stat().st_size > 1000
 
 
 def test_flop_models():
-    flops = load_script("flops")
     n, h, d = 256, 8, 64
     for full in ("full_sdpa", "full_eager", "full"):
         assert flops.forward_flops(full, n, h, d) == 4 * n * n * d * h
@@ -141,7 +98,6 @@ def test_flop_models():
 
 
 def test_throughput_fields_and_summary():
-    bench = load_script("attention")
     args = argparse.Namespace(heads=2, head_dim=8, batch=1, graph_degree=4)
     sgemm = {"size": 64, "threads": 1, "gflops": 10.0}
     ok = {"type": "full_sdpa", "config": {}, "length": 64, "mode": "fwd", "status": "ok", "median_s": 1e-3}
@@ -161,7 +117,6 @@ def test_throughput_fields_and_summary():
 
 
 def test_peers_runs_ours_and_skips_missing_peers(tmp_path, monkeypatch):
-    peers = load_script("peers")
     missing = [p._replace(modules=("no_such_module_for_this_test",)) for p in peers.PEERS]
     monkeypatch.setattr(peers, "PEERS", missing)
     monkeypatch.setattr(peers, "PEERS_BY_NAME", {p.name: p for p in missing})
@@ -184,9 +139,8 @@ def test_peers_runs_ours_and_skips_missing_peers(tmp_path, monkeypatch):
 PEER_LENGTHS = {"longformer": 512, "bigbird": 768, "reformer_lsh": 256, "nystromformer": 128}
 
 
-@pytest.mark.parametrize("name", [p.name for p in load_script("peers").PEERS])
+@pytest.mark.parametrize("name", [p.name for p in peers.PEERS])
 def test_peer_point_runs_when_installed(name):
-    peers = load_script("peers")
     peer = peers.PEERS_BY_NAME[name]
     if peers.missing_modules(peer):
         pytest.skip(f"{name} is not installed (bench extra)")
@@ -206,7 +160,6 @@ def test_peer_inputs_are_ours():
 
     from hf_efficient.attention import AttentionSpec, build_attention
 
-    peers = load_script("peers")
     b, h, n, d = 1, 2, 512, 8
     settings = peers.our_settings("longformer")
     forward, (q, k, v), _ = peers.build_hf_longformer(settings, b, h, n, d, False)
@@ -223,18 +176,19 @@ def test_rfa_trained_attention_compares_with_the_kernel_it_estimates():
 
     from hf_efficient.attention import AttentionSpec, build_attention
 
-    bench = load_script("rfa_trained_attention")
     spec = AttentionSpec(num_heads=2, head_dim=8, max_seq_len=64)
     q, k = (torch.randn(3, 2, 20, 8, generator=torch.Generator().manual_seed(s)) for s in (0, 1))
     # many features: the estimate matches its kernel, softmax(sigma^2 q^ . k^) for a scalar sigma
     many = build_attention("rfa", spec, {"num_features": 8192, "sigma": 0.8}).eval()
-    stats = bench.layer_statistics(many, q, k)
+    stats = rfa_trained_attention.layer_statistics(many, q, k)
     qn, kn = torch.nn.functional.normalize(q, dim=-1), torch.nn.functional.normalize(k, dim=-1)
     softmax = torch.softmax(0.64 * qn @ kn.transpose(-1, -2), dim=-1)
-    assert stats["exact_entropy"] == pytest.approx(bench.entropy(softmax).mean().item(), rel=1e-5)
+    assert stats["exact_entropy"] == pytest.approx(
+        rfa_trained_attention.entropy(softmax).mean().item(), rel=1e-5
+    )
     assert stats["exact_entropy"] < stats["uniform_entropy"] == pytest.approx(math.log(20))
     assert stats["l1_distance"] < 0.05 and stats["negative_share"] == 0.0
     # few features at a large sigma: the estimate departs from the kernel and goes negative
     few = build_attention("rfa", spec, {"num_features": 4, "sigma": 3.0}).eval()
-    stats = bench.layer_statistics(few, q, k)
+    stats = rfa_trained_attention.layer_statistics(few, q, k)
     assert stats["l1_distance"] > 0.5 and stats["negative_share"] > 0.1

@@ -1,0 +1,280 @@
+"""How every benchmark measures: a fresh process per point, its time and memory, and the machine it ran on.
+
+A *point function* ``f(point) -> record`` measures one point (``point`` has the settings as attributes; the
+record is a dict of JSON values with ``"status": "ok"``). :func:`launch` runs it in a fresh Python process
+(``python -m benchmarks.worker``), so the point's peak memory is its own and no allocator state leaks between
+points; an address-space cap makes an over-large point fail fast instead of swapping, and a crash, a timeout
+or an out-of-memory becomes the record's ``status`` instead of an exception. :func:`sweep` runs a benchmark's
+points in order and skips the rest of a series once one of its points failed.
+
+Inside a point, :func:`measure` times a call (``warmup`` untimed calls, then ``repeats`` timed ones; tables
+show the median) and reads its peak memory: the kernel's peak resident set size (VmHWM), reset just before
+the first call, minus the resident size at that moment, i.e. what the calls need on top of what was already
+allocated (inputs, parameters, imports).
+
+The options every harness-based CLI shares come from :func:`add_point_arguments`, ``--plugin`` included
+(:mod:`benchmarks.plugins`: modules that register extra attention types, imported here and in every worker).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.plugins import add_plugin_argument
+
+PointFunction = Callable[[argparse.Namespace], dict]
+
+
+# ---- memory ---------------------------------------------------------------------------------------------
+def current_rss_bytes() -> int:
+    """This process's resident set size now."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def reset_peak_rss() -> None:
+    """Make the kernel's peak-RSS counter (VmHWM) start again from the current size (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size since it started or since :func:`reset_peak_rss`."""
+    with open("/proc/self/status") as f:
+        line = next(x for x in f if x.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024  # reported in kB
+
+
+def cap_address_space(gib: float) -> None:
+    """Cap this process's address space (0: no cap): an over-large point fails fast instead of swapping."""
+    import resource
+
+    if gib > 0:
+        cap = int(gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+# ---- time -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Measurement:
+    """What :func:`measure` read. Sizes in MiB.
+
+    Attributes:
+        times_s: seconds of each timed call.
+        peak_mib: peak resident size during the calls minus ``base_mib``.
+        base_mib: resident size just before the first call (inputs and parameters allocated).
+        setup_peak_mib: the process's peak before the calls (imports, set-up, data).
+    """
+
+    times_s: list[float]
+    peak_mib: float
+    base_mib: float
+    setup_peak_mib: float
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    def fields(self) -> dict:
+        """The fields every measured record shares: status "ok", median and all times, peak memory."""
+        return {"status": "ok", "median_s": self.median_s, "times_s": self.times_s, "peak_mib": self.peak_mib}
+
+    @property
+    def process_peak_mib(self) -> float:
+        """The whole process's peak: set-up or calls, whichever was larger."""
+        return max(self.setup_peak_mib, self.base_mib + self.peak_mib)
+
+
+def measure(call: Callable[[], object], warmup: int, repeats: int) -> Measurement:
+    """Time ``call()`` (``warmup`` untimed calls, then ``repeats`` timed) and read its peak memory."""
+    setup_peak = peak_rss_bytes()
+    reset_peak_rss()  # so an earlier peak in this process (imports, set-up) cannot hide the calls' own
+    base = current_rss_bytes()
+    times = []
+    for i in range(warmup + repeats):
+        start = time.perf_counter()
+        call()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    mib = 2**20
+    # The kernel syncs each thread's RSS count lazily, so for calls that allocate next to nothing the peak
+    # can read a few pages below the base: that is 0 above it, not a negative need.
+    peak = max(0, peak_rss_bytes() - base)
+    return Measurement(times, peak / mib, base / mib, setup_peak / mib)
+
+
+def set_up_torch(threads: int, seed: int = 0) -> None:
+    """What every point does first: its thread count and a fixed seed for its random inputs."""
+    import torch
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+
+
+# ---- command line ---------------------------------------------------------------------------------------
+def add_point_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    threads: int = 2,
+    memory_cap_gib: float = 16.0,
+    timeout: float = 300.0,
+    warmup: int | None = 1,
+    plugins: bool = True,
+) -> None:
+    """The options of every harness-based CLI: threads, warm-up, per-point cap and timeout, and (unless
+    ``plugins`` is False: a benchmark whose types cannot come from plugins) ``--plugin``."""
+    parser.add_argument("--threads", type=int, default=threads)
+    parser.add_argument("--warmup", type=int, default=warmup, help="untimed calls before the timed ones")
+    parser.add_argument(
+        "--memory_cap_gib", type=float, default=memory_cap_gib, help="address-space cap per point (0: none)"
+    )
+    parser.add_argument("--timeout", type=float, default=timeout, help="seconds per point")
+    if plugins:
+        add_plugin_argument(parser)
+
+
+# ---- one point, one process ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProcessOptions:
+    """How each point's process runs (the CLI options of :func:`add_point_arguments`)."""
+
+    threads: int
+    timeout: float
+    memory_cap_gib: float = 0.0
+    plugins: tuple[str, ...] = ()
+    in_process: bool = False  # tests and debugging: in the calling process, no cap, memory not isolated
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ProcessOptions:
+        names = getattr(args, "plugin", [])
+        plugins = tuple(str(Path(p).resolve()) if p.endswith(".py") else p for p in names)
+        in_process = getattr(args, "in_process", False)
+        return cls(args.threads, args.timeout, args.memory_cap_gib, plugins, in_process)
+
+
+def launch(function: PointFunction, point: dict, base: dict, options: ProcessOptions) -> dict:
+    """Measure one point with ``function`` in a fresh process (or in this one, ``options.in_process``).
+
+    Args:
+        function: a module-level point function (the worker imports it by module and name).
+        point: its settings, JSON values; the function gets them as attributes of a Namespace.
+        base: the point's identity; a failure returns ``{**base, "status": why}``: "timeout", "out of
+            memory" or "error", with the last line of the worker's stderr.
+        options: threads, timeout, address-space cap and plugins of the worker.
+    """
+    if options.in_process:
+        try:
+            return function(argparse.Namespace(**point))
+        except Exception as error:
+            return {**base, "status": f"error: {type(error).__name__}: {error}"[:200]}
+    module = function.__module__
+    if module == "__main__":  # run as `python -m benchmarks.<name>`: the worker imports it by that name
+        module = sys.modules["__main__"].__spec__.name
+    cmd = [sys.executable, "-m", "benchmarks.worker", f"{module}:{function.__name__}"]
+    cmd += ["--point", json.dumps(point), "--memory_cap_gib", str(options.memory_cap_gib)]
+    for plugin in options.plugins:
+        cmd += ["--plugin", plugin]
+    env = _worker_env(options.threads)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=options.timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": f"timeout (> {options.timeout:g} s)"}
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        status = "out of memory" if "memory" in last.lower() or "alloc" in last.lower() else "error"
+        return {**base, "status": f"{status}: {last[:200]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _worker_env(threads: int) -> dict[str, str]:
+    """The worker's environment: ``threads`` OpenMP threads, and this very ``benchmarks`` package first on
+    its import path (whatever the working directory)."""
+    root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path}
+
+
+def sweep(
+    points: list[dict],
+    run: Callable[[dict], dict],
+    series: Callable[[dict], Hashable],
+    *,
+    desc: str,
+    skipped: str = "skipped (failed at shorter n)",
+    reason: Callable[[dict], str | None] = lambda point: None,
+) -> list[dict]:
+    """Run ``points`` in order (each a dict of the point's identity); one record each.
+
+    Once a point of a series (``series(point)``, e.g. the type and mode) has failed, its later points are
+    recorded as ``skipped`` without running: a longer sequence cannot succeed where a shorter one failed. A
+    point for which ``reason(point)`` gives a status is recorded with it, not run.
+    """
+    from tqdm.auto import tqdm
+
+    records, failed = [], set()
+    with tqdm(points, desc=desc) as bar:
+        for point in bar:
+            label = " ".join(str(value) for value in point.values())
+            bar.set_postfix_str(label)
+            status = reason(point) or (skipped if series(point) in failed else None)
+            if status is not None:
+                records.append({**point, "status": status})
+                continue
+            record = run(point)
+            if record["status"] != "ok":
+                failed.add(series(point))
+                bar.write(f"{label}: {record['status']}")
+            records.append(record)
+    return records
+
+
+# ---- the machine ----------------------------------------------------------------------------------------
+def machine_meta(threads: int) -> dict:
+    """What every benchmark's results.json records about where it ran."""
+    import torch
+
+    return {
+        "machine": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "threads": threads,
+    }
+
+
+def sgemm_point(point: argparse.Namespace) -> dict:
+    """Point function: float32 matmul throughput, median GFLOP/s of ``point.size`` cubed products."""
+    import torch
+
+    set_up_torch(point.threads)
+    size = point.size
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    out = torch.empty(size, size)
+    timing = measure(lambda: torch.mm(a, b, out=out), warmup=1, repeats=5)
+    return {
+        "size": size,
+        "threads": point.threads,
+        "median_s": timing.median_s,
+        "times_s": timing.times_s,
+        "gflops": 2.0 * size**3 / timing.median_s / 1e9,
+        "status": "ok",
+    }
+
+
+def measure_sgemm_peak(size: int, options: ProcessOptions) -> dict | None:
+    """The machine's sgemm peak with the points' thread count, in a fresh process; None when ``size`` is 0
+    or the measurement failed."""
+    if size <= 0:
+        return None
+    sgemm = ProcessOptions(options.threads, options.timeout)  # no cap, no plugins: a matmul only
+    record = launch(sgemm_point, {"size": size, "threads": options.threads}, {"size": size}, sgemm)
+    return {key: value for key, value in record.items() if key != "status"} if "gflops" in record else None

@@ -1,0 +1,1 @@
+"""Tests of the benchmarks package (``python -m benchmarks.<name>``): smoke runs, the harness, plugins."""
