@@ -18,6 +18,8 @@ STRUCTURAL_INPUTS = {
     "lap_pe": ("lap_pe_dim", "laplacian_pe"),
     "rw_pe": ("rw_pe_dim", "random_walk_pe"),
     "wl_colors": ("wl_vocab_size", "wl_colors"),
+    "rnf": ("rnf_dim", "random_node_features"),
+    "de": ("de_dim", "distance_encoding"),
 }
 
 
@@ -46,8 +48,9 @@ class EfficientGraphConfig(EfficientEncoderConfig):
     outputs unchanged when every attention type used declares ``permutation_equivariant`` in its capabilities
     and the inputs are equivariant (degrees, shortest paths, random-walk PE, WL colours are). Not
     equivariant: ``lap_pe`` (eigenvector signs and bases are arbitrary; signs are flipped at random in
-    training) and position-based types (windows, blocks, landmarks, length projections), which follow the
-    node order.
+    training), ``rnf`` (random by design: equivariant in distribution only) and position-based types
+    (windows, blocks, landmarks, length projections), which follow the node order. ``de`` is equivariant when
+    the target nodes are relabelled with the graph.
 
     Attributes:
         node_feature_dim: F, width of ``node_feat``.
@@ -70,6 +73,14 @@ class EfficientGraphConfig(EfficientEncoderConfig):
         lap_pe_sign_flip: in training mode, multiply each Laplacian eigenvector of each graph by a random sign
             (eigenvector signs are arbitrary; the model must not learn them). Never in eval mode.
         wl_vocab_size: None, or the number of embedding rows for ``wl_colors`` (colours are taken modulo it).
+        rnf_dim: width of the ``rnf`` input (random node features,
+            :func:`~hf_efficient.data.graph_transforms.random_node_features`; None = not used).
+        rnf_resample: in training mode, replace ``rnf`` by a fresh standard-normal draw at every forward (a
+            graph gets new features every epoch, from torch's generator, which ``Trainer`` seeds); in
+            evaluation the input's fixed per-graph draw is read. False: always the input's.
+        de_dim: width of the ``de`` input (distance encoding to the target nodes,
+            :func:`~hf_efficient.data.graph_transforms.distance_encoding`: ``max_distance + 2``; None = not
+            used).
         graph_pooling: ``"mean"`` over real nodes or ``"virtual_token"``.
     """
 
@@ -102,6 +113,9 @@ class EfficientGraphConfig(EfficientEncoderConfig):
     lap_pe_sign_flip: bool = True
     rw_pe_dim: int | None = None
     wl_vocab_size: int | None = None
+    rnf_dim: int | None = None
+    rnf_resample: bool = True
+    de_dim: int | None = None
     graph_pooling: str = "mean"
 
     def local_attention_for_layer(self, layer_idx: int) -> tuple[str, dict]:
@@ -137,12 +151,17 @@ class EfficientGraphConfig(EfficientEncoderConfig):
         ):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is not one of {choices}.")
+        if self.de_dim is not None and self.de_dim < 2:
+            raise ValueError(f"de_dim must be None or >= 2 (max_distance + 2), got {self.de_dim}.")
         if self.graph_pooling == "virtual_token" and not self.add_virtual_token:
             raise ValueError("graph_pooling='virtual_token' needs add_virtual_token=True.")
         for name in ("node_feature_dim", "max_spatial_distance", "max_edge_hops"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("node_vocab_size", "edge_dim", "max_degree", "lap_pe_dim", "rw_pe_dim", "wl_vocab_size"):
+        optional_sizes = (
+            "node_vocab_size", "edge_dim", "max_degree", "lap_pe_dim", "rw_pe_dim", "wl_vocab_size", "rnf_dim"
+        )  # fmt: skip
+        for name in optional_sizes:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be None or >= 1, got {getattr(self, name)}.")
         if self.graph_layer_type == "gps":
