@@ -169,6 +169,10 @@ class _AdditiveEdgeAttention(EdgeAttention):
     """What GAT and GATv2 share: config, self loops, checks; only the score differs."""
 
     config_class = GATConfig
+    # GAT's scores gather per-node scalars only: the rows read are v_j (sum), and in backward g_i (grad v)
+    # and v_j (grad p). GATv2 adds q_i and k_j twice (forward, recomputed in backward) and scatters the
+    # gradient of z into q and k (read-modify-write: 2 more each).
+    edge_rows_read = 3
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -217,6 +221,7 @@ class GATv2Attention(_AdditiveEdgeAttention):
 
     paper = "Brody et al. 2022, How Attentive are Graph Attention Networks?"
     cost = "O(E)"
+    edge_rows_read = 11
     summary = "dynamic additive scores a . LeakyReLU(W [h_i ‖ h_j]) over a graph's edges (PyG GATv2Conv)"
 
     @classmethod

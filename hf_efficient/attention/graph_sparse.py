@@ -46,6 +46,7 @@ import functools
 import warnings
 import weakref
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -432,6 +433,19 @@ class EdgeAttention(AttentionCore):
         permutation_equivariant=True,
         modalities=frozenset({"graph"}),
     )
+
+    # Rows of width h d read along the edges by one forward + backward (see edge_traffic_bytes): scores read
+    # k_j, the sum v_j; backward: grad q reads k_j, grad k reads q_i, grad p reads v_j, grad v reads g_i.
+    edge_rows_read: ClassVar[int] = 6
+
+    @classmethod
+    def edge_traffic_bytes(
+        cls, num_edges: int, hidden: int, num_heads: int, config, element_bytes: int = 4
+    ) -> float:
+        """Bytes one forward + backward must move along the edges at least: ``edge_rows_read`` gathered rows
+        of h d values per edge, plus the per-edge, per-head scores and probabilities (written, then read:
+        8 E h). The kernels are memory-bound, so this over their time is their achieved bandwidth."""
+        return float(num_edges) * element_bytes * (cls.edge_rows_read * hidden + 8 * num_heads)
 
     def _edge_scores(
         self, query: torch.Tensor, key: torch.Tensor, pattern: EdgePattern, edge_attr: torch.Tensor | None

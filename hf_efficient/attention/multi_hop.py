@@ -107,6 +107,13 @@ class MultiHopAttention(EdgeAttention):
     small_config = {"alpha": 0.2, "num_hops": 3}
 
     @classmethod
+    def edge_traffic_bytes(cls, num_edges, hidden, num_heads, config, element_bytes=4):
+        """One-hop attention's traffic (graph_sparse's; GAT's scores read fewer rows), then per hop one more
+        row forward and two backward."""
+        one_hop = super().edge_traffic_bytes(num_edges, hidden, num_heads, config, element_bytes)
+        return one_hop + float(num_edges) * element_bytes * hidden * 3 * max(config.num_hops - 1, 0)
+
+    @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
         """2 E d + 2 K E d: one-hop scores, then K hops of A Z over the edges (E = 16 n unless given)."""
         edges = 16 * n if num_edges is None else num_edges
