@@ -39,6 +39,7 @@ def test_graph_scale_point_runs_in_process(bench_type):
 
 def test_graph_scale_cli_records_out_of_memory_and_writes_files(tmp_path):
     options = ["--preset", "smoke", "--threads", "1", "--types", "full_eager", "--memory_cap_gib", "3"]
+    options += ["--bandwidth_gib", "0"]  # no bandwidth test
     nodes = ["--nodes", "64", "20000", "40000"]
     run_module("graph_scale", *options, *nodes, "--out", str(tmp_path), timeout=600)
     records = json.loads((tmp_path / "results.json").read_text())["records"]
