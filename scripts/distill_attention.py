@@ -24,13 +24,14 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer, HfArgumentParser, TrainingArguments, default_data_collator
+from transformers import AutoTokenizer, HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientBertConfig, EfficientBertModel
 from hf_efficient.data import TextCorpusArguments, group_texts, hold_out_blocks, load_corpus_from_args
 from hf_efficient.training import (
     AttentionDistillationTrainer,
     ConfigArguments,
+    EfficientTrainingArguments,
     RandomStateArguments,
     build_model_card,
     check_attention_changed,
@@ -61,7 +62,7 @@ class ModelArguments(RandomStateArguments):
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, ConfigArguments, EfficientTrainingArguments))
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
 

@@ -14,10 +14,14 @@ import argparse
 from transformers import AutoTokenizer, pipeline
 
 import hf_efficient  # noqa: F401  (registers the efficient_bert Auto classes)
+from hf_efficient.modeling.checkpoint_files import check_pretrained_path
 
 
 def fill_mask(model: str, texts: list[str], top_k: int = 5) -> list[list[dict]]:
     """The pipeline's predictions per text: ``[[{"token_str", "score", "sequence", ...}, ...], ...]``."""
+    check_pretrained_path(model, "--model")  # a missing folder, said as such (not as a hub lookup error)
+    if top_k < 1:
+        raise ValueError(f"--top_k must be >= 1 (the number of predictions per mask), got {top_k}.")
     tokenizer = AutoTokenizer.from_pretrained(model)
     for text in texts:
         if tokenizer.mask_token not in text:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser, TrainingArguments
+from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.data import (
@@ -35,6 +35,7 @@ from hf_efficient.data import (
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
+    EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
     build_model_card,
@@ -75,7 +76,7 @@ class ModelArguments(RandomStateArguments):
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((ModelArguments, TaskArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, TaskArguments, ConfigArguments, EfficientTrainingArguments))
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, task_args, _, training_args = parsed
 

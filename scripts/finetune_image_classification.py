@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, TrainingArguments, default_data_collator
+from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
 from hf_efficient.data import (
@@ -35,6 +35,7 @@ from hf_efficient.data import (
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
+    EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
     build_model_card,
@@ -70,7 +71,9 @@ class ImageClassificationTask:
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((ModelArguments, ImageDataArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser(
+        (ModelArguments, ImageDataArguments, ConfigArguments, EfficientTrainingArguments)
+    )
     parsed, model_kwargs = setup_run(parser, EfficientViTConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
     training_args.remove_unused_columns = False  # the image column feeds the transform, not forward()

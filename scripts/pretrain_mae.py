@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, TrainingArguments, default_data_collator
+from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientViTConfig, EfficientViTMAEForPreTraining
 from hf_efficient.data import (
@@ -35,6 +35,7 @@ from hf_efficient.data import (
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
+    EfficientTrainingArguments,
     RandomStateArguments,
     build_model_card,
     efficiency_metrics,
@@ -58,7 +59,9 @@ class ModelArguments(RandomStateArguments):
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((ModelArguments, ImageDataArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser(
+        (ModelArguments, ImageDataArguments, ConfigArguments, EfficientTrainingArguments)
+    )
     parsed, model_kwargs = setup_run(parser, EfficientViTConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
     training_args.remove_unused_columns = False  # the image column feeds the transform, not forward()
@@ -88,7 +91,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )
     config = model.config
     num_patches = config.max_position_embeddings - 1
-    visible = int(num_patches * (1 - config.mask_ratio))  # as EfficientViTMAEForPreTraining.random_masking
+    visible = config.kept_patches(num_patches)  # as EfficientViTMAEForPreTraining.random_masking
     logger.info(
         "%s: %d training images, %d of %d patches visible, %s attention, %s parameters", splits.source,
         len(train), visible, num_patches, config.attention_type,

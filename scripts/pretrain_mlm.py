@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.data import (
@@ -33,6 +33,7 @@ from hf_efficient.data import (
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
+    EfficientTrainingArguments,
     RandomStateArguments,
     build_model_card,
     efficiency_metrics,
@@ -67,7 +68,7 @@ class ModelArguments(RandomStateArguments):
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((ModelArguments, DataArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser((ModelArguments, DataArguments, ConfigArguments, EfficientTrainingArguments))
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
 

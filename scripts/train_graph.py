@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser
 
 from hf_efficient import (
     EfficientGraphConfig,
@@ -42,6 +42,7 @@ from hf_efficient.data.graphs import OFFLINE_GRAPH_DATASETS, check_graph_dataset
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
+    EfficientTrainingArguments,
     RandomStateArguments,
     build_model_card,
     efficiency_metrics,
@@ -95,7 +96,9 @@ def _first(dataset, n: int | None):
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((ModelArguments, GraphDataArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser(
+        (ModelArguments, GraphDataArguments, ConfigArguments, EfficientTrainingArguments)
+    )
     parsed, model_kwargs = setup_run(parser, EfficientGraphConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
 

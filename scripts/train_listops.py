@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import DataCollatorWithPadding, HfArgumentParser, TrainingArguments
+from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.attention import ATTENTION_REGISTRY
@@ -49,6 +49,7 @@ from hf_efficient.data.listops import (
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
+    EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
     build_model_card,
@@ -119,7 +120,9 @@ def _data_folder(data_args: ListOpsArguments, output_dir: str) -> Path:
 
 
 def main(args: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((RandomStateArguments, ListOpsArguments, ConfigArguments, TrainingArguments))
+    parser = HfArgumentParser(
+        (RandomStateArguments, ListOpsArguments, ConfigArguments, EfficientTrainingArguments)
+    )
     parsed, model_kwargs = setup_run(
         parser, EfficientBertConfig, ATTENTION_CONFIGS, _with_default_config(args)
     )

@@ -80,10 +80,22 @@ class AttentionSpec:
     layer_idx: int = 0
 
     def __post_init__(self):
+        for name in ("num_heads", "head_dim", "layer_idx", "max_seq_len"):
+            value = getattr(self, name)
+            if (value is not None or name != "max_seq_len") and (
+                isinstance(value, bool) or not isinstance(value, int)
+            ):
+                raise TypeError(f"AttentionSpec.{name} must be an int, got {type(value).__name__} {value!r}.")
         if self.num_heads < 1 or self.head_dim < 1:
             raise ValueError(
                 f"num_heads and head_dim must be positive, got {self.num_heads}, {self.head_dim}"
             )
+        if self.max_seq_len is not None and self.max_seq_len < 1:
+            raise ValueError(f"max_seq_len must be None or positive, got {self.max_seq_len}.")
+        if self.layer_idx < 0:
+            raise ValueError(f"layer_idx must be >= 0, got {self.layer_idx}.")
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise TypeError(f"AttentionSpec.dropout must be a number, got {type(self.dropout).__name__}.")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"attention dropout must be in [0, 1), got {self.dropout}")
 
@@ -269,7 +281,17 @@ class AttentionCore(nn.Module):
                     f"{name}: {label} must have shape (batch, heads, seq, head_dim), got {tuple(t.shape)}. "
                     "Split hidden states into heads first: x.view(b, n, heads, head_dim).transpose(1, 2)."
                 )
-        _, h, n, d = query.shape
+        if not query.is_floating_point() or {t.dtype for t in (query, key, value)} != {query.dtype}:
+            raise ValueError(
+                f"{name}: query, key and value must share one floating dtype, got {query.dtype}, "
+                f"{key.dtype}, {value.dtype}. Cast them (x.float()), or run the model under torch.autocast."
+            )
+        if {t.device for t in (query, key, value)} != {query.device}:
+            raise ValueError(
+                f"{name}: query, key and value are on different devices ({query.device}, {key.device}, "
+                f"{value.device}); move them to one device."
+            )
+        b, h, n, d = query.shape
         if h != self.num_heads or d != self.head_dim:
             raise ValueError(
                 f"{name}: expected {self.num_heads} heads of size {self.head_dim}, got query of shape "
@@ -280,8 +302,11 @@ class AttentionCore(nn.Module):
                 f"{name}: query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
                 "must share (batch, heads, seq); this is self-attention over one sequence."
             )
-        if n == 0:
-            raise ValueError(f"{name}: the sequence is empty (seq = 0).")
+        if n == 0 or b == 0:
+            raise ValueError(
+                f"{name}: query has shape {tuple(query.shape)}, an empty "
+                f"{'batch' if b == 0 else 'sequence'}. Pass at least one sequence of at least one token."
+            )
         if caps.shared_query_key and key is not query:
             raise ValueError(
                 f"{name} shares queries and keys (keys are the normalised queries): call it with key=query. "

@@ -72,8 +72,10 @@ def check_type(attention_type: str, name: str, value: Any, hint: Any) -> None:
             return
         if isinstance(origin, type) and origin not in (float, int) and isinstance(value, origin):
             return
+    expected = hint.__name__ if isinstance(hint, type) else str(hint)
     raise ValueError(
-        f"attention_config[{name!r}] for attention_type={attention_type!r} must be {hint}, got {value!r}."
+        f"attention_config[{name!r}] for attention_type={attention_type!r} must be {expected}, got "
+        f"{type(value).__name__} {value!r}."
     )
 
 

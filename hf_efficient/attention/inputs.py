@@ -230,14 +230,24 @@ def normalize_global_mask(
 
 
 def check_edges(edges: GraphEdges, b: int, n: int, mask: torch.Tensor | None, name: str) -> None:
-    """Validate GraphEdges against a padded (b, n) batch."""
-    ei = edges.edge_index
+    """Validate GraphEdges against a padded (b, n) batch: :func:`check_edge_index`, at least one edge (a
+    core attending along edges has nothing to attend to otherwise), :func:`check_edge_features`."""
+    check_edge_index(edges.edge_index, b, n, mask, name)
+    if edges.num_edges == 0:
+        raise ValueError(f"{name}: the graph has no edges; add self-loops or edges before attention.")
+    check_edge_features(edges.num_edges, edges.edge_weight, edges.edge_attr, name)
+
+
+def check_edge_index(edge_index: torch.Tensor, b: int, n: int, mask: torch.Tensor | None, name: str) -> None:
+    """(2, E) integer edges over the flattened positions of a padded (b, n) batch: inside the batch (a
+    negative position would silently wrap around in indexing), within one graph, never at padding."""
+    ei = edge_index
     if ei.dim() != 2 or ei.shape[0] != 2 or ei.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"{name}: edge_index must be an integer tensor of shape (2, E), got {tuple(ei.shape)} {ei.dtype}."
         )
     if ei.shape[1] == 0:
-        raise ValueError(f"{name}: the graph has no edges; add self-loops or edges before attention.")
+        return
     lo, hi = int(ei.min()), int(ei.max())
     if lo < 0 or hi >= b * n:
         raise ValueError(
@@ -248,25 +258,32 @@ def check_edges(edges: GraphEdges, b: int, n: int, mask: torch.Tensor | None, na
         raise ValueError(f"{name}: some edges join nodes of different graphs in the batch.")
     if mask is not None and not bool(mask.reshape(-1)[ei].all()):
         raise ValueError(f"{name}: some edges touch padded node positions; drop them or fix the node mask.")
-    num_edges = ei.shape[1]
-    if edges.edge_weight is not None:
-        w = edges.edge_weight
+
+
+def check_edge_features(
+    num_edges: int, edge_weight: torch.Tensor | None, edge_attr: torch.Tensor | None, name: str
+) -> None:
+    """One finite positive weight (E,) and one feature row (E, F) per edge, when given."""
+    if edge_weight is not None:
+        w = edge_weight
         if w.shape != (num_edges,):
             raise ValueError(
                 f"{name}: edge_weight must have shape (E,) = ({num_edges},), got {tuple(w.shape)}."
             )
         if bool((w <= 0).any()) or not bool(torch.isfinite(w).all()):
             raise ValueError(f"{name}: edge_weight must be finite and positive (p_ij ∝ w_ij exp(s_ij)).")
-    if edges.edge_attr is not None and (edges.edge_attr.dim() != 2 or edges.edge_attr.shape[0] != num_edges):
+    if edge_attr is not None and (edge_attr.dim() != 2 or edge_attr.shape[0] != num_edges):
         raise ValueError(
-            f"{name}: edge_attr must have shape (E, F) with E = {num_edges}, got "
-            f"{tuple(edges.edge_attr.shape)}."
+            f"{name}: edge_attr must have shape (E, F) with one row per edge, E = {num_edges}, got "
+            f"{tuple(edge_attr.shape)}."
         )
 
 
 __all__ = [
     "AttentionInputs",
     "GraphEdges",
+    "check_edge_features",
+    "check_edge_index",
     "check_edges",
     "check_supported",
     "normalize_global_mask",

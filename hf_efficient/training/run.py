@@ -7,27 +7,52 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
-from transformers import HfArgumentParser, Trainer, TrainerCallback, set_seed
-from transformers.trainer_utils import TrainOutput, get_last_checkpoint
+from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import TrainOutput
 
+from ..modeling.checkpoint_files import check_pretrained_path
 from .callbacks import RandomStateCallback, has_random_state
+from .checkpoints import resolve_resume_checkpoint
 from .config_files import parse_args_with_config_files
 from .distributed import enable_cpu_ddp_if_launched, has_accelerator
+from .output_dir import claim_output_dir
+
+# Flags of the scripts that name a checkpoint or tokenizer folder (or a hub id).
+PRETRAINED_PATH_FLAGS = ("model_name_or_path", "tokenizer_name")
+
+
+@dataclass
+class EfficientTrainingArguments(TrainingArguments):
+    """transformers' ``TrainingArguments`` plus the flag that lets a run replace an earlier one's output."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace the model and checkpoints an earlier run left in --output_dir (its checkpoints "
+            "are deleted). Without it, such a folder is refused unless --resume_from_checkpoint continues it."
+        },
+    )
 
 
 def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir, args: list[str] | None):
-    """CPU DDP when launched without an accelerator, arguments over the config files, logging, seed.
+    """CPU DDP when launched without an accelerator, arguments over the config files, logging, seed, and
+    the output folder claimed for this run (:func:`~hf_efficient.training.output_dir.claim_output_dir`: a
+    lock, and no silent overwrite of an earlier run's model; ``--overwrite_output_dir`` replaces it).
 
     Returns:
         (the parsed dataclasses, the model config kwargs), as :func:`parse_args_with_config_files`.
     """
     enable_cpu_ddp_if_launched()  # before TrainingArguments exists
     parsed, model_kwargs = parse_args_with_config_files(parser, model_config_class, attention_dir, args)
+    for arguments in parsed:  # a checkpoint path that does not exist: said now, not as a hub lookup error
+        for flag in PRETRAINED_PATH_FLAGS:
+            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}")
     training_args = parsed[-1]
     if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
         training_args.dataloader_pin_memory = False
     level = logging.INFO if training_args.should_log else logging.WARNING  # the main process logs
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=level)
+    claim_output_dir(training_args, overwrite=getattr(training_args, "overwrite_output_dir", False))
     set_seed(training_args.seed)
     # float32 values below ~1e-38 (denormals) cost ~100x per operation on x86 CPUs; exp-based attention
     # (Performer, RFA) on a checkpoint's large-norm keys produces many of them, so flush them to zero as GPUs
@@ -75,12 +100,16 @@ def random_state_callbacks(
 
 
 def train_and_save(trainer: Trainer) -> TrainOutput:
-    """Train (resuming from ``--resume_from_checkpoint``, ``last`` = the newest checkpoint in output_dir),
-    save model, tokenizer and trainer state, log the metrics, and print one line per process."""
+    """Train (resuming from ``--resume_from_checkpoint``, ``last`` = the newest complete checkpoint in
+    output_dir), save model, tokenizer and trainer state, log the metrics, and print one line per process."""
     args = trainer.args
-    resume = args.resume_from_checkpoint
-    if resume == "last":
-        resume = get_last_checkpoint(args.output_dir)
+    size = len(trainer.train_dataset) if hasattr(trainer.train_dataset, "__len__") else None
+    if size == 0:
+        raise ValueError(
+            "The training set is empty (0 examples): check the data files, the split and filters such as "
+            "--max_train_samples."
+        )
+    resume = resolve_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
     except ValueError as error:  # torch's optimizer.load_state_dict on differently grouped parameters

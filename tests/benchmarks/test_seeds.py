@@ -46,6 +46,15 @@ def test_resumes_only_what_is_missing_and_refuses_another_command(tmp_path):
         seeds.main(["--seeds", "0", "--out", str(tmp_path), "--", sys.executable, "-c", "pass", "{seed}"])
 
 
+def test_an_interrupted_seed_continues_from_its_checkpoint(tmp_path):
+    (tmp_path / "seed_2" / "checkpoint-500").mkdir(parents=True)  # killed after a checkpoint, no results
+    log_args = "import sys, pathlib; pathlib.Path(sys.argv[2], 'args.txt').write_text(' '.join(sys.argv[3:]))"
+    command = ["--", sys.executable, "-c", log_args + "; " + FAKE_RUN, "{seed}", "{output_dir}"]
+    seeds.main(["--seeds", "1", "2", "--out", str(tmp_path), *command])
+    assert (tmp_path / "seed_2" / "args.txt").read_text() == "--resume_from_checkpoint last"
+    assert (tmp_path / "seed_1" / "args.txt").read_text() == ""  # a fresh seed starts from scratch
+
+
 def test_a_failed_seed_is_left_out_and_reported(tmp_path):
     with pytest.raises(SystemExit) as stop:
         seeds.main(["--seeds", "1", "13", "--out", str(tmp_path), *COMMAND])

@@ -6,10 +6,11 @@ import warnings
 from collections.abc import Callable
 
 import torch
-from huggingface_hub.errors import StrictDataclassClassValidationError
+from huggingface_hub.errors import StrictDataclassError
 
-# transformers' strict configs wrap the ValueError of a class validator; the message carries it.
-CONFIG_ERRORS = (ValueError, StrictDataclassClassValidationError)
+# transformers' strict configs wrap the TypeError of a field's type check and the ValueError of a class
+# validator (StrictDataclassFieldValidationError, ...ClassValidationError); the message carries it.
+CONFIG_ERRORS = (ValueError, StrictDataclassError)
 
 # Parameters a non-causal encoder never uses: RFA's recency gate exists for its causal form only. They get no
 # gradient (DDP then needs find_unused_parameters=True); reported to the attention owners.

@@ -15,51 +15,12 @@ import pytest
 from transformers import pipeline
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
-from hf_efficient.data import load_movie_reviews, rotten_tomatoes_splits
 from hf_efficient.training import end_distributed_run, has_random_state
 
-from ..data.helpers import write_csv
 from ..models.text.helpers import MINILM
 from ..processes import free_port, launch
-from ..script_loader import CONFIGS, QUIET, SCRIPTS
-
-TINY_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
-TINY_SIZES["max_position_embeddings"] = 64
-TINY = ",".join(f"{key}={value}" for key, value in TINY_SIZES.items())
-COMMON = [*QUIET, "--logging_steps", "1", "--dataloader_pin_memory", "false"]
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> dict[str, str]:
-    """A small IMDB corpus and Rotten Tomatoes CSVs: sentences (train / dev / test) and scored pairs."""
-    root = tmp_path_factory.mktemp("text_data")
-    (root / "imdb.txt").write_text("\n".join(load_movie_reviews("imdb").select(range(60))["text"]))
-    rt = rotten_tomatoes_splits()
-    train, dev = rt["train"].select(range(48)), rt["validation"].select(range(24))
-    pairs = [(a, b, float(len(a) % 5)) for a, b in zip(train["text"][:24], train["text"][24:], strict=True)]
-    sentence_label = ["sentence", "label"]
-    return {
-        "corpus": str(root / "imdb.txt"),
-        "train": write_csv(root / "train.csv", sentence_label, zip(*train[:].values(), strict=True)),
-        "dev": write_csv(root / "dev.csv", sentence_label, zip(*dev[:].values(), strict=True)),
-        "test": write_csv(root / "test.csv", ["sentence"], [[t] for t in dev["text"][:10]]),
-        "pairs": write_csv(root / "pairs.csv", ["sentence1", "sentence2", "label"], pairs),
-    }
-
-
-def pretrain_args(data, output_dir, attention_type, attention_config, *extra) -> list[str]:
-    return [
-        *("--train_files", data["corpus"], "--output_dir", str(output_dir), "--vocab_size", "500"),
-        *("--block_size", "64", "--config_overrides", TINY, "--per_device_train_batch_size", "4"),
-        *("--attention_type", attention_type, "--attention_config", json.dumps(attention_config)),
-        *COMMON,
-        *extra,
-    ]
-
-
-def logged_losses(output_dir) -> dict[int, float]:
-    history = json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
-    return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
+from ..script_loader import CONFIGS, SCRIPTS
+from .helpers import COMMON, TINY_SIZES, logged_losses, pretrain_args
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,8 @@ def test_every_vision_attention_type_has_a_valid_override():
 )
 def test_base_configs_parse_for_their_script(script, base, grid, tmp_path):
     module = load_script(script)
-    classes = (module.ModelArguments, module.ImageDataArguments, ConfigArguments, module.TrainingArguments)
+    training = module.EfficientTrainingArguments
+    classes = (module.ModelArguments, module.ImageDataArguments, ConfigArguments, training)
     path = VISION_CONFIGS / f"{base}.json"
     args = ["--config", str(path), "--attention_type", "swin_window", "--output_dir", str(tmp_path)]
     parsed, model = parse_args_with_config_files(HfArgumentParser(classes), EfficientViTConfig, None, args)

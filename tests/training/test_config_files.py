@@ -16,7 +16,8 @@ from ..script_loader import CONFIGS, load_script
 
 
 def parse(module, args):
-    dataclasses = (module.ModelArguments, module.DataArguments, ConfigArguments, module.TrainingArguments)
+    training = module.EfficientTrainingArguments
+    dataclasses = (module.ModelArguments, module.DataArguments, ConfigArguments, training)
     return parse_args_with_config_files(HfArgumentParser(dataclasses), EfficientBertConfig, None, args)
 
 

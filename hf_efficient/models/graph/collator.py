@@ -106,7 +106,7 @@ class GraphCollator:
             batch[name] = _pad(values, dims, pad_value)
         labels = [record.get("y", record.get("labels")) for record in records]
         if all(label is not None for label in labels):
-            batch["labels"] = self._labels(labels, n)
+            batch["labels"] = self._labels(labels, n, [g["num_nodes"] for g in graphs])
         return batch
 
     def _read(self, i: int, record: dict[str, Any], want_attr: bool) -> dict[str, Any]:
@@ -118,6 +118,12 @@ class GraphCollator:
         node_feat = np.asarray(record["node_feat"])
         if node_feat.ndim != 2:
             raise ValueError(f"graph {i}: node_feat must be [num_nodes][F], got shape {node_feat.shape}.")
+        if node_feat.dtype.kind not in "biuf":
+            raise ValueError(f"graph {i}: node_feat must hold numbers, got {node_feat.dtype} values.")
+        if node_feat.dtype.kind == "f" and not np.isfinite(node_feat).all():
+            raise ValueError(
+                f"graph {i}: node_feat holds NaN or infinite values; every output they reach would be NaN."
+            )
         num_edges, num_loops = edge_index.shape[1], 0
         if self.add_self_loops:
             looped = np.zeros(num_nodes, dtype=bool)
@@ -141,6 +147,8 @@ class GraphCollator:
                 raise ValueError(
                     f"graph {i}: edge_attr has {len(edge_attr)} rows for {num_edges} edges; want [E][Fe]."
                 )
+            if not np.isfinite(edge_attr).all():
+                raise ValueError(f"graph {i}: edge_attr holds NaN or infinite values.")
             edge_attr = edge_attr.reshape(num_edges, -1 if num_edges else 0)  # (E, Fe)
         return dict(
             num_nodes=num_nodes,
@@ -169,7 +177,7 @@ class GraphCollator:
                 )
         return list(self.columns)
 
-    def _labels(self, labels: list, n: int) -> torch.Tensor:
+    def _labels(self, labels: list, n: int, num_nodes: list[int]) -> torch.Tensor:
         values = [np.asarray(label) for label in labels]
         integer = all(np.issubdtype(v.dtype, np.integer) or np.issubdtype(v.dtype, np.bool_) for v in values)
         if self.label_level == "graph":
@@ -184,6 +192,12 @@ class GraphCollator:
                 out = torch.from_numpy(stacked[:, 0])
                 return out.long() if integer else out.float()
             return torch.from_numpy(stacked).float()  # (b, C): multi-label 0/1 or multi-target regression
+        for i, (value, nodes) in enumerate(zip(values, num_nodes, strict=True)):
+            if value.ndim == 0 or value.shape[0] != nodes:
+                raise ValueError(
+                    f"graph {i}: node labels y have shape {value.shape} but the graph has num_nodes={nodes}: "
+                    "give one label per node (-100 for an unlabelled node)."
+                )
         out = _pad(values, (n,), -100 if integer else 0.0)  # (b, n) or (b, n, C)
         return out.long() if integer else out.float()
 

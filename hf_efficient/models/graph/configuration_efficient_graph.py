@@ -1,7 +1,5 @@
 """Configuration of EfficientGraph: a graph transformer whose attention is chosen by ``attention_type``."""
 
-from __future__ import annotations
-
 from huggingface_hub.dataclasses import strict
 
 from ...attention.registry import get_attention_class, list_attention_types, validate_attention_config

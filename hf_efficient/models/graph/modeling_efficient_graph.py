@@ -21,7 +21,13 @@ from transformers.modeling_outputs import (
 )
 from transformers.utils.generic import can_return_tuple
 
-from ...attention.inputs import AttentionInputs, GraphEdges
+from ...attention.inputs import (
+    AttentionInputs,
+    GraphEdges,
+    check_edge_features,
+    check_edge_index,
+    normalize_padding_mask,
+)
 from ...modeling.blocks import (
     EfficientAttention,
     EfficientEncoder,
@@ -29,6 +35,13 @@ from ...modeling.blocks import (
     EfficientLayer,
     EfficientOutput,
     EfficientSelfAttention,
+)
+from ...modeling.checks import (
+    check_float_input,
+    check_ids,
+    check_not_empty,
+    check_same_shape,
+    checking_values,
 )
 from ...modeling.heads import classification_loss, classifier_dropout
 from ...modeling.pretrained import EfficientPreTrainedModel
@@ -62,15 +75,9 @@ class EfficientGraphEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def _node_features(self, node_feat: torch.Tensor) -> torch.Tensor:
+        """(b, n, F) node features (checked by ``EfficientGraphModel.check_inputs``) -> (b, n, D)."""
         if self.node_vocab_size is None:
             return self.node_encoder(node_feat.to(self.node_encoder.weight.dtype))  # (b, n, F) -> (b, n, D)
-        if node_feat.is_floating_point() or bool(
-            (node_feat < 0).any() | (node_feat >= self.node_vocab_size).any()
-        ):
-            raise ValueError(
-                f"node_vocab_size={self.node_vocab_size}: node_feat must hold integer categories in "
-                f"[0, {self.node_vocab_size}) per column."
-            )
         offsets = torch.arange(node_feat.shape[-1], device=node_feat.device) * self.node_vocab_size  # (F,)
         return self.node_encoder(node_feat + offsets).sum(-2)  # (b, n, F, D) -> (b, n, D)
 
@@ -203,44 +210,85 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
         self.encoder = EfficientEncoder(config, layer_class=layer_class)
         self.post_init()
 
-    def _check_inputs(self, node_feat, node_mask, edge_index, edge_attr, edge_weight, structural) -> None:
-        """Every input the config reads is there, and none is given that nothing would read."""
-        config = self.config
+    def check_inputs(self, node_feat, node_mask, edge_index, edge_attr, edge_weight, structural) -> None:
+        """Every input the config reads is there, none is given that nothing would read, and each has the
+        shape, dtype and (in eager mode) values the model needs: edges inside their own graph (a negative
+        position would wrap around in indexing), one feature row per edge, finite features."""
+        config, owner = self.config, type(self).__name__
         if node_feat.dim() != 3 or node_feat.shape[-1] != config.node_feature_dim:
             raise ValueError(
-                f"node_feat must have shape (batch, nodes, node_feature_dim={config.node_feature_dim}), got "
-                f"{tuple(node_feat.shape)}."
+                f"{owner}: node_feat must have shape (batch, nodes, node_feature_dim="
+                f"{config.node_feature_dim}), got {tuple(node_feat.shape)}."
             )
-        if node_mask is not None and node_mask.shape != node_feat.shape[:2]:
-            raise ValueError(
-                f"node_mask must have shape {tuple(node_feat.shape[:2])}, got {tuple(node_mask.shape)}."
+        check_not_empty(owner, "node_feat", node_feat.shape, "batch, nodes, node_feature_dim")
+        b, n, _ = node_feat.shape
+        if config.node_vocab_size is None:  # floats, or 0/1 ints (one-hot), through a linear map
+            if node_feat.is_floating_point():
+                check_float_input(owner, "node_feat", node_feat, "Node features must be finite.")
+        else:
+            vocab = config.node_vocab_size
+            fix = (
+                f"With node_vocab_size={vocab}, node_feat holds integer categories in [0, {vocab}) per column"
             )
+            table = f"node_vocab_size={vocab} category embeddings"
+            check_ids(owner, "node_feat", node_feat, vocab, table, fix)
+        if node_mask is not None:
+            check_same_shape(owner, "node_mask", node_mask, (b, n), "(batch, nodes) of node_feat")
+            normalize_padding_mask(node_mask, b, n, f"{owner}: node_mask")  # 0/1 or bool values
         for name, value in structural.items():
             field, transform = STRUCTURAL_INPUTS[name]
             wanted = getattr(config, field) is not None
             if wanted and value is None:
                 raise ValueError(
-                    f"{field}={getattr(config, field)!r} needs the {name} input: compute it with "
+                    f"{owner}: {field}={getattr(config, field)!r} needs the {name} input: compute it with "
                     f"hf_efficient.data.graph_transforms.{transform} (dataset.map) and collate it."
                 )
             if value is not None and not wanted:
-                raise ValueError(f"{name} was given but {field} is None, so it would be ignored; drop it.")
+                raise ValueError(
+                    f"{owner}: {name} was given but {field} is None, so it would be ignored; drop it."
+                )
+            if value is not None:
+                self._check_structural_input(name, value, b, n)
         if config.needs_edges() and edge_index is None:
             used = sorted({name for name, _ in config.attention_types_used()})
             raise ValueError(
-                f"This model's attention ({', '.join(used)}) attends along edges: pass edge_index."
+                f"{owner}: this model's attention ({', '.join(used)}) attends along edges: pass edge_index."
             )
         if edge_weight is not None and not config.needs_edges():
             raise ValueError(
-                "edge_weight was given but no attention here runs over edges, so it would be ignored."
+                f"{owner}: edge_weight was given but no attention here runs over edges, so it would be "
+                "ignored."
             )
         if (edge_attr is not None) != (config.edge_dim is not None):
             raise ValueError(
-                f"edge_attr {'was given' if edge_attr is not None else 'is missing'} but edge_dim="
+                f"{owner}: edge_attr {'was given' if edge_attr is not None else 'is missing'} but edge_dim="
                 f"{config.edge_dim}: pass edge_attr of width edge_dim exactly when edge_dim is set."
             )
         if edge_attr is not None and edge_attr.shape[-1] != config.edge_dim:
-            raise ValueError(f"edge_attr has width {edge_attr.shape[-1]} but edge_dim={config.edge_dim}.")
+            raise ValueError(
+                f"{owner}: edge_attr has width {edge_attr.shape[-1]} but edge_dim={config.edge_dim}."
+            )
+        if edge_index is not None:  # validated here, before any path (edges, Graphormer's bias) indexes by it
+            mask = node_mask.bool() if node_mask is not None else None
+            if checking_values():
+                check_edge_index(edge_index, b, n, mask, owner)
+            check_edge_features(edge_index.shape[-1], edge_weight, edge_attr, owner)
+            if edge_attr is not None:
+                check_float_input(owner, "edge_attr", edge_attr, "Edge features must be finite floats.")
+
+    def _check_structural_input(self, name: str, value: torch.Tensor, b: int, n: int) -> None:
+        """A structural input of the collated batch: shape (b, n[, n | k]) and dtype (ids or floats)."""
+        owner, config = type(self).__name__, self.config
+        widths = {"lap_pe": config.lap_pe_dim, "rw_pe": config.rw_pe_dim}
+        shape = (b, n, n) if name == "spatial_pos" else (b, n, widths[name]) if name in widths else (b, n)
+        check_same_shape(owner, name, value, shape, "(batch, nodes[, nodes or width])")
+        if name in widths:
+            check_float_input(owner, name, value, "Positional encodings must be finite floats.")
+        elif value.is_floating_point() or value.dtype == torch.bool:
+            raise ValueError(
+                f"{owner}: {name} must hold integers (hop counts, degrees or colours), got dtype "
+                f"{value.dtype}."
+            )
 
     @can_return_tuple
     def forward(
@@ -288,7 +336,7 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             rnf=rnf,
             de=de,
         )
-        self._check_inputs(node_feat, node_mask, edge_index, edge_attr, edge_weight, structural)
+        self.check_inputs(node_feat, node_mask, edge_index, edge_attr, edge_weight, structural)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
@@ -326,7 +374,8 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             pooled = last[:, 0]  # (b, D)
         else:
             weights = node_mask.to(nodes.dtype)[..., None]  # (b, n, 1)
-            pooled = (nodes * weights).sum(1) / weights.sum(1)  # mean over real nodes
+            # mean over real nodes; a graph with none (a fully padded row) pools to 0, not 0 / 0
+            pooled = (nodes * weights).sum(1) / weights.sum(1).clamp(min=1)
         return BaseModelOutputWithPooling(
             last_hidden_state=nodes, pooler_output=pooled, hidden_states=all_hidden, attentions=all_attentions
         )
@@ -374,7 +423,10 @@ class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
         (NaN: missing, left out of the loss)."""
         outputs = self.graph(**_graph_inputs(locals()))
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (b, C)
-        loss = None if labels is None else classification_loss(self.config, logits, labels, ignore_nan=True)
+        loss = None
+        if labels is not None:
+            owner = type(self).__name__
+            loss = classification_loss(self.config, logits, labels, ignore_nan=True, owner=owner)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -417,13 +469,20 @@ class EfficientGraphForNodeClassification(EfficientGraphPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (b, n, C)
         loss = None
         if labels is not None:
+            owner = type(self).__name__
+            if labels.shape not in (logits.shape[:2], logits.shape):
+                raise ValueError(
+                    f"{owner}: labels must have shape (batch, nodes) = {tuple(logits.shape[:2])} (a class id "
+                    f"or target per node) or (batch, nodes, num_labels) = {tuple(logits.shape)}, got "
+                    f"{tuple(labels.shape)}. GraphCollator(label_level='node') pads them so."
+                )
             keep = (
                 torch.ones_like(logits[..., 0], dtype=torch.bool) if node_mask is None else node_mask.bool()
             )
             if not labels.is_floating_point():
                 keep = keep & (labels != -100)  # (b, n)
-            # over the (M, C) labelled nodes; NaN targets (missing) are left out too
-            loss = classification_loss(self.config, logits[keep], labels[keep], ignore_nan=True)
+            # over the (M, C) labelled nodes (0 if there is none); NaN targets (missing) are left out too
+            loss = classification_loss(self.config, logits[keep], labels[keep], ignore_nan=True, owner=owner)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

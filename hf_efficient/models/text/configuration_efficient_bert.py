@@ -1,7 +1,5 @@
 """Configuration of EfficientBert: BERT's fields plus the attention fields of every hf_efficient encoder."""
 
-from __future__ import annotations
-
 from huggingface_hub.dataclasses import strict
 
 from ...modeling.config import EfficientEncoderConfig

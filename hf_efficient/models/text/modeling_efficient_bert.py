@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
@@ -22,7 +21,15 @@ from transformers.modeling_outputs import (
 from transformers.utils.generic import can_return_tuple
 
 from ...modeling.blocks import EfficientEncoder
-from ...modeling.heads import Pooler, classification_loss, classifier_dropout
+from ...modeling.checks import (
+    check_class_labels,
+    check_float_input,
+    check_ids,
+    check_not_empty,
+    check_rank,
+    check_same_shape,
+)
+from ...modeling.heads import Pooler, classification_loss, classifier_dropout, mean_cross_entropy
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_bert import EfficientBertConfig
 
@@ -40,8 +47,7 @@ class EfficientBertEmbeddings(nn.Module):
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
     def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds) -> torch.Tensor:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids (b, n) or inputs_embeds (b, n, D).")
+        """Inputs as checked by ``EfficientBertModel.check_inputs``."""
         embeds = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, D)
         b, n, _ = embeds.shape
         max_positions = self.position_embeddings.num_embeddings
@@ -122,6 +128,52 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
+    def check_inputs(self, input_ids, token_type_ids, position_ids, inputs_embeds) -> tuple[int, int]:
+        """Shapes, dtypes and (in eager mode) values of the inputs, against the embedding tables; returns
+        (b, n). The attention mask is checked with the other attention inputs (``attention_inputs``)."""
+        owner, tables = type(self).__name__, self.embeddings
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"{owner}: pass exactly one of input_ids (b, n) or inputs_embeds (b, n, D).")
+        if input_ids is not None:
+            one = "Batch a single sequence as input_ids[None] (the tokenizer's return_tensors='pt' does)."
+            check_rank(owner, "input_ids", input_ids, "(batch, seq)", one)
+            check_not_empty(owner, "input_ids", input_ids.shape)
+            rows = tables.word_embeddings.num_embeddings
+            fix = (
+                "Tokenize with this model's tokenizer, or give the model the tokenizer's vocabulary: "
+                "model.resize_token_embeddings(len(tokenizer))."
+            )
+            check_ids(owner, "input_ids", input_ids, rows, f"vocab_size={rows} word embeddings", fix)
+            b, n = input_ids.shape
+        else:
+            hidden = tables.word_embeddings.embedding_dim
+            check_rank(owner, "inputs_embeds", inputs_embeds, "(batch, seq, hidden_size)")
+            check_not_empty(owner, "inputs_embeds", inputs_embeds.shape[:2])
+            if inputs_embeds.shape[-1] != hidden:
+                raise ValueError(
+                    f"{owner}: inputs_embeds must have hidden_size={hidden} features per token, got shape "
+                    f"{tuple(inputs_embeds.shape)}."
+                )
+            check_float_input(owner, "inputs_embeds", inputs_embeds, "Pass finite embeddings.")
+            b, n = inputs_embeds.shape[:2]
+        if token_type_ids is not None:
+            check_same_shape(owner, "token_type_ids", token_type_ids, (b, n), "(batch, seq) of the inputs")
+            types = tables.token_type_embeddings.num_embeddings
+            fix = f"Segment ids are 0 for a first sentence, 1 for a second (below {types}): the tokenizer's."
+            table = f"type_vocab_size={types} token type embeddings"
+            check_ids(owner, "token_type_ids", token_type_ids, types, table, fix)
+        if position_ids is not None:
+            if position_ids.dim() != 2 or position_ids.shape[1] != n or position_ids.shape[0] not in (1, b):
+                raise ValueError(
+                    f"{owner}: position_ids must have shape (batch, seq) = {(b, n)} or (1, seq), got "
+                    f"{tuple(position_ids.shape)}."
+                )
+            positions = tables.position_embeddings.num_embeddings
+            fix = "Positions count from 0; extend the table: model.resize_position_embeddings(new_length)."
+            table = f"max_position_embeddings={positions} position embeddings"
+            check_ids(owner, "position_ids", position_ids, positions, table, fix)
+        return b, n
+
     @can_return_tuple
     def forward(
         self,
@@ -145,6 +197,7 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
+        self.check_inputs(input_ids, token_type_ids, position_ids, inputs_embeds)
         hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (b, n, D)
         inputs = self.attention_inputs(
             *hidden_states.shape[:2],
@@ -225,14 +278,21 @@ class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
             output_hidden_states=output_hidden_states,
         )
         hidden = outputs.last_hidden_state  # (b, n, D)
+        if labels is not None:
+            vocab = self.cls.predictions.decoder.out_features
+            check_class_labels(
+                type(self).__name__, labels, vocab, hidden.shape[:2], "(batch, seq) of the inputs",
+                classes=f"vocab_size={vocab}",
+                fix="MLM labels hold the original token id at each masked position and -100 elsewhere, one "
+                "per input token (DataCollatorForLanguageModeling makes them).",
+            )  # fmt: skip
         if labels is not None and self.config.sparse_prediction:
             # Only the M masked positions reach the vocabulary projection: logits (M, V), labels (M,).
             scored = labels.reshape(-1) != -100
             hidden, labels = hidden.reshape(-1, hidden.shape[-1])[scored], labels.reshape(-1)[scored]
         logits = self.cls.predictions(hidden)  # (b, n, V), or (M, V) with sparse_prediction
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1), ignore_index=-100)
+        # Averaged over the masked positions; 0 (not NaN) for a batch in which nothing was masked.
+        loss = mean_cross_entropy(logits, labels) if labels is not None else None
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -273,7 +333,9 @@ class EfficientBertForSequenceClassification(EfficientBertPreTrainedModel):
             output_hidden_states=output_hidden_states,
         )
         logits = self.classifier(self.dropout(outputs.pooler_output))  # (b, num_labels)
-        loss = classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = None
+        if labels is not None:
+            loss = classification_loss(self.config, logits, labels, owner=type(self).__name__)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -315,7 +377,13 @@ class EfficientBertForTokenClassification(EfficientBertPreTrainedModel):
         logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (b, n, num_labels)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1), ignore_index=-100)
+            fix = (
+                "Token labels hold one class id per token, -100 at padding and sub-word continuations; load "
+                "the model with num_labels set to the number of classes."
+            )
+            shape = logits.shape[:2]
+            check_class_labels(type(self).__name__, labels, self.num_labels, shape, "(batch, seq)", fix=fix)
+            loss = mean_cross_entropy(logits, labels)  # over the labelled tokens; 0 if there is none
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

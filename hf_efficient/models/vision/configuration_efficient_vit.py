@@ -1,7 +1,5 @@
 """Configuration of EfficientViT: ViT's and ViT-MAE's fields plus the attention fields of every encoder."""
 
-from __future__ import annotations
-
 from huggingface_hub.dataclasses import strict
 
 from ...modeling.config import EfficientEncoderConfig
@@ -65,6 +63,19 @@ class EfficientViTConfig(EfficientEncoderConfig):
         height, width = self.grid_size
         return 1 + height * width
 
+    def kept_patches(self, num_patches: int) -> int:
+        """How many of ``num_patches`` patches MAE's encoder sees: ``int(num_patches * (1 - mask_ratio))``,
+        as transformers' ViT-MAE; raises when that is none."""
+        ratio = self.mask_ratio
+        kept = int(num_patches * (1 - ratio))
+        if kept < 1:
+            raise ValueError(
+                f"mask_ratio={ratio} keeps int({num_patches} * (1 - {ratio})) = {kept} of {num_patches} "
+                f"patches: MAE's encoder would see no patch. Use mask_ratio <= 1 - 1/{num_patches} (larger "
+                "images or smaller patches allow higher ratios)."
+            )
+        return kept
+
     def validate_vit_fields(self):
         """Class validator: sizes agree, and no ViT option we do not implement is silently dropped."""
         for name in ("image_size", "patch_size"):
@@ -86,7 +97,10 @@ class EfficientViTConfig(EfficientEncoderConfig):
                     f"{prefix}hidden_size={hidden} must be a multiple of {prefix}num_attention_heads={heads}."
                 )
         if not 0.0 <= self.mask_ratio < 1.0:
-            raise ValueError(f"mask_ratio must be in [0, 1), got {self.mask_ratio}.")
+            raise ValueError(
+                f"mask_ratio must be in [0, 1), got {self.mask_ratio}: it is the share of patches MAE hides "
+                "(0.75 in the paper; 0 shows the encoder every patch)."
+            )
         if self.position_embedding_init not in ("random", "sincos"):
             raise ValueError(
                 f"position_embedding_init must be 'random' (ViT's truncated normal) or 'sincos' (the 2-D "

@@ -28,6 +28,15 @@ class EfficientViTImageProcessor(ViTImageProcessorPil):
     model_input_names = ["pixel_values"]
 
     def __init__(self, num_channels: int = 3, **kwargs):
+        if isinstance(num_channels, bool) or not isinstance(num_channels, int) or num_channels < 1:
+            raise ValueError(f"num_channels must be a positive int (1: grey, 3: RGB), got {num_channels!r}")
+        for name in ("image_mean", "image_std"):  # ViT's 0.5 per channel, for any channel count
+            kwargs[name] = [0.5] * num_channels if kwargs.get(name) is None else kwargs[name]
+            values = kwargs[name]
+            if isinstance(values, (list, tuple)) and len(values) != num_channels:
+                raise ValueError(
+                    f"{name} has {len(values)} values but num_channels={num_channels}: give one per channel."
+                )
         super().__init__(**kwargs)
         self.num_channels = num_channels
 
@@ -45,8 +54,8 @@ class EfficientViTImageProcessor(ViTImageProcessorPil):
     def _convert_channels(self, image: np.ndarray) -> np.ndarray:
         """(c, H, W) channel-first image -> (num_channels, H, W)."""
         channels = image.shape[0]
-        if channels == 4:  # RGBA: drop alpha
-            image, channels = image[:3], 3
+        if channels in (2, 4) and channels != self.num_channels:  # grey + alpha (LA), RGBA: drop alpha
+            image, channels = image[: channels - 1], channels - 1
         if channels == self.num_channels:
             return image
         if channels == 3 and self.num_channels == 1:
@@ -58,7 +67,26 @@ class EfficientViTImageProcessor(ViTImageProcessorPil):
             f"Cannot convert an image of {channels} channels to the model's num_channels={self.num_channels}."
         )
 
+    def process_image(self, image, *args, **kwargs) -> np.ndarray:
+        """transformers' conversion of one image to a channel-first array, with errors that give its shape
+        when its channels cannot be told or it has no pixels."""
+        try:
+            array = super().process_image(image, *args, **kwargs)
+        except ValueError as error:
+            if "channel dimension" not in str(error):
+                raise
+            raise ValueError(
+                f"Cannot tell the channels of an image of shape {tuple(np.shape(image))}: arrays are read as "
+                "(height, width, C) or (C, height, width) with C = 1, 3 or 4 (grey, RGB, RGBA). Convert the "
+                "image first (a PIL image in mode L, RGB or RGBA)."
+            ) from None
+        if 0 in array.shape[1:]:
+            raise ValueError(f"An image of shape {tuple(np.shape(image))} has no pixels to resize.")
+        return array
+
     def _preprocess(self, images, *args, **kwargs):
+        if len(images) == 0:
+            raise ValueError("No images to process: pass one image or a non-empty list of images.")
         return super()._preprocess(
             [self._convert_channels(np.asarray(image)) for image in images], *args, **kwargs
         )

@@ -28,6 +28,7 @@ from transformers.utils.generic import can_return_tuple
 
 from ...attention.inputs import AttentionInputs
 from ...modeling.blocks import EfficientEncoder, EfficientPreNormLayer
+from ...modeling.checks import check_float_input, check_not_empty, checking_values
 from ...modeling.heads import classification_loss
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_vit import EfficientViTConfig
@@ -54,19 +55,35 @@ class EfficientViTPatchEmbeddings(nn.Module):
         )
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        if pixel_values.dim() != 4 or pixel_values.shape[1] != self.num_channels:
-            raise ValueError(
-                f"pixel_values must have shape (batch, num_channels={self.num_channels}, height, width), got "
-                f"{tuple(pixel_values.shape)}. Convert the images (PIL .convert('L') for 1 channel, "
-                "EfficientViTImageProcessor does it) or build the model with the right num_channels."
-            )
-        height, width = pixel_values.shape[-2:]
-        if height % self.patch_size or width % self.patch_size:
-            raise ValueError(
-                f"The image size {height}x{width} is not a multiple of patch_size={self.patch_size}."
-            )
+        """(b, C, H, W) images, as checked by :func:`check_pixel_values` -> (b, N, D) patch embeddings."""
         projection = self.projection(pixel_values.to(self.projection.weight.dtype))  # (b, D, h, w)
         return projection.flatten(2).transpose(1, 2)  # (b, D, h, w) -> (b, N, D)
+
+
+def check_pixel_values(owner: str, pixel_values: torch.Tensor | None, config: EfficientViTConfig) -> None:
+    """What every vision model's forward takes: (b, C, H, W) floating, finite images with ``num_channels``
+    channels, at least one image, each side a positive multiple of ``patch_size``."""
+    if pixel_values is None:
+        raise ValueError(f"{owner}: pixel_values (batch, num_channels, height, width) is required.")
+    channels, p = config.num_channels, config.patch_size
+    if pixel_values.dim() != 4 or pixel_values.shape[1] != channels:
+        raise ValueError(
+            f"{owner}: pixel_values must have shape (batch, num_channels={channels}, height, width), got "
+            f"{tuple(pixel_values.shape)}. Convert the images (PIL .convert('L') for 1 channel, "
+            "EfficientViTImageProcessor does it) or build the model with the right num_channels."
+        )
+    check_not_empty(owner, "pixel_values", pixel_values.shape, "batch, num_channels, height, width")
+    height, width = pixel_values.shape[-2:]
+    if height % p or width % p:
+        raise ValueError(
+            f"{owner}: the image size {height}x{width} is not a multiple of patch_size={p}. Resize the "
+            "images (the image processor does)."
+        )
+    fix = (
+        "Pass finite, normalised float pixels: the output of the model's image processor "
+        "(EfficientViTImageProcessor), not raw 0-255 integers."
+    )
+    check_float_input(owner, "pixel_values", pixel_values, fix)
 
 
 class EfficientViTEmbeddings(nn.Module):
@@ -222,8 +239,7 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
             interpolate_pos_encoding: accept another image size (a multiple of the patch size) by resizing
                 the position embeddings.
         """
-        if pixel_values is None:
-            raise ValueError("pixel_values (batch, num_channels, height, width) is required.")
+        check_pixel_values(type(self).__name__, pixel_values, self.config)
         embeddings, grid = self.embeddings(pixel_values, bool(interpolate_pos_encoding))  # (b, 1 + N, D)
         return self.encode(embeddings, grid, output_attentions, output_hidden_states)
 
@@ -256,7 +272,15 @@ class EfficientViTForImageClassification(EfficientViTPreTrainedModel):
             output_hidden_states=output_hidden_states,
         )
         logits = self.classifier(outputs.last_hidden_state[:, 0])  # (b, num_labels)
-        loss = classification_loss(self.config, logits, labels) if labels is not None else None
+        loss = None
+        if labels is not None and not self.config.num_labels:
+            raise ValueError(
+                f"{type(self).__name__}: num_labels=0 builds no classifier (the logits are the [CLS] "
+                "features), so labels cannot be scored. Load the model with num_labels set to the number of "
+                "classes."
+            )
+        if labels is not None:
+            loss = classification_loss(self.config, logits, labels, owner=type(self).__name__)
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -328,6 +352,7 @@ class EfficientViTMAEForPreTraining(EfficientViTPreTrainedModel):
         self.decoder = EfficientViTMAEDecoder(config)
         self.post_init()
         self.check_encoder_attention()
+        config.kept_patches(config.max_position_embeddings - 1)  # mask_ratio keeps a patch of the native grid
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -369,13 +394,19 @@ class EfficientViTMAEForPreTraining(EfficientViTPreTrainedModel):
             kept (b, kept, D), mask (b, N) with 1 = masked, ids_restore (b, N).
         """
         b, n, dim = tokens.shape
+        owner = type(self).__name__
         if noise is None:
             noise = torch.rand(b, n, device=tokens.device)
         elif noise.shape != (b, n):
             raise ValueError(
-                f"noise must have shape (batch, num_patches) = {(b, n)}, got {tuple(noise.shape)}."
+                f"{owner}: noise must have shape (batch, num_patches) = {(b, n)}, got {tuple(noise.shape)}."
             )
-        n_keep = int(n * (1 - self.config.mask_ratio))
+        elif checking_values() and noise.is_floating_point() and not bool(torch.isfinite(noise).all()):
+            raise ValueError(
+                f"{owner}: noise holds NaN or infinite values, which give no order to keep patches by; pass "
+                "finite noise (torch.rand(batch, num_patches))."
+            )
+        n_keep = self.config.kept_patches(n)  # raises when mask_ratio would keep no patch of n
         ids_shuffle = torch.argsort(noise.to(tokens.device), dim=1)  # ascending: smallest noise kept
         ids_restore = torch.argsort(ids_shuffle, dim=1)
         ids_keep = ids_shuffle[:, :n_keep]
@@ -398,8 +429,7 @@ class EfficientViTMAEForPreTraining(EfficientViTPreTrainedModel):
         noise: optional (b, N) masking noise (the patches with the smallest values are kept), for
             reproducible masks.
         """
-        if pixel_values is None:
-            raise ValueError("pixel_values (batch, num_channels, height, width) is required.")
+        check_pixel_values(type(self).__name__, pixel_values, self.config)
         self.check_encoder_attention()
         embeddings, grid = self.vit.embeddings(pixel_values, bool(interpolate_pos_encoding))  # (b, 1 + N, D)
         b = embeddings.shape[0]
@@ -415,7 +445,8 @@ class EfficientViTMAEForPreTraining(EfficientViTPreTrainedModel):
         if self.config.norm_pix_loss:  # normalise each patch's pixels (MAE's per-patch normalised target)
             target = (target - target.mean(-1, keepdim=True)) / (target.var(-1, keepdim=True) + 1.0e-6) ** 0.5
         loss = ((logits - target) ** 2).mean(-1)  # (b, N)
-        loss = (loss * mask).sum() / mask.sum()
+        # Over the masked patches; mask_ratio=0 masks none (the encoder sees whole images): loss 0, not NaN.
+        loss = (loss * mask).sum() / mask.sum().clamp(min=1)
         return ViTMAEForPreTrainingOutput(
             loss=loss,
             logits=logits,

@@ -18,6 +18,7 @@ from transformers import AutoModel, AutoModelForSequenceClassification
 from hf_efficient import (
     EfficientGraphConfig,
     EfficientGraphForGraphClassification,
+    EfficientGraphForNodeClassification,
     EfficientGraphModel,
     GraphCollator,
     get_attention_class,
@@ -63,6 +64,36 @@ def check_permutation_equivariance(config: EfficientGraphConfig) -> None:
     torch.testing.assert_close(logits_perm, logits, atol=1e-5, rtol=1e-5)
 
 
+def check_graph_without_real_nodes(config: EfficientGraphConfig) -> None:
+    """A batch row with no real node (its node mask all 0, no edges): finite logits, losses and gradients in
+    both heads, mean pooling of that row 0 (not 0 / 0), the other graphs as without it."""
+    batch = GraphCollator.for_config(config)(base_records())
+    graph_of_edge = batch["edge_index"][0] // batch["node_mask"].shape[1]
+    batch["edge_index"] = batch["edge_index"][:, graph_of_edge != 2]
+    if "edge_attr" in batch:
+        batch["edge_attr"] = batch["edge_attr"][graph_of_edge != 2]
+    batch["node_mask"][2] = False
+    keep = [0, 1]
+    model = EfficientGraphForGraphClassification(config).eval()
+    out = model(**batch)
+    assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss)
+    out.loss.backward()
+    assert_grads_finite(model)
+    inputs = {key: value for key, value in batch.items() if key != "labels"}
+    with torch.no_grad():
+        pooled = run_base(model, inputs).pooler_output
+        if config.graph_pooling == "mean" and not config.add_virtual_token:
+            assert (pooled[2] == 0).all()
+        alone = {key: value[keep] if value.dim() and key not in ("edge_index", "edge_attr") else value
+                 for key, value in inputs.items()}  # fmt: skip
+        torch.testing.assert_close(model(**alone).logits, out.logits[keep], atol=1e-5, rtol=1e-5)
+    nodes = EfficientGraphForNodeClassification(config).eval()
+    labels = torch.zeros(batch["node_mask"].shape, dtype=torch.long).masked_fill(~batch["node_mask"], -100)
+    loss = nodes(**inputs, labels=labels).loss
+    assert torch.isfinite(loss)
+    assert nodes(**inputs, labels=torch.full_like(labels, -100)).loss.item() == 0.0  # no labelled node
+
+
 def check_save_load_identical_through_auto_classes(config: EfficientGraphConfig, folder: Path) -> None:
     """A graph classifier saved and loaded with AutoModelForSequenceClassification gives the same logits; the
     checkpoint also opens as the bare encoder (AutoModel)."""
@@ -93,6 +124,7 @@ def check_graph_encoder(attention_type: str, folder: Path | None = None) -> None
     for graph_layer_type in GRAPH_LAYER_TYPES:
         config = attention_type_config(attention_type, graph_layer_type)
         check_forward_backward(config)
+        check_graph_without_real_nodes(config)
         if get_attention_class(attention_type).capabilities.permutation_equivariant:
             check_permutation_equivariance(config)
         check_save_load_identical_through_auto_classes(config, Path(folder) / graph_layer_type)

@@ -125,6 +125,32 @@ def check_batch_rows_equal_unpadded_runs(attention_type: str) -> None:
             torch.testing.assert_close(together[row : row + 1, :length], alone, atol=1e-5, rtol=1e-5)
 
 
+def check_fully_padded_row(attention_type: str) -> None:
+    """A row with no real token (batching real data yields one) in every head: finite logits, losses and
+    gradients with that row's labels all -100, the other rows as without it; a batch with no target at all
+    has loss 0, not NaN."""
+    ids, mask = batch()
+    mask[1] = 0  # row 1: all padding
+    keep = [0, 2]
+    labels = ids.masked_fill(mask == 0, -100)
+    heads = [
+        (EfficientBertForMaskedLM, {}, labels),
+        (EfficientBertForSequenceClassification, {"num_labels": 3}, torch.tensor([0, -100, 2])),
+        (EfficientBertForTokenClassification, {"num_labels": 3}, (labels % 3).masked_fill(mask == 0, -100)),
+    ]
+    for model_class, sizes, head_labels in heads:
+        model = model_class(tiny_config(attention_type, **sizes)).eval()
+        out = model(ids, attention_mask=mask, labels=head_labels)
+        assert torch.isfinite(out.logits).all() and torch.isfinite(out.loss), model_class.__name__
+        out.loss.backward()
+        assert_grads_finite(model)
+        with torch.no_grad():
+            alone = model(ids[keep], attention_mask=mask[keep]).logits
+        torch.testing.assert_close(out.logits[keep], alone, atol=1e-5, rtol=1e-5)
+        no_target = model(ids, attention_mask=mask, labels=torch.full_like(head_labels, -100)).loss
+        assert no_target.item() == 0.0, model_class.__name__
+
+
 def check_save_load_identical_through_auto_classes(attention_type: str, folder: Path) -> None:
     ids, mask = batch()
     mlm = EfficientBertForMaskedLM(tiny_config(attention_type)).eval()
@@ -220,6 +246,7 @@ def check_text_encoder(attention_type: str, folder: Path | None = None) -> None:
     check_token_classification_shapes_loss_and_grads(attention_type)
     check_padding_invariance(attention_type)
     check_batch_rows_equal_unpadded_runs(attention_type)
+    check_fully_padded_row(attention_type)
     check_save_load_identical_through_auto_classes(attention_type, Path(folder) / "auto")
     check_output_attentions_or_a_clear_error(attention_type)
     check_bert_checkpoint_warm_starts(attention_type, Path(folder) / "bert")

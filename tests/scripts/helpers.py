@@ -1,0 +1,31 @@
+"""What the script tests share: tiny text-model sizes, the common flags, the pretraining command line, and
+the logged losses of a run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..script_loader import QUIET
+
+TINY_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+TINY_SIZES["max_position_embeddings"] = 64
+TINY = ",".join(f"{key}={value}" for key, value in TINY_SIZES.items())
+COMMON = [*QUIET, "--logging_steps", "1", "--dataloader_pin_memory", "false"]
+
+
+def pretrain_args(data, output_dir, attention_type, attention_config, *extra) -> list[str]:
+    """pretrain_mlm.py's command line for a tiny model on ``data["corpus"]`` (the ``data`` fixture)."""
+    return [
+        *("--train_files", data["corpus"], "--output_dir", str(output_dir), "--vocab_size", "500"),
+        *("--block_size", "64", "--config_overrides", TINY, "--per_device_train_batch_size", "4"),
+        *("--attention_type", attention_type, "--attention_config", json.dumps(attention_config)),
+        *COMMON,
+        *extra,
+    ]
+
+
+def logged_losses(output_dir) -> dict[int, float]:
+    """{step: training loss} of the run in ``output_dir`` (its trainer_state.json)."""
+    history = json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
+    return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
