@@ -279,7 +279,12 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
     def _check_structural_input(self, name: str, value: torch.Tensor, b: int, n: int) -> None:
         """A structural input of the collated batch: shape (b, n[, n | k]) and dtype (ids or floats)."""
         owner, config = type(self).__name__, self.config
-        widths = {"lap_pe": config.lap_pe_dim, "rw_pe": config.rw_pe_dim}
+        widths = {  # the float encodings, (b, n, width)
+            "lap_pe": config.lap_pe_dim,
+            "rw_pe": config.rw_pe_dim,
+            "rnf": config.rnf_dim,
+            "de": config.de_dim,
+        }
         shape = (b, n, n) if name == "spatial_pos" else (b, n, widths[name]) if name in widths else (b, n)
         check_same_shape(owner, name, value, shape, "(batch, nodes[, nodes or width])")
         if name in widths:
