@@ -16,14 +16,15 @@ Tasks, each with its base config (model size, optimiser, budget): ``solubility``
 1,025 / 257 molecules, test RMSE), ``karate`` and ``polblogs`` (node classification, test accuracy),
 ``mouse_connectomes`` (graph classification of 4 strains, 24 / 8 brains, test accuracy).
 
-    python -m benchmarks.graph_attention --out benchmarks/results/graph_attention     # the reference run
-    python -m benchmarks.graph_attention --preset smoke --out /tmp/graph_attention   # a minute: tests
+    python -m benchmarks.graph_attention --out benchmarks/results/reference/graph_attention  # reference run
+    python -m benchmarks.graph_attention --preset smoke --out /tmp/graph_attention          # minutes
 
 A finished (task, setting, seed) is not run again (``benchmarks.seeds`` resumes), so an interrupted run
-continues where it stopped. Then ``attention.png``: for one test molecule, each setting's seed-0 model's
-last-layer attention averaged over heads, as the (atoms x atoms) matrix and on the molecule's drawing (what
-one atom attends to). ``summary.md`` holds the table and the per-run commands, ``results.json`` every
-number.
+continues where it stopped; ``--report_only`` writes the table and picture from the seeds finished so far
+(each cell says how many), running nothing. Then ``attention.png``: for one test molecule, each setting's
+seed-0 model's last-layer attention averaged over heads, as the (atoms x atoms) matrix and on the
+molecule's drawing (what one atom attends to). ``summary.md`` holds the table and the per-run commands,
+``results.json`` every number.
 """
 
 from __future__ import annotations
@@ -117,12 +118,31 @@ def run_all(args: argparse.Namespace) -> dict:
             if args.dry_run:
                 print(shlex.join(["python", "-m", "benchmarks.seeds", *seed_args, "--", *command]))
                 continue
+            if args.report_only:
+                finished = finished_seeds(out, args.seeds)
+                if finished:
+                    results.setdefault(task_name, {})[setting] = finished
+                continue
             try:
                 outcome = seeds.main([*seed_args, "--metrics", task.metric, "train_runtime", "--", *command])
             except SystemExit:  # some seed failed: report the others
                 outcome = json.loads((out / "seeds.json").read_text())
             results.setdefault(task_name, {})[setting] = outcome
     return results
+
+
+def finished_seeds(out: Path, seed_list: list[int]) -> dict | None:
+    """What ``benchmarks.seeds`` would report for the seeds of ``seed_list`` that have finished in ``out``
+    (their results files), running nothing; None if none has."""
+    runs = {}
+    for seed in seed_list:
+        metrics = seeds.run_metrics(out / f"seed_{seed}", None)
+        if metrics is not None:
+            runs[seed] = metrics
+    if not runs:
+        return None
+    missing = [seed for seed in seed_list if seed not in runs]
+    return {"label": out.name, "runs": runs, "missing": missing, "aggregate": seeds.aggregate(runs)}
 
 
 def cell(outcome: dict | None, task: Task) -> str:
@@ -281,8 +301,13 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", type=int, nargs="+")
     parser.add_argument("--tasks", nargs="+", choices=list(TASKS))
     parser.add_argument("--settings", nargs="+", choices=list(SETTINGS))
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/graph_attention"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reference/graph_attention"))
     parser.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+    parser.add_argument(
+        "--report_only",
+        action="store_true",
+        help="run nothing: the table and picture from the seeds finished so far (each cell: its seed count)",
+    )
     return parser
 
 
