@@ -150,6 +150,8 @@ def cell(outcome: dict | None, task: Task) -> str:
     if stats is None:
         return "failed" if outcome else "-"
     digits = 1 if task.scale == 100 else 3
+    if stats["n"] == 1:  # no spread to show
+        return f"{task.scale * stats['mean']:.{digits}f} (1 seed)"
     return seeds.mean_and_spread(stats, scale=task.scale, digits=digits).replace(" seeds)", ")")
 
 
@@ -160,7 +162,7 @@ def summarize(results: dict, args: argparse.Namespace) -> str:
         task = TASKS[name]
         unit = "RMSE, lower is better" if task.lower_is_better else "accuracy %"
         header.append(f"{name} ({unit})")
-    header.append("train s / run (solubility)" if "solubility" in tasks else "train s / run")
+    header.append("train s / run (solubility)" if tasks and tasks[0] == "solubility" else "train s / run")
     rows = []
     for setting in args.settings:
         row = [f"`{setting}`"] + [cell(results[t].get(setting), TASKS[t]) for t in tasks]

@@ -65,17 +65,20 @@ def test_molecule_attention_rows_are_distributions_over_atoms(tmp_path):
 
 
 def test_report_only_tables_the_finished_seeds_and_runs_nothing(tmp_path):
-    # karate: gat finished seeds 0 and 2 (accuracies 0.5 and 0.7), seed 1 never wrote results; gatv2 nothing
-    for seed, accuracy in ((0, 0.5), (2, 0.7)):
-        folder = tmp_path / "karate" / "gat" / f"seed_{seed}"
+    # karate: gat finished seeds 0 and 2 (accuracies 0.5 and 0.7), seed 1 never wrote results; gatv2 seed 0;
+    # graph_sparse nothing
+    for setting, seed, accuracy in (("gat", 0, 0.5), ("gat", 2, 0.7), ("gatv2", 0, 0.8)):
+        folder = tmp_path / "karate" / setting / f"seed_{seed}"
         folder.mkdir(parents=True)
         (folder / "eval_results.json").write_text(json.dumps({"eval_accuracy": accuracy}))
     (tmp_path / "karate" / "gat" / "seed_1").mkdir()
-    options = ["--report_only", "--tasks", "karate", "--settings", "gat", "gatv2", "--out", str(tmp_path)]
+    settings = ["--settings", "gat", "gatv2", "graph_sparse"]
+    options = ["--report_only", "--tasks", "karate", *settings, "--out", str(tmp_path)]
     report = bench.main(options)
     gat = report["results"]["karate"]["gat"]
     assert sorted(gat["runs"]) == [0, 2] and gat["missing"] == [1]
     assert gat["aggregate"]["eval_accuracy"]["mean"] == pytest.approx(0.6)
     summary = (tmp_path / "summary.md").read_text()
-    assert "| `gat` | 60.0 ± 14.1 (2) |" in summary and "| `gatv2` | - |" in summary
-    assert not (tmp_path / "karate" / "gatv2").exists()  # nothing was run
+    assert "| `gat` | 60.0 ± 14.1 (2) |" in summary and "| `gatv2` | 80.0 (1 seed) |" in summary
+    assert "| `graph_sparse` | - |" in summary
+    assert not (tmp_path / "karate" / "graph_sparse").exists()  # nothing was run
