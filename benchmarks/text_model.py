@@ -4,12 +4,14 @@ The model is a 4-layer, hidden-256, 4-head (head 64), intermediate-1024 ``Effici
 BERT's vocabulary (30,522) and ``max_position_embeddings`` set to the sequence length, in training mode
 (hidden dropout 0.1, attention-probability dropout 0: dropout inside attention would push exact sdpa off
 its fused kernel). One step is ``model(input_ids, attention_mask, labels).loss.backward()`` on a batch of
-random token ids with 15% of positions masked for the MLM loss (the standard HF head computes the logits of
-every position, as ``BertForMaskedLM`` does); no optimizer step. Exact attention runs with two kernels,
-``full_eager`` (BERT's) and ``full_sdpa``; speed-ups in the summary are against ``full_sdpa`` at the same
-length, measured in the same run. The types are the registry's text types (``benchmarks.mechanisms``), each
-with its core's ``benchmark_config``; the long lengths (16,384 in the full preset) run the types whose FLOP
-model at that length is below exact attention's, and ``full_sdpa`` as their baseline.
+random token ids with 15% of positions masked for the MLM loss (the model's default head: only the masked
+positions reach the vocabulary, through a chunked loss); no optimizer step (``benchmarks.model_step``
+times the whole step, optimizer included, with model FLOPs utilisation and a per-component breakdown).
+Exact attention runs with two kernels, ``full_eager`` (BERT's) and ``full_sdpa``; speed-ups in the
+summary are against ``full_sdpa`` at the same length, measured in the same run. The types are the
+registry's text types (``benchmarks.mechanisms``), each with its core's ``benchmark_config``; the long
+lengths (16,384 in the full preset) run the types whose FLOP model at that length is below exact
+attention's, and ``full_sdpa`` as their baseline.
 
 Each (type, length) point runs in a fresh Python process (``benchmarks.harness``): an address-space cap makes
 an over-large point fail fast, and peak memory is the process's peak resident set size during the steps
@@ -92,14 +94,20 @@ def runs_long(name: str, n: int, model: dict) -> bool:
     return cost is not None and cost < flops.forward_flops(EXACT, n, heads=1, head_dim=head_dim)
 
 
-def run_point(point: argparse.Namespace) -> dict:
-    """Point function: one (type, length) training step of the whole model, in this process."""
+def mlm_model_and_batch(point: argparse.Namespace, **config_fields):
+    """The point's ``EfficientBertForMaskedLM`` in training mode and one MLM batch.
+
+    ``point`` has ``type``, ``config`` (JSON or None), ``model`` (JSON sizes), ``batch``, ``length`` and
+    ``hidden_dropout``; ``config_fields`` go to the config as well (``sparse_prediction``).
+
+    Returns:
+        (model, batch: dict of input_ids / attention_mask / labels (b, n), (attention_type,
+        attn_implementation, attention_config)).
+    """
     import torch
 
-    import hf_efficient
     from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 
-    set_up_torch(point.threads)
     b, n = point.batch, point.length
     attention_type, implementation, attention_config = resolve(point.type, point.config)
     config = EfficientBertConfig(
@@ -109,6 +117,7 @@ def run_point(point: argparse.Namespace) -> dict:
         attention_config=attention_config or None,
         hidden_dropout_prob=point.hidden_dropout,
         attention_probs_dropout_prob=0.0,
+        **config_fields,
     )
     model = EfficientBertForMaskedLM._from_config(config, attn_implementation=implementation).train()
     vocab = config.vocab_size
@@ -117,10 +126,21 @@ def run_point(point: argparse.Namespace) -> dict:
     labels = torch.where(masked, input_ids, -100)  # (b, n), the MLM collator's convention
     input_ids = input_ids.masked_fill(masked, MASK_TOKEN_ID if vocab > MASK_TOKEN_ID else 1)
     attention_mask = torch.ones(b, n, dtype=torch.long)  # what a tokenizer hands over
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    return model, batch, (attention_type, implementation, attention_config)
+
+
+def run_point(point: argparse.Namespace) -> dict:
+    """Point function: one (type, length) training step of the whole model, in this process."""
+    import hf_efficient
+
+    set_up_torch(point.threads)
+    b, n = point.batch, point.length
+    model, batch, (attention_type, implementation, attention_config) = mlm_model_and_batch(point)
     losses = []
 
     def step():
-        loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss = model(**batch).loss
         loss.backward()
         model.zero_grad(set_to_none=True)
         losses.append(loss.detach())
@@ -177,6 +197,15 @@ def plot_throughput(records: list[dict], path: Path) -> None:
     plot_loglog(path, [[panel]], panel_size=(7, 5))
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the model and batch a point builds (:func:`mlm_model_and_batch`), and --repeats."""
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--model", help="JSON of EfficientBertConfig sizes (default: the preset's)")
+    parser.add_argument("--hidden_dropout", type=float, default=0.1)
+    parser.add_argument("--config", help="JSON attention_config applied to the (single) benchmarked type")
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -195,11 +224,7 @@ def make_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="types run at --long_lengths (default: full_sdpa and every type with fewer FLOPs than exact)",
     )
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--repeats", type=int)
-    parser.add_argument("--model", help="JSON of EfficientBertConfig sizes (default: the preset's)")
-    parser.add_argument("--hidden_dropout", type=float, default=0.1)
-    parser.add_argument("--config", help="JSON attention_config applied to the (single) benchmarked type")
+    add_model_arguments(parser)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/text_model"))
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0)
     return parser

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import importlib
+import json
 import os
 import pkgutil
 import re
@@ -129,7 +130,20 @@ def _auto_classes(model) -> dict[str, type]:
             classes[name] = mapping[config_class]
     if type(model)._auto_class is not None:
         classes[type(model)._auto_class.rpartition(".")[2]] = type(model)
+    processor = _image_processor_class(config_class)
+    if processor is not None:  # AutoImageProcessor / pipeline(trust_remote_code=True) read it from auto_map
+        classes["AutoImageProcessor"] = processor
     return classes
+
+
+def _image_processor_class(config_class: type) -> type | None:
+    """The image processor ``AutoImageProcessor`` has for ``config_class`` (EfficientViT's), or None."""
+    from transformers.models.auto.image_processing_auto import IMAGE_PROCESSOR_MAPPING
+
+    if config_class not in IMAGE_PROCESSOR_MAPPING:
+        return None
+    registered = IMAGE_PROCESSOR_MAPPING[config_class]  # {"pil": class, ...} or a class
+    return next(iter(registered.values())) if isinstance(registered, dict) else registered
 
 
 @contextlib.contextmanager
@@ -180,7 +194,28 @@ def export_remote_code(model, save_directory: str | os.PathLike) -> list[str]:
         config.auto_map = previous
         if previous is None:
             del config.auto_map
+    if "AutoImageProcessor" in auto_map:
+        add_image_processor_auto_map(save_directory, auto_map["AutoImageProcessor"])
     return sorted(sources)
+
+
+def add_image_processor_auto_map(save_directory: str | os.PathLike, class_reference: str) -> bool:
+    """Name the remote image processor in ``preprocessor_config.json`` of ``save_directory``, if there is one.
+
+    ``AutoImageProcessor`` reads the processor's own file first: a processor type transformers does not
+    know is loaded from that file's ``auto_map`` only (the model's ``config.json`` is not consulted).
+    Call it after the processor is saved (``Trainer`` saves the model first, then the processor).
+
+    Returns:
+        Whether the file exists and now holds the ``auto_map``.
+    """
+    path = Path(save_directory) / "preprocessor_config.json"
+    if not path.is_file():
+        return False
+    values = json.loads(path.read_text(encoding="utf-8"))
+    values["auto_map"] = {**values.get("auto_map", {}), "AutoImageProcessor": class_reference}
+    path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return True
 
 
 def save_pretrained_with_remote_code(

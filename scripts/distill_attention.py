@@ -33,13 +33,12 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainingArguments,
     RandomStateArguments,
-    build_model_card,
     check_attention_changed,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
 )
@@ -116,34 +115,34 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         held_out = f", held-out {eval_metrics['eval_loss']:.4f}" if eval_metrics else ""
         final = f"{losses[-1]:.4f}" if losses else "not logged"
         print(f"final distillation loss (relative error, mean over layers): {final}{held_out}", flush=True)
-        card = build_model_card(
-            student,
-            summary=f"Attention distilled from `{teacher_path}` ({teacher.config.attention_type} attention) "
-            "by `scripts/distill_attention.py`: trained to reproduce the teacher's hidden states in every "
-            "layer. Fine-tune it on a task before use.",
-            data_description=f"{len(blocks):,} unlabelled blocks of {data_args.block_size} tokens from "
-            f"`{data_args.source}` (column `{data_args.text_column}`, {len(corpus):,} texts); the teacher's "
-            "tokenizer.",
-            datasets=[data_args.dataset_name] if data_args.dataset_name else None,
-            base_model=teacher_path,
-            training_args=training_args,
-            extra_hyperparameters={
-                "block_size": data_args.block_size,
-                "loss": "mean over layers of sum((student - teacher)^2) / sum(teacher^2), real tokens",
-                **(
-                    {
-                        "random_state_redraw_steps": model_args.random_state_redraw_steps,
-                        "random_state_fixed_final_fraction": model_args.random_state_fixed_final_fraction,
-                    }
-                    if callbacks
-                    else {}
-                ),
-            },
-            eval_metrics=eval_metrics,
-            eval_description=f"Distillation loss on {len(eval_blocks or [])} held-out blocks (no dropout).",
-            efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
-        )
-        save_model_card(card, training_args.output_dir)
+    finish_run(
+        trainer,
+        eval_metrics or {},
+        headline=None,
+        summary=f"Attention distilled from `{teacher_path}` ({teacher.config.attention_type} attention) "
+        "by `scripts/distill_attention.py`: trained to reproduce the teacher's hidden states in every "
+        "layer. Fine-tune it on a task before use.",
+        data_description=f"{len(blocks):,} unlabelled blocks of {data_args.block_size} tokens from "
+        f"`{data_args.source}` (column `{data_args.text_column}`, {len(corpus):,} texts); the teacher's "
+        "tokenizer.",
+        datasets=[data_args.dataset_name] if data_args.dataset_name else None,
+        base_model=teacher_path,
+        training_args=training_args,
+        extra_hyperparameters={
+            "block_size": data_args.block_size,
+            "loss": "mean over layers of sum((student - teacher)^2) / sum(teacher^2), real tokens",
+            **(
+                {
+                    "random_state_redraw_steps": model_args.random_state_redraw_steps,
+                    "random_state_fixed_final_fraction": model_args.random_state_fixed_final_fraction,
+                }
+                if callbacks
+                else {}
+            ),
+        },
+        eval_description=f"Distillation loss on {len(eval_blocks or [])} held-out blocks (no dropout).",
+        efficiency=efficiency_metrics(train_result.metrics, data_args.block_size),
+    )
     return metrics
 
 

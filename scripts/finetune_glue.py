@@ -26,8 +26,10 @@ from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParse
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.data import (
+    GLUE_HUB_PATH,
     TASKS,
     check_sequence_length,
+    load_hub_task_datasets,
     load_task_datasets,
     preprocess_task,
     write_predictions,
@@ -36,17 +38,20 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
-    RandomStateArguments,
+    SampleLimitArguments,
     build_compute_metrics,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
+    first_examples,
     predictions_from_logits,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
+)
+from hf_efficient.training import (
+    ModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
@@ -54,22 +59,29 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TaskArguments:
+class TaskArguments(SampleLimitArguments):
     task_name: str | None = field(default=None, metadata={"help": f"One of: {', '.join(TASKS)}."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Any text classification dataset (hub id or local folder)."}
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's config."})
+    text_column_names: str | None = field(
+        default=None, metadata={"help": "With --dataset_name: the text column, or two comma-separated."}
+    )
+    label_column_name: str = field(
+        default="label", metadata={"help": "With --dataset_name: the label column."}
+    )
     train_file: str | None = field(default=None, metadata={"help": "CSV / JSON: sentence column(s), label."})
     validation_file: str | None = field(default=None, metadata={"help": "Labelled CSV / JSON to evaluate."})
     test_file: str | None = field(default=None, metadata={"help": "CSV / JSON to predict (--do_predict)."})
     max_seq_length: int = field(default=128, metadata={"help": "Truncate inputs to this many tokens."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Only the first N training rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Only the first N evaluation rows."})
 
 
 @dataclass
-class ModelArguments(RandomStateArguments):
+class ModelArguments(SharedModelArguments):
     model_name_or_path: str = field(
         default="bert-base-uncased", metadata={"help": "EfficientBert checkpoint or any BERT checkpoint."}
     )
-    tokenizer_name: str | None = field(default=None, metadata={"help": "Tokenizer; none: the checkpoint's."})
     resize_position_embeddings: bool = field(
         default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
     )
@@ -80,13 +92,23 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, task_args, _, training_args = parsed
 
-    raw, task = load_task_datasets(
-        task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
-    )
-    tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer_name or model_args.model_name_or_path)
+    if task_args.dataset_name is not None:
+        raw, task = load_hub_task_datasets(
+            task_args.dataset_name,
+            task_args.dataset_config_name,
+            task_args.text_column_names,
+            task_args.label_column_name,
+            model_args.cache_dir,
+        )
+    else:
+        raw, task = load_task_datasets(
+            task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
+        )
+    tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **model_args.hub_kwargs())
     # Any BERT checkpoint loads; --attention_type / --attention_config swap its attention.
     model = EfficientBertForSequenceClassification.from_pretrained(
-        model_args.model_name_or_path, **task.label_config(), **model_kwargs
+        model_args.model_name_or_path, **task.label_config(), **model_kwargs, **model_args.model_kwargs()
     )
     max_length = task_args.max_seq_length
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
@@ -94,12 +116,15 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(raw, task, tokenizer, max_length)
-    train = data[task.train_split] if task.train_split else None  # None: an evaluation-only task (ax)
-    if train is not None and task_args.max_train_samples is not None:
-        train = train.select(range(min(task_args.max_train_samples, len(train))))
-    evals = {split: data[split] for split in task.eval_splits}
-    if task_args.max_eval_samples is not None:
-        evals = {k: v.select(range(min(task_args.max_eval_samples, len(v)))) for k, v in evals.items()}
+    # None: an evaluation-only task (ax), or --do_eval / --do_predict without --do_train
+    train = data[task.train_split] if task.train_split and training_args.do_train else None
+    train = first_examples(train, task_args.max_train_samples, "max_train_samples")
+    evals = {split: data[split] for split in task.eval_splits} if training_args.do_eval else {}
+    evals = {k: first_examples(v, task_args.max_eval_samples, "max_eval_samples") for k, v in evals.items()}
+    tests = {
+        k: first_examples(data[k], task_args.max_predict_samples, "max_predict_samples")
+        for k in task.test_splits
+    }
 
     trainer = EfficientTrainer(
         model=model,
@@ -124,28 +149,30 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         prefix = "eval" if len(evals) == 1 else f"eval_{split}"  # MNLI: matched and mismatched
         eval_metrics.update(evaluate_and_save(trainer, dataset, prefix))
     if training_args.do_predict:
-        for split in task.test_splits:
-            logits = trainer.predict(data[split], metric_key_prefix=f"predict_{split}").predictions
+        for split, dataset in tests.items():
+            logits = trainer.predict(dataset, metric_key_prefix=f"predict_{split}").predictions
             path = Path(training_args.output_dir) / f"predict_results_{task.name}_{split}.tsv"
             write_predictions(path, predictions_from_logits(logits, task.is_regression), task)
-    if trainer.is_world_process_zero():
-        shown = {k: v for k, v in eval_metrics.items() if not k.endswith(("runtime", "_per_second", "epoch"))}
-        print(f"{task.name}: " + ", ".join(f"{k} = {v:.4f}" for k, v in shown.items()), flush=True)
-        card = build_model_card(
-            model,
-            summary=f"Fine-tuned on {task.name} by `scripts/finetune_glue.py` from "
-            f"`{model_args.model_name_or_path}`.",
-            data_description=f"{task_args.train_file or task.source}: {len(train or []):,} training rows, "
-            f"inputs truncated to {max_length} tokens.",
-            base_model=model_args.model_name_or_path,
-            training_args=training_args if train is not None else None,
-            extra_hyperparameters={"max_seq_length": max_length},
-            eval_metrics=eval_metrics,
-            eval_description=f"On the {', '.join(evals) or 'no'} split(s) of {task.name}.",
-            eval_dataset=task.name,
-            efficiency=efficiency,
-        )
-        save_model_card(card, training_args.output_dir)
+    hub_datasets = [GLUE_HUB_PATH] if task.loader is None and not task_args.train_file else None
+    if task_args.dataset_name is not None:  # a hub id, not a local folder, goes in the card's metadata
+        hub_datasets = None if Path(task_args.dataset_name).exists() else [task_args.dataset_name]
+    finish_run(
+        trainer,
+        eval_metrics,
+        headline=task.name,
+        shown=("loss", *task.metrics, "combined_score"),
+        summary=f"Fine-tuned on {task.name} by `scripts/finetune_glue.py` from "
+        f"`{model_args.model_name_or_path}`.",
+        data_description=f"{task_args.train_file or task.source}: {len(train or []):,} training rows, "
+        f"inputs truncated to {max_length} tokens.",
+        datasets=hub_datasets,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args if train is not None else None,
+        extra_hyperparameters={"max_seq_length": max_length},
+        eval_description=f"On the {', '.join(evals) or 'no'} split(s) of {task.name}.",
+        eval_dataset=task.name,
+        efficiency=efficiency,
+    )
     return eval_metrics
 
 

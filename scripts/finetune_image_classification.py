@@ -36,16 +36,17 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
-    RandomStateArguments,
     build_compute_metrics,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
+)
+from hf_efficient.training import (
+    ModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision" / "attention"
@@ -53,12 +54,9 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments(RandomStateArguments):
+class ModelArguments(SharedModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "EfficientViT / MAE / any ViT checkpoint; none: from scratch."}
-    )
-    ignore_mismatched_sizes: bool = field(
-        default=False, metadata={"help": "Start a new head when the checkpoint has another number of labels."}
     )
 
 
@@ -86,13 +84,13 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         # Any ViT checkpoint loads; --attention_type / --attention_config swap its attention.
         model = EfficientViTForImageClassification.from_pretrained(
             model_args.model_name_or_path,
-            ignore_mismatched_sizes=model_args.ignore_mismatched_sizes,
             **labels,
             **model_kwargs,
+            **model_args.model_kwargs(),
         )
     else:
         model = EfficientViTForImageClassification(EfficientViTConfig(**{**model_kwargs, **labels}))
-    processor = image_processor_for(model.config, model_args.model_name_or_path)
+    processor = image_processor_for(model.config, model_args.model_name_or_path, **model_args.hub_kwargs())
     columns = (data_args.image_column_name, data_args.label_column_name)
     train = with_image_transform(splits.train, processor, *columns, augment=data_args.augment)
     evaluation = with_image_transform(splits.eval, processor, *columns)
@@ -115,25 +113,23 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )  # fmt: skip
     train_result = train_and_save(trainer)
     eval_metrics = evaluate_and_save(trainer) if evaluation is not None else {}
-    if trainer.is_world_process_zero():
-        shown = {k: v for k, v in eval_metrics.items() if k in ("eval_loss", "eval_accuracy")}
-        print(f"{splits.source}: " + ", ".join(f"{k} = {v:.4f}" for k, v in shown.items()), flush=True)
-        start = f"`{model_args.model_name_or_path}`" if model_args.model_name_or_path else "scratch"
-        card = build_model_card(
-            model,
-            summary=f"Image classification on {splits.source} by `scripts/finetune_image_classification.py`, "
-            f"from {start}.",
-            data_description=describe_images(splits, config, data_args.augment),
-            datasets=[splits.hub_id] if splits.hub_id else None,
-            base_model=model_args.model_name_or_path,
-            training_args=training_args,
-            extra_hyperparameters={"image_size": config.image_size, "augment": data_args.augment},
-            eval_metrics=eval_metrics,
-            eval_description=f"Accuracy on {len(evaluation or []):,} images ({splits.eval_split}).",
-            eval_dataset=splits.hub_id or splits.source,
-            efficiency=efficiency_metrics(train_result.metrics, config.max_position_embeddings),
-        )
-        save_model_card(card, training_args.output_dir)
+    start = f"`{model_args.model_name_or_path}`" if model_args.model_name_or_path else "scratch"
+    finish_run(
+        trainer,
+        eval_metrics,
+        headline=splits.source,
+        shown=("loss", "accuracy"),
+        summary=f"Image classification on {splits.source} by `scripts/finetune_image_classification.py`, "
+        f"from {start}.",
+        data_description=describe_images(splits, config, data_args.augment),
+        datasets=[splits.hub_id] if splits.hub_id else None,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args,
+        extra_hyperparameters={"image_size": config.image_size, "augment": data_args.augment},
+        eval_description=f"Accuracy on {len(evaluation or []):,} images ({splits.eval_split}).",
+        eval_dataset=splits.hub_id or splits.source,
+        efficiency=efficiency_metrics(train_result.metrics, config.max_position_embeddings),
+    )
     return eval_metrics
 
 

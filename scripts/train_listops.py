@@ -52,12 +52,11 @@ from hf_efficient.training import (
     EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
-    build_model_card,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
+    finish_run,
     random_state_callbacks,
-    save_model_card,
     setup_run,
     train_and_save,
 )
@@ -229,24 +228,24 @@ def main(args: list[str] | None = None) -> dict:
         logger.info(
             "ListOps %s: %s (table of all runs: python -m benchmarks.listops)", attention, results_path
         )
-        card = build_model_card(
-            model,
-            summary="Trained from scratch on ListOps (Long Range Arena, regenerated locally) by "
-            "`scripts/train_listops.py`.",
-            data_description=f"{sizes['train']:,} generated ListOps expressions of {spec.min_length}-"
-            f"{spec.max_length} tokens drawn as LRA draws them (operators nest at most {spec.max_depth - 1} "
-            f"deep, {spec.min_args}-{spec.max_args} arguments, each an operator with probability "
-            f"{spec.operator_probability:g}; seed {data_args.listops_seed}); `hf_efficient.data.listops`.",
-            training_args=training_args,
-            extra_hyperparameters={"min_length": spec.min_length, "max_length": spec.max_length},
-            eval_metrics=metrics,
-            eval_description=f"Validation ({sizes['validation']}) and test ({sizes['test']}) expressions "
-            "generated with the same settings. LRA paper (Tay et al. 2020) for this attention: "
-            + (f"{lra[0]}, {lra[1]:.2f}%." if lra else "not reported."),
-            eval_dataset="listops",
-            efficiency=efficiency,
-        )
-        save_model_card(card, training_args.output_dir)
+    finish_run(
+        trainer,
+        metrics,
+        headline=None,
+        summary="Trained from scratch on ListOps (Long Range Arena, regenerated locally) by "
+        "`scripts/train_listops.py`.",
+        data_description=f"{sizes['train']:,} generated ListOps expressions of {spec.min_length}-"
+        f"{spec.max_length} tokens drawn as LRA draws them (operators nest at most {spec.max_depth - 1} "
+        f"deep, {spec.min_args}-{spec.max_args} arguments, each an operator with probability "
+        f"{spec.operator_probability:g}; seed {data_args.listops_seed}); `hf_efficient.data.listops`.",
+        training_args=training_args,
+        extra_hyperparameters={"min_length": spec.min_length, "max_length": spec.max_length},
+        eval_description=f"Validation ({sizes['validation']}) and test ({sizes['test']}) expressions "
+        "generated with the same settings. LRA paper (Tay et al. 2020) for this attention: "
+        + (f"{lra[0]}, {lra[1]:.2f}%." if lra else "not reported."),
+        eval_dataset="listops",
+        efficiency=efficiency,
+    )
     return result
 
 

@@ -30,6 +30,25 @@ sys.meta_path.insert(0, BlockHfEfficient())
 """
 
 
+def not_installed(*packages: str) -> str:
+    """Python source making ``packages`` look uninstalled to the rest of a child process: the path finder
+    does not find them, so ``import`` raises ModuleNotFoundError and ``importlib.util.find_spec`` (how
+    transformers tells what is available) returns None."""
+    return f"""
+import importlib.machinery
+
+_NOT_INSTALLED = {set(packages)!r}
+_find_spec = importlib.machinery.PathFinder.find_spec
+
+
+def _without_packages(cls, name, path=None, target=None):
+    return None if name.split(".")[0] in _NOT_INSTALLED else _find_spec(name, path, target)
+
+
+importlib.machinery.PathFinder.find_spec = classmethod(_without_packages)
+"""
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """This process's environment for a child: one thread per process, offline hub and datasets."""
     base = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}

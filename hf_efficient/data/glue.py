@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
-from datasets import DatasetDict
+from datasets import ClassLabel, DatasetDict, Value
 from transformers import PreTrainedTokenizerBase
 
 from .files import load_data_files
@@ -22,6 +22,7 @@ from .text import rotten_tomatoes_splits
 
 GLUE_HUB_PATH = "nyu-mll/glue"
 LABEL_COLUMN = "label"
+_LABEL_IDS = "label_ids"  # the column of mapped label ids while tokenizing
 
 
 @dataclass(frozen=True)
@@ -167,6 +168,58 @@ def load_task_datasets(
     return raw, task
 
 
+def load_hub_task_datasets(
+    dataset_name: str,
+    dataset_config_name: str | None = None,
+    text_column_names: str | None = None,
+    label_column_name: str = LABEL_COLUMN,
+    cache_dir: str | None = None,
+) -> tuple[DatasetDict, TextClassificationTask]:
+    """Any sentence (pair) classification or regression dataset by name (``datasets.load_dataset``: a hub
+    id or a local folder of CSV / JSON files), as transformers' ``run_classification.py`` takes it.
+
+    Args:
+        dataset_name, dataset_config_name: what ``datasets.load_dataset`` loads.
+        text_column_names: one or two comma-separated text columns (the sentence, or the pair); none: GLUE's
+            column names, ``sentence1``/``sentence2``, ``sentence`` or ``text``.
+        label_column_name: the label column (strings, numbers or ClassLabel; floats mean regression).
+        cache_dir: where ``datasets`` keeps the download.
+
+    The task is inferred as for files: splits ``train``, ``validation`` (else ``test`` when it is labelled)
+    to evaluate, and ``test`` to predict when its labels are hidden (-1).
+    """
+    raw = datasets.load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir)
+    columns = next(iter(raw.values())).column_names
+    renames = {label_column_name: LABEL_COLUMN}
+    if text_column_names is not None:
+        texts = [name.strip() for name in text_column_names.split(",")]
+        if len(texts) not in (1, 2):
+            raise ValueError(
+                "--text_column_names takes one column or two (a pair), comma-separated; got "
+                f"{text_column_names!r}."
+            )
+        renames.update(
+            zip(texts, ("sentence1", "sentence2") if len(texts) == 2 else ("sentence",), strict=True)
+        )
+    missing = [name for name in renames if name not in columns]
+    if missing:
+        raise ValueError(f"{dataset_name} has no column(s) {missing}; its columns are {columns}.")
+    renames = {old: new for old, new in renames.items() if old != new}
+    raw = DatasetDict({split: data.rename_columns(renames) for split, data in raw.items()})
+    hidden = "test" in raw and set(raw["test"].unique(LABEL_COLUMN)) <= {-1, None}
+    eval_split = "validation" if "validation" in raw else "test" if "test" in raw and not hidden else None
+    task = dataclasses.replace(
+        infer_task(raw),
+        name=dataset_name.rstrip("/").rpartition("/")[2],
+        train_split="train" if "train" in raw else None,
+        eval_splits=(eval_split,) if eval_split else (),
+        test_splits=("test",) if hidden else (),
+        source=dataset_name + (f" ({dataset_config_name})" if dataset_config_name else ""),
+    )
+    check_task_data(raw, task)
+    return raw, task
+
+
 def infer_task(raw: DatasetDict) -> TextClassificationTask:
     """A task for user files: GLUE's column names when present, else ``sentence1``/``sentence2``, ``sentence``
     or ``text``; float labels mean regression, other labels are classes in sorted order."""
@@ -236,7 +289,9 @@ def _check_labels(labels: list, task: TextClassificationTask, split: str, hidden
             "numbers (a regression target?). Use class ids 0..num_labels-1 or a regression task (stsb)."
         )
     allowed = set(range(task.num_labels))
-    bad = sorted(int(v) for v in values if v is not None and int(v) not in allowed)
+    bad = sorted(
+        int(v) for v in values if v is not None and int(v) not in allowed and str(v) not in task.label_names
+    )
     if bad or None in values:
         raise ValueError(
             f"{where}: labels must be class ids 0..{task.num_labels - 1} ({', '.join(task.label_names)}); "
@@ -264,22 +319,30 @@ def preprocess_task(
         encoded = tokenizer(*texts, truncation=True, max_length=max_seq_length)
         if LABEL_COLUMN in batch:
             labels = batch[LABEL_COLUMN]
-            encoded[LABEL_COLUMN] = [label2id[v] if isinstance(v, str) else v for v in labels]
             if task.is_regression:
-                encoded[LABEL_COLUMN] = [float(v) for v in labels]
+                encoded[_LABEL_IDS] = [float(v) for v in labels]
+            else:  # a label is one of the task's names (a string, or a number in user data: 1..5 stars)
+                encoded[_LABEL_IDS] = [label2id[str(v)] if str(v) in label2id else int(v) for v in labels]
         return encoded
 
+    # datasets keeps an input column's type for an output column of the same name (string labels mapped
+    # to ids would stay strings and break the collator): the ids are written under another name, then
+    # renamed and typed as the task's (ClassLabel with its names, or float32 for regression).
+    label_type = Value("float32") if task.is_regression else ClassLabel(names=list(task.label_names))
     processed = DatasetDict()
     for split, data in raw.items():
         if split in task.test_splits and LABEL_COLUMN in data.column_names:
             data = data.remove_columns(LABEL_COLUMN)
-        processed[split] = data.map(
+        data = data.map(
             tokenize,
             batched=True,
             remove_columns=data.column_names,
             num_proc=num_proc,
             desc=f"Tokenizing {split}",
         )
+        if _LABEL_IDS in data.column_names:
+            data = data.rename_column(_LABEL_IDS, LABEL_COLUMN).cast_column(LABEL_COLUMN, label_type)
+        processed[split] = data
     return processed
 
 

@@ -15,6 +15,7 @@ from transformers import EvalPrediction
 
 from ..attention.registry import get_attention_class
 from ..models.graph.configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
+from ..training.metrics import combine_metrics
 from . import graph_transforms
 from .graphs import GraphSplits, check_graph_dataset
 from .molecules import ATOM_VOCAB_SIZE
@@ -58,11 +59,12 @@ class GraphTask:
             keep = np.isfinite(labels)
             if self.level == "node":  # padded nodes (Trainer pads batches with -100) and unlabelled ones
                 keep &= labels != -100
-            error = predicted[keep] - labels[keep]
-            return {"mae": float(np.abs(error).mean()), "rmse": float(np.sqrt((error**2).mean()))}
+            return combine_metrics(self.metrics).compute(predictions=predicted[keep], references=labels[keep])
         predicted = (logits > 0).astype(np.int64) if self.multi_label else logits.argmax(-1)
-        keep = (labels != -100) & (labels >= 0)
-        return {"accuracy": float((predicted[keep] == labels[keep]).mean())}
+        keep = (labels != -100) & (labels >= 0)  # multi-label: NaN (missing) targets are read as < 0
+        return combine_metrics(self.metrics).compute(
+            predictions=predicted[keep].reshape(-1), references=labels[keep].astype(np.int64).reshape(-1)
+        )
 
 
 def _is_integer(values: np.ndarray) -> bool:

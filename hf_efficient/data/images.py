@@ -286,7 +286,7 @@ def describe_images(splits: ImageSplits, config, augment: bool = False) -> str:
     )
 
 
-def image_processor_for(config, name_or_path: str | None = None) -> EfficientViTImageProcessor:
+def image_processor_for(config, name_or_path: str | None = None, **hub_kwargs) -> EfficientViTImageProcessor:
     """The image processor of a model: the checkpoint's normalisation (mean, std, resampling) when it has a
     saved processor, else ViT's (0.5 per channel); always resizing to ``config.image_size`` and converting
     to ``config.num_channels``."""
@@ -294,7 +294,7 @@ def image_processor_for(config, name_or_path: str | None = None) -> EfficientViT
     if name_or_path is not None:
         try:
             return EfficientViTImageProcessor.from_pretrained(
-                name_or_path, num_channels=config.num_channels, size=size
+                name_or_path, num_channels=config.num_channels, size=size, **hub_kwargs
             )
         except OSError:  # no preprocessor_config.json (a checkpoint saved without its processor)
             pass

@@ -255,6 +255,40 @@ def check_sequence_length(length: int, max_position_embeddings: int, what: str =
         raise ValueError(f"{what}={length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
 
 
+def tokenize_lines(
+    dataset: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    text_column: str = "text",
+    pad_to_max_length: bool = False,
+    num_proc: int | None = None,
+) -> Dataset:
+    """One ``[CLS] text [SEP]`` example per non-empty text, truncated to ``max_length`` tokens (transformers'
+    ``run_mlm.py --line_by_line``); padded to ``max_length`` with ``pad_to_max_length``, else by the collator
+    to the longest row of each batch.
+
+    Returns:
+        A ``Dataset`` of ``input_ids``, ``attention_mask`` and ``special_tokens_mask``, a row per text.
+    """
+    check_text_column(dataset, text_column)
+    dataset = dataset.filter(lambda text: bool(text and text.strip()), input_columns=text_column)
+    padding = "max_length" if pad_to_max_length else False
+
+    def tokenize(texts: list[str]) -> dict:
+        return tokenizer(
+            texts, truncation=True, max_length=max_length, padding=padding, return_special_tokens_mask=True
+        )
+
+    return dataset.map(
+        tokenize,
+        input_columns=text_column,
+        batched=True,
+        remove_columns=dataset.column_names,
+        num_proc=num_proc,
+        desc="Tokenizing lines",
+    )
+
+
 def group_texts(
     dataset: Dataset,
     tokenizer: PreTrainedTokenizerBase,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 
@@ -45,6 +46,8 @@ class EfficientSelfAttention(nn.Module):
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = None if self.core.capabilities.shared_query_key else nn.Linear(*[config.hidden_size] * 2)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        # Set by EfficientPreTrainedModel.attention_checkpointing_enable; a training choice, not saved.
+        self.checkpoint_core = False
 
     def attention_for_layer(self) -> tuple[str, dict]:
         """(attention_type, attention_config) of this module's core; subclasses may pick another source
@@ -75,9 +78,19 @@ class EfficientSelfAttention(nn.Module):
         query = self._heads(self.query(hidden_states))  # (b, h, n, d)
         key = query if self.key is None else self._heads(self.key(hidden_states))
         value = self._heads(self.value(hidden_states))
-        output, weights = self.core(query, key, value, inputs)
+        if self.checkpoint_core and self.training and torch.is_grad_enabled():
+            # Keep query, key and value only; the core runs again in backward (same RNG state: dropout too).
+            # A shared key (Reformer) travels as None: the recomputation may get copies of the arguments,
+            # and the core checks that its key *is* its query.
+            shared = None if key is query else key
+            output, weights = checkpoint(self._core_call, query, shared, value, inputs, use_reentrant=False)
+        else:
+            output, weights = self.core(query, key, value, inputs)
         b, _, n, _ = output.shape
         return output.transpose(1, 2).reshape(b, n, -1), weights  # (b, h, n, d) -> (b, n, D)
+
+    def _core_call(self, query, key, value, inputs):
+        return self.core(query, query if key is None else key, value, inputs)
 
 
 class EfficientSelfOutput(nn.Module):

@@ -15,6 +15,7 @@ from transformers.activations import ACT2FN
 
 from ..attention.registry import get_attention_class, validate_attention_config
 from .checkpoint_files import check_pretrained_path
+from .loading import OTHER_TYPE_WARNING, dropped_log_message, source_model_type
 
 # Sizes that must be positive ints wherever a config declares them (types are @strict's: the configs' modules
 # keep real annotations, no `from __future__ import annotations`, which would turn them into strings that
@@ -141,7 +142,10 @@ class EfficientEncoderConfig(PreTrainedConfig):
         of the wrong type or value (an edited config.json, a bad keyword override) names the source."""
         check_pretrained_path(pretrained_model_name_or_path, f"{cls.__name__}.from_pretrained")
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
+            # A bert / vit config is a supported start (from_dict refuses the others): transformers' warning
+            # that another model type "can yield errors" does not apply; the model's load line says so.
+            with dropped_log_message(*OTHER_TYPE_WARNING):
+                return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         except StrictDataclassError as error:
             raise ValueError(
                 f"{cls.__name__}.from_pretrained({str(pretrained_model_name_or_path)!r}): its config.json "
@@ -158,6 +162,8 @@ class EfficientEncoderConfig(PreTrainedConfig):
                 f"A checkpoint of model_type {source!r} cannot be mapped onto {cls.__name__}: its weights "
                 f"have another architecture. Supported checkpoint types: {supported}."
             )
+        if source is not None and source != cls.model_type:
+            source_model_type.set(source)  # for the model's one-line load summary
         # The instance keeps this class's model_type: a BERT config loads as an efficient_bert config.
         config_dict = {key: value for key, value in config_dict.items() if key != "model_type"}
         result = super().from_dict(config_dict, **kwargs)

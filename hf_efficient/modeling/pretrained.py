@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from transformers import PreTrainedModel
 
 from ..attention.base import AttentionCore
 from ..attention.inputs import AttentionInputs
-from .blocks import EfficientEncoder
+from .blocks import EfficientEncoder, EfficientSelfAttention
 from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
+from .loading import (
+    LOAD_REPORT,
+    dropped_log_message,
+    load_summary,
+    logger,
+    random_state_keys,
+    source_model_type,
+)
 
 
 class EfficientPreTrainedModel(PreTrainedModel):
@@ -30,6 +40,7 @@ class EfficientPreTrainedModel(PreTrainedModel):
         local = check_pretrained_path(pretrained_model_name_or_path, f"{cls.__name__}.from_pretrained")
         if local is not None and local.is_dir():
             check_weights_files(local / kwargs.get("subfolder", ""))
+        token = source_model_type.set(None)  # set by the config's from_dict when it reads a bert/vit config
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except OSError as error:
@@ -37,6 +48,34 @@ class EfficientPreTrainedModel(PreTrainedModel):
             if note is None:
                 raise
             raise OSError(f"{cls.__name__}.from_pretrained: {note}: {error}") from error
+        finally:
+            source_model_type.reset(token)
+
+    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
+        """transformers' adjustment, and the attention cores' random state (drawn from the seed when absent,
+        as when converting a BERT checkpoint) taken out of the missing keys: it is not a missing weight."""
+        super()._adjust_missing_and_unexpected_keys(loading_info)
+        drawn = {
+            key: kind for key, kind in random_state_keys(self).items() if key in loading_info.missing_keys
+        }
+        loading_info.missing_keys -= set(drawn)
+        self._random_state_drawn_on_load = drawn
+
+    @staticmethod
+    def _finalize_model_loading(model, load_config, loading_info):
+        """transformers' end of loading with its LOAD REPORT replaced by one line of
+        :func:`~hf_efficient.modeling.loading.load_summary`, unless sizes mismatched or a conversion failed
+        (then transformers' report stands: it raises after it)."""
+        errors = loading_info.mismatched_keys or loading_info.conversion_errors or loading_info.error_msgs
+        quiet = contextlib.nullcontext() if errors else dropped_log_message(*LOAD_REPORT)
+        with quiet:
+            loading_info = PreTrainedModel._finalize_model_loading(model, load_config, loading_info)
+        drawn = getattr(model, "_random_state_drawn_on_load", {})
+        missing, unexpected = loading_info.missing_keys, loading_info.unexpected_keys
+        if not errors and (missing or unexpected or drawn or source_model_type.get()):
+            source = str(load_config.pretrained_model_name_or_path)
+            logger.warning(load_summary(model, source, missing, unexpected, drawn))
+        return loading_info
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -89,6 +128,25 @@ class EfficientPreTrainedModel(PreTrainedModel):
     def attention_cores(self) -> list[AttentionCore]:
         """Every attention core of the model, in layer order."""
         return [module for module in self.modules() if isinstance(module, AttentionCore)]
+
+    def attention_checkpointing_enable(self) -> None:
+        """Keep only each attention core's inputs (query, key, value) for backward and run the core again
+        there, instead of keeping its intermediates (feature maps, sorted copies, window blocks).
+
+        Cheaper than ``gradient_checkpointing_enable`` (which recomputes whole layers, projections and
+        feed-forward included) when a core's intermediates are what fills memory; the two combine. Takes
+        effect in training mode with gradients enabled; not saved with the model.
+        """
+        self._set_attention_checkpointing(True)
+
+    def attention_checkpointing_disable(self) -> None:
+        """Undo :meth:`attention_checkpointing_enable`."""
+        self._set_attention_checkpointing(False)
+
+    def _set_attention_checkpointing(self, enabled: bool) -> None:
+        for module in self.modules():
+            if isinstance(module, EfficientSelfAttention):
+                module.checkpoint_core = enabled
 
     def save_pretrained(
         self, save_directory, is_main_process=True, state_dict=None, push_to_hub=False, **kwargs

@@ -10,6 +10,7 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
+from transformers.utils import is_vision_available
 
 from .graph import (
     EfficientGraphConfig,
@@ -59,9 +60,10 @@ _register(
         AutoModelForPreTraining: EfficientViTMAEForPreTraining,
     },
 )
-AutoImageProcessor.register(
-    EfficientViTConfig, image_processor_classes={"pil": EfficientViTImageProcessor}, exist_ok=True
-)
+if is_vision_available():  # without Pillow ([vision] extra) there is no image processor to register
+    AutoImageProcessor.register(
+        EfficientViTConfig, image_processor_classes={"pil": EfficientViTImageProcessor}, exist_ok=True
+    )
 
 # Graph classification is one label per input, as sequence classification; node classification one label per
 # element, as token classification: the graph models register under those Auto classes.

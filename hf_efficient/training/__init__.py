@@ -1,5 +1,6 @@
 """Training utilities shared by the scripts: trainer, callbacks, metrics, config files, cards, distilling."""
 
+from .arguments import ModelArguments, SampleLimitArguments, decide_phases, first_examples
 from .callbacks import RandomStateCallback, has_random_state, resample_attention_random_state, step_seed
 from .checkpoints import last_checkpoint, resolve_resume_checkpoint
 from .config_files import ConfigArguments, load_config_file, merge_model_configs, parse_args_with_config_files
@@ -10,13 +11,24 @@ from .distillation import (
     layer_relative_errors,
 )
 from .distributed import enable_cpu_ddp_if_launched, end_distributed_run
-from .metrics import METRICS, build_compute_metrics, compute_task_metrics, predictions_from_logits
+from .metrics import (
+    METRICS,
+    build_compute_metrics,
+    combine_metrics,
+    compute_task_metrics,
+    load_metric,
+    masked_lm_accuracy,
+    masked_lm_predictions,
+    metric_path,
+    predictions_from_logits,
+)
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
 from .output_dir import OutputDirInUseError, OutputDirNotEmptyError, claim_output_dir
 from .run import (
     EfficientTrainingArguments,
     RandomStateArguments,
     evaluate_and_save,
+    finish_run,
     random_state_callbacks,
     setup_run,
     train_and_save,
@@ -25,6 +37,10 @@ from .trainer import EfficientTrainer, no_weight_decay_parameter_names
 
 __all__ = [
     "METRICS",
+    "ModelArguments",
+    "SampleLimitArguments",
+    "decide_phases",
+    "first_examples",
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",
@@ -37,12 +53,18 @@ __all__ = [
     "build_compute_metrics",
     "check_attention_changed",
     "claim_output_dir",
+    "combine_metrics",
+    "load_metric",
+    "masked_lm_accuracy",
+    "masked_lm_predictions",
+    "metric_path",
     "build_model_card",
     "compute_task_metrics",
     "efficiency_metrics",
     "evaluate_and_save",
     "enable_cpu_ddp_if_launched",
     "end_distributed_run",
+    "finish_run",
     "has_random_state",
     "last_checkpoint",
     "layer_relative_errors",

@@ -182,6 +182,30 @@ def limitations(model: PreTrainedModel) -> list[str]:
     return items
 
 
+def loading_note(config, auto_class: str, pipeline_tag: str, repo_id: str, remote_code: bool) -> str:
+    """Markdown for the top of "How to load": what to install, and the ``trust_remote_code`` way when the
+    repository ships the modeling code (``--hub_remote_code`` / ``register_for_auto_class``)."""
+    install = (
+        "Loading needs `pip install hf_efficient`: transformers alone does not know the model type "
+        f"`{config.model_type}`, and `import hf_efficient` registers it with the Auto classes."
+    )
+    if not remote_code:
+        return install
+    lines = [f"from transformers import {auto_class}", ""]
+    if getattr(config, "modality", "text") == "vision":
+        lines[0] = f"from transformers import AutoImageProcessor, {auto_class}, pipeline"
+        lines.append(f'processor = AutoImageProcessor.from_pretrained("{repo_id}", trust_remote_code=True)')
+    lines.append(f'model = {auto_class}.from_pretrained("{repo_id}", trust_remote_code=True)')
+    if pipeline_tag == "image-classification":
+        lines.append(f'classify = pipeline("{pipeline_tag}", model="{repo_id}", trust_remote_code=True)')
+    code = "\n".join(lines)
+    return (
+        f"{install}\n\nThis repository also ships that code (the `hfe_*.py` files): where hf_efficient is "
+        "not installed, `trust_remote_code=True` loads it (read it first: it runs on your machine).\n\n"
+        f"```python\n{code}\n```\n\nWith hf_efficient installed:"
+    )
+
+
 def build_model_card(
     model: PreTrainedModel,
     *,
@@ -198,9 +222,13 @@ def build_model_card(
     eval_dataset: str | None = None,
     efficiency: dict[str, str] | None = None,
     template_path: str | Path | None = None,
+    remote_code: bool = False,
 ) -> ModelCard:
     """Render the model card of ``model`` (see the module docstring). Metrics are given as Trainer reports
-    them (``eval_accuracy``); ``eval_dataset`` also puts them in the card's machine-readable model index."""
+    them (``eval_accuracy``); ``eval_dataset`` also puts them in the card's machine-readable model index.
+    ``base_model`` (a hub id: the card's ``base_model`` / finetuned-from metadata) and ``datasets`` (hub
+    ids) go in the metadata; ``remote_code`` says the repository ships the modeling code and how to load it
+    with ``trust_remote_code=True``."""
     config = model.config
     modality = getattr(config, "modality", "text")
     architecture = type(model).__name__
@@ -246,15 +274,17 @@ def build_model_card(
         raise FileNotFoundError(
             f"Model card template {path} not found; pass template_path= to build_model_card."
         )
+    repo_id = repo_id or "path/to/this/model"
     return ModelCard.from_template(
         card_data,
         template_path=str(path),
+        loading_note=loading_note(config, auto_class, pipeline_tag, repo_id, remote_code),
         model_name=model_name,
         summary=summary,
         architecture=architecture,
         auto_class=auto_class,
         pipeline_tag=pipeline_tag,
-        repo_id=repo_id or "path/to/this/model",
+        repo_id=repo_id,
         attention_rows=rows,
         attention_json=json.dumps(attention, indent=2, sort_keys=True),
         config=config,

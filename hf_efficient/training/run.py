@@ -11,12 +11,16 @@ from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArg
 from transformers.trainer_utils import TrainOutput
 
 from ..modeling.checkpoint_files import check_pretrained_path
+from .arguments import RandomStateArguments, decide_phases
 from .callbacks import RandomStateCallback, has_random_state
 from .checkpoints import resolve_resume_checkpoint
 from .config_files import parse_args_with_config_files
 from .distributed import enable_cpu_ddp_if_launched, has_accelerator
+from .model_card import build_model_card, save_model_card
 from .output_dir import claim_output_dir
 
+# Loggers whose INFO records the scripts show: this package's and the script's own (run as a file).
+SCRIPT_LOGGERS = ("hf_efficient", "__main__")
 # Flags of the scripts that name a checkpoint or tokenizer folder (or a hub id).
 PRETRAINED_PATH_FLAGS = ("model_name_or_path", "tokenizer_name")
 
@@ -30,6 +34,13 @@ class EfficientTrainingArguments(TrainingArguments):
         metadata={
             "help": "Replace the model and checkpoints an earlier run left in --output_dir (its checkpoints "
             "are deleted). Without it, such a folder is refused unless --resume_from_checkpoint continues it."
+        },
+    )
+    hub_remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Save (and push) the modeling code with the model, so that trust_remote_code=True loads "
+            "it where hf_efficient is not installed (the image processor too, for vision models)."
         },
     )
 
@@ -48,10 +59,15 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
         for flag in PRETRAINED_PATH_FLAGS:
             check_pretrained_path(getattr(arguments, flag, None), f"--{flag}")
     training_args = parsed[-1]
+    decide_phases(training_args, args)
     if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
         training_args.dataloader_pin_memory = False
-    level = logging.INFO if training_args.should_log else logging.WARNING  # the main process logs
-    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=level)
+    # Warnings of every library; INFO from this package and the script only (not from datasets, urllib3,
+    # filelock ... through the root logger), and only on the process that logs (rank 0).
+    logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=logging.WARNING)
+    level = logging.INFO if training_args.should_log else logging.WARNING
+    for name in SCRIPT_LOGGERS:
+        logging.getLogger(name).setLevel(level)
     claim_output_dir(training_args, overwrite=getattr(training_args, "overwrite_output_dir", False))
     set_seed(training_args.seed)
     # float32 values below ~1e-38 (denormals) cost ~100x per operation on x86 CPUs; exp-based attention
@@ -59,26 +75,6 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     # do. No effect on results beyond the 1e-38 level; returns False where the CPU cannot.
     torch.set_flush_denormal(True)
     return parsed, model_kwargs
-
-
-@dataclass
-class RandomStateArguments:
-    """The command-line flag of every script whose model may hold random attention state (Performer's and
-    RFA's features); scripts' ``ModelArguments`` extend it."""
-
-    random_state_redraw_steps: int = field(
-        default=1000,
-        metadata={
-            "help": "Redraw random features (Performer, RFA) every N steps; 0 keeps the model's features "
-            "(drawn at initialisation, or loaded with --model_name_or_path) for the whole run."
-        },
-    )
-    random_state_fixed_final_fraction: float = field(
-        default=0.2,
-        metadata={
-            "help": "No redraws in this final fraction of max_steps: the weights settle on the features."
-        },
-    )
 
 
 def random_state_callbacks(
@@ -122,7 +118,7 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
             f"Continue from its weights with a fresh optimizer: --model_name_or_path {resume} instead of "
             "--resume_from_checkpoint."
         ) from error
-    trainer.save_model()
+    trainer.save_model(_internal_call=True)  # no push yet: finish_run pushes once, with the filled card
     trainer.save_state()
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
@@ -140,3 +136,37 @@ def evaluate_and_save(trainer: Trainer, dataset=None, prefix: str = "eval") -> d
     trainer.log_metrics(prefix, metrics)
     trainer.save_metrics(prefix, metrics)
     return metrics
+
+
+def finish_run(
+    trainer: Trainer, eval_metrics: dict[str, float], *, headline: str | None, shown=(), **card
+) -> None:
+    """The end every script shares.
+
+    Rank 0 prints ``headline: metric = value, ...`` for the ``shown`` metric names (with or without
+    ``eval_``; no line without a headline), builds the model card (:func:`build_model_card` with ``card``,
+    saying how to load the remote code when ``--hub_remote_code`` shipped it) and saves it as ``README.md``.
+    With ``--push_to_hub`` every process then calls ``trainer.push_to_hub``, which uploads the output folder
+    with that card (``EfficientTrainer.create_model_card``) rather than ``Trainer``'s draft.
+    """
+    args = trainer.args
+    if trainer.is_world_process_zero():
+        if headline is not None:
+            # eval_accuracy, and eval_validation_matched_accuracy when a task has several evaluation splits
+            values = {
+                k: v
+                for k, v in eval_metrics.items()
+                if any(k.removeprefix("eval_") == n or k.endswith(f"_{n}") for n in shown)
+            }
+            print(f"{headline}: " + ", ".join(f"{k} = {v:.4f}" for k, v in values.items()), flush=True)
+        model_card = build_model_card(
+            trainer.model,
+            repo_id=getattr(trainer, "hub_model_id", None),  # set by Trainer with --push_to_hub
+            remote_code=getattr(args, "hub_remote_code", False),
+            eval_metrics=eval_metrics,
+            **card,
+        )
+        save_model_card(model_card, args.output_dir)
+        trainer.model_card = model_card
+    if args.push_to_hub:
+        trainer.push_to_hub(commit_message="End of training")

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 from datasets import Dataset, DatasetDict
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, DataCollatorWithPadding
 
 from hf_efficient.data import (
     GLUE_TASK_NAMES,
@@ -236,3 +236,23 @@ def test_json_lines_files(tmp_path):
     path.write_text("\n".join(json.dumps({"sentence": s, "label": y}) for s, y in [("good", 1), ("bad", 0)]))
     raw, task = load_task_datasets("sst2", train_file=str(path), validation_file=str(path))
     assert len(raw["train"]) == 2 and task.label_names == ("negative", "positive")
+
+
+@pytest.mark.parametrize(
+    ("labels", "names", "ids"),
+    [
+        (["positive", "negative", "positive"], ("negative", "positive"), [1, 0, 1]),  # strings
+        ([2, 5, 2], ("2", "5"), [0, 1, 0]),  # numbers that are not 0..n-1 (star ratings): names
+        ([1, 0, 1], ("0", "1"), [1, 0, 1]),  # class ids
+    ],
+)
+def test_labels_of_any_type_become_class_ids(tmp_path, tokenizer, labels, names, ids):
+    path = write_csv(
+        tmp_path / "data.csv", ["sentence", "label"], zip(["good", "bad", "ok"], labels, strict=True)
+    )
+    raw, task = load_task_datasets(train_file=path, validation_file=path)
+    data = preprocess_task(raw, task, tokenizer, max_seq_length=16)
+    assert task.label_names == names and data["train"].features["label"].names == list(names)
+    assert data["train"]["label"] == ids
+    batch = DataCollatorWithPadding(tokenizer)([data["train"][i] for i in range(3)])  # collates as tensors
+    assert batch["labels"].tolist() == ids

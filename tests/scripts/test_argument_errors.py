@@ -114,7 +114,7 @@ def test_finetune_flags(finetune_glue, tiny_checkpoint, data, tmp_path):
     fails(ValueError, r"No valid checkpoint found in output directory", "--resume_from_checkpoint", "last")
     fails(
         ValueError,
-        r"The training set is empty \(0 examples\).*--max_train_samples",
+        r"--max_train_samples must be at least 1, got 0; leave it out to use every example",
         "--max_train_samples",
         "0",
     )

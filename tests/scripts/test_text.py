@@ -17,6 +17,7 @@ from transformers import pipeline
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.training import end_distributed_run, has_random_state
 
+from ..data.helpers import write_csv
 from ..models.text.helpers import MINILM
 from ..processes import free_port, launch
 from ..script_loader import CONFIGS, SCRIPTS
@@ -30,7 +31,7 @@ def pretrained(pretrain_mlm, data, tmp_path_factory) -> Path:
     window = {"attention_window": 8, "global_token_indices": [0]}
     args = pretrain_args(data, output_dir, "longformer", window, "--max_steps", "8", "--save_steps", "4")
     metrics = pretrain_mlm.main([*args, "--validation_split_percentage", "10", "--warmup_steps", "0.25"])
-    assert metrics["perplexity"] > 1 and metrics["train_loss"] > 0
+    assert metrics["perplexity"] > 1 and metrics["train_loss"] > 0 and 0 <= metrics["eval_accuracy"] <= 1
     return output_dir
 
 
@@ -62,7 +63,7 @@ def test_finetune_from_our_checkpoint_with_files(finetune_glue, pretrained, data
     args = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--output_dir", str(tmp_path)]
     args += ["--train_file", data["train"], "--validation_file", data["dev"], "--test_file", data["test"]]
     args += ["--max_seq_length", "64", "--max_steps", "3", "--per_device_train_batch_size", "8"]
-    metrics = finetune_glue.main([*args, "--do_predict", *COMMON])
+    metrics = finetune_glue.main([*args, "--do_train", "--do_eval", "--do_predict", *COMMON])
     assert 0 <= metrics["eval_accuracy"] <= 1 and "eval_combined_score" not in metrics  # sst2: accuracy only
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["attention_type"] == "longformer"
@@ -81,6 +82,93 @@ def test_finetune_regression_on_pairs(finetune_glue, pretrained, data, tmp_path)
     metrics = finetune_glue.main([*args, "--per_device_train_batch_size", "8", *COMMON])
     assert {"eval_pearson", "eval_spearmanr", "eval_combined_score"} <= set(metrics)
     assert json.loads((tmp_path / "config.json").read_text())["problem_type"] == "regression"
+
+
+def test_phase_flags_and_sample_limits(finetune_glue, pretrained, data, tmp_path):
+    """--do_eval / --do_predict alone run only those phases (transformers' meaning); --max_*_samples cap
+    each phase's rows."""
+    args = ["--model_name_or_path", str(pretrained), "--task_name", "sst2", "--max_seq_length", "64"]
+    args += ["--train_file", data["train"], "--validation_file", data["dev"], "--test_file", data["test"]]
+    metrics = finetune_glue.main(
+        [*args, "--output_dir", str(tmp_path / "eval"), "--do_eval", "--max_eval_samples", "5", *COMMON]
+    )
+    assert metrics["eval_samples"] if "eval_samples" in metrics else True
+    assert not (tmp_path / "eval" / "train_results.json").exists()  # nothing trained
+    assert json.loads((tmp_path / "eval" / "eval_results.json").read_text())["eval_accuracy"] in {
+        i / 5 for i in range(6)
+    }  # 5 rows
+    finetune_glue.main(
+        [
+            *args,
+            "--output_dir",
+            str(tmp_path / "predict"),
+            "--do_predict",
+            "--max_predict_samples",
+            "3",
+            *COMMON,
+        ]
+    )
+    with open(tmp_path / "predict" / "predict_results_sst2_test.tsv") as f:
+        assert len(list(csv.reader(f, delimiter="\t"))) == 1 + 3
+    assert not (tmp_path / "predict" / "eval_results.json").exists()
+    with pytest.raises(ValueError, match="--max_train_samples must be at least 1, got 0"):
+        finetune_glue.main(
+            [*args, "--output_dir", str(tmp_path / "zero"), "--max_train_samples", "0", *COMMON]
+        )
+
+
+def test_finetune_on_a_dataset_by_name_with_its_own_columns(finetune_glue, pretrained, data, tmp_path):
+    """--dataset_name loads any dataset (here a local folder of CSVs, as a hub id would be) and
+    --text_column_names / --label_column_name name its columns, as run_classification.py does."""
+    rows = list(csv.reader(open(data["train"])))[1:21]
+    folder = tmp_path / "reviews"
+    folder.mkdir()
+    stars = {"0": "1 star", "1": "5 stars"}
+    for split, part in (("train", rows[:14]), ("validation", rows[14:])):
+        write_csv(folder / f"{split}.csv", ["review", "stars"], [(text, stars[y]) for text, y in part])
+    args = ["--model_name_or_path", str(pretrained), "--dataset_name", str(folder)]
+    args += [
+        "--text_column_names",
+        "review",
+        "--label_column_name",
+        "stars",
+        "--output_dir",
+        str(tmp_path / "run"),
+    ]
+    metrics = finetune_glue.main([*args, "--max_steps", "2", "--max_seq_length", "64", *COMMON])
+    assert 0 <= metrics["eval_accuracy"] <= 1 and "eval_f1" in metrics
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["id2label"] == {"0": "1 star", "1": "5 stars"}
+    with pytest.raises(
+        ValueError, match=r"has no column\(s\) \['title'\]; its columns are \['review', 'stars'\]"
+    ):
+        finetune_glue.main([*args[:-2], "--text_column_names", "title", "--output_dir", str(tmp_path / "x")])
+
+
+def test_pretrain_line_by_line_with_a_validation_file(pretrain_mlm, data, tmp_path):
+    """run_mlm.py's --line_by_line (one example per text, padded to --block_size with --pad_to_max_length),
+    --validation_file and --max_eval_samples."""
+    validation = tmp_path / "dev.txt"
+    validation.write_text("\n".join(f"a short review number {i} ." for i in range(12)) + "\n\n")
+    args = pretrain_args(data, tmp_path / "run", "longformer", {"attention_window": 8}, "--max_steps", "2")
+    args += ["--line_by_line", "--pad_to_max_length", "--validation_file", str(validation)]
+    metrics = pretrain_mlm.main([*args, "--max_eval_samples", "5"])
+    assert 0 <= metrics["eval_accuracy"] <= 1 and metrics["perplexity"] > 1
+    assert json.loads((tmp_path / "run" / "eval_results.json").read_text())["eval_samples"] == 5
+    with pytest.raises(ValueError, match="--validation_file or --validation_split_percentage, not both"):
+        pretrain_mlm.main([*args, "--validation_split_percentage", "10", "--output_dir", str(tmp_path / "x")])
+
+
+def test_finetune_on_string_labels(finetune_glue, pretrained, data, tmp_path):
+    rows = list(csv.reader(open(data["train"])))[1:17]
+    names = {"0": "negative", "1": "positive"}
+    words = write_csv(tmp_path / "words.csv", ["sentence", "label"], [(s, names[y]) for s, y in rows])
+    args = ["--model_name_or_path", str(pretrained), "--train_file", words, "--validation_file", words]
+    args += ["--output_dir", str(tmp_path / "run"), "--max_steps", "2", "--max_seq_length", "64"]
+    metrics = finetune_glue.main([*args, "--per_device_train_batch_size", "8", *COMMON])
+    assert 0 <= metrics["eval_accuracy"] <= 1
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
 
 
 @pytest.mark.slow  # the real 6-layer MiniLM checkpoint
@@ -185,6 +273,9 @@ def test_two_process_ddp_trains_on_both_ranks_without_scaling_the_loss(pretrain_
     result = launch(command + ddp_args)
     for rank in (0, 1):
         assert f"[process {rank} of 2] trained 2 steps" in result.stdout, result.stdout[-3000:]
+    # decided from the model (every parameter gets a gradient here), not Trainer's blanket True
+    assert "find_unused_parameters=True was specified" not in result.stderr
+    assert "DDP find_unused_parameters=False (none unused)" in result.stderr
     single_args = pretrain_args(data, tmp_path / "single", "longformer", {"attention_window": 8}, *common)
     pretrain_mlm.main([*single_args, "--tokenizer_name", str(tmp_path / "ddp")])  # rank 0's tokenizer
     ddp, single = logged_losses(tmp_path / "ddp"), logged_losses(tmp_path / "single")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from transformers import HfArgumentParser, ViTConfig, ViTForImageClassification, pipeline
 
 import hf_efficient
@@ -193,3 +194,23 @@ def test_fashion_mnist_from_the_debian_package(finetune_image_classification, tm
     assert 0 <= metrics["eval_accuracy"] <= 1
     card = (tmp_path / "out" / "README.md").read_text()
     assert "zalando-datasets/fashion_mnist" in card and "Ankle boot" in card
+
+
+def test_mae_flags_of_run_mae(pretrain_mae, tmp_path):
+    """--mask_ratio / --norm_pix_loss override the config; --base_learning_rate is scaled by the total batch
+    over 256, as transformers' run_mae.py does."""
+    args = ["--max_steps", "1", "--mask_ratio", "0.5", "--norm_pix_loss", "true"]
+    args += [
+        "--base_learning_rate",
+        "0.0016",
+        "--per_device_train_batch_size",
+        "16",
+        "--max_eval_samples",
+        "8",
+    ]
+    pretrain_mae.main(run_args(tmp_path, *args))
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["mask_ratio"] == 0.5 and config["norm_pix_loss"] is True
+    saved = torch.load(tmp_path / "training_args.bin", weights_only=False)
+    assert saved.learning_rate == pytest.approx(0.0016 * 16 / 256)
+    assert "| learning_rate | 0.0001 |" in (tmp_path / "README.md").read_text()

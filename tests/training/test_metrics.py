@@ -1,16 +1,40 @@
-"""GLUE metrics computed offline, against values worked out by hand."""
+"""The metrics as ``evaluate`` modules shipped in the package: loaded offline by path, against values worked
+out by hand (the numbers the hand-written metrics gave before), combined for GLUE tasks, graph regression
+(MAE / RMSE) and masked-LM accuracy."""
 
 from __future__ import annotations
 
 import math
 
+import evaluate
 import numpy as np
 import pytest
+import torch
 from transformers import EvalPrediction
 
 from hf_efficient.data import get_task
 from hf_efficient.training import build_compute_metrics, compute_task_metrics
-from hf_efficient.training.metrics import accuracy, f1, matthews_correlation, pearson, spearmanr
+from hf_efficient.training.metrics import (
+    METRICS,
+    combine_metrics,
+    load_metric,
+    masked_lm_accuracy,
+    masked_lm_predictions,
+    metric_path,
+)
+
+from ..processes import run_python
+
+
+def metric(name: str):
+    """``compute(predictions, references)`` of the shipped module ``name`` -> its single value."""
+    return lambda predictions, references: load_metric(name).compute(
+        predictions=predictions, references=references
+    )[name]
+
+
+accuracy, f1, matthews_correlation = metric("accuracy"), metric("f1"), metric("matthews_correlation")
+pearson, spearmanr, mae, rmse = metric("pearson"), metric("spearmanr"), metric("mae"), metric("rmse")
 
 # Binary case: TP = 2 (positions 0, 3), TN = 1 (position 1), FP = 1 (position 2), FN = 1 (position 4).
 PREDS, LABELS = np.array([1, 0, 1, 1, 0]), np.array([1, 0, 0, 1, 1])
@@ -44,7 +68,9 @@ def test_task_metrics_and_combined_score():
     results = compute_task_metrics(("f1", "accuracy"), PREDS, LABELS)
     assert results == pytest.approx({"f1": 2 / 3, "accuracy": 3 / 5, "combined_score": (2 / 3 + 3 / 5) / 2})
     assert compute_task_metrics(("accuracy",), PREDS, LABELS) == {"accuracy": pytest.approx(0.6)}
-    with pytest.raises(ValueError, match="Unknown metric"):
+    with pytest.raises(
+        ValueError, match=r"Unknown metric 'bleu'; the metrics hf_efficient ships: accuracy, f1"
+    ):
         compute_task_metrics(("bleu",), PREDS, LABELS)
 
 
@@ -57,3 +83,56 @@ def test_compute_metrics_for_trainer():
     scores = np.array([[1.0], [2.0], [3.0]])  # regression: (b, 1) logits are the predictions
     stsb = build_compute_metrics(get_task("stsb"))(EvalPrediction(scores, np.array([1.0, 2.0, 4.0])))
     assert stsb["pearson"] == pytest.approx(9 / math.sqrt(84)) and stsb["spearmanr"] == pytest.approx(1.0)
+
+
+def test_every_shipped_module_loads_by_path_with_evaluate():
+    assert METRICS == ("accuracy", "f1", "mae", "matthews_correlation", "pearson", "rmse", "spearmanr")
+    for name in METRICS:
+        module = evaluate.load(metric_path(name), keep_in_memory=True)
+        assert isinstance(module, evaluate.Metric) and module.name == name
+    combined = evaluate.combine([evaluate.load(metric_path(n)) for n in ("f1", "accuracy")])
+    assert combined.compute(predictions=PREDS, references=LABELS) == pytest.approx(
+        {"f1": 2 / 3, "accuracy": 0.6}
+    )
+
+
+def test_regression_errors_by_hand():
+    predictions, references = np.array([1.0, 2.0, 4.5]), np.array([1.5, 2.0, 2.5])  # errors -0.5, 0, 2
+    assert mae(predictions, references) == pytest.approx(2.5 / 3)
+    assert rmse(predictions, references) == pytest.approx(math.sqrt(4.25 / 3))
+    assert combine_metrics(("mae", "rmse")).compute(predictions=predictions, references=references) == (
+        pytest.approx({"mae": 2.5 / 3, "rmse": math.sqrt(4.25 / 3)})
+    )
+
+
+def test_class_metrics_leave_out_ignored_references():
+    padded_preds, padded_labels = np.append(PREDS, [1, 0]), np.append(LABELS, [-100, -100])
+    assert accuracy(padded_preds, padded_labels) == pytest.approx(3 / 5)
+    assert f1(padded_preds, padded_labels) == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_masked_lm_accuracy_counts_masked_positions_only(sparse):
+    labels = torch.tensor([[-100, 5, -100, 7], [3, -100, -100, -100]])  # 3 masked positions
+    logits = torch.zeros(2, 4, 10)
+    logits[0, 1, 5] = logits[0, 3, 2] = logits[1, 0, 3] = 1.0  # right, wrong, right
+    logits[0, 0, 9] = 1.0  # an unmasked position: never counted
+    if sparse:  # sparse_prediction: logits of the masked positions only, (M, V) in row-major order
+        logits = logits[labels != -100]
+    predicted = masked_lm_predictions(logits, labels)
+    assert predicted.shape == labels.shape
+    result = masked_lm_accuracy(EvalPrediction(predictions=predicted.numpy(), label_ids=labels.numpy()))
+    assert result == {"accuracy": pytest.approx(2 / 3)}
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_modules_load_offline_in_a_fresh_cache(tmp_path):
+    script = """
+import sys
+from hf_efficient.training.metrics import combine_metrics
+result = combine_metrics(("accuracy", "f1")).compute(predictions=[1, 0, 1], references=[1, 1, 1])
+assert result == {"accuracy": 2 / 3, "f1": 0.8}, result
+"""
+    env = {"HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1"}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: any hub request would fail
+    run_python(script, env=env, cwd=tmp_path)

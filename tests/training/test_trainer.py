@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from datasets import Dataset
 from torch import nn
-from transformers import Trainer, TrainingArguments
+from transformers import BertTokenizerFast, Trainer, TrainingArguments
 
+from hf_efficient import EfficientBertForMaskedLM
+from hf_efficient.data import SeededMLMCollator
 from hf_efficient.training import (
     AttentionDistillationTrainer,
     EfficientTrainer,
@@ -15,6 +18,7 @@ from hf_efficient.training import (
 )
 
 from ..attention.helpers import make_core
+from ..models.text.helpers import tiny_config, write_vocab
 
 
 class TwoLayers(nn.Module):
@@ -81,3 +85,24 @@ def test_resuming_an_optimizer_grouped_by_plain_trainer_names_the_fix(tmp_path):
     trainer = EfficientTrainer(model=Regression(), args=resumed, train_dataset=data)
     with pytest.raises(ValueError, match="--model_name_or_path .*checkpoint-1"):
         train_and_save(trainer)
+
+
+@pytest.mark.parametrize(("attention_type", "unused"), [("full", []), ("rfa", ["gate_bias", "gate_weight"])])
+def test_parameters_without_gradient_decide_ddp_find_unused(attention_type, unused, tmp_path):
+    """One probe step finds the parameters no gradient reaches (RFA's causal-only gate in an encoder), and
+    leaves the RNG and the seeded collator as they were: the run itself is unchanged."""
+    tokenizer = BertTokenizerFast(str(write_vocab(tmp_path)))
+    model = EfficientBertForMaskedLM(tiny_config(attention_type, vocab_size=tokenizer.vocab_size))
+    data = Dataset.from_dict({"input_ids": [tokenizer("a b c d e f")["input_ids"]] * 4, "text": ["x"] * 4})
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
+    collator = SeededMLMCollator(tokenizer, 0.5, mask_seed=0)
+    trainer = EfficientTrainer(model=model, args=args, train_dataset=data, data_collator=collator)
+    rng = torch.get_rng_state()
+    found = trainer.parameters_without_gradient()
+    assert sorted({name.rpartition(".")[2] for name in found}) == unused
+    assert all(".attention.self.core." in name for name in found)
+    assert torch.equal(torch.get_rng_state(), rng) and all(p.grad is None for p in model.parameters())
+    rows = [data[i] for i in range(2)]  # the run's first batch is masked as without the probe
+    fresh = SeededMLMCollator(tokenizer, 0.5, mask_seed=0)
+    rows = [{"input_ids": row["input_ids"]} for row in rows]
+    assert torch.equal(collator(rows)["labels"], fresh(rows)["labels"])

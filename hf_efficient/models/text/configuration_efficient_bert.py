@@ -39,10 +39,11 @@ class EfficientBertConfig(EfficientEncoderConfig):
     pad_token_id: int | None = 0
     classifier_dropout: float | int | None = None
     tie_word_embeddings: bool = True
-    # Masked LM with labels: score only the masked positions (ModernBERT's option of the same name). A small
-    # model's vocabulary projection costs more than its encoder, and 85% of it is thrown away by the loss;
-    # with this on, training logits are (number of masked tokens, V) instead of (b, n, V).
-    sparse_prediction: bool = False
+    # Masked LM with labels: which positions reach the vocabulary projection (EfficientBertForMaskedLM.forward
+    # says what `logits` then holds). None: in training only the masked ones, through a chunked loss that
+    # never builds an n x V tensor; in eval every position (BERT's logits). True: the masked ones, whose
+    # logits are returned (ModernBERT's option). False: every position (BERT's), in training too.
+    sparse_prediction: bool | None = None
 
     def validate_bert_fields(self):
         """Class validator: sizes agree, and no BERT option we do not implement is silently dropped."""

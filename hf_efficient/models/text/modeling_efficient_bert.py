@@ -30,6 +30,7 @@ from ...modeling.checks import (
     check_same_shape,
 )
 from ...modeling.heads import Pooler, classification_loss, classifier_dropout, mean_cross_entropy
+from ...modeling.losses import chunked_cross_entropy
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_bert import EfficientBertConfig
 
@@ -226,10 +227,20 @@ class EfficientBertLMPredictionHead(nn.Module):
         self.decoder = nn.Linear(config.hidden_size, config.vocab_size, bias=True)
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def transformed(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """The decoder's input: LayerNorm(act(dense(h))), (..., D) -> (..., D)."""
         t = self.transform
-        hidden_states = t.LayerNorm(t.transform_act_fn(t.dense(hidden_states)))
-        return self.decoder(hidden_states)  # (b, n, D) -> (b, n, V)
+        return t.LayerNorm(t.transform_act_fn(t.dense(hidden_states)))
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transformed(hidden_states))  # (..., D) -> (..., V)
+
+    def loss(self, hidden_states: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The MLM loss of (M, D) hidden states against (M,) labels without building the (M, V) logits
+        (:func:`~hf_efficient.modeling.losses.chunked_cross_entropy`)."""
+        return chunked_cross_entropy(
+            self.transformed(hidden_states), self.decoder.weight, self.decoder.bias, labels
+        )
 
 
 class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
@@ -265,8 +276,23 @@ class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
     ) -> MaskedLMOutput:
-        """``labels``: (b, n) token ids at masked positions, -100 elsewhere (the MLM collator's). With
-        ``config.sparse_prediction`` and labels, logits cover only the masked positions: (M, V)."""
+        """Masked-LM logits, and with ``labels`` the loss averaged over the masked positions.
+
+        Args:
+            labels: (b, n) token ids at masked positions, -100 elsewhere (the MLM collator's).
+
+        Returns:
+            ``MaskedLMOutput``. Without labels, ``logits`` are (b, n, V), as BERT's. With labels, what
+            ``logits`` holds follows ``config.sparse_prediction``:
+
+            * ``None`` (the default): in training mode (``model.train()``) only the masked positions reach
+              the vocabulary and the loss is computed chunk by chunk without building their logits, so
+              ``logits`` is None and no tensor of size n x V exists (the loss and gradients are those of
+              the dense head); in eval mode, (b, n, V) as BERT's (``Trainer.evaluate`` with
+              ``compute_metrics`` reads them);
+            * ``True``: logits of the masked positions only, (M, V) in batch order (ModernBERT's option);
+            * ``False``: (b, n, V) always, as ``BertForMaskedLM`` (n x V floats, twice over in training).
+        """
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
@@ -286,11 +312,17 @@ class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
                 fix="MLM labels hold the original token id at each masked position and -100 elsewhere, one "
                 "per input token (DataCollatorForLanguageModeling makes them).",
             )  # fmt: skip
-        if labels is not None and self.config.sparse_prediction:
-            # Only the M masked positions reach the vocabulary projection: logits (M, V), labels (M,).
+        sparse = self.config.sparse_prediction
+        if labels is not None and (sparse or (sparse is None and self.training)):
+            # Only the M masked positions reach the head: hidden (M, D), labels (M,).
             scored = labels.reshape(-1) != -100
             hidden, labels = hidden.reshape(-1, hidden.shape[-1])[scored], labels.reshape(-1)[scored]
-        logits = self.cls.predictions(hidden)  # (b, n, V), or (M, V) with sparse_prediction
+            if sparse is None:  # training: the loss without any (M, V) tensor
+                loss = self.cls.predictions.loss(hidden, labels)
+                return MaskedLMOutput(
+                    loss=loss, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+                )
+        logits = self.cls.predictions(hidden)  # (b, n, V), or (M, V) with sparse_prediction=True
         # Averaged over the masked positions; 0 (not NaN) for a batch in which nothing was masked.
         loss = mean_cross_entropy(logits, labels) if labels is not None else None
         return MaskedLMOutput(

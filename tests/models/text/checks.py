@@ -39,20 +39,25 @@ from .helpers import HEADS, LAYERS, LENGTHS, TINY_BERT, VOCAB, batch, tiny_confi
 
 
 def check_masked_lm_shapes_loss_and_grads(attention_type: str) -> None:
+    """Training with labels builds no vocabulary-sized logits (logits None, a finite loss with gradients);
+    in eval mode the logits are BERT's (b, n, V) and the loss is their cross-entropy."""
     model = EfficientBertForMaskedLM(tiny_config(attention_type)).train()
     ids, mask = batch()
     labels = ids.masked_fill(torch.rand(ids.shape) < 0.7, -100).masked_fill(mask == 0, -100)
     labels[0, 0] = ids[0, 0]  # at least one target
     out = model(ids, attention_mask=mask, labels=labels)
-    assert out.logits.shape == (3, 20, VOCAB)
+    assert out.logits is None
     assert out.loss.ndim == 0 and torch.isfinite(out.loss)
-    expected = F.cross_entropy(out.logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
-    torch.testing.assert_close(out.loss, expected)
     out.loss.backward()
     assert_grads_finite(model)
     assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
     # The decoder is tied to the word embeddings (BERT's tie_word_embeddings=True).
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    with torch.no_grad():
+        out = model.eval()(ids, attention_mask=mask, labels=labels)
+    assert out.logits.shape == (3, 20, VOCAB)
+    expected = F.cross_entropy(out.logits.reshape(-1, VOCAB), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
 
 
 def check_sequence_classification_problem_types(attention_type: str) -> None:

@@ -8,12 +8,14 @@ runs with finite outputs.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from transformers import AutoTokenizer, BertModel
 
 import hf_efficient
-from hf_efficient import EfficientBertModel, get_attention_class
+from hf_efficient import EfficientBertForSequenceClassification, EfficientBertModel, get_attention_class
 
 from .helpers import MINILM
 
@@ -101,3 +103,33 @@ def test_every_text_type_runs_on_the_checkpoint(attention_type, encoded, referen
     # The checkpoint's embedding layer is used as is: layer 0's input equals transformers'.
     torch.testing.assert_close(out.hidden_states[0], reference.hidden_states[0], atol=1e-6, rtol=1e-6)
     assert len(out.hidden_states) == 7
+
+
+def test_conversion_states_one_line_instead_of_transformers_warnings(caplog, capfd):
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING):
+        model, info = EfficientBertForSequenceClassification.from_pretrained(
+            MINILM, num_labels=2, attention_type="performer", output_loading_info=True
+        )
+    printed = capfd.readouterr().err  # transformers' own handler writes to the process's stderr
+    assert "to instantiate a model of type" not in printed and "LOAD REPORT" not in printed
+    assert "MISSING" not in printed
+    # Performer's random features are state drawn from the seed, not missing weights
+    assert set(info["missing_keys"]) == {"classifier.weight", "classifier.bias"}
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("hf_efficient")]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"Loaded bert checkpoint {str(MINILM)!r} into EfficientBertForSequenceClassification"
+    )
+    assert "(performer attention)" in lines[0]
+    assert (
+        "new parameters, initialised at random (train them): classifier.bias, classifier.weight" in lines[0]
+    )
+    assert "bert.encoder.layer.{0..5}.attention.self.core.projection_matrix" in lines[0]
+    assert model.bert.encoder.layer[0].attention.self.core.projection_matrix.abs().sum() > 0  # drawn
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        EfficientBertModel.from_pretrained(MINILM)  # every weight has a home: the conversion line only
+    lines = [r.getMessage() for r in caplog.records if r.name.startswith("hf_efficient")]
+    assert len(lines) == 1 and "new parameters" not in lines[0] and "(full attention)" in lines[0]

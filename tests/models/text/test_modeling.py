@@ -52,30 +52,101 @@ def test_masked_lm_shapes_loss_and_grads(attention_type):
 
 
 def test_masked_lm_sparse_prediction_same_loss_and_gradients():
-    """sparse_prediction scores only the labelled positions: same loss and gradients as dense, logits (M, V);
-    without labels (fill-mask) the logits stay (b, n, V)."""
+    """Every sparse_prediction setting trains on the same loss and gradients as BERT's dense head (False):
+    None (the default) without any logits, True with the (M, V) logits of the masked positions; without
+    labels (fill-mask) the logits stay (b, n, V)."""
     torch.manual_seed(0)
-    dense = EfficientBertForMaskedLM(
-        tiny_config("full", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    ).train()
-    sparse = EfficientBertForMaskedLM(
-        tiny_config("full", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, sparse_prediction=True)
-    )
-    sparse.load_state_dict(dense.state_dict())
-    sparse.train()
+    no_dropout = dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    dense = EfficientBertForMaskedLM(tiny_config("full", **no_dropout, sparse_prediction=False)).train()
     ids, mask = batch()
     labels = ids.masked_fill(torch.rand(ids.shape) < 0.8, -100).masked_fill(mask == 0, -100)
     labels[0, 0] = ids[0, 0]
     n_masked = int((labels != -100).sum())
-    out_dense, out_sparse = dense(ids, attention_mask=mask, labels=labels), sparse(ids, mask, labels=labels)
-    assert out_sparse.logits.shape == (n_masked, VOCAB)
-    torch.testing.assert_close(out_sparse.logits, out_dense.logits[labels != -100])
-    torch.testing.assert_close(out_sparse.loss, out_dense.loss)
+    out_dense = dense(ids, attention_mask=mask, labels=labels)
+    assert out_dense.logits.shape == (3, 20, VOCAB)
     out_dense.loss.backward()
-    out_sparse.loss.backward()
-    for (name, p_dense), p_sparse in zip(dense.named_parameters(), sparse.parameters(), strict=True):
-        torch.testing.assert_close(p_sparse.grad, p_dense.grad, msg=name)
-    assert sparse(ids, attention_mask=mask).logits.shape == (3, 20, VOCAB)
+    for setting in (True, None):
+        model = EfficientBertForMaskedLM(tiny_config("full", **no_dropout, sparse_prediction=setting))
+        model.load_state_dict(dense.state_dict())
+        out = model.train()(ids, attention_mask=mask, labels=labels)
+        if setting:
+            assert out.logits.shape == (n_masked, VOCAB)
+            torch.testing.assert_close(out.logits, out_dense.logits[labels != -100])
+        else:
+            assert out.logits is None
+        torch.testing.assert_close(out.loss, out_dense.loss, atol=1e-5, rtol=1e-5)
+        out.loss.backward()
+        for (name, p_dense), p in zip(dense.named_parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, p_dense.grad, atol=1e-5, rtol=1e-5, msg=f"{setting} {name}")
+        assert model(ids, attention_mask=mask).logits.shape == (3, 20, VOCAB)
+
+
+def test_masked_lm_training_keeps_no_vocabulary_sized_tensor():
+    """With labels in training mode (the default sparse_prediction) autograd saves nothing with a
+    vocabulary-sized dimension beyond the decoder's own (V, D) weight and its gradient: the n x V logits
+    and their log-softmax, which BERT's head keeps for backward, are never built."""
+    vocab, n = 4096, 64
+    config = tiny_config("full", vocab_size=vocab, max_position_embeddings=n, hidden_dropout_prob=0.0)
+    ids = torch.randint(5, vocab, (2, n))
+    labels = ids.masked_fill(torch.rand(ids.shape) < 0.85, -100)
+
+    def largest_saved_with_vocab(sparse_prediction):
+        config.sparse_prediction = sparse_prediction
+        model = EfficientBertForMaskedLM(config).train()
+        sizes = []
+
+        def pack(tensor):
+            if vocab in tensor.shape and tensor.dim() >= 2 and tensor.shape[-1] != config.hidden_size:
+                sizes.append(tensor.numel())
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            loss = model(ids, labels=labels).loss
+        loss.backward()  # the gradients still flow
+        assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+        return max(sizes, default=0)
+
+    assert largest_saved_with_vocab(False) >= 2 * n * vocab  # BERT's head: (b, n, V) logits are saved
+    assert largest_saved_with_vocab(None) == 0
+
+
+def test_masked_lm_default_head_under_trainer(tmp_path):
+    """Trainer trains the default head (no logits in training) and its evaluation hands compute_metrics
+    BERT's (examples, n, V) logits next to the labels."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    ids, mask = batch(b=4, lengths=[20, 20, 15, 9])
+    labels = ids.masked_fill(torch.rand(ids.shape) < 0.7, -100).masked_fill(mask == 0, -100)
+    labels[:, 0] = ids[:, 0]
+    data = Dataset.from_dict(
+        {"input_ids": ids.tolist(), "attention_mask": mask.tolist(), "labels": labels.tolist()}
+    )
+    seen = {}
+
+    def compute_metrics(prediction):
+        seen["logits"], seen["labels"] = prediction.predictions.shape, prediction.label_ids.shape
+        scored = prediction.label_ids != -100
+        return {
+            "accuracy": float(
+                (prediction.predictions.argmax(-1)[scored] == prediction.label_ids[scored]).mean()
+            )
+        }
+
+    model = EfficientBertForMaskedLM(tiny_config("full"))
+    args = TrainingArguments(
+        tmp_path,
+        max_steps=2,
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=2,
+        report_to=[],
+        use_cpu=True,
+    )
+    trainer = Trainer(model, args, train_dataset=data, eval_dataset=data, compute_metrics=compute_metrics)
+    assert trainer.train().training_loss > 0
+    metrics = trainer.evaluate()
+    assert seen == {"logits": (4, 20, VOCAB), "labels": (4, 20)}
+    assert metrics["eval_loss"] > 0 and 0 <= metrics["eval_accuracy"] <= 1
 
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
@@ -316,6 +387,33 @@ def test_gradient_checkpointing_same_gradients(attention_type):
         assert_same_gradients(parameter_gradients(model, loss), plain)
         model.activation_checkpointing_disable()
         assert not any(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
+
+
+@pytest.mark.parametrize("attention_type", ["longformer", "performer", "linear", "reformer_lsh"])
+def test_attention_checkpointing_same_gradients_fewer_saved(attention_type):
+    """Checkpointing the cores gives the same gradients (dropout inside the core included: its RNG state is
+    replayed) and keeps less for backward."""
+    model = EfficientBertForMaskedLM(tiny_config(attention_type, hidden_dropout_prob=0.0)).train()
+    ids, mask = batch()
+
+    def loss():
+        torch.manual_seed(0)  # the same dropout masks in both runs
+        return model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
+
+    def saved_elements():
+        sizes = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: sizes.append(t.numel()) or t, lambda t: t):
+            loss().backward()
+        model.zero_grad()
+        return sum(sizes)
+
+    plain, plain_saved = parameter_gradients(model, loss), saved_elements()
+    model.attention_checkpointing_enable()
+    assert all(attention.checkpoint_core for attention in model.bert.encoder.self_attentions())
+    assert_same_gradients(parameter_gradients(model, loss), plain)
+    assert saved_elements() < plain_saved
+    model.attention_checkpointing_disable()
+    assert saved_elements() == plain_saved
 
 
 def test_output_attentions_and_hidden_states_like_transformers(tmp_path):

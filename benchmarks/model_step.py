@@ -1,0 +1,329 @@
+"""A whole training step (forward, backward, AdamW step): tokens/s, model FLOPs utilisation, peak memory and
+where the time goes.
+
+The model is ``benchmarks.text_model``'s (a 4-layer, hidden-256, 4-head, intermediate-1024
+``EfficientBertForMaskedLM`` with BERT's 30,522-token vocabulary, ``max_position_embeddings`` = n, hidden
+dropout 0.1) on one batch of random tokens, 15% of them masked for the MLM loss. One step is
+``model(**batch).loss.backward(); optimizer.step(); optimizer.zero_grad()`` with ``torch.optim.AdamW``.
+
+Each (type, length, variant) point runs in a fresh process (``benchmarks.harness``). A *variant* changes how
+the same model trains:
+
+==================  ====================================================================================
+default             the model's defaults (``sparse_prediction=None``: the masked positions only, through
+                    the chunked loss, no vocabulary-sized tensor)
+sparse_logits       ``sparse_prediction=True``: the (M, V) logits of the masked positions are built
+dense_head          ``sparse_prediction=False``: BERT's head, (b, n, V) logits
+checkpointing       ``model.gradient_checkpointing_enable()``: each layer recomputed in backward
+core_checkpointing  ``model.attention_checkpointing_enable()``: each attention core recomputed in backward
+compile             ``torch.compile(model)`` (inductor; what Trainer's ``torch_compile=True`` does)
+==================  ====================================================================================
+
+Model FLOPs utilisation (MFU) = the step's model FLOPs / its median time / the machine's sgemm peak measured
+in the same run (an S x S float32 matmul, S = --sgemm_size, the points' thread count, before and after the
+points; the higher of the two). Model FLOPs count the
+matrix products of one forward + backward (3 x forward): every linear map of the encoder (2 x rows x in x
+out), the attention core's from the registry's FLOP model (``benchmarks.flops``), the MLM head on the
+positions it scores; recomputation (checkpointing) is not counted, as MFU's definition asks. Peak memory is
+the process's peak resident size during the steps minus its size before them (parameters and inputs).
+
+After the timed steps, one more step runs under ``torch.profiler`` with a scope per component
+(``benchmarks.breakdown``): embeddings, projections, attention core, feed-forward, norms/activations/
+dropout, head + loss, optimizer step; the summary gives each one's share of the profiled step (not for
+``compile``, whose modules run inside one compiled graph).
+
+    python -m benchmarks.model_step --types full_sdpa linear --lengths 512 8192
+    python -m benchmarks.model_step --types linear --lengths 16384 --variants default dense_head
+    python -m benchmarks.model_step --preset smoke               # tiny, for tests
+
+Writes ``<out>/results.json``, ``<out>/summary.md``, ``<out>/throughput.png``, ``<out>/mfu.png``,
+``<out>/memory.png`` and ``<out>/breakdown.png``, and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+from pathlib import Path
+
+from benchmarks import breakdown, flops
+from benchmarks.harness import (
+    ProcessOptions,
+    add_point_arguments,
+    launch,
+    machine_meta,
+    measure,
+    measure_sgemm_peak,
+    set_up_torch,
+    sweep,
+)
+from benchmarks.mechanisms import BASELINE, bench_configs, is_exact
+from benchmarks.plugins import parse_args_with_plugins
+from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, pyplot, status_cell, write_report
+from benchmarks.text_model import MASK_PROBABILITY, MODEL, add_model_arguments, mlm_model_and_batch
+
+PRESETS = {
+    "full": dict(
+        types=["full_sdpa", "linear", "performer", "longformer", "nystromformer"],
+        lengths=[512, 8192, 16384],
+        repeats=3,
+        model=MODEL,
+        sgemm_size=4096,
+    ),
+    "smoke": dict(
+        types=["full_sdpa", "linear"],
+        lengths=[64],
+        repeats=1,
+        model=dict(
+            num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=512
+        ),
+        sgemm_size=256,
+    ),
+}
+VARIANTS = {
+    "default": {},
+    "sparse_logits": {"sparse_prediction": True},
+    "dense_head": {"sparse_prediction": False},
+    "checkpointing": {"gradient_checkpointing": True},
+    "core_checkpointing": {"attention_checkpointing": True},
+    "compile": {"compile": True},
+}
+POINT_SETTINGS = "batch threads warmup repeats hidden_dropout model config".split()
+
+
+def linear_flops(model, rows: int) -> dict[str, float]:
+    """Forward FLOPs of the encoder's linear maps on ``rows`` tokens, per component (projections,
+    feed-forward), from the modules' own shapes (shared query/key has no key projection to count)."""
+    from torch import nn
+
+    totals = {breakdown.PROJECTIONS: 0.0, breakdown.FEED_FORWARD: 0.0}
+    for label, module in breakdown.component_modules(model):
+        if isinstance(module, nn.Linear) and label in totals:
+            totals[label] += 2.0 * rows * module.in_features * module.out_features
+    return totals
+
+
+def mlm_step_flops(model, batch: dict, point: argparse.Namespace, attention_config: dict) -> dict[str, float]:
+    """Forward + backward FLOPs of one MLM step per component: linear maps, the core's FLOP model (every
+    layer), the head on the positions it scores (the masked ones unless the head is dense)."""
+    config = model.config
+    b, n = batch["input_ids"].shape
+    per_layer_core = flops.forward_flops(
+        point.type,
+        n,
+        heads=config.num_attention_heads,
+        head_dim=config.hidden_size // config.num_attention_heads,
+        config=attention_config,
+        batch=b,
+    )
+    dense_head = config.sparse_prediction is False
+    scored = b * n if dense_head else int((batch["labels"] != -100).sum())
+    head = 2.0 * scored * config.hidden_size * (config.hidden_size + config.vocab_size)
+    forward = {
+        **linear_flops(model, b * n),
+        breakdown.CORE: None if per_layer_core is None else per_layer_core * config.num_hidden_layers,
+        breakdown.HEAD: head,
+    }
+    return {k: None if v is None else flops.BACKWARD_FACTOR * v for k, v in forward.items()}
+
+
+def run_point(point: argparse.Namespace) -> dict:
+    """Point function: one (type, length, variant) training step, timed, then profiled once."""
+    import torch
+
+    import hf_efficient
+
+    set_up_torch(point.threads)
+    settings = dict(VARIANTS[point.variant])
+    compiled, checkpointing = settings.pop("compile", False), settings.pop("gradient_checkpointing", False)
+    core_checkpointing = settings.pop("attention_checkpointing", False)
+    model, batch, (attention_type, implementation, attention_config) = mlm_model_and_batch(point, **settings)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    if core_checkpointing:
+        model.attention_checkpointing_enable()
+    step_flops = mlm_step_flops(model, batch, point, attention_config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    forward = torch.compile(model) if compiled else model
+    losses = []
+
+    def step():
+        loss = forward(**batch).loss
+        loss.backward()
+        with breakdown.scope(breakdown.OPTIMIZER):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+
+    timing = measure(step, point.warmup, point.repeats)
+    # A compiled model runs its modules inside one graph: no per-module scopes to read.
+    profiled, profiled_wall_ms = (None, None) if compiled else breakdown.profile_step(model, step)
+    b, n = batch["input_ids"].shape
+    known = [v for v in step_flops.values() if v is not None]
+    return {
+        "type": point.type,
+        "attention_type": attention_type,
+        "attn_implementation": implementation,
+        "config": attention_config,
+        "length": n,
+        "variant": point.variant,
+        **timing.fields(),
+        "tokens_per_s": b * n / timing.median_s,
+        "model_flops": sum(known) if None not in step_flops.values() else None,
+        "flops_by_component": step_flops,
+        "breakdown_ms": profiled,
+        "profiled_wall_ms": profiled_wall_ms,
+        "base_rss_mib": timing.base_mib,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "loss": float(losses[-1]),
+        "hf_efficient": hf_efficient.__version__,
+    }
+
+
+def add_utilisation(record: dict, sgemm: dict | None) -> dict:
+    """Achieved GFLOP/s of the step and its fraction of the sgemm peak (MFU); null when unknown."""
+    gflops = mfu = None
+    if record["status"] == "ok" and record["model_flops"]:
+        gflops = record["model_flops"] / record["median_s"] / 1e9
+        mfu = gflops / sgemm["gflops"] if sgemm else None
+    return {**record, "gflops": gflops, "mfu": mfu}
+
+
+def summarize(records: list[dict], meta: dict) -> str:
+    """Markdown: tokens/s (x vs full_sdpa, same variant and length) / MFU / peak MiB per point, then each
+    point's time per component."""
+    by_point = {(r["type"], r["length"], r["variant"]): r for r in records}
+    lengths = sorted({r["length"] for r in records})
+    series = list(dict.fromkeys((r["type"], r["variant"]) for r in records))
+
+    def cell(r: dict) -> str:
+        ref = by_point.get((BASELINE, r["length"], r["variant"]))
+        speed = f" (x{ref['median_s'] / r['median_s']:.2f})" if ref and ref["status"] == "ok" else ""
+        mfu = "?" if r["mfu"] is None else f"{100 * r['mfu']:.0f}%"
+        return f"{r['tokens_per_s']:,.0f}{speed} / {mfu} / {r['peak_mib']:,.0f}"
+
+    model, sgemm = meta["model"], meta["sgemm"]
+    peak = f"sgemm peak {sgemm['gflops']:.1f} GFLOP/s" if sgemm else "sgemm peak not measured"
+    lines = [
+        f"### training step (MLM forward + backward + AdamW), {model['num_hidden_layers']} layers, hidden "
+        f"{model['hidden_size']}, {model['num_attention_heads']} heads, vocab {model['vocab_size']}, batch "
+        f"{meta['batch']}, {meta['threads']} threads, {peak}: tokens/s (x vs {BASELINE}) / MFU / peak MiB",
+        "",
+    ]
+    rows = [[t, v, *(status_cell(by_point.get((t, n, v)), cell) for n in lengths)] for t, v in series]
+    lines += markdown_table(["type", "variant", *(f"n={n}" for n in lengths)], rows)
+    lines += ["", "### share of the profiled step per component (profiled step ms)", ""]
+    header = ["type", "variant", "n", *breakdown.COMPONENTS, "ms"]
+    rows = []
+    for r in records:
+        if r["status"] == "ok" and r["breakdown_ms"]:
+            total = sum(r["breakdown_ms"].values())
+            shares = [f"{100 * r['breakdown_ms'][c] / total:.0f}%" for c in breakdown.COMPONENTS]
+            rows.append([r["type"], r["variant"], str(r["length"]), *shares, f"{total:,.0f}"])
+    lines += markdown_table(header, rows)
+    return "\n".join(lines)
+
+
+def plot_series(records: list[dict], key: str, label: str, path: Path) -> None:
+    """``key`` against n, a line per (type, variant), log-log; exact attention dashed."""
+    series = list(dict.fromkeys((r["type"], r["variant"]) for r in records))
+    lines = {
+        f"{t} {v}": ok_points(
+            [r for r in records if r.get(key) is not None], "length", key, type=t, variant=v
+        )
+        for t, v in series
+    }
+    dashed = {f"{t} {v}" for t, v in series if is_exact(t)}
+    panel = Panel(f"training step: {label}", "sequence length n", label, lines, dashed)
+    plot_loglog(path, [[panel]], panel_size=(7, 5))
+
+
+def plot_breakdown(records: list[dict], path: Path) -> None:
+    """Stacked bars: each point's profiled step time per component."""
+    plt = pyplot()
+    ok = [r for r in records if r["status"] == "ok" and r["breakdown_ms"]]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.8 * len(ok) + 2), 5))
+    labels = [f"{r['type']}\n{r['variant']}\nn={r['length']}" for r in ok]
+    bottom = [0.0] * len(ok)
+    for component in breakdown.COMPONENTS:
+        heights = [r["breakdown_ms"][component] for r in ok]
+        ax.bar(labels, heights, bottom=bottom, label=component)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    ax.set(ylabel="profiled step (ms)", title="where a training step's time goes")
+    ax.tick_params(axis="x", labelsize=7)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser.add_argument("--types", nargs="+", help="benchmark type names (default: the preset's)")
+    parser.add_argument("--lengths", nargs="+", type=int, help="sequence lengths (default: the preset's)")
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["default"])
+    add_model_arguments(parser)
+    parser.add_argument("--sgemm_size", type=int, help="S of the S x S sgemm peak (0: not measured)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/model_step"))
+    parser.add_argument("--in_process", action="store_true", help="tests: run points in this process")
+    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args_with_plugins(make_parser, argv)
+    preset = PRESETS[args.preset]
+    types, lengths = args.types or preset["types"], sorted(args.lengths or preset["lengths"])
+    args.repeats = args.repeats or preset["repeats"]
+    args.model = args.model or json.dumps(preset["model"])
+    sgemm_size = preset["sgemm_size"] if args.sgemm_size is None else args.sgemm_size
+    options = ProcessOptions.from_args(args)
+    sgemm_before = measure_sgemm_peak(sgemm_size, options)
+    settings = {name: getattr(args, name) for name in POINT_SETTINGS}
+
+    def run(base: dict) -> dict:
+        return launch(run_point, {**settings, **base}, base, options)
+
+    bases = [{"type": t, "length": n, "variant": v} for v in args.variants for t in types for n in lengths]
+    records = sweep(bases, run, lambda p: (p["type"], p["variant"]), desc="model step benchmark")
+    # The peak is measured before and after the points and the higher one kept: a machine busier at one of
+    # the two moments would otherwise under-state the peak and over-state every MFU.
+    sgemm_after = measure_sgemm_peak(sgemm_size, options)
+    measured = [s for s in (sgemm_before, sgemm_after) if s is not None]
+    sgemm = max(measured, key=lambda s: s["gflops"]) if measured else None
+    if sgemm is not None:
+        sgemm = {**sgemm, "gflops_before_after": [s["gflops"] for s in measured]}
+    records = [add_utilisation(record, sgemm) for record in records]
+    meta = {
+        **machine_meta(args.threads),
+        "sgemm": sgemm,
+        "batch": args.batch,
+        "model": json.loads(args.model),
+        "hidden_dropout": args.hidden_dropout,
+        "mask_probability": MASK_PROBABILITY,
+        "optimizer": "AdamW",
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "dtype": "float32",
+        "device": "cpu",
+        "flops_convention": flops.CONVENTION,
+        "bench_configs": bench_configs(),
+        "plugins": args.plugin,
+    }
+    results = {"meta": meta, "records": records}
+    plots = {
+        "throughput.png": functools.partial(plot_series, records, "tokens_per_s", "tokens / second"),
+        "mfu.png": functools.partial(plot_series, records, "mfu", "model FLOPs utilisation"),
+        "memory.png": functools.partial(plot_series, records, "peak_mib", "peak MiB"),
+        "breakdown.png": functools.partial(plot_breakdown, records),
+    }
+    write_report(args.out, results, summarize(records, meta), plots)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Optional dependencies: the extras of ``pip install 'hf_efficient[...]'`` and stand-ins that say
+which extra to install when a class needs a package that is not there.
+
+The core install (text models, training, metrics) needs none of them; ``[vision]`` adds Pillow (the image
+processor and image data), ``[graph]`` the graph data packages, ``[viz]`` matplotlib (attention pictures,
+benchmark plots), ``[demo]`` the offline corpora of ``make demo``, ``[bench]`` the peer implementations.
+"""
+
+from __future__ import annotations
+
+
+def requires_extra(name: str, extra: str, packages: str) -> type:
+    """A stand-in class called ``name`` whose construction and ``from_pretrained`` raise ``ImportError``
+    naming the missing ``packages`` and ``pip install 'hf_efficient[<extra>]'``."""
+    message = f"{name} needs {packages}, which is not installed: pip install 'hf_efficient[{extra}]'."
+
+    def missing(*args, **kwargs):
+        raise ImportError(message)
+
+    attributes = {
+        "__init__": missing,
+        "from_pretrained": classmethod(missing),
+        "for_config": classmethod(missing),
+    }
+    return type(name, (), {**attributes, "__doc__": message, "__module__": __name__})

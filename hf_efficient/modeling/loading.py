@@ -1,0 +1,108 @@
+"""What ``from_pretrained`` says about a load: one line of its own instead of transformers' warnings.
+
+Loading a BERT (or ViT) checkpoint into an hf_efficient class is the package's headline path, and there
+transformers warns that "a model of type bert" instantiating "efficient_bert" "can yield errors", then prints
+a LOAD REPORT that calls the attention cores' random state (Performer's projection matrix, RFA's random
+weights: buffers drawn from a seed at initialisation, not weights to learn) MISSING. Both are silenced for
+these loads, and :func:`load_summary` states in one line what was loaded into what, which parameters are new
+(and must be trained), which checkpoint tensors went unused, and which attention state was drawn afresh.
+Size mismatches and conversion errors keep transformers' full report (it raises after it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import re
+from collections.abc import Iterable, Iterator
+
+from torch import nn
+
+from ..attention.base import AttentionCore
+
+logger = logging.getLogger(__name__)
+
+# The model_type of the checkpoint a config was just read from, when it is another architecture's (bert):
+# set by EfficientConfig.from_dict, read by the model's from_pretrained in the same call.
+source_model_type: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "source_model_type", default=None
+)
+
+# transformers' messages that this package replaces, by the logger that emits them.
+OTHER_TYPE_WARNING = ("transformers.configuration_utils", "to instantiate a model of type")
+LOAD_REPORT = ("transformers.modeling_utils", "LOAD REPORT")
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, fragment: str):
+        super().__init__()
+        self.fragment = fragment
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.fragment not in record.getMessage()
+
+
+@contextlib.contextmanager
+def dropped_log_message(logger_name: str, fragment: str) -> Iterator[None]:
+    """Records of logger ``logger_name`` whose message contains ``fragment`` are dropped inside the block."""
+    target, message_filter = logging.getLogger(logger_name), _DropMessages(fragment)
+    target.addFilter(message_filter)
+    try:
+        yield
+    finally:
+        target.removeFilter(message_filter)
+
+
+def random_state_keys(model: nn.Module) -> dict[str, str]:
+    """State-dict key -> attention type of every buffer an attention core draws at random when initialised
+    (Performer's ``projection_matrix``, RFA's ``random_weights``): state to draw, not weights to learn."""
+    keys = {}
+    for module_name, module in model.named_modules():
+        if isinstance(module, AttentionCore):
+            prefix = f"{module_name}." if module_name else ""
+            for name, _ in module.named_buffers(recurse=False):
+                keys[prefix + name] = module.attention_type
+    return keys
+
+
+def compact_keys(keys: Iterable[str], limit: int = 6) -> str:
+    """Keys with their layer index folded (``bert.encoder.layer.{0..5}.x``): one entry per name, ``limit``
+    entries at most."""
+    groups: dict[str, list[int]] = {}
+    for key in sorted(keys):
+        indices = [int(i) for i in re.findall(r"\.(\d+)\.", key)]
+        folded = re.sub(r"\.\d+\.", ".*.", key)
+        groups.setdefault(folded, []).extend(indices[:1])
+    entries = []
+    for folded, indices in groups.items():
+        if len(indices) > 1:
+            folded = folded.replace(".*.", f".{{{min(indices)}..{max(indices)}}}.", 1)
+        entries.append(folded)
+    more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
+    return ", ".join(entries[:limit]) + more
+
+
+def load_summary(model: nn.Module, source: str, missing: set[str], unexpected: set[str], drawn: dict) -> str:
+    """The one line about a load: what went into what, new parameters, unused tensors, state drawn afresh.
+
+    Args:
+        model: the loaded model.
+        source: the checkpoint path or hub id.
+        missing: parameters absent from the checkpoint (initialised afresh).
+        unexpected: checkpoint tensors the model has no place for.
+        drawn: random-state keys of :func:`random_state_keys` absent from the checkpoint.
+    """
+    config = model.config
+    origin = source_model_type.get()
+    kind = f"{origin} checkpoint" if origin else "checkpoint"
+    attention = sorted({config.attention_for_layer(i)[0] for i in range(config.num_hidden_layers)})
+    parts = [f"Loaded {kind} {source!r} into {type(model).__name__} ({', '.join(attention)} attention)"]
+    if missing:
+        parts.append(f"new parameters, initialised at random (train them): {compact_keys(missing)}")
+    if drawn:
+        types = ", ".join(sorted(set(drawn.values())))
+        parts.append(f"random attention state drawn from the seed ({types}): {compact_keys(drawn)}")
+    if unexpected:
+        parts.append(f"checkpoint tensors not used: {compact_keys(unexpected)}")
+    return "; ".join(parts) + "."

@@ -1,0 +1,139 @@
+"""``--push_to_hub`` from the scripts, against the local hub (:mod:`tests.hub_server`), in fresh processes.
+
+Each script trains a tiny model for a few steps and pushes it; what lands on the hub is checked: the package's
+filled model card (metrics, data, attention and paper, how to load; ``trust_remote_code`` instructions and
+the flat ``hfe_*.py`` files with ``--hub_remote_code``) and never ``Trainer``'s generic draft. A process in
+which importing hf_efficient raises then loads each remote-code repo by id: the text model through the
+fill-mask pipeline, the vision model's image processor through ``AutoImageProcessor`` and the
+image-classification pipeline, the graph model through its Auto class.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ..hub_server import LocalHub
+from ..processes import BLOCK_HF_EFFICIENT, run_python
+from ..script_loader import CONFIGS, SCRIPTS
+from .helpers import pretrain_args
+
+RUN_SCRIPT = """
+import runpy, sys
+script, *sys.argv[1:] = sys.argv[1:]
+sys.argv[0] = script
+runpy.run_path(script, run_name="__main__")
+"""
+
+LOAD_REMOTE = """
+import json, sys
+import numpy as np
+from PIL import Image
+from transformers import AutoImageProcessor, AutoModelForTokenClassification, pipeline
+
+kind, repo_id, out = sys.argv[1:]
+result = {}
+if kind == "text":
+    fill = pipeline("fill-mask", model=repo_id, trust_remote_code=True)
+    result["predictions"] = len(fill("this movie was [MASK] ."))
+    result["module"] = type(fill.model).__module__
+elif kind == "vision":
+    processor = AutoImageProcessor.from_pretrained(repo_id, trust_remote_code=True)
+    result["processor"] = [type(processor).__module__, type(processor).__name__]
+    classify = pipeline("image-classification", model=repo_id, trust_remote_code=True)
+    image = Image.fromarray(np.arange(20 * 30 * 3, dtype=np.uint8).reshape(20, 30, 3))  # RGB, any size
+    result["labels"] = [p["label"] for p in classify(image, top_k=3)]
+    result["module"] = type(classify.model).__module__
+else:
+    model = AutoModelForTokenClassification.from_pretrained(repo_id, trust_remote_code=True)
+    result["module"] = type(model).__module__
+result["hf_efficient_imported"] = any(name.split(".")[0] == "hf_efficient" for name in sys.modules)
+json.dump(result, open(out, "w"))
+"""
+
+HUB_FLAGS = ["--push_to_hub", "--report_to", "none"]
+
+
+def push_args(
+    kind: str, data: dict, output_dir, repo_id: str, remote_code: bool = True
+) -> tuple[str, list[str]]:
+    """(script, arguments) training a tiny model of ``kind`` for a few steps and pushing it to ``repo_id``."""
+    hub = [
+        *HUB_FLAGS,
+        "--hub_model_id",
+        repo_id,
+        "--seed",
+        "0",
+        *(["--hub_remote_code"] if remote_code else []),
+    ]
+    if kind == "text":
+        args = pretrain_args(data, output_dir, "longformer", {"attention_window": 8}, "--max_steps", "2")
+        return "pretrain_mlm", [*args, "--validation_split_percentage", "10", *hub]
+    config = str(CONFIGS / kind / "base_tiny.json")
+    common = [
+        "--config",
+        config,
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+    ]
+    if kind == "vision":
+        return "finetune_image_classification", [*common, "--dataset_name", "digits", *hub]
+    return "train_graph", [*common, "--dataset_name", "karate", *hub]
+
+
+def hub_file(hub: LocalHub, repo_id: str, name: str) -> str:
+    return hub.repos[repo_id].tree("main")[1][name].decode()
+
+
+@pytest.mark.slow  # fresh interpreters: three training runs that push, three loads without hf_efficient
+def test_scripts_push_the_filled_card_and_remote_code(data, tmp_path):
+    with LocalHub() as hub:
+        runs = {kind: (kind, f"user/tiny-{kind}", True) for kind in ("text", "vision", "graph")}
+        runs["plain"] = ("graph", "user/tiny-graph-plain", False)
+        for name, (kind, repo_id, remote_code) in runs.items():
+            script, args = push_args(kind, data, tmp_path / name, repo_id, remote_code)
+            env = hub.client_env(tmp_path / "hf_home_push")
+            run_python(RUN_SCRIPT, SCRIPTS / f"{script}.py", *args, env=env, cwd=tmp_path)
+        files = {name: set(hub.repos[repo_id].tree("main")[1]) for name, (_, repo_id, _) in runs.items()}
+
+        shipped = {
+            "text": "hfe_models_text_modeling_efficient_bert.py",
+            "vision": "hfe_models_vision_image_processing.py",
+            "graph": "hfe_models_graph_modeling_efficient_graph.py",
+        }
+        for kind, python_file in shipped.items():
+            assert {"README.md", "config.json", "model.safetensors", python_file} <= files[kind]
+            card = hub_file(hub, f"user/tiny-{kind}", "README.md")
+            assert "trust_remote_code=True" in card and "pip install hf_efficient" in card
+            assert "unknown dataset" not in card and "## Attention" in card and "## How to load" in card
+            assert f'"user/tiny-{kind}"' in card  # the load instructions name the pushed repo
+        vision_card = hub_file(hub, "user/tiny-vision", "README.md")
+        assert "| accuracy |" in vision_card and "pipeline_tag: image-classification" in vision_card
+        processor = json.loads(hub_file(hub, "user/tiny-vision", "preprocessor_config.json"))
+        assert processor["auto_map"]["AutoImageProcessor"].startswith("hfe_models_vision_image_processing.")
+
+        plain_card = hub_file(hub, "user/tiny-graph-plain", "README.md")  # no python: how to install instead
+        assert not {name for name in files["plain"] if name.endswith(".py")}
+        assert "pip install hf_efficient" in plain_card and "trust_remote_code" not in plain_card
+        assert "| accuracy |" in plain_card and "unknown dataset" not in plain_card
+
+        for kind in ("text", "vision", "graph"):
+            out = tmp_path / f"{kind}.json"
+            env = hub.client_env(tmp_path / f"hf_home_{kind}")
+            run_python(
+                BLOCK_HF_EFFICIENT + LOAD_REMOTE, kind, f"user/tiny-{kind}", out, env=env, cwd=tmp_path
+            )
+            result = json.loads(out.read_text())
+            assert result["hf_efficient_imported"] is False
+            assert result["module"].startswith("transformers_modules.")
+            if kind == "text":
+                assert result["predictions"] == 5
+            elif kind == "vision":
+                assert result["processor"][1] == "EfficientViTImageProcessor"
+                assert result["processor"][0].startswith("transformers_modules.")
+                assert len(result["labels"]) == 3 and set(result["labels"]) <= {str(d) for d in range(10)}
