@@ -1,5 +1,5 @@
-"""benchmarks.graph_attention: the commands it runs (dry run of the reference run docs/graphs.md quotes) and
-a smoke run end to end on solubility: the table and the attention picture."""
+"""benchmarks.graph_attention: the commands docs/graphs.md quotes (dry run, report only, a smoke run on
+solubility writing the table and the attention picture) and the picture's matrix on untrained models."""
 
 import json
 
