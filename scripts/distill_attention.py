@@ -27,17 +27,19 @@ from pathlib import Path
 from transformers import AutoTokenizer, HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientBertConfig, EfficientBertModel
-from hf_efficient.data import TextCorpusArguments, group_texts, hold_out_blocks, load_corpus_from_args
+from hf_efficient.data import load_corpus_from_args
 from hf_efficient.training import (
     AttentionDistillationTrainer,
     ConfigArguments,
     EfficientTrainingArguments,
+    LanguageModelDataArguments,
     RandomStateArguments,
     check_attention_changed,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
     finish_run,
+    language_model_blocks,
     random_state_callbacks,
     setup_run,
     train_and_save,
@@ -49,7 +51,7 @@ DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
 @dataclass
-class DataArguments(TextCorpusArguments):
+class DataArguments(LanguageModelDataArguments):
     block_size: int = field(default=128, metadata={"help": "Tokens per block ([CLS] ... [SEP])."})
 
 
@@ -79,14 +81,11 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
     corpus = load_corpus_from_args(data_args)
     tokenizer = AutoTokenizer.from_pretrained(teacher_path)
-    with training_args.main_process_first(desc="grouping texts"):  # rank 0 fills the datasets cache first
-        blocks = group_texts(
-            corpus, tokenizer, data_args.block_size, data_args.text_column,
-            student.config.max_position_embeddings, data_args.preprocessing_num_workers,
-        )  # fmt: skip
+    blocks, eval_blocks = language_model_blocks(corpus, tokenizer, data_args, student, training_args)
     # Full blocks, no padding: input_ids only, stacked by default_data_collator.
     blocks = blocks.remove_columns("special_tokens_mask")
-    blocks, eval_blocks = hold_out_blocks(blocks, data_args.validation_split_percentage, training_args.seed)
+    if eval_blocks is not None:
+        eval_blocks = eval_blocks.remove_columns("special_tokens_mask")
 
     # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
     callbacks = random_state_callbacks(student, model_args, training_args.seed)

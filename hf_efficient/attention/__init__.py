@@ -15,6 +15,7 @@ from .registry import (
     ATTENTION_REGISTRY,
     attention_table,
     build_attention,
+    causal_attention_types,
     get_attention_class,
     list_attention_types,
     register_attention,
@@ -22,7 +23,7 @@ from .registry import (
     validate_attention_config,
 )
 
-_INFRASTRUCTURE = {"base", "config", "flex", "inputs", "registry", "utils"}
+_INFRASTRUCTURE = {"base", "cache", "config", "flex", "inputs", "registry", "utils"}
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _INFRASTRUCTURE and not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")
@@ -38,6 +39,7 @@ __all__ = [
     "GraphEdges",
     "attention_table",
     "build_attention",
+    "causal_attention_types",
     "get_attention_class",
     "list_attention_types",
     "register_attention",

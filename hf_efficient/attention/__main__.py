@@ -9,31 +9,40 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from .registry import attention_table
 
-START, END = "<!-- attention-table -->", "<!-- /attention-table -->"
-_SECTION = re.compile(re.escape(START) + r"\n.*?" + re.escape(END), flags=re.DOTALL)
+
+def with_table(text: str, table: str, where: str = "the text", marker: str = "attention-table") -> str:
+    """``text`` with its section between ``<!-- marker -->`` and ``<!-- /marker -->`` replaced by ``table``;
+    raises if the markers are missing."""
+    start, end = f"<!-- {marker} -->", f"<!-- /{marker} -->"
+    section = re.compile(re.escape(start) + r"\n.*?" + re.escape(end), flags=re.DOTALL)
+    if not section.search(text):
+        raise ValueError(f"{where} has no {start} ... {end} section to fill.")
+    return section.sub(lambda _: f"{start}\n{table}{end}", text)
 
 
-def with_table(text: str, table: str, where: str = "the text") -> str:
-    """``text`` with its marked section replaced by ``table``; raises if the markers are missing."""
-    if not _SECTION.search(text):
-        raise ValueError(f"{where} has no {START} ... {END} section to fill.")
-    return _SECTION.sub(lambda _: f"{START}\n{table}{END}", text)
+def table_command(
+    table: Callable[[], str], marker: str, description: str, argv: list[str] | None = None
+) -> None:
+    """The command line of a generated table: print ``table()``, or with ``--update FILE ...`` rewrite the
+    ``marker`` section of each file with it."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--update", nargs="*", default=[], help="Markdown files whose table to rewrite.")
+    args = parser.parse_args(argv)
+    text = table()
+    if not args.update:
+        print(text, end="")
+    for name in args.update:
+        path = Path(name)
+        path.write_text(with_table(path.read_text(encoding="utf-8"), text, name, marker), encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--update", nargs="*", default=[], help="Markdown files whose table to rewrite.")
-    args = parser.parse_args(argv)
-    table = attention_table()
-    if not args.update:
-        print(table, end="")
-    for name in args.update:
-        path = Path(name)
-        path.write_text(with_table(path.read_text(encoding="utf-8"), table, name), encoding="utf-8")
+    table_command(attention_table, "attention-table", __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

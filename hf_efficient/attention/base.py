@@ -25,13 +25,15 @@ attributes, which the registry, the docs table and the benchmarks read; nothing 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar, NamedTuple
 
 import torch
 from torch import nn
+from transformers.cache_utils import CacheLayerMixin
 
 from .config import AttentionConfig
-from .inputs import AttentionInputs, check_supported
+from .inputs import AttentionInputs, check_supported, is_tracing
 
 MODALITIES = ("text", "vision", "graph")
 
@@ -45,7 +47,9 @@ class AttentionCapabilities:
     edges: bool = False  # accepts GraphEdges
     global_attention_mask: bool = False  # per-example global tokens (b, n)
     requires_edges: bool = False  # cannot run without GraphEdges
-    causal: bool = False  # is_causal=True
+    # is_causal=True: a parallel causal form, and incremental decoding from a cache (new_cache_layer and
+    # _attend_cached), equal to it
+    causal: bool = False
     output_attentions: bool = False  # can return (b, h, n, n) weights (dense, or sparse COO over edges)
     shared_query_key: bool = False  # keys are the queries (Reformer): the block must pass key=query
     fixed_max_length: bool = False  # needs spec.max_seq_len and refuses longer inputs (Linformer)
@@ -69,7 +73,10 @@ class AttentionSpec:
             ``"flex_attention"``...), used by ``full`` and by dense sub-blocks inside other cores when the
             call's ``inputs.attn_implementation`` is None.
         max_seq_len: the model's maximum sequence length (``max_position_embeddings``), if it has one.
-        layer_idx: index of the layer owning this core (seeds per-layer random state).
+        layer_idx: index of the layer owning this core (seeds per-layer random state; finds the core's layer
+            of a generation cache).
+        causal: the core serves a causal model (a decoder: every call is ``is_causal=True``). A core builds
+            the parameters only its causal form uses (RFA's recency gate) when this is True, and only then.
     """
 
     num_heads: int
@@ -78,6 +85,7 @@ class AttentionSpec:
     attn_implementation: str = "sdpa"
     max_seq_len: int | None = None
     layer_idx: int = 0
+    causal: bool = False
 
     def __post_init__(self):
         for name in ("num_heads", "head_dim", "layer_idx", "max_seq_len"):
@@ -115,13 +123,16 @@ class AttentionCore(nn.Module):
         paper: citation shown in errors, model cards and the docs table.
         cost: time complexity in n, as the docs table shows it (``"O(n·w)"``).
         summary: one line on how it works, for the docs table.
-        small_config: hyperparameters for tiny models (see below).
+        small_config: hyperparameters for tiny models (see below); causal_small_config: those of tiny causal
+            models where they differ (Longformer's without global tokens).
         benchmark_config: settings the attention benchmark runs the type with (its defaults otherwise).
         lra_listops: (model name, ListOps test accuracy %) reported for this mechanism in the Long Range
             Arena paper (Tay et al. 2020, table 1), or None; the ListOps results quote it.
         no_weight_decay: parameters weight decay must leave alone (see below).
         float32_for: half-precision input dtypes this core computes in float32 (see
             :meth:`_attend_in_precision`).
+        export_note: what an exported (traced) graph of this core bakes in or assumes, for the export
+            table of docs/serving.md (``python -m hf_efficient.export --update docs/serving.md``).
     """
 
     attention_type: ClassVar[str] = ""
@@ -133,6 +144,8 @@ class AttentionCore(nn.Module):
     # Hyperparameters that suit tiny models (hidden 32, sequences of tens of tokens): used by docs, the
     # registry-wide tests and the demo, so a new variant is exercised the moment it registers.
     small_config: ClassVar[dict[str, Any]] = {}
+    # Tiny causal models (decoders), where small_config does not suit the causal form; None: small_config.
+    causal_small_config: ClassVar[dict[str, Any] | None] = None
     benchmark_config: ClassVar[dict[str, Any]] = {}
     lra_listops: ClassVar[tuple[str, float] | None] = None
     # Names of this core's own parameters that weight decay must leave alone: a learned temperature or a
@@ -141,6 +154,7 @@ class AttentionCore(nn.Module):
     # LayerNorm modules; hf_efficient.training.EfficientTrainer also spares these.
     no_weight_decay: ClassVar[tuple[str, ...]] = ()
     float32_for: ClassVar[tuple[torch.dtype, ...]] = ()
+    export_note: ClassVar[str] = ""
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()
@@ -198,6 +212,40 @@ class AttentionCore(nn.Module):
         from inside ``forward``.
         """
 
+    def tracing_blocker(self) -> str | None:
+        """Why this core, as configured, cannot be traced by ``torch.export`` / ``torch.compile``, with the
+        fix; None when it can (the default). Cores compute in one piece while tracing (no Python branch on
+        tensor values, no loop over a number of chunks), so only a setting whose shapes follow the data
+        blocks it. Read by ``forward`` while tracing and by :func:`hf_efficient.export.check_exportable`."""
+        return None
+
+    def unbuilt_parameter_names(self) -> tuple[str, ...]:
+        """Names of this core's parameters that a checkpoint saved in another setting may hold but this core,
+        as built, has no use for (RFA's recency gate outside a causal model). Loading ignores them instead of
+        reporting them as unexpected. Default: none."""
+        return ()
+
+    # ---- incremental decoding (causal cores) ------------------------------------------------------
+    def new_cache_layer(self) -> CacheLayerMixin:
+        """An empty generation state for this core: one layer of an
+        :class:`~hf_efficient.attention.cache.EfficientCache`. Causal cores (``capabilities.causal``) build
+        the layer their :meth:`_attend_cached` decodes from."""
+        from .registry import causal_attention_types  # the registry imports this module
+
+        raise ValueError(
+            f"{self.attention_type or type(self).__name__} has no causal form, so there is nothing to cache "
+            f"for decoding. Causal attention types: {', '.join(causal_attention_types())}."
+        )
+
+    def _attend_cached(
+        self, query, key, value, inputs: AttentionInputs, layer: CacheLayerMixin
+    ) -> AttentionOutput:
+        """Causal attention of n new tokens (query, key, value (b, h, n, d)) after the tokens ``layer`` holds,
+        updating ``layer`` with them. ``inputs.attention_mask`` is the new tokens' padding mask, (b, n) bool
+        or None; a padded token must leave the state as it was. The outputs equal those of the parallel
+        causal form over the whole sequence (checked for every causal type by the contract tests)."""
+        raise NotImplementedError
+
     def attn_implementation(self, inputs: AttentionInputs) -> str:
         """The exact-softmax kernel of this call: the inputs' choice, else the spec's."""
         return inputs.attn_implementation or self.spec.attn_implementation
@@ -231,6 +279,17 @@ class AttentionCore(nn.Module):
         b, _, n, _ = query.shape
         inputs = inputs.prepare(b, n, name)
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
+        if is_tracing():
+            blocker = self.tracing_blocker()
+            if blocker is not None:
+                raise ValueError(f"{name} cannot be traced by torch.export / torch.compile: {blocker}")
+            # Dense heads: the encoders hand over (b, n, h, d) -> (b, h, n, d) views, whose strides make
+            # torch.export specialise matmuls to batch != 1; one copy per layer of a traced graph.
+            shared = key is query
+            query, value = query.contiguous(), value.contiguous()
+            key = query if shared else key.contiguous()
+        if inputs.cache is not None:
+            return self._forward_cached(query, key, value, inputs, name)
         if inputs.empty_rows is not None:
             # A sequence with no real token: computed on zeros with every key "real" (so no core divides by an
             # empty softmax or normaliser), then zeroed below; masked_fill passes no gradient to its inputs.
@@ -249,7 +308,27 @@ class AttentionCore(nn.Module):
             weights = weights.masked_fill(inputs.empty_rows[:, None, None, None], 0.0)
         return AttentionOutput(output, weights)
 
-    def _attend_in_precision(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+    def _forward_cached(self, query, key, value, inputs: AttentionInputs, name: str) -> AttentionOutput:
+        """The n new tokens of incremental decoding, against the state this core keeps in ``inputs.cache``.
+
+        Unlike the parallel path, a row whose new tokens are all padding is not given stand-in keys: the
+        state must not change on padding, and the row's outputs are zeroed below as every padded row."""
+        if not inputs.is_causal:
+            raise ValueError(
+                f"{name}: a generation cache holds causal decoding state; call with is_causal=True (a "
+                "decoder) or without a cache."
+            )
+        layer = inputs.cache.layer_for(self.spec.layer_idx, name, type(self.new_cache_layer()))
+        output, weights = self._attend_in_precision(
+            query, key, value, inputs.replace(empty_rows=None), partial(self._attend_cached, layer=layer)
+        )
+        if inputs.attention_mask is not None:
+            output = output.masked_fill(~inputs.attention_mask[:, None, :, None], 0.0)
+        return AttentionOutput(output, weights)
+
+    def _attend_in_precision(
+        self, query, key, value, inputs: AttentionInputs, attend=None
+    ) -> AttentionOutput:
         """``_attend`` with one floating dtype throughout.
 
         Under autocast, query/key/value are cast to the autocast dtype and the core runs with autocast off,
@@ -258,18 +337,19 @@ class AttentionCore(nn.Module):
         and sparse kernels do not accept. A core whose maths cannot run in a half dtype lists it in
         ``float32_for`` and computes in float32, its output cast back; the others keep float32 where
         their maths needs it (normalisers, prefix sums, exp of large scores) inside ``_attend``."""
+        attend = attend or self._attend
         device = query.device.type
         autocast = torch.is_autocast_enabled(device)
         dtype = torch.get_autocast_dtype(device) if autocast else query.dtype
         compute = torch.float32 if dtype in self.float32_for else dtype
         if not autocast and compute == query.dtype:
-            return self._attend(query, key, value, inputs)
+            return attend(query, key, value, inputs)
         with torch.autocast(device, enabled=False):
             if key is query:  # shared query/key cores need the identity kept
                 query = key = query.to(compute)
             else:
                 query, key = query.to(compute), key.to(compute)
-            output, weights = self._attend(query, key, value.to(compute), inputs)
+            output, weights = attend(query, key, value.to(compute), inputs)
         return AttentionOutput(output.to(dtype), None if weights is None else weights.to(dtype))
 
     def _check_qkv(self, query, key, value, name: str) -> None:

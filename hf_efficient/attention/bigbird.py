@@ -24,6 +24,15 @@ Deviations from the paper and from transformers' ``BigBirdBlockSparseAttention``
       fixed in training, but in eval it points every random block at block 0, duplicating that global
       block). transformers also draws them only from the first 2r + 5 blocks and bars two extra blocks
       for rows 1 and -2; here they are drawn uniformly from all allowed blocks.
+    * The draw is a 32-bit integer hash of (seed, layer, the example's number of blocks, head, query block,
+      key block), and a row's random blocks are the r allowed key blocks of smallest hash: a pure tensor
+      function of sizes, so the layout is built inside the graph and ``torch.export`` / ONNX Runtime give
+      the same layout as eager PyTorch for every length (a ``torch.Generator`` draw per length cannot be
+      traced). Every layout tensor is (b, h, nb, ...) from the per-example block counts; nothing is looped
+      over in Python on the traced path.
+
+Layout shapes: b batch, h heads, nb blocks of the padded batch, m_i blocks of example i (up to its last
+real token), K = w + gs + ge + r key-block slots per query block, G = gs + ge global slots.
 """
 
 from __future__ import annotations
@@ -32,7 +41,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
@@ -47,7 +55,7 @@ from .flex import (
     flex_block_mask,
     use_flex,
 )
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
 from .utils import CHUNK_BYTES, ChunkBuffers, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
 
@@ -90,7 +98,7 @@ class BigBirdConfig(AttentionConfig):
 
 
 class BlockLayout(NamedTuple):
-    """Key blocks of every query block for one number of blocks m (h heads, K = w + g + r slots).
+    """Key blocks of every query block of one example of m blocks (h heads, K = w + gs + ge + r slots).
 
     index: (h, m, K) key block of each slot; slots that are not used hold a valid block but are False in
     ``valid`` (h, m, K). global_blocks: sorted ids of the global blocks, whose rows are computed densely.
@@ -101,37 +109,87 @@ class BlockLayout(NamedTuple):
     global_blocks: tuple[int, ...]
 
 
-def build_block_layout(
-    num_blocks: int,
+class BatchLayout(NamedTuple):
+    """The layouts of a batch, each example's laid over its own m_i blocks (rows past m_i keep no keys).
+
+    index: (b, h, nb, K) key block of each slot (unused slots point at the row's own block); valid: (b, h,
+    nb, K) bool. is_global: (b, nb) bool, the global blocks (dense rows). global_ids: (b, G) the global
+    blocks in slot order (start blocks, then end blocks), global_used: (b, G) bool, the slots that are
+    global blocks of the example (G = gs + ge; fewer are used when an example has few blocks).
+    """
+
+    index: torch.Tensor
+    valid: torch.Tensor
+    is_global: torch.Tensor
+    global_ids: torch.Tensor
+    global_used: torch.Tensor
+
+
+_CACHED_LAYOUTS = 8  # batch layouts an eager core keeps
+_MASK32 = 2**32 - 1
+_NOT_DRAWN = 2**32  # rank of a key block that may not be drawn: above every hashed rank
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of int64 values in [0, 2^32): xor-shift-multiply rounds, a bijection of
+    [0, 2^32) (so distinct inputs never tie).
+
+    Multipliers below 2^31 keep every product inside int64 and the shifts act on non-negative values, so
+    torch eager, torch.export and ONNX Runtime compute the same bits.
+    """
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x31848BAB) & _MASK32
+    return x ^ (x >> 16)
+
+
+def build_batch_layout(
+    num_blocks: torch.Tensor,
+    nb: int,
     num_window_blocks: int,
     num_global_start: int,
     num_global_end: int,
     random_blocks: torch.Tensor,
     random_valid: torch.Tensor,
-) -> BlockLayout:
+) -> BatchLayout:
     """Window + global + given random key blocks per query block, each key block counted once.
 
     Args:
-        random_blocks: (h, m, r) long random key block ids; random_valid: (h, m, r) bool, which are used.
+        num_blocks: (b,) long, m_i = blocks of example i; nb >= every m_i, the blocks of the padded batch.
+        random_blocks: (b, h, nb, r) long random key block ids; random_valid: (b, h, nb, r) bool, which are
+            used (slots pointing at window or global blocks are dropped here).
     """
-    m, half = num_blocks, num_window_blocks // 2
-    heads = random_blocks.shape[0]
-    rows = torch.arange(m)[:, None]  # (m, 1)
-    window = rows + torch.arange(-half, half + 1)  # (m, w)
-    window_ok = (window >= 0) & (window < m)
-    start = torch.arange(num_global_start).expand(m, -1)  # (m, gs)
-    end = (m - num_global_end + torch.arange(num_global_end)).expand(m, -1)  # (m, ge)
-    start_ok = (start < m) & ((start - rows).abs() > half)
-    end_ok = (end >= num_global_start) & ((end - rows).abs() > half)  # end blocks not already start blocks
-    is_global = (torch.arange(m) < num_global_start) | (torch.arange(m) >= m - num_global_end)  # (m,)
-    in_window = (random_blocks - rows).abs() <= half  # (h, m, r)
-    random_ok = random_valid & ~in_window & ~is_global[random_blocks.clamp(0, m - 1)]
-    fixed = torch.cat([window, start, end], -1).expand(heads, -1, -1)  # (h, m, w + gs + ge)
-    fixed_ok = torch.cat([window_ok, start_ok, end_ok], -1).expand(heads, -1, -1)
-    index = torch.cat([fixed, random_blocks], -1)  # (h, m, K)
-    valid = torch.cat([fixed_ok, random_ok], -1)
-    index = torch.where(valid, index, rows.expand_as(index))  # unused slots point at a real block
-    return BlockLayout(index, valid, tuple(torch.nonzero(is_global).flatten().tolist()))
+    half, gs, ge = num_window_blocks // 2, num_global_start, num_global_end
+    device = num_blocks.device
+    b, heads = random_blocks.shape[:2]
+    m = num_blocks[:, None, None]  # (b, 1, 1)
+    rows = torch.arange(nb, device=device)[:, None]  # (nb, 1)
+    blocks = torch.arange(nb, device=device)
+    window = (rows + torch.arange(-half, half + 1, device=device)).expand(b, -1, -1)  # (b, nb, w)
+    start = torch.arange(gs, device=device).expand(b, nb, -1)  # (b, nb, gs)
+    end = m - ge + torch.arange(ge, device=device)  # (b, 1, ge)
+    is_global = ((blocks < gs) | (blocks >= m[:, 0] - ge)) & (blocks < m[:, 0])  # (b, nb)
+    fixed = torch.cat([window, start, end.expand(-1, nb, -1)], -1)  # (b, nb, w + gs + ge)
+    fixed_ok = torch.cat(
+        [
+            (window >= 0) & (window < m),
+            (start < m) & ((start - rows).abs() > half),
+            (end >= gs) & ((end - rows).abs() > half),  # end blocks not already start blocks
+        ],
+        -1,
+    )
+    drawn_global = (
+        is_global[:, None, None, :].expand(-1, heads, nb, -1).gather(-1, random_blocks.clamp(0, nb - 1))
+    )
+    random_ok = random_valid & ((random_blocks - rows).abs() > half) & ~drawn_global
+    index = torch.cat([fixed[:, None].expand(-1, heads, -1, -1), random_blocks], -1)  # (b, h, nb, K)
+    valid = torch.cat([fixed_ok[:, None].expand(-1, heads, -1, -1), random_ok], -1)
+    valid = valid & (rows < m)[:, None]  # rows past the example's blocks keep no keys
+    index = torch.where(valid, index, rows)  # unused slots point at a real block
+    global_ids = torch.cat([start[:, 0], end[:, 0]], -1)  # (b, G)
+    global_used = torch.cat([start[:, 0] < m[:, 0], end[:, 0] >= gs], -1)
+    return BatchLayout(index, valid, is_global, global_ids.clamp(0, nb - 1), global_used)
 
 
 def _gather_blocks(blocks: torch.Tensor, index: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -333,6 +391,9 @@ class BigBirdAttention(AttentionCore):
     cost = "O(n·b·(w+r+g))"
     lra_listops = ("BigBird", 36.05)
     summary = "blocks: window + global + seeded random blocks"
+    export_note = (
+        "random blocks drawn in the graph from each example's length (a hash of seed, layer, blocks)"
+    )
     small_config = {"block_size": 4, "num_window_blocks": 3, "num_random_blocks": 2}
     benchmark_config = {"block_size": 64}
 
@@ -348,8 +409,9 @@ class BigBirdAttention(AttentionCore):
 
     def __init__(self, spec, config=None):
         super().__init__(spec, config)
-        # Layouts per (number of blocks, device): a plain dict, rebuilt on demand from the config seed.
-        self.layouts: dict[tuple[int, str], BlockLayout] = {}
+        # Eager mode keeps the last few batch layouts (keyed by the examples' block counts): a batch of long
+        # inputs repeats its counts, and a layout costs O(b h nb^2). Traced graphs build theirs inside.
+        self.layouts: dict[tuple, BatchLayout] = {}
         self.flex_masks = BlockMaskCache()  # FlexAttention masks of unpadded lengths, rebuilt on demand
 
     def init_weights(self) -> None:
@@ -357,41 +419,58 @@ class BigBirdAttention(AttentionCore):
         self.layouts.clear()
         self.flex_masks.store.clear()
 
-    def block_layout(self, num_blocks: int, device: torch.device | str = "cpu") -> BlockLayout:
-        """The (cached) layout for a sequence of ``num_blocks`` blocks."""
-        key = (num_blocks, str(device))
+    def random_key_blocks(self, num_blocks: torch.Tensor, nb: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Random key blocks (b, h, nb, r) of every query block and (b, h, nb, r) bool of those drawn.
+
+        Each row takes the r blocks of smallest rank among those outside its window, the global blocks and
+        its example's m_i blocks (fewer when fewer remain): a uniform random subset. A rank is the hash
+        ``mix32`` of (seed, layer, m_i, head, row, key block), distinct within a row (mix32 is a bijection).
+        Cost O(b h nb^2) integer operations, small beside the attention (nb = n / block_size).
+        """
+        cfg, device = self.config, num_blocks.device
+        r, half = cfg.num_random_blocks, cfg.num_window_blocks // 2
+        m = num_blocks[:, None, None, None]  # (b, 1, 1, 1)
+        heads = torch.arange(self.num_heads, device=device)[:, None, None]  # (h, 1, 1)
+        rows = torch.arange(nb, device=device)[:, None]  # (nb, 1)
+        cols = torch.arange(nb, device=device)  # (nb,)
+        seed = (cfg.seed * 1_000_003 + self.spec.layer_idx) & _MASK32
+        row_key = mix32(mix32(mix32(m ^ seed) ^ heads) ^ rows)  # (b, h, nb, 1)
+        is_global = (cols < cfg.num_global_blocks_start) | (cols >= m - cfg.num_global_blocks_end)
+        forbidden = ((cols - rows).abs() <= half) | is_global | (cols >= m)  # (b, 1, nb, nb)
+        rank = mix32(row_key ^ cols).masked_fill(forbidden, _NOT_DRAWN)  # (b, h, nb, nb)
+        rank = torch.cat([rank, rank.new_full((*rank.shape[:3], r), _NOT_DRAWN)], -1)  # r candidates at least
+        drawn, picks = rank.topk(r, dim=-1, largest=False)  # (b, h, nb, r)
+        return picks, drawn < _NOT_DRAWN
+
+    def batch_layout(self, num_blocks: torch.Tensor, nb: int) -> BatchLayout:
+        """The layouts of a batch whose example i holds ``num_blocks[i]`` blocks, padded to nb blocks."""
+        if is_tracing():
+            return self._build_batch_layout(num_blocks, nb)
+        key = (tuple(num_blocks.tolist()), nb, str(num_blocks.device))
         if key not in self.layouts:
-            cpu = self.layouts.get((num_blocks, "cpu")) or self._draw_layout(num_blocks)
-            self.layouts[(num_blocks, "cpu")] = cpu
-            self.layouts[key] = BlockLayout(cpu.index.to(device), cpu.valid.to(device), cpu.global_blocks)
+            if len(self.layouts) >= _CACHED_LAYOUTS:
+                del self.layouts[next(iter(self.layouts))]  # the oldest
+            self.layouts[key] = self._build_batch_layout(num_blocks, nb)
         return self.layouts[key]
 
-    def _draw_layout(self, m: int) -> BlockLayout:
-        """Random blocks drawn uniformly (per head and row) among those outside the window and globals."""
-        cfg, heads = self.config, self.num_heads
-        r, half = cfg.num_random_blocks, cfg.num_window_blocks // 2
-        seed = ((cfg.seed * 1_000_003 + self.spec.layer_idx) * 1_000_003 + m) % (2**63 - 1)
-        generator = torch.Generator().manual_seed(seed)
-        cols = torch.arange(m)
-        is_global = (cols < cfg.num_global_blocks_start) | (cols >= m - cfg.num_global_blocks_end)
-        picks, valid, step = [], [], max(1, 2**20 // (heads * m))
-        for start in range(0, m, step):
-            rows = torch.arange(start, min(start + step, m))[:, None]  # (c, 1)
-            forbidden = ((cols - rows).abs() <= half) | is_global  # (c, m)
-            draw = torch.rand(heads, rows.shape[0], m, generator=generator).masked_fill(forbidden, 2.0)
-            values, chosen = draw.topk(min(r, m), dim=-1, largest=False)  # (h, c, r): uniform subset
-            if r > m:  # fewer blocks than draws: the extra slots stay unused
-                values, chosen = F.pad(values, (0, r - m), value=2.0), F.pad(chosen, (0, r - m))
-            picks.append(chosen)
-            valid.append(values < 2.0)
-        return build_block_layout(
-            m,
+    def _build_batch_layout(self, num_blocks: torch.Tensor, nb: int) -> BatchLayout:
+        cfg = self.config
+        picks, drawn = self.random_key_blocks(num_blocks, nb)
+        return build_batch_layout(
+            num_blocks,
+            nb,
             cfg.num_window_blocks,
             cfg.num_global_blocks_start,
             cfg.num_global_blocks_end,
-            torch.cat(picks, 1),
-            torch.cat(valid, 1),
+            picks,
+            drawn,
         )
+
+    def block_layout(self, num_blocks: int, device: torch.device | str = "cpu") -> BlockLayout:
+        """The layout of one example of ``num_blocks`` blocks (the same as inside any batch)."""
+        layout = self._build_batch_layout(torch.tensor([num_blocks], device=device), num_blocks)
+        global_blocks = tuple(torch.nonzero(layout.is_global[0]).flatten().tolist())
+        return BlockLayout(layout.index[0], layout.valid[0], global_blocks)
 
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         attention_mask = inputs.attention_mask
@@ -401,22 +480,23 @@ class BigBirdAttention(AttentionCore):
         q, k, v = (pad_to_multiple(t, bs) for t in (query * self.scaling, key, value))  # (b, h, nb * B, d)
         nb = q.shape[2] // bs
         if mask is None:
-            lengths = [nb] * b
+            num_blocks = torch.full((b,), nb, device=query.device)
         else:  # blocks up to the last real token of each example
             last = (mask * torch.arange(1, nb * bs + 1, device=mask.device)).amax(-1)
-            lengths = ((last + bs - 1) // bs).tolist()
-        layouts = [self.block_layout(m, query.device) for m in lengths]
+            num_blocks = (last + bs - 1) // bs  # (b,)
+        layout = self.batch_layout(num_blocks, nb)
         dropout = self.spec.dropout if self.training else 0.0
         if use_flex(self.config.implementation, query, dropout):
             # unpadded: every example has the same layout, one mask per length
-            key_of = None
+            key_of = (n, str(query.device)) if attention_mask is None else None
             if attention_mask is None:
-                key_of, layouts = (n, str(query.device)), layouts[:1]
-            flex_mask = self.flex_masks.get(key_of, lambda: self._flex_mask(n, attention_mask, layouts))
+                layout = BatchLayout(*(t[:1] for t in layout))
+            flex_mask = self.flex_masks.get(key_of, lambda: self._flex_mask(n, attention_mask, layout))
             return AttentionOutput(flex_attend(query, key, value, flex_mask, self.scaling), None)
-        index, blocked, global_index = self._batch_index(layouts, mask, b, nb)
-        q_blocks = q.reshape(b, h, nb, bs, d)  # (b, h, nb, B, d)
-        out = _BlockSparseSoftmax.apply(
+        index, blocked, global_index = self._batch_index(layout, mask, b, nb)
+        q_blocks = q.view(b, h, nb, bs, d)  # (b, h, nb, B, d)
+        sparse_rows = _block_sparse_rows if is_tracing() else _BlockSparseSoftmax.apply
+        out = sparse_rows(
             q_blocks,
             k.reshape(-1, bs, d),
             v.reshape(-1, bs, d),
@@ -426,24 +506,22 @@ class BigBirdAttention(AttentionCore):
             self.config.num_window_blocks,
             dropout,
         )  # (b, h, nb, B, d)
-        out = self._global_rows(out, q_blocks, k, v, mask, layouts, dropout)
-        return AttentionOutput(unpad(out.reshape(b, h, nb * bs, d), n), None)
+        out = self._global_rows(out, q_blocks, k, v, mask, layout, dropout)
+        return AttentionOutput(unpad(out.view(b, h, nb * bs, d), n), None)
 
-    def _flex_mask(self, n, real, layouts) -> BlockMask:
-        """The same layouts as one FlexAttention block mask (batch dimension: one per layout).
+    def _flex_mask(self, n, real, layout: BatchLayout) -> BlockMask:
+        """The same layouts as one FlexAttention block mask (batch dimension: the layout's).
 
         Each example's layout becomes a (h, nb, nb) table of allowed BigBird block pairs (global rows: every
         block up to the last real one); the token-level pattern looks it up, and the flex blocks are counted
         from it (``flex.coarsen``), so no n x n pattern is built.
         """
-        b, h, bs, device = len(layouts), self.num_heads, self.config.block_size, layouts[0].index.device
-        nb = -(-n // bs)
-        allowed = torch.zeros(b, h, nb, nb, dtype=torch.bool, device=device)  # (b, h, nb, nb)
-        for i, layout in enumerate(layouts):
-            m = layout.index.shape[1]
-            hits = torch.zeros(h, m, nb, dtype=torch.int32, device=device)
-            allowed[i, :, :m] = hits.scatter_add_(-1, layout.index, layout.valid.int()) > 0
-            allowed[i, :, list(layout.global_blocks), :m] = True
+        b, h, nb, _ = layout.index.shape
+        bs = self.config.block_size
+        hits = torch.zeros(b, h, nb, nb, dtype=torch.int32, device=layout.index.device)
+        allowed = hits.scatter_add_(-1, layout.index, layout.valid.int()) > 0  # (b, h, nb, nb)
+        in_example = layout.valid.any(-1).any(1)  # (b, nb): blocks up to the example's last one
+        allowed = allowed | (layout.is_global[:, None, :, None] & in_example[:, None, None, :])
 
         shared = allowed[0] if b == 1 else None  # one layout for every example (B = 1 mask)
 
@@ -461,53 +539,74 @@ class BigBirdAttention(AttentionCore):
             full = full & blocks_all(real)[:, None, None, :]
         return flex_block_mask(partial, mask_mod, n, full=full)
 
-    def _batch_index(self, layouts, mask, b, nb) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _batch_index(
+        self, layout: BatchLayout, mask, b, nb
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Flat ids into (b * h * nb) blocks of the key blocks (b, h, nb, K) and of the global slots
         (b, h, G), and the excluded keys (b, h, nb, K * B)."""
-        cfg = self.config
-        h, bs, device = self.num_heads, self.config.block_size, layouts[0].index.device
-        slots = layouts[0].index.shape[-1]
-        index = torch.zeros(b, h, nb, slots, dtype=torch.long, device=device)
-        valid = torch.zeros(b, h, nb, slots, dtype=torch.bool, device=device)
-        for i, layout in enumerate(layouts):  # blocks past an example's real tokens keep no keys
-            index[i, :, : layout.index.shape[1]] = layout.index
-            valid[i, :, : layout.index.shape[1]] = layout.valid
-        allowed = valid[..., None].expand(b, h, nb, slots, bs)  # (b, h, nb, K, B)
+        h, bs, device = self.num_heads, self.config.block_size, layout.index.device
+        index = layout.index  # (b, h, nb, K)
+        slots = index.shape[-1]
+        allowed = layout.valid[..., None].expand(b, h, nb, slots, bs)  # (b, h, nb, K, B)
         if mask is not None:
             example = torch.arange(b, device=device).view(b, 1, 1, 1) * nb
             allowed = allowed & mask.view(b * nb, bs)[index + example]  # (b, h, nb, K, B)
         offset = torch.arange(b * h, device=device).view(b, h, 1) * nb  # (b, h, 1): first block of (b, h)
-        ends = torch.tensor([layout.index.shape[1] for layout in layouts], device=device)[:, None]  # (b, 1)
-        starts = torch.arange(cfg.num_global_blocks_start, device=device).expand(b, -1)  # (b, gs)
-        ends = ends - cfg.num_global_blocks_end + torch.arange(cfg.num_global_blocks_end, device=device)
-        global_ids = torch.cat([starts, ends], -1).clamp(0, nb - 1)  # (b, G); unused ones carry no gradient
-        global_index = global_ids[:, None, :] + offset  # (b, h, G)
+        global_index = layout.global_ids[:, None, :] + offset  # (b, h, G); unused ones carry no gradient
         return index + offset[..., None], ~allowed.reshape(b, h, nb, slots * bs), global_index
 
-    def _global_rows(self, out, q_blocks, k, v, mask, layouts, dropout) -> torch.Tensor:
+    def _global_rows(self, out, q_blocks, k, v, mask, layout: BatchLayout, dropout) -> torch.Tensor:
         """Replace the rows of global query blocks by dense attention over all (real) keys."""
         b, h, nb, bs, d = q_blocks.shape
-        count = max(len(layout.global_blocks) for layout in layouts)
+        ids, used, is_global = (
+            layout.global_ids,
+            layout.global_used,
+            layout.is_global,
+        )  # (b, G), (b, G), (b, nb)
+        count = ids.shape[1]
         if count == 0:
             return out
-        ids = torch.zeros(b, count, dtype=torch.long)
-        used = torch.zeros(b, count, dtype=torch.bool)  # padding slots repeat block 0 and add nothing
-        is_global = torch.zeros(b, nb, dtype=torch.bool)
-        for i, layout in enumerate(layouts):
-            blocks = torch.tensor(layout.global_blocks, dtype=torch.long)
-            ids[i, : len(blocks)], used[i, : len(blocks)], is_global[i, blocks] = blocks, True, True
-        ids, used, is_global = ids.to(out.device), used.to(out.device), is_global.to(out.device)
         gather = ids[:, None, :, None, None].expand(b, h, count, bs, d)
         q_global = q_blocks.gather(2, gather).reshape(b, h, count * bs, d)  # (b, h, G * B, d)
         n = k.shape[2]
         key_mask = None if mask is None else mask[:, None, None, :].expand(b, h, 1, n).reshape(b * h, 1, n)
-        dense = _DenseRows.apply(
+        dense_rows = _dense_rows if is_tracing() else _DenseRows.apply
+        dense = dense_rows(
             q_global.reshape(b * h, count * bs, d),
             k.reshape(b * h, n, d),
             v.reshape(b * h, n, d),
             key_mask,
             dropout,
         ).view(b, h, count, bs, d)  # (b, h, G, B, d)
-        dense = dense.masked_fill(~used[:, None, :, None, None], 0.0)
+        dense = dense.masked_fill(~used[:, None, :, None, None], 0.0)  # unused slots (duplicates) add nothing
+        fill = is_global[:, None, :, None, None]
+        if is_tracing():  # out of place: there the sparse rows are an ordinary autograd output
+            return out.masked_fill(fill, 0.0).scatter_add(2, gather, dense)
         # In place: the sparse function keeps no reference to its output.
-        return out.masked_fill_(is_global[:, None, :, None, None], 0.0).scatter_add_(2, gather, dense)
+        return out.masked_fill_(fill, 0.0).scatter_add_(2, gather, dense)
+
+
+def _block_sparse_rows(q, k, v, index, blocked, global_index, num_window, dropout_p) -> torch.Tensor:
+    """What :class:`_BlockSparseSoftmax` computes, in one piece with plain autograd (for traced graphs):
+    q (b, h, nb, B, d) pre-scaled, k and v (b * h * nb, B, d), index (b, h, nb, K) flat block ids, blocked
+    (b, h, nb, K * B) -> (b, h, nb, B, d). Memory O(n (K B) ) per head: the gathered keys and the scores."""
+    b, h, nb, bs, d = q.shape
+    keys = k.index_select(0, index.reshape(-1)).view(b, h, nb, -1, d)  # (b, h, nb, K * B, d)
+    values = v.index_select(0, index.reshape(-1)).view(b, h, nb, -1, d)
+    scores = (q @ keys.transpose(-1, -2)).masked_fill(blocked[:, :, :, None, :], torch.finfo(q.dtype).min)
+    probs = torch.softmax(scores, -1)
+    if dropout_p > 0:
+        probs = torch.nn.functional.dropout(probs, dropout_p)
+    return probs @ values  # (b, h, nb, B, d)
+
+
+def _dense_rows(q, k, v, key_mask, dropout_p) -> torch.Tensor:
+    """What :class:`_DenseRows` computes, in one piece with plain autograd (for traced graphs): q (G, r, d)
+    pre-scaled, k and v (G, n, d), key_mask (G, 1, n) bool or None -> (G, r, d)."""
+    scores = q @ k.transpose(-1, -2)  # (G, r, n)
+    if key_mask is not None:
+        scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores, -1)
+    if dropout_p > 0:
+        probs = torch.nn.functional.dropout(probs, dropout_p)
+    return probs @ v

@@ -7,6 +7,10 @@ B is an optional additive bias (Graphormer's spatial/edge encodings, relative po
 flash-style CPU kernel. The kernel is HF's ``attn_implementation``: ``"eager"`` is BERT's own
 ``eager_attention_forward``, every other name is looked up in ``ALL_ATTENTION_FUNCTIONS`` (sdpa, flex,
 flash...). Requesting attention weights runs the eager kernel for that call, as the others return none.
+
+Decoding (a cache in the inputs): every key and value so far is kept (transformers' ``DynamicLayer``, in a
+:class:`~hf_efficient.attention.cache.KeyValueCacheLayer`), so each new token costs O(T d) against the T
+tokens before it, and the cache grows as O(T h d) per layer.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .cache import KeyValueCacheLayer
 from .flex import BlockMask, BlockMaskCache, blocks_all, flex_attend, flex_block_mask, num_blocks, use_flex
 from .inputs import AttentionInputs
 from .registry import register_attention
@@ -41,6 +46,7 @@ class FullAttention(AttentionCore):
         "exact softmax through HF kernels (`attn_implementation`: eager, sdpa, flex...); additive bias; "
         "causal; weights"
     )
+    export_note = "eager or sdpa kernel (FlexAttention has no ONNX form); ONNX Runtime forms the n x n scores"
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -65,10 +71,15 @@ class FullAttention(AttentionCore):
             bias = inputs.attention_bias.to(query.dtype)
             mask = bias if mask is None else mask + bias  # (b|1, h|1, n, n)
         if is_causal and (mask is not None or output_attentions or implementation == "eager"):
-            causal = torch.full((n, n), torch.finfo(query.dtype).min, dtype=query.dtype, device=query.device)
-            causal = causal.triu(1)[None, None]  # (1, 1, n, n), -inf above the diagonal
-            mask = causal if mask is None else mask + causal
+            mask = _with_causal(mask, n, n, query)
             is_causal = False  # now carried by the mask
+        return self._kernel(query, key, value, mask, is_causal, implementation, output_attentions, dropout)
+
+    def _kernel(
+        self, query, key, value, mask, is_causal: bool, implementation: str, output_attentions: bool, dropout
+    ) -> AttentionOutput:
+        """softmax(Q K^T / sqrt(d) + mask) V through HF's kernel (eager when weights are wanted); queries
+        (b, h, n, d) and keys (b, h, T, d) may differ in length (decoding)."""
         impl = "eager" if output_attentions else implementation
         check_kernel(impl)
         kernel = eager_attention_forward if impl == "eager" else ALL_ATTENTION_FUNCTIONS[impl]
@@ -77,6 +88,35 @@ class FullAttention(AttentionCore):
         )
         # HF kernels return (b, n, h, d); the contract is (b, h, n, d).
         return AttentionOutput(output.transpose(1, 2), weights if output_attentions else None)
+
+    def new_cache_layer(self) -> KeyValueCacheLayer:
+        return KeyValueCacheLayer()
+
+    def _attend_cached(self, query, key, value, inputs: AttentionInputs, layer) -> AttentionOutput:
+        """The new tokens' queries against every key so far (transformers' KV cache): (b, h, n, T) scores,
+        padded keys masked, the new tokens causal among themselves. Attention weights come back as
+        (b, h, n, T). The prompt goes through the parallel causal form (a 64k-token prompt with an explicit
+        (n, T) mask would need 16 GiB); after it, FlexAttention is not used: a few queries against a growing
+        cache suit sdpa."""
+        if inputs.attention_bias is not None:
+            raise ValueError(
+                "full: an attention_bias cannot be used with a generation cache (it is (n, n) over the new "
+                "tokens only); decode without the bias, or without a cache."
+            )
+        keys, values, key_mask = layer.update_with_mask(key, value, inputs.attention_mask)  # (b, h, T, d)
+        n, total = query.shape[2], keys.shape[2]
+        if total == n:  # the prompt: the parallel causal form (sdpa's causal kernel, no (n x n) mask)
+            return self._attend(query, key, value, inputs)
+        mask = additive_mask(key_mask, query.dtype)  # (b, 1, 1, T) or None
+        if n > 1:
+            mask = _with_causal(mask, n, total, query)
+        implementation = self.attn_implementation(inputs)
+        if implementation == "flex_attention":
+            implementation = "sdpa"
+        dropout = self.spec.dropout if self.training else 0.0
+        return self._kernel(
+            query, keys, values, mask, False, implementation, inputs.output_attentions, dropout
+        )
 
     @staticmethod
     def _on_flex(implementation: str, query, inputs: AttentionInputs, dropout: float) -> bool:
@@ -121,3 +161,11 @@ class FullAttention(AttentionCore):
         if real is not None:  # a block is full only if all its keys are real
             full = full & blocks_all(real)[:, None, None, :]
         return flex_block_mask(partial.expand(b, 1, nb, nb), mask_mod, n, full=full.expand(b, 1, nb, nb))
+
+
+def _with_causal(mask: torch.Tensor | None, n: int, total: int, like: torch.Tensor) -> torch.Tensor:
+    """``mask`` plus the causal mask of the last n of ``total`` positions: query i (at total - n + i) sees
+    keys j <= total - n + i; (b|1, 1, n, total) additive."""
+    causal = torch.full((n, total), torch.finfo(like.dtype).min, dtype=like.dtype, device=like.device)
+    causal = causal.triu(total - n + 1)[None, None]  # (1, 1, n, total), min above the shifted diagonal
+    return causal if mask is None else mask + causal

@@ -44,7 +44,8 @@ Mapping onto PyG (what the parity tests check, float32 to 1e-5, forward and grad
 Beyond PyG: positive edge weights (p_ij ∝ w_ij exp(e_ij)), padded batches, ``output_attentions`` as a
 sparse (b, h, n, n) tensor of per-edge probabilities (PyG's ``return_attention_weights``). Deviations from
 the papers: GAT's original model applies ELU between layers and averages heads in the output layer; here the
-encoder block (output projection, feed-forward) follows. The backward is once-differentiable.
+encoder block (output projection, feed-forward) follows. The backward is once-differentiable. While tracing,
+the scores (GATv2's per-edge vectors unchunked) go through graph_sparse's ``EdgeScatter``.
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ class GATAttention(_AdditiveEdgeAttention):
     paper = "Velickovic et al. 2018, Graph Attention Networks"
     cost = "O(E)"
     summary = "additive scores LeakyReLU(a . [W h_i ‖ W h_j]) over a graph's edges (PyG GATConv)"
+    export_note = "as graph_sparse, self loops on every node slot (padded slots' masked out)"
 
     def __init__(self, spec, config: GATConfig | None = None):
         super().__init__(spec, config)
@@ -222,6 +224,7 @@ class GATv2Attention(_AdditiveEdgeAttention):
     paper = "Brody et al. 2022, How Attentive are Graph Attention Networks?"
     cost = "O(E)"
     edge_rows_read = 11
+    export_note = "as gat, the (E, h d) sums unchunked (O(E h d) memory)"
     summary = "dynamic additive scores a . LeakyReLU(W [h_i ‖ h_j]) over a graph's edges (PyG GATv2Conv)"
 
     @classmethod
@@ -250,6 +253,13 @@ class GATv2Attention(_AdditiveEdgeAttention):
             weight = self.edge_projection.weight
             edge_term = self.edge_projection(edge_attr.to(weight.dtype)).to(query.dtype)  # (E, h d)
         nodes = query.shape[0] // h
+        if pattern.traced:  # plain autograd over all edges at once, O(E h d) memory
+            z = query.reshape(nodes, h * d).index_select(0, pattern.target)
+            z = z + key.reshape(nodes, h * d).index_select(0, pattern.source)
+            if edge_term is not None:
+                z = z + edge_term
+            activated = F.leaky_relu(z, self.config.negative_slope).view(-1, h, d)
+            return pattern.to_entries((activated * self.att).sum(-1))  # (E h,)
         scores = _GATv2Scores.apply(
             query.reshape(nodes, h * d),  # slots (N h, d) are node-major (N, h d) rows
             key.reshape(nodes, h * d),

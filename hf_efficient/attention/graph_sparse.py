@@ -25,6 +25,11 @@ the (b, n, h, d) layout and its 64-byte rows were read at random (measured on 2.
 64, 4 heads, one thread: copies took a third of the core's time), while a slot row's neighbours are the
 same node's other heads, so a source node's heads are read together.
 
+While tracing (torch.export, torch.compile, ONNX; ``is_tracing()``) every core over edges computes the same
+maths with :class:`EdgeScatter` instead: gathers, ``scatter_reduce`` and ``index_add`` over the edges in the
+caller's order (no sort, no CSR, no data-dependent size; self loops appended for every node slot and masked),
+plain autograd, O(E h d) memory. The contract tests check it equals this eager path.
+
 Deviations from the paper:
     * the edge projection W_E (``Linear(edge_dim, heads)``) gives one scalar per head and edge (the lecture's
       form); the paper projects edges to d values per head, multiplies them into q (.) k before the sum,
@@ -55,7 +60,7 @@ from torch.autograd.function import once_differentiable
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
-from .inputs import AttentionInputs, GraphEdges
+from .inputs import AttentionInputs, GraphEdges, is_tracing
 from .registry import register_attention
 
 EDGE_FEATURE_MODES = ("multiply", "add")
@@ -122,6 +127,7 @@ class EdgePattern:
         slot_crow, slot_col: the (N h x N h) slot CSR's row pointers (N h + 1,) and columns (E h,).
     """
 
+    traced: ClassVar[bool] = False  # True for EdgeScatter, the traced form
     _CACHE_SIZE = 4  # patterns kept: a model may mix cores with and without self loops, or head counts
     _cache: list = []  # [(weakref to edge_index, weakref to loop mask or None, key, pattern)], newest last
 
@@ -183,13 +189,6 @@ class EdgePattern:
         pattern = cls(edge_index, num_nodes, num_heads, loop_mask)
         mask_ref = None if loop_mask is None else weakref.ref(loop_mask)
         cls._cache = [*alive[-(cls._CACHE_SIZE - 1) :], (weakref.ref(edge_index), mask_ref, key, pattern)]
-        return pattern
-        pattern = cls(edge_index, num_nodes, num_heads, loop_mask)
-        mask_ref = None if loop_mask is None else weakref.ref(loop_mask)
-        cls._cache = [
-            *cls._cache[-(cls._CACHE_SIZE - 1) :],
-            (weakref.ref(edge_index), mask_ref, key, pattern),
-        ]
         return pattern
 
     def _slot_csr(self, crow, in_degree, source, target):
@@ -285,6 +284,18 @@ class EdgePattern:
         template = self.by_target(self._zeros(left.dtype))  # beta=0 still reads the values: they must be 0
         return torch.sparse.sampled_addmm(template, left, right.T, beta=0.0).values()
 
+    def dot_scores(self, query: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
+        """(E h,) scale * query[target slot] . key[source slot] for (N h, d) slot matrices."""
+        return _EdgeScores.apply(query, key, self, scale)
+
+    def softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        """Softmax of (E h,) entry scores over each target slot's entries."""
+        return _EdgeSoftmax.apply(scores, self)
+
+    def aggregate(self, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """sum over a target slot's entries of probs * value[source slot]: (E h,), (N h, d) -> (N h, d)."""
+        return _EdgeAggregate.apply(probs, value, self)
+
     def _zeros(self, dtype: torch.dtype) -> torch.Tensor:
         zeros = self.__dict__.setdefault("_zero_values", {})
         if dtype not in zeros:
@@ -299,6 +310,106 @@ class EdgePattern:
             self.slot_row_length, output_size=self.num_entries
         )  # (E h,) target slot of each entry
         target, head, source = rows // h, rows % h, self.slot_col.long() // h
+        indices = torch.stack([target // seq, head, target % seq, source % seq])  # (4, E h)
+        shape = (batch, h, seq, seq)
+        return torch.sparse_coo_tensor(indices, probs, shape, check_invariants=False).coalesce()
+
+
+class EdgeScatter:
+    """The operations of :class:`EdgePattern` as gathers and scatters over the edges in the caller's order:
+    what traced graphs (torch.export, torch.compile, ONNX) compute, equal to the CSR kernels up to rounding.
+
+    No sort, no CSR, no count of edges per node, no ``nonzero``: every size is E, N or N h. Entry order is
+    edge-major, entry ``e h + hh`` = (edge e, head hh), so :meth:`to_entries` / :meth:`from_entries` are
+    reshapes. With self loops, the graph's self loops stay in place but are masked out of the softmax, and
+    one loop per node (all N) is appended after the given edges, masked out for nodes outside the loop
+    mask (padding): E_given + N edges, whichever of them take part. Autograd is plain (no custom Function),
+    so memory is O(E h d) (the gathered rows), against O(E h) for the CSR kernels.
+
+    Attributes: as :class:`EdgePattern` (``num_nodes``, ``num_heads``, ``source``, ``target``,
+    ``num_entries``), plus ``active`` ((E,) bool, the edges that take part; None: all of them) and
+    ``target_slots`` / ``source_slots`` ((E h,) each entry's slots).
+    """
+
+    traced: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        edge_index: torch.Tensor,
+        num_nodes: int,
+        num_heads: int = 1,
+        loop_mask: torch.Tensor | None = None,
+    ):
+        source, target = edge_index.long()
+        self.num_nodes, self.num_heads = num_nodes, num_heads
+        self.given_target, self.given_active, self.active = target, None, None
+        if loop_mask is not None:
+            nodes = torch.arange(num_nodes, device=source.device)
+            self.given_active = source != target  # (E_given,) the graph's self loops are dropped
+            self.active = torch.cat([self.given_active, loop_mask.reshape(-1).to(torch.bool)])
+            source, target = torch.cat([source, nodes]), torch.cat([target, nodes])
+        self.source, self.target = source, target
+        self.num_entries = target.numel() * num_heads
+        self.target_slots, self.source_slots = _slots_of(target, num_heads), _slots_of(source, num_heads)
+
+    def edge_values(self, values: torch.Tensor, loops: str = "mean") -> torch.Tensor:
+        """As :meth:`EdgePattern.edge_values`: (E_given, ...) -> (E, ...), the loops' values appended."""
+        if self.active is None:
+            return values
+        shape = (self.num_nodes, *values.shape[1:])
+        if loops == "one":
+            return torch.cat([values, values.new_ones(shape)])
+        keep = self.given_active.to(values.dtype)  # (E_given,)
+        broadcast = (-1, *[1] * (values.dim() - 1))
+        sums = values.new_zeros(shape).index_add(0, self.given_target, values * keep.view(broadcast))
+        counts = values.new_zeros(self.num_nodes).index_add(0, self.given_target, keep).clamp(min=1)
+        return torch.cat([values, sums / counts.view(broadcast)])
+
+    def to_entries(self, values: torch.Tensor) -> torch.Tensor:
+        """(E, h, ...) or (E,) values -> (E h, ...) entries; an (E,) value is shared by every head."""
+        if values.dim() == 1:
+            values = values[:, None].expand(-1, self.num_heads)
+        return values.reshape(self.num_entries, *values.shape[2:])
+
+    def from_entries(self, values: torch.Tensor) -> torch.Tensor:
+        """(E h, ...) entries -> (E, h, ...)."""
+        return values.view(-1, self.num_heads, *values.shape[1:])
+
+    def per_entry(self, slot_values: torch.Tensor) -> torch.Tensor:
+        """(N h, ...) per-slot values at each entry's target slot -> (E h, ...)."""
+        return slot_values.index_select(0, self.target_slots)
+
+    def source_slot_values(self, slot_values: torch.Tensor) -> torch.Tensor:
+        """(N h, ...) per-slot values at each entry's source slot -> (E h, ...)."""
+        return slot_values.index_select(0, self.source_slots)
+
+    def dot_scores(self, query: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
+        """(E h,) scale * query[target slot] . key[source slot] for (N h, d) slot matrices."""
+        return (self.per_entry(query) * self.source_slot_values(key)).sum(-1) * scale
+
+    def softmax(self, scores: torch.Tensor) -> torch.Tensor:
+        """Softmax of (E h,) scores over each target slot's active entries (inactive entries get 0)."""
+        if self.active is not None:
+            scores = scores.masked_fill(~self.to_entries(self.active), float("-inf"))
+        slots = self.num_nodes * self.num_heads
+        lowest = scores.new_full((slots,), float("-inf"))
+        # The maximum only keeps exp finite (the softmax does not depend on it): no gradient through it.
+        row_max = lowest.scatter_reduce(0, self.target_slots, scores.detach(), "amax")
+        row_max = row_max.clamp(min=torch.finfo(scores.dtype).min)  # a slot with no active entry: finite
+        probs = (scores - self.per_entry(row_max)).exp()  # (E h,)
+        totals = scores.new_zeros(slots).index_add(0, self.target_slots, probs)  # >= 1 where any entry
+        return probs / self.per_entry(torch.where(totals > 0, totals, 1.0))
+
+    def aggregate(self, probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """sum over a target slot's entries of probs * value[source slot]: (E h,), (N h, d) -> (N h, d)."""
+        messages = probs[:, None] * self.source_slot_values(value)  # (E h, d)
+        return value.new_zeros(value.shape).index_add(0, self.target_slots, messages)
+
+    def attention_matrix(self, probs: torch.Tensor, batch: int, seq: int) -> torch.Tensor:
+        """As :meth:`EdgePattern.attention_matrix` (inactive edges hold 0)."""
+        h = self.num_heads
+        target, source = self.target_slots // h, self.source_slots // h
+        head = self.target_slots % h
         indices = torch.stack([target // seq, head, target % seq, source % seq])  # (4, E h)
         shape = (batch, h, seq, seq)
         return torch.sparse_coo_tensor(indices, probs, shape, check_invariants=False).coalesce()
@@ -410,12 +521,12 @@ class _EdgeAggregate(torch.autograd.Function):
 
 def edge_softmax(scores: torch.Tensor, pattern: EdgePattern) -> torch.Tensor:
     """Softmax of (E h,) entry scores over each target slot's entries."""
-    return _EdgeSoftmax.apply(scores, pattern)
+    return pattern.softmax(scores)
 
 
 def edge_aggregate(probs: torch.Tensor, value: torch.Tensor, pattern: EdgePattern) -> torch.Tensor:
     """sum over a target slot's entries of probs * value[source slot]: (E h,), (N h, d) -> (N h, d)."""
-    return _EdgeAggregate.apply(probs, value, pattern)
+    return pattern.aggregate(probs, value)
 
 
 class EdgeAttention(AttentionCore):
@@ -476,12 +587,20 @@ class EdgeAttention(AttentionCore):
 
     def _pattern(self, edges: GraphEdges, b: int, n: int, inputs: AttentionInputs, device) -> EdgePattern:
         """The batch's pattern over b n nodes and this core's heads; with ``add_self_loops``, one loop on
-        every real node (padded nodes get none: they must stay unread)."""
+        every real node (padded nodes get none: they must stay unread). While tracing, the
+        :class:`EdgeScatter` of the edges in their given order."""
+        edge_index = edges.edge_index.to(device)
+        if is_tracing():
+            loop_mask = None
+            if self.config.add_self_loops:
+                mask = inputs.attention_mask
+                loop_mask = mask if mask is not None else torch.ones(b * n, dtype=torch.bool, device=device)
+            return EdgeScatter(edge_index, b * n, self.num_heads, loop_mask)
         loop_mask = None
         if self.config.add_self_loops:
             mask = inputs.attention_mask
             loop_mask = mask if mask is not None else _all_nodes(b, n, device)
-        return EdgePattern.of(edges.edge_index.to(device), b * n, self.num_heads, loop_mask)
+        return EdgePattern.of(edge_index, b * n, self.num_heads, loop_mask)
 
     def _edge_probabilities(
         self, query: torch.Tensor, key: torch.Tensor, edges: GraphEdges, pattern: EdgePattern
@@ -542,6 +661,7 @@ class GraphSparseAttention(EdgeAttention):
     paper = "Dwivedi & Bresson 2021, A Generalization of Transformer Networks to Graphs"
     cost = "O(E)"
     summary = "softmax over a graph's edges, edge weights and edge features"
+    export_note = "edges by gathers and scatters, O(E h d); edge values are trusted (not checked)"
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -578,7 +698,7 @@ def dot_product_scores(
     mode: str = "multiply",
 ) -> torch.Tensor:
     """Scaled dot products q_i . k_j / sqrt(d) over the entries (E h,), times or plus (W_E e_ij)_h."""
-    scores = _EdgeScores.apply(query, key, pattern, scale)  # (E h,)
+    scores = pattern.dot_scores(query, key, scale)  # (E h,)
     if edge_attr is not None:
         weight = edge_projection.weight
         projected = pattern.to_entries(edge_projection(edge_attr.to(weight.dtype)).to(scores.dtype))  # (E h,)

@@ -12,6 +12,14 @@ the kernel) and passes the same object to every layer; each core reads the field
   core's capabilities (no tensor is read, so it costs nothing and traces cleanly); an input the core cannot
   honour raises a ``ValueError`` naming the problem and the fix, nothing is silently ignored.
 
+Under ``torch.export`` and ``torch.compile`` (:func:`is_tracing`) a graph cannot branch on tensor values, so
+:meth:`AttentionInputs.prepare` keeps the shape checks and the normalisation that needs no value (the mask
+becomes bool) and skips the rest: the value checks are not run (an exported program trusts its inputs: a
+0/1 padding mask, edges inside their own graph and away from padding, positive edge weights), the padding
+mask is kept even when nothing is padded, and ``empty_rows`` / ``global_attention_mask`` stay tensors even
+when no row is empty / no token global. Every core gives the same outputs either way (a mask of all ones
+changes nothing), so an exported or compiled model equals the eager one on valid inputs.
+
 Shapes: b = batch, h = heads, n = sequence length, E = number of edges.
 """
 
@@ -25,6 +33,11 @@ import torch
 
 if TYPE_CHECKING:
     from .base import AttentionCapabilities
+
+
+def is_tracing() -> bool:
+    """True while ``torch.export`` or ``torch.compile`` traces the code (no branching on tensor values)."""
+    return torch.compiler.is_compiling()
 
 
 @dataclass
@@ -118,14 +131,17 @@ class AttentionInputs:
         docstring); returns ``self`` when already prepared for that shape. ``name`` opens every message."""
         if self.prepared_for == (batch, seq):
             return self
-        mask = normalize_padding_mask(self.attention_mask, batch, seq, name)
+        traced = is_tracing()  # no value checks, and tensors kept where eager mode drops them by value
+        mask = normalize_padding_mask(self.attention_mask, batch, seq, name, read_values=not traced)
         empty = None
         if mask is not None:
             empty = ~mask.any(-1)  # (b,)
-            empty = empty if bool(empty.any()) else None
+            empty = empty if traced or bool(empty.any()) else None
         if self.edges is not None:
-            check_edges(self.edges, batch, seq, mask, name)
-        global_mask = normalize_global_mask(self.global_attention_mask, batch, seq, mask, name)
+            check_edges(self.edges, batch, seq, mask, name, read_values=not traced)
+        global_mask = normalize_global_mask(
+            self.global_attention_mask, batch, seq, mask, name, read_values=not traced
+        )
         return dataclasses.replace(
             self,
             attention_mask=mask,
@@ -150,7 +166,12 @@ def check_supported(
     queries; shapes only, no tensor values are read."""
     b, h, n, _ = shape
     if inputs.is_causal and not capabilities.causal:
-        raise ValueError(f"{name} has no causal form; use one of the causal attention types.")
+        from .registry import causal_attention_types  # the registry imports this module
+
+        raise ValueError(
+            f"{name} has no causal form (is_causal=True, a decoder). Causal attention types: "
+            f"{', '.join(causal_attention_types())}."
+        )
     if inputs.output_attentions and not capabilities.output_attentions:
         raise ValueError(
             f"{name} never forms the (seq x seq) attention matrix, so it cannot return attention "
@@ -166,7 +187,8 @@ def check_supported(
         if (
             bias.dim() != 4
             or bias.shape[-2:] != (n, n)
-            or any(s not in (1, t) for s, t in zip(bias.shape[:2], (b, h), strict=True))
+            # (t, 1): a traced size equal to t is settled without asking whether it is 1 (a guard)
+            or any(s not in (t, 1) for s, t in zip(bias.shape[:2], (b, h), strict=True))
         ):
             raise ValueError(
                 f"{name}: attention_bias must broadcast to (batch, heads, seq, seq) = {(b, h, n, n)}, "
@@ -189,9 +211,12 @@ def check_supported(
 
 
 def normalize_padding_mask(
-    attention_mask: torch.Tensor | None, b: int, n: int, name: str = "attention"
+    attention_mask: torch.Tensor | None, b: int, n: int, name: str = "attention", read_values: bool = True
 ) -> torch.Tensor | None:
-    """Turn HF's (b, n) 0/1 or bool mask into bool (True = real), or None when nothing is padded."""
+    """Turn HF's (b, n) 0/1 or bool mask into bool (True = real), or None when nothing is padded.
+
+    With ``read_values=False`` (tracing) the values are not checked and the bool mask is kept even when
+    every token is real."""
     if attention_mask is None:
         return None
     if attention_mask.shape != (b, n):
@@ -201,21 +226,31 @@ def normalize_padding_mask(
             "build their own 4-D masks."
         )
     if attention_mask.dtype != torch.bool:
-        if attention_mask.is_floating_point() and bool(((attention_mask != 0) & (attention_mask != 1)).any()):
+        if (
+            read_values
+            and attention_mask.is_floating_point()
+            and bool(((attention_mask != 0) & (attention_mask != 1)).any())
+        ):
             raise ValueError(
                 f"{name}: attention_mask must hold only 0/1 (or bool); got other values. An additive mask "
                 "(0 / -inf) is not a padding mask: pass the tokenizer's 0/1 mask instead."
             )
         attention_mask = attention_mask != 0
-    if bool(attention_mask.all()):
+    if read_values and bool(attention_mask.all()):
         return None
     return attention_mask
 
 
 def normalize_global_mask(
-    global_mask: torch.Tensor | None, b: int, n: int, mask: torch.Tensor | None, name: str = "attention"
+    global_mask: torch.Tensor | None,
+    b: int,
+    n: int,
+    mask: torch.Tensor | None,
+    name: str = "attention",
+    read_values: bool = True,
 ) -> torch.Tensor | None:
-    """(b, n) bool of global tokens (never a padded one), or None when no token is global."""
+    """(b, n) bool of global tokens (never a padded one), or None when no token is global (kept as a tensor
+    with ``read_values=False``)."""
     if global_mask is None:
         return None
     if global_mask.shape != (b, n):
@@ -226,27 +261,33 @@ def normalize_global_mask(
     global_mask = global_mask.bool()
     if mask is not None:
         global_mask = global_mask & mask  # a padded token is never global
-    return global_mask if bool(global_mask.any()) else None
+    return global_mask if not read_values or bool(global_mask.any()) else None
 
 
-def check_edges(edges: GraphEdges, b: int, n: int, mask: torch.Tensor | None, name: str) -> None:
+def check_edges(
+    edges: GraphEdges, b: int, n: int, mask: torch.Tensor | None, name: str, read_values: bool = True
+) -> None:
     """Validate GraphEdges against a padded (b, n) batch: :func:`check_edge_index`, at least one edge (a
-    core attending along edges has nothing to attend to otherwise), :func:`check_edge_features`."""
-    check_edge_index(edges.edge_index, b, n, mask, name)
+    core attending along edges has nothing to attend to otherwise), :func:`check_edge_features` (shapes
+    only with ``read_values=False``, while traced)."""
+    check_edge_index(edges.edge_index, b, n, mask, name, read_values)
     if edges.num_edges == 0:
         raise ValueError(f"{name}: the graph has no edges; add self-loops or edges before attention.")
-    check_edge_features(edges.num_edges, edges.edge_weight, edges.edge_attr, name)
+    check_edge_features(edges.num_edges, edges.edge_weight, edges.edge_attr, name, read_values)
 
 
-def check_edge_index(edge_index: torch.Tensor, b: int, n: int, mask: torch.Tensor | None, name: str) -> None:
+def check_edge_index(
+    edge_index: torch.Tensor, b: int, n: int, mask: torch.Tensor | None, name: str, read_values: bool = True
+) -> None:
     """(2, E) integer edges over the flattened positions of a padded (b, n) batch: inside the batch (a
-    negative position would silently wrap around in indexing), within one graph, never at padding."""
+    negative position would silently wrap around in indexing), within one graph, never at padding. With
+    ``read_values=False`` (traced) only the shape and dtype are checked: the values are trusted."""
     ei = edge_index
     if ei.dim() != 2 or ei.shape[0] != 2 or ei.dtype not in (torch.int64, torch.int32):
         raise ValueError(
             f"{name}: edge_index must be an integer tensor of shape (2, E), got {tuple(ei.shape)} {ei.dtype}."
         )
-    if ei.shape[1] == 0:
+    if ei.shape[1] == 0 or not read_values:
         return
     lo, hi = int(ei.min()), int(ei.max())
     if lo < 0 or hi >= b * n:
@@ -261,16 +302,21 @@ def check_edge_index(edge_index: torch.Tensor, b: int, n: int, mask: torch.Tenso
 
 
 def check_edge_features(
-    num_edges: int, edge_weight: torch.Tensor | None, edge_attr: torch.Tensor | None, name: str
+    num_edges: int,
+    edge_weight: torch.Tensor | None,
+    edge_attr: torch.Tensor | None,
+    name: str,
+    read_values: bool = True,
 ) -> None:
-    """One finite positive weight (E,) and one feature row (E, F) per edge, when given."""
+    """One finite positive weight (E,) and one feature row (E, F) per edge, when given (the weights' values
+    only with ``read_values``)."""
     if edge_weight is not None:
         w = edge_weight
         if w.shape != (num_edges,):
             raise ValueError(
                 f"{name}: edge_weight must have shape (E,) = ({num_edges},), got {tuple(w.shape)}."
             )
-        if bool((w <= 0).any()) or not bool(torch.isfinite(w).all()):
+        if read_values and (bool((w <= 0).any()) or not bool(torch.isfinite(w).all())):
             raise ValueError(f"{name}: edge_weight must be finite and positive (p_ij ∝ w_ij exp(s_ij)).")
     if edge_attr is not None and (edge_attr.dim() != 2 or edge_attr.shape[0] != num_edges):
         raise ValueError(
@@ -286,6 +332,7 @@ __all__ = [
     "check_edge_index",
     "check_edges",
     "check_supported",
+    "is_tracing",
     "normalize_global_mask",
     "normalize_padding_mask",
 ]

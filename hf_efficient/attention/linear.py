@@ -8,7 +8,9 @@ Softmax similarity exp(q^T k) is replaced by a kernel phi(q)^T phi(k) with phi(x
 Non-causal: the sums run over all keys. Causal (``is_causal=True``): over j <= i only; computed in parallel
 (masked quadratic form inside blocks of ``block_size`` tokens, prefix sums of the d x d states across
 blocks, see ``_kernelized``) and, for token-by-token decoding, by the recurrent form :meth:`step` with
-state (S, z), S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i). Cost O(n d^2) time, O(n d) memory.
+state (S, z), S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i). Cost O(n d^2) time, O(n d) memory;
+decoding keeps (S, z) per layer, h d (d + 1) numbers whatever the context (a
+:class:`~hf_efficient.attention.cache.RecurrentStateLayer`), and spends O(d^2) per token and head.
 
 Deviations from the paper: ``eps`` (default 1e-6) is added to the denominator (the reference code does the
 same); padded keys are honoured by zeroing both their mapped keys phi(k_j) and their values (masked_fill), so
@@ -23,10 +25,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._kernelized import kernelized_attention, recurrent_step
-from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from ._kernelized import KernelizedAttentionCore
+from .base import AttentionCapabilities
 from .config import AttentionConfig
-from .inputs import AttentionInputs
 from .registry import register_attention
 
 
@@ -61,7 +62,7 @@ def masked_elu_feature_map(x: torch.Tensor, keep: torch.Tensor | None) -> torch.
 
 
 @register_attention("linear")
-class LinearAttention(AttentionCore):
+class LinearAttention(KernelizedAttentionCore):
     """Kernelised attention with phi(x) = elu(x) + 1 (no parameters, no random state)."""
 
     config_class = LinearAttentionConfig
@@ -73,6 +74,7 @@ class LinearAttention(AttentionCore):
     cost = "O(n·d²)"
     lra_listops = ("Linear Trans.", 16.13)
     summary = "elu+1 features, causal prefix-sum and RNN step forms"
+    export_note = "one piece (no chunks): O(n d) features"
     small_config = {"block_size": 4}
     float32_for = (torch.float16,)  # see _kernelized: 1 / normaliser gradients overflow float16
 
@@ -81,35 +83,11 @@ class LinearAttention(AttentionCore):
         """4 n d (d + 1): phi(K)^T [V, 1] and phi(Q) [S | z] with d features (elu + 1)."""
         return 4.0 * n * head_dim * (head_dim + 1)
 
-    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
-        output = kernelized_attention(
-            query,
-            key,
-            value,
-            inputs.attention_mask,
-            elu_feature_map,
-            masked_elu_feature_map,
-            self.head_dim,
-            causal=inputs.is_causal,
-            eps=self.config.eps,
-            block_size=self.config.block_size,
-        )
-        return AttentionOutput(output, None)
-
-    def step(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        state: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Causal attention for one new token, as an RNN (equal to ``is_causal=True`` on the whole prefix).
-
-        Args:
-            query, key, value: (b, h, d) projections of the current token.
-            state: (S (b, h, d, d), z (b, h, d)) returned by the previous step, or None for the first token.
-
-        Returns:
-            (output (b, h, d), new state).
-        """
-        return recurrent_step(elu_feature_map(query), elu_feature_map(key), value, state, self.config.eps)
+    def _kernel_arguments(self, query, key, attention_mask) -> dict:
+        return {
+            "query": query,
+            "query_features": elu_feature_map,
+            "key_features": masked_elu_feature_map,
+            "num_features": self.head_dim,
+            "key_maxima": None,  # elu + 1 needs no stabilising shift
+        }

@@ -82,6 +82,7 @@ class LinformerAttention(AttentionCore):
     cost = "O(n·k)"
     lra_listops = ("Linformer", 35.7)
     summary = "learned length projections, head/key-value/layer sharing"
+    export_note = "sequence length up to max_position_embeddings (the projections' size)"
     small_config = {"projected_length": 8}
 
     @classmethod
@@ -153,9 +154,12 @@ class LinformerAttention(AttentionCore):
             padded = ~attention_mask[:, None, :, None]  # (b, 1, n, 1)
             key = key.masked_fill(padded, 0.0)
             value = value.masked_fill(padded, 0.0)
-        key_projection, value_projection = self._projections()
-        projected_key = project_sequence(key_projection[..., :n], key)  # (b, h, k, d)
-        projected_value = project_sequence(value_projection[..., :n], value)  # (b, h, k, d)
+        # E[..., :n] and F[..., :n] as a gather of the first n columns: a slice of a parameter by a traced
+        # length makes torch.export guard on n != n_max (measured on torch 2.13); a gather is the same copy.
+        first = torch.arange(n, device=query.device)
+        key_projection, value_projection = (p.index_select(-1, first) for p in self._projections())
+        projected_key = project_sequence(key_projection, key)  # (b, h, k, d)
+        projected_value = project_sequence(value_projection, value)  # (b, h, k, d)
         dropout = self.spec.dropout if self.training else 0.0
         output = F.scaled_dot_product_attention(
             query, projected_key, projected_value, dropout_p=dropout, scale=self.scaling

@@ -43,9 +43,9 @@ from torch.autograd.function import once_differentiable
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .config import AttentionConfig
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
-from .utils import CHUNK_BYTES, rows_per_chunk
+from .utils import CHUNK_BYTES, pad_to_multiple, rows_per_chunk, unpad
 
 
 @dataclass
@@ -197,6 +197,7 @@ class LongShortAttention(AttentionCore):
     paper = "Zhu et al. 2021, Long-Short Transformer: Efficient Transformers for Language and Vision"
     cost = "O(n·(w+r))"
     summary = "segment-wise window + dynamic low-rank projection, dual LayerNorm"
+    export_note = "every segment at once: O(n (w + 2e + r)) scores per head"
     small_config = {"window_size": 6, "num_landmarks": 4}
 
     @classmethod
@@ -236,11 +237,17 @@ class LongShortAttention(AttentionCore):
             return x
         weight, bias = weight_rows[f"{which}_norm_weight"], weight_rows[f"{which}_norm_bias"]
         shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+        return self._affine_norm(x, weight.view(shape), bias.view(shape))
+
+    def _affine_norm(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """LayerNorm of x over its last dim (head_dim), then weight and bias (broadcast against x)."""
         normed = F.layer_norm(x, x.shape[-1:], eps=self.config.layer_norm_eps)
-        return torch.addcmul(bias.view(shape), normed, weight.view(shape))
+        return torch.addcmul(bias, normed, weight)
 
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         attention_mask = inputs.attention_mask
+        if is_tracing():
+            return AttentionOutput(self._attend_whole(query, key, value, attention_mask), None)
         b, h, n, d = query.shape
         w, r = self.config.window_size, self.config.num_landmarks
         e = w // 2
@@ -292,6 +299,56 @@ class LongShortAttention(AttentionCore):
         out = torch.cat(outputs, dim=0) if len(outputs) > 1 else outputs[0]  # (b * h, S, w, d)
         out = out.view(b, h, n_pad, d)[:, :, :n]  # (b, h, n, d)
         return AttentionOutput(out, None)
+
+    def _attend_whole(self, query, key, value, attention_mask) -> torch.Tensor:
+        """The same attention in one piece on (b, h, n, d) tensors, with plain autograd: what torch.export and
+        torch.compile trace (no loop over chunks, no custom Function; memory O(n (w + 2e + r)) per head)."""
+        b, h, n, d = query.shape
+        w, r = self.config.window_size, self.config.num_landmarks
+        e = w // 2
+        real = (
+            torch.ones(b, n, dtype=torch.bool, device=query.device)
+            if attention_mask is None
+            else attention_mask
+        )
+        pad = ~real[:, None, :, None]  # (b, 1, n, 1)
+        q, k, v = (t.masked_fill(pad, 0.0) for t in (query, key, value))  # poisoned padding cannot leak
+        params = {name: p.to(query.dtype) for name, p in self.named_parameters(recurse=False)}
+
+        def norm(x, which):  # LN over head_dim with per-head affine, (b, h, ..., d)
+            if not self.config.dual_ln:
+                return x
+            weight, bias = params[f"{which}_norm_weight"], params[f"{which}_norm_bias"]  # (h, d)
+            shape = (1, h) + (1,) * (x.dim() - 3) + (d,)
+            return self._affine_norm(x, weight.view(shape), bias.view(shape))
+
+        def windows(x):  # (b, ..., n) -> (b, ..., S, w + 2e): segment s sees [s w - e, s w + w + e)
+            padded = F.pad(pad_to_multiple(x, w, dim=-1), (e, w - e))  # e before, up to (S + 1) w
+            blocks = padded.unflatten(-1, (-1, w))  # (b, ..., S + 1, w)
+            return torch.cat([blocks[..., :-1, :], blocks[..., 1:, : 2 * e]], dim=-1)
+
+        def token_windows(x):  # (b, h, n, d) -> (b, h, S, w + 2e, d)
+            return windows(x.transpose(2, 3)).permute(0, 1, 3, 4, 2)
+
+        keys, values = token_windows(norm(k, "local")), token_windows(norm(v, "local"))
+        valid = windows(real)  # (b, S, w + 2e)
+        num_segments = valid.shape[1]
+        if r > 0:
+            logits = params["dynamic_projection"].transpose(1, 2) @ k.transpose(2, 3)  # (b, h, r, n)
+            projection = torch.softmax(logits.masked_fill(~real[:, None, None], float("-inf")), dim=-1)
+            landmark_keys = norm(projection @ k, "global")[:, :, None]  # (b, h, 1, r, d)
+            landmark_values = norm(projection @ v, "global")[:, :, None]
+            shape = (b, h, num_segments, r, d)
+            keys = torch.cat([keys, landmark_keys.expand(shape)], dim=3)  # (b, h, S, w + 2e + r, d)
+            values = torch.cat([values, landmark_values.expand(shape)], dim=3)
+            valid = F.pad(valid, (0, r), value=True)  # landmarks always valid
+        q = pad_to_multiple(q * self.scaling, w).view(b, h, num_segments, w, d)  # (b, h, S, w, d)
+        scores = q @ keys.transpose(-1, -2)  # (b, h, S, w, w + 2e + r)
+        scores = scores.masked_fill(~valid[:, None, :, None, :], torch.finfo(scores.dtype).min)
+        probs = torch.softmax(scores, dim=-1)
+        if self.training and self.spec.dropout > 0:
+            probs = F.dropout(probs, self.spec.dropout)
+        return unpad((probs @ values).view(b, h, num_segments * w, d), n)  # (b, h, S w, d) -> (b, h, n, d)
 
     def _landmarks(self, k: torch.Tensor, v: torch.Tensor, row: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """K_bar = LN_G(P^T K), V_bar = LN_G(P^T V), P = softmax over positions of K W^P.

@@ -17,6 +17,14 @@ reshapes (n, d) -> (n / r, r, d): tokens of one residue mod r form an undilated 
 kernel runs on the r interleaved subsequences. Global rows (few) are dense over all keys. No (n x n)
 tensor is ever built.
 
+Causal form (``is_causal=True``, a decoder): token i sees itself and the w earlier tokens of its residue,
+A(i) = {i - t r : 0 <= t <= w}, as many keys as the two-sided window (the whole span moved to the left, as
+the autoregressive models of the paper's section 4). Chunks then hold key blocks t - j .. t only. Decoding
+keeps the last w r keys and values of each layer (a
+:class:`~hf_efficient.attention.cache.SlidingWindowCacheLayer`): memory and time per token independent of
+the context. The causal form has no global tokens (a global token attends to later tokens): a causal model
+sets ``global_token_indices=[]``.
+
 Deviations from the paper:
     * Longformer has separate projections Q_g, K_g, V_g for global attention. Projections live outside the
       cores here, so global rows use the same q/k/v as local ones (load a Longformer checkpoint by dropping
@@ -31,8 +39,10 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from transformers.cache_utils import DynamicLayer
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .cache import SlidingWindowCacheLayer
 from .config import AttentionConfig
 from .flex import (
     FLEX_BLOCK,
@@ -46,7 +56,7 @@ from .flex import (
     num_blocks,
     use_flex,
 )
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
 from .utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
 
@@ -94,12 +104,17 @@ def band_pairs(n: int, half: int) -> int:
 @register_attention("longformer")
 class LongformerAttention(AttentionCore):
     config_class = LongformerAttentionConfig
-    capabilities = AttentionCapabilities(global_attention_mask=True)
+    capabilities = AttentionCapabilities(global_attention_mask=True, causal=True)
     paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
     cost = "O(n·w)"
     lra_listops = ("Longformer", 35.63)
-    summary = "sliding window (optional dilation) + global tokens by index or per-example mask"
+    summary = "sliding window (optional dilation) + global tokens by index or per-example mask; causal window"
+    export_note = (
+        "global tokens: the configured global_token_indices (a per-example global_attention_mask is no "
+        "serving input); every window chunk at once"
+    )
     small_config = {"attention_window": 6, "global_token_indices": [0]}
+    causal_small_config = {"attention_window": 6}  # the causal form has no global tokens
     benchmark_config = {"attention_window": 512}
 
     @classmethod
@@ -114,27 +129,76 @@ class LongformerAttention(AttentionCore):
 
     def __init__(self, spec, config=None):
         super().__init__(spec, config)
+        if spec.causal and self.config.global_token_indices:
+            raise ValueError(
+                f"longformer: global_token_indices={self.config.global_token_indices} in a causal model; the "
+                "causal form has no global tokens (a global token attends to later tokens). Use "
+                "global_token_indices=[]."
+            )
         self.flex_masks = BlockMaskCache()  # FlexAttention masks of unpadded lengths, rebuilt on demand
+
+    def new_cache_layer(self) -> SlidingWindowCacheLayer:
+        return SlidingWindowCacheLayer(self.config.attention_window * self.config.attention_dilation)
+
+    def _attend_cached(self, query, key, value, inputs: AttentionInputs, layer) -> AttentionOutput:
+        """The new tokens against the kept window: one token by a softmax over at most w r + 1 keys; several
+        through the parallel causal form on the kept tokens followed by the new ones (outputs of the kept
+        ones, which have no queries, are dropped)."""
+        if inputs.global_attention_mask is not None:
+            raise ValueError("longformer: the causal form has no global tokens; drop global_attention_mask.")
+        b, h, n, d = query.shape
+        held = DynamicLayer.get_seq_length(layer)  # tokens kept from earlier calls
+        keys, values, key_mask = layer.update_with_mask(
+            key, value, inputs.attention_mask
+        )  # (b, h, held + n, d)
+        if held == 0:
+            return self._attend(query, key, value, inputs)
+        total, r = held + n, self.config.attention_dilation
+        real = key_mask if key_mask is not None else torch.ones(b, total, dtype=torch.bool, device=key.device)
+        if n == 1:
+            distance = torch.arange(held, -1, -1, device=key.device)  # (held + 1,): the query is the last
+            allowed = (distance % r == 0) & (real | (distance == 0))  # (b, held + 1); all within w r
+            out = F.scaled_dot_product_attention(
+                query, keys, values, attn_mask=allowed[:, None, None, :], scale=self.scaling
+            )
+            return AttentionOutput(out, None)
+        queries = torch.cat([query.new_zeros(b, h, held, d), query], dim=2)  # kept tokens: outputs dropped
+        joined = inputs.replace(attention_mask=key_mask, cache=None).prepare(b, total, "longformer")
+        return AttentionOutput(self._attend(queries, keys, values, joined).output[:, :, held:], None)
 
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         attention_mask = inputs.attention_mask
         global_attention_mask = inputs.global_attention_mask
         b, h, n, d = query.shape
         device = query.device
+        causal = inputs.is_causal
         is_global = self._global_tokens(global_attention_mask, attention_mask, b, n, device)
+        if causal and is_global is not None:
+            raise ValueError(
+                "longformer: the causal form has no global tokens (a global token attends to every token, "
+                "later ones too); drop global_attention_mask and use global_token_indices=[] in a causal "
+                "model."
+            )
         real = attention_mask if attention_mask is not None else torch.ones(b, n, dtype=torch.bool)
         real = real.to(device)
         dropout = self.spec.dropout if self.training else 0.0
         if use_flex(self.config.implementation, query, dropout):
             # a pattern of sizes only (no padding, no per-example global tokens): one mask per length
             same_for_all = attention_mask is None and global_attention_mask is None
-            cache_key = (n, str(device)) if same_for_all else None
+            cache_key = (n, str(device), causal) if same_for_all else None
             if same_for_all and is_global is not None:
                 is_global = is_global[:1]  # from global_token_indices: the same in every example
             mask = self.flex_masks.get(
-                cache_key, lambda: self._flex_mask(n, attention_mask, is_global, device)
+                cache_key, lambda: self._flex_mask(n, attention_mask, is_global, device, causal)
             )
             return AttentionOutput(flex_attend(query, key, value, mask, self.scaling), None)
+        if is_tracing():
+            if causal:
+                raise ValueError(
+                    "longformer: the causal form cannot be traced by torch.export / torch.compile yet (its "
+                    "traced path is the bidirectional window). Export the encoder form (is_causal=False)."
+                )
+            return AttentionOutput(self._attend_whole(query, key, value, real, is_global, dropout), None)
         slot_pos, slot_valid = _global_slots(is_global, b, device)  # (b, G), (b, G)
         gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
         if is_global is None:  # no gather: its backward would allocate a full-size zero gradient
@@ -143,7 +207,7 @@ class LongformerAttention(AttentionCore):
             global_key, global_value = key.gather(2, gather_index), value.gather(2, gather_index)
 
         r = self.config.attention_dilation
-        window = _Window.build(self.config.attention_window // 2, sub_len=-(-n // r))
+        window = self._window(causal, sub_len=-(-n // r))
         q, k, v = (pad_to_multiple(t, r * window.chunk) for t in (query, key, value))  # (b, h, r m, d)
         key_real = extend_padding_mask(real, b, n, r * window.chunk, device)  # (b, r m)
         m = q.shape[2] // r
@@ -158,7 +222,8 @@ class LongformerAttention(AttentionCore):
         # A global key's position inside subsequence s, or far away when it belongs to another one.
         residue = torch.arange(r, device=device)[None, :, None]  # (1, r, 1)
         in_sub = (slot_pos % r)[:, None, :] == residue  # (b, r, G)
-        sub_pos = torch.where(in_sub, (slot_pos // r)[:, None, :], -4 * (m + window.reach))  # (b, r, G)
+        far = -4 * (m + window.reach + window.reach_after)
+        sub_pos = torch.where(in_sub, (slot_pos // r)[:, None, :], far)  # (b, r, G)
         mask = window.mask(key_real, sub_pos.flatten(0, 1), slot_valid.repeat_interleave(r, dim=0))
         if device.type == "cpu" and dropout == 0.0 and _HAS_CPU_FLASH:
             chunks = _CpuFlashWindow.apply(q, k, v, global_key, global_value, mask, window, self.scaling)
@@ -181,33 +246,104 @@ class LongformerAttention(AttentionCore):
         out = unpad(chunks.reshape(b, h, m * r, d), n)  # (b, h, n, d)
         if is_global is None:
             return AttentionOutput(out, None)
+        return AttentionOutput(
+            self._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid), None
+        )
 
-        # Global rows: dense over all real keys; unused slots just repeat some row and are dropped.
-        global_query = query.gather(2, gather_index)  # (b, h, G, d)
+    def _global_rows(self, out, query, key, value, real, is_global, slot_pos, slot_valid) -> torch.Tensor:
+        """Replace the rows of global tokens by dense attention over all real keys: out (b, h, n, d), slots
+        (b, G) as :func:`_global_slots` gives them (unused slots repeat some row and are dropped)."""
+        b, h, n, d = query.shape
+        gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
+        dropout = self.spec.dropout if self.training else 0.0
         global_out = F.scaled_dot_product_attention(
-            global_query, key, value, attn_mask=real[:, None, None, :], dropout_p=dropout, scale=self.scaling
+            query.gather(2, gather_index),
+            key,
+            value,
+            attn_mask=real[:, None, None, :],
+            dropout_p=dropout,
+            scale=self.scaling,
         )  # (b, h, G, d)
-        batch_index, position = is_global.nonzero(as_tuple=True)  # (K,), (K,) in slot order
-        rows = global_out.transpose(1, 2)[slot_valid]  # (K, h, d)
-        out = out.transpose(1, 2).index_put((batch_index, position), rows).transpose(1, 2)  # (b, h, n, d)
-        return AttentionOutput(out, None)
+        # Into their positions by a scatter and a select (no nonzero: its size would be a value).
+        rows = global_out.masked_fill(~slot_valid[:, None, :, None], 0.0)  # unused slots add nothing
+        placed = torch.zeros_like(out).scatter_add(2, gather_index, rows)  # (b, h, n, d)
+        return torch.where(is_global[:, None, :, None], placed, out)
 
-    def _flex_mask(self, n, real, is_global, device) -> BlockMask:
+    def _attend_whole(self, query, key, value, real, is_global, dropout) -> torch.Tensor:
+        """The same attention with every chunk at once and plain autograd: what torch.export and
+        torch.compile trace (no loop over chunk groups, no custom Function, no branch on n or on values).
+
+        Differences from the chunked path, none visible in the output: the window is not clipped to short
+        inputs, and global tokens are only the configured ``global_token_indices`` (their number is then
+        known from the config), as slots in a fixed order.
+        """
+        b, h, n, d = query.shape
+        r, device = self.config.attention_dilation, query.device
+        window = self._window(causal=False, sub_len=None)
+        if is_global is None:
+            slot_pos = torch.zeros(b, 0, dtype=torch.long, device=device)
+            slot_valid = torch.zeros(b, 0, dtype=torch.bool, device=device)
+        else:
+            chosen = torch.tensor(sorted(set(self.config.global_token_indices)), device=device)  # (G,)
+            slot_pos = chosen.clamp(max=n - 1).expand(b, -1)  # (b, G): positions past n stay unused
+            slot_valid = is_global.gather(1, slot_pos) & (chosen < n)
+        gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
+        global_key, global_value = key.gather(2, gather_index), value.gather(2, gather_index)
+
+        q, k, v = (pad_to_multiple(t, r * window.chunk) for t in (query, key, value))  # (b, h, r m, d)
+        key_real = pad_to_multiple(real, r * window.chunk, dim=-1, value=False)  # (b, r m)
+        m = q.shape[2] // r
+        if r > 1:  # subsequence s holds positions s, s + r, ... (as in _attend)
+            q, k, v = (t.unflatten(2, (m, r)).permute(0, 3, 1, 2, 4).flatten(0, 1) for t in (q, k, v))
+            key_real = key_real.unflatten(1, (m, r)).transpose(1, 2).flatten(0, 1)  # (b r, m)
+            global_key, global_value = (t.repeat_interleave(r, dim=0) for t in (global_key, global_value))
+        residue = torch.arange(r, device=device)[None, :, None]  # (1, r, 1)
+        sub_pos = torch.where(
+            (slot_pos % r)[:, None, :] == residue, (slot_pos // r)[:, None, :], -4 * (m + window.reach)
+        )
+        mask = window.mask(key_real, sub_pos.flatten(0, 1), slot_valid.repeat_interleave(r, dim=0))
+        num_chunks = m // window.chunk
+        queries = q.unflatten(2, (num_chunks, window.chunk)) * self.scaling  # (B, h, chunks, c, d)
+        keys, values = (
+            torch.cat([window.windows(x), extra[:, :, None].expand(-1, -1, num_chunks, -1, -1)], dim=3)
+            for x, extra in ((k, global_key), (v, global_value))
+        )  # (B, h, chunks, span + G, d)
+        scores = (queries @ keys.transpose(-1, -2)).masked_fill(~mask.transpose(0, 1)[:, None], float("-inf"))
+        probs = torch.softmax(scores, dim=-1)
+        if dropout > 0:
+            probs = F.dropout(probs, dropout)
+        out = (probs @ values).flatten(2, 3)  # (B, h, m, d)
+        if r > 1:  # back to position t r + s
+            out = out.unflatten(0, (b, r)).permute(0, 2, 3, 1, 4).flatten(2, 3)  # (b, h, m r, d)
+        out = unpad(out, n)
+        if is_global is None:
+            return out
+        return self._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid)
+
+    def _window(self, causal: bool, sub_len: int | None) -> _Window:
+        """The window's geometry on an undilated (sub)sequence of ``sub_len`` tokens: w / 2 keys on each side,
+        or, causal, w earlier keys."""
+        w = self.config.attention_window
+        return _Window.build(w if causal else w // 2, 0 if causal else w // 2, sub_len)
+
+    def _flex_mask(self, n, real, is_global, device, causal: bool = False) -> BlockMask:
         """The same pattern as one FlexAttention block mask (batch dimension: that of real / is_global).
 
-        Token level: key k is real and (|q - k| <= r w/2 with r | q - k, or q or k is global). Block level,
-        from sizes: blocks I, J hold a window pair when their closest tokens are within reach; every pair
-        when their farthest are (undilated, keys all real); global tokens open their block's row and column.
+        Token level: key k is real and (|q - k| <= r w/2 with r | q - k, or q or k is global); causal:
+        0 <= q - k <= r w with r | q - k. Block level, from sizes: blocks I, J hold a window pair when their
+        closest tokens are within reach; every pair when their farthest are (undilated, keys all real);
+        global tokens open their block's row and column.
         """
         b = max([1] + [t.shape[0] for t in (real, is_global) if t is not None])
         half, r = self.config.attention_window // 2, self.config.attention_dilation
-        reach = half * r
+        reach = (2 * half if causal else half) * r
 
         shared_global = is_global[0] if is_global is not None and is_global.shape[0] == 1 else None
 
         def mask_mod(batch, head, q, k):
             distance = q - k
-            allowed = (distance.abs() <= reach) & (distance % r == 0)
+            within = (distance >= 0) & (distance <= reach) if causal else distance.abs() <= reach
+            allowed = within & (distance % r == 0)
             if shared_global is not None:  # the same global tokens in every example (B = 1 mask)
                 allowed = allowed | shared_global[q] | shared_global[k]
             elif is_global is not None:
@@ -220,6 +356,9 @@ class LongformerAttention(AttentionCore):
         closest = (apart - 1).clamp(min=0) * FLEX_BLOCK + (apart > 0).long()  # nearest token pair's distance
         partial = (closest <= reach)[None, None]  # (1, 1, nb, nb)
         full = ((apart + 1) * FLEX_BLOCK - 1 <= reach)[None, None] if r == 1 else torch.zeros_like(partial)
+        if causal:  # key blocks at or before the query block; the diagonal block is never full
+            earlier = (blocks[:, None] >= blocks[None, :])[None, None]
+            partial, full = partial & earlier, full & (blocks[:, None] > blocks[None, :])[None, None]
         if is_global is not None:
             holds = blocks_holding(is_global)  # (b, nb)
             partial = partial | holds[:, None, :, None] | holds[:, None, None, :]
@@ -232,19 +371,26 @@ class LongformerAttention(AttentionCore):
     def _global_tokens(self, global_attention_mask, attention_mask, b, n, device) -> torch.Tensor | None:
         """(b, n) bool of global tokens from the config's indices and the per-example mask, or None."""
         indices = self.config.global_token_indices
+        if global_attention_mask is not None and is_tracing():
+            raise ValueError(
+                "longformer: per-example global tokens (global_attention_mask) cannot be traced by "
+                "torch.export / torch.compile: how many tokens are global is a value of the mask, and the "
+                "global rows are gathered into that many slots. Make the global positions part of the model "
+                "instead (attention_config global_token_indices, e.g. [0] for [CLS]) and drop the mask."
+            )
         if not indices:
             return global_attention_mask
-        if max(indices) >= n:
+        if not is_tracing() and max(indices) >= n:  # a traced graph leaves positions past n out instead
             raise ValueError(
                 f"longformer: global_token_indices {indices} point past the sequence of length {n}."
             )
-        is_global = torch.zeros(b, n, dtype=torch.bool, device=device)
-        is_global[:, indices] = True
+        chosen = torch.tensor(indices, device=device)
+        is_global = (torch.arange(n, device=device)[:, None] == chosen).any(-1).expand(b, n)  # (b, n)
         if global_attention_mask is not None:
-            is_global |= global_attention_mask
+            is_global = is_global | global_attention_mask
         if attention_mask is not None:
-            is_global &= attention_mask  # a padded token is never global
-        return is_global if bool(is_global.any()) else None
+            is_global = is_global & attention_mask  # a padded token is never global
+        return is_global if is_tracing() or bool(is_global.any()) else None
 
 
 def _global_slots(is_global: torch.Tensor | None, b: int, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -269,28 +415,44 @@ _GROUP_BYTES = CHUNK_BYTES  # keys of one group of chunks (per kernel call)
 class _Window:
     """Geometry of undilated window attention computed chunk by chunk.
 
-    Queries come in chunks of ``chunk`` positions; chunk t sees key blocks t - j .. t + j (a block is
-    ``chunk`` positions, ``reach`` = j chunk >= half): ``span`` = (2j + 1) chunk keys, masked to
-    |i - k| <= half.
+    Queries come in chunks of ``chunk`` positions; chunk t sees key blocks t - j .. t + a (a block is
+    ``chunk`` positions, j chunk >= ``before``, a chunk >= ``after``): ``span`` = (j + 1 + a) chunk keys,
+    masked to -before <= k - i <= after (two-sided: before = after = w / 2; causal: before = w, after = 0).
     """
 
-    half: int  # one-sided window w / 2
+    before: int  # keys seen before the query
+    after: int  # keys seen after it
     chunk: int
-    blocks: int  # j
+    blocks: int  # j, key blocks before the query's
+    blocks_after: int  # a, key blocks after it
 
     @classmethod
-    def build(cls, half: int, sub_len: int) -> _Window:
-        half = min(half, sub_len)  # keys farther than the sequence length do not exist: same pattern
-        blocks = -(-half // _MAX_CHUNK)
-        return cls(half, -(-half // blocks), blocks)
+    def build(cls, before: int, after: int, sub_len: int | None) -> _Window:
+        """The geometry for ``before`` earlier and ``after`` later keys over (sub)sequences of ``sub_len``
+        tokens (None: any length, as a traced graph needs)."""
+        if sub_len is not None:  # keys farther than the sequence length do not exist: same pattern
+            before, after = min(before, sub_len), min(after, sub_len)
+        widest = max(before, after, 1)
+        chunk = -(-widest // -(-widest // _MAX_CHUNK))
+        return cls(before, after, chunk, -(-before // chunk), -(-after // chunk))
 
     @property
     def reach(self) -> int:
+        """Keys before a chunk's first query that its window blocks hold."""
         return self.blocks * self.chunk
 
     @property
+    def reach_after(self) -> int:
+        return self.blocks_after * self.chunk
+
+    @property
+    def num_blocks(self) -> int:
+        """Key blocks per chunk: j + 1 + a."""
+        return self.blocks + 1 + self.blocks_after
+
+    @property
     def span(self) -> int:
-        return (2 * self.blocks + 1) * self.chunk
+        return self.num_blocks * self.chunk
 
     def mask(
         self, key_real: torch.Tensor, global_pos: torch.Tensor, global_valid: torch.Tensor
@@ -311,14 +473,24 @@ class _Window:
             - self.reach
             - torch.arange(self.chunk, device=device)[:, None]
         )
-        band = offset.abs() <= self.half  # (chunk, span)
+        band = (offset >= -self.before) & (offset <= self.after)  # (chunk, span)
         # The query itself is always allowed, so padded query rows never have an empty softmax.
-        padded_real = F.pad(key_real, (self.reach, self.reach), value=False)  # (B, m + 2 reach)
-        window_real = padded_real.unfold(1, self.span, self.chunk).transpose(0, 1)  # (num_chunks, B, span)
+        window_real = self.windows(key_real[:, None, :, None])[:, 0, :, :, 0].transpose(
+            0, 1
+        )  # (chunks, B, span)
         local = band & (window_real[:, :, None, :] | (offset == 0))  # (num_chunks, B, chunk, span)
         query_pos = torch.arange(m, device=device).view(num_chunks, 1, self.chunk, 1)
-        in_window = (global_pos[None, :, None, :] - query_pos).abs() <= self.half  # (num_chunks, B, chunk, G)
+        relative = global_pos[None, :, None, :] - query_pos  # (num_chunks, B, chunk, G)
+        in_window = (relative >= -self.before) & (relative <= self.after)
         return torch.cat([local, global_valid[None, :, None, :] & ~in_window], dim=-1)
+
+    def windows(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, h, m, d) -> (B, h, num_chunks, span, d): the window keys of every chunk (zeros past the ends),
+        as j + 1 + a shifted views of the blocks."""
+        num_chunks = x.shape[2] // self.chunk
+        padded = F.pad(x, (0, 0, self.reach, self.reach_after))  # (B, h, m + reaches, d)
+        blocks = padded.unflatten(2, (num_chunks + self.num_blocks - 1, self.chunk))
+        return torch.cat([blocks[:, :, o : o + num_chunks] for o in range(self.num_blocks)], dim=3)
 
     def groups(self, q: torch.Tensor, num_global: int) -> list[tuple[int, int]]:
         """Chunk ranges processed per kernel call, so that a group's keys stay under ~24 MiB."""
@@ -332,22 +504,23 @@ class _Window:
     def group(self, q, k, v, global_key, global_value, start: int, stop: int) -> tuple[torch.Tensor, ...]:
         """Queries (size B, h, chunk, d) and keys, values (size B, h, span + G, d) of chunks start:stop."""
         batch, h, m, d = q.shape
-        size, c, j = stop - start, self.chunk, self.blocks
+        size, c, j, a = stop - start, self.chunk, self.blocks, self.blocks_after
         # (B, h, m, d) -> (B, h, num_chunks, chunk, d) -> (size, B, h, chunk, d) -> (size B, h, chunk, d)
         queries = q.view(batch, h, m // c, c, d)[:, :, start:stop].permute(2, 0, 1, 3, 4).reshape(-1, h, c, d)
-        lo, hi = (start - j) * c, (stop + j) * c
+        lo, hi = (start - j) * c, (stop + a) * c
         out = [queries]
         for x, extra in ((k, global_key), (v, global_value)):
             piece = x[:, :, max(lo, 0) : min(hi, m)]  # a view, padded (copied) only at the ends
             if lo < 0 or hi > m:
                 piece = F.pad(piece, (0, 0, max(0, -lo), max(0, hi - m)))
-            # (B, h, (size + 2j) c, d) -> (B, h, size + 2j, c, d) -> unfold (B, h, size, c, d, 2j + 1)
-            # -> (size, B, h, 2j + 1, c, d) -> (size, B, h, span, d)
-            blocks = piece.view(batch, h, size + 2 * j, c, d).unfold(2, 2 * j + 1, 1)
-            blocks = blocks.permute(2, 0, 1, 5, 3, 4)  # (size, B, h, 2j + 1, c, d)
+            # (B, h, (size + j + a) c, d) -> (B, h, size + j + a, c, d)
+            # -> unfold (B, h, size, c, d, j + 1 + a) -> (size, B, h, j + 1 + a, c, d)
+            # -> (size, B, h, span, d)
+            blocks = piece.view(batch, h, size + j + a, c, d).unfold(2, self.num_blocks, 1)
+            blocks = blocks.permute(2, 0, 1, 5, 3, 4)  # (size, B, h, j + 1 + a, c, d)
             # One copy straight into the group's keys: (size, B, h, span + G, d), globals last.
             keys = x.new_empty(size, batch, h, self.span + extra.shape[2], d)
-            keys[:, :, :, : self.span].unflatten(3, (2 * j + 1, c)).copy_(blocks)
+            keys[:, :, :, : self.span].unflatten(3, (self.num_blocks, c)).copy_(blocks)
             keys[:, :, :, self.span :].copy_(extra[None].expand(size, -1, -1, -1, -1))
             out.append(keys.flatten(0, 1))  # (size B, h, span + G, d)
         return tuple(out)
@@ -410,9 +583,9 @@ class _CpuFlashWindow(torch.autograd.Function):
             grad_q.view(batch, h, m // c, c, d)[:, :, start:stop] = dq
             for grad, total, glob in zip(grads[1:], grad_kv, grad_global, strict=True):
                 grad = grad.view(-1, batch, h, span + glob.shape[2], d)  # (size, B, h, span + G, d)
-                local = grad[:, :, :, :span].unflatten(3, (2 * j + 1, c))  # (size, B, h, 2j + 1, c, d)
+                local = grad[:, :, :, :span].unflatten(3, (window.num_blocks, c))  # (size, B, h, j+1+a, c, d)
                 blocks = total.view(batch, h, m // c, c, d)  # (B, h, num_chunks, c, d)
-                for o in range(2 * j + 1):  # window block o of chunk t is key block t + o - j
+                for o in range(window.num_blocks):  # window block o of chunk t is key block t + o - j
                     lo, hi = max(start + o - j, 0), min(stop + o - j, m // c)
                     shift = start + o - j
                     blocks[:, :, lo:hi] += local[lo - shift : hi - shift, :, :, o].permute(1, 2, 0, 3, 4)

@@ -40,7 +40,7 @@ from torch import nn
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .config import AttentionConfig
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
 
 
@@ -84,7 +84,7 @@ def segment_means(
 
     Returns:
         The (b, h, m, d) means of each tensor, and a (b, m) bool mask of non-empty segments (None when
-        every segment of every example holds a token).
+        every segment of every example holds a token; always the mask while tracing).
     """
     b, h, n, d = tensors[0].shape
     m = num_segments
@@ -102,7 +102,7 @@ def segment_means(
     weights = member.to(tensors[0].dtype) / counts.clamp(min=1)[..., None].to(tensors[0].dtype)  # (b, m, n)
     means = tuple(torch.einsum("bmn,bhnd->bhmd", weights, x) for x in tensors)  # (b, h, m, d)
     nonempty = counts > 0
-    return means, None if bool(nonempty.all()) else nonempty
+    return means, nonempty if is_tracing() or not bool(nonempty.all()) else None
 
 
 def iterative_pinv(matrix: torch.Tensor, iterations: int) -> torch.Tensor:
@@ -128,6 +128,7 @@ class NystromformerAttention(AttentionCore):
     paper = "Xiong et al. 2021, Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention"
     cost = "O(n·m)"
     summary = "segment-mean landmarks, iterative pseudo-inverse"
+    export_note = "landmarks of each example's real tokens, computed in the graph"
     small_config = {"num_landmarks": 6, "conv_kernel_size": 3}
 
     @classmethod

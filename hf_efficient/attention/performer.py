@@ -15,17 +15,21 @@ chunk, never as one (n x m) tensor).
 
 Numerical stabilisation (as the official code): exponents are shifted before exp. A query row may use its
 own shift (its max exponent): phi(q_i) appears in both numerator and denominator of out_i, so a per-row factor
-cancels. Keys must share ONE shift (per batch item and head, the max over all real keys and features): a
-per-key factor c_j would turn the estimate into sum_j c_j phi(q_i)^T phi(k_j) v_j / sum_j c_j ..., i.e.
-reweight the keys and bias the attention. The shifts are constants (detached); padded keys are left out of
-the key max and their features are exactly 0.
+cancels. Keys must share ONE shift (per batch item and head): a per-key factor c_j would turn the estimate
+into sum_j c_j phi(q_i)^T phi(k_j) v_j / sum_j c_j ..., i.e. reweight the keys and bias the attention. The
+shift is the max over the keys that query i sums over and features f of (W k'_j)_f - |k'_j|^2/2: all real
+keys in the non-causal form; in the causal form the keys j <= i only (the running maximum), so no later key
+can change an earlier output (through eps or underflow), and incremental decoding, which sees keys one at a
+time, computes exactly the same thing: its state keeps the sums and their shift and rescales them when a new
+key raises the maximum (``_kernelized`` gives the block-parallel form of this). The shifts are constants
+(detached); padded keys are left out of the maxima and their features are exactly 0.
 
 Deviations: eps is added to the denominator instead of 1e-6 to every softmax feature; exponents are
 floored at -80 (a feature can be no smaller than e^-80 of its row's largest: no denormals); query features
 drop the |x'|^2/2 term together with the row shift (a per-row factor: values and gradients change only at
 the eps level); the key shift is per (batch, head), not over the whole batch (keeps batch items
-independent); in the causal form the key shift also sees later keys (a constant factor, so it cancels up to
-eps and underflow, as in the official code). W is redrawn only when asked (:meth:`resample_random_state`,
+independent); in the causal form it is the running maximum (the official code's causal form shifts by the
+maximum over all keys, later ones included). W is redrawn only when asked (:meth:`resample_random_state`,
 called by ``hf_efficient.training.RandomStateCallback``), never inside ``forward``.
 """
 
@@ -38,12 +42,11 @@ from typing import Literal
 
 import torch
 
-from ._kernelized import FEATURE_CHUNK_BYTES, kernelized_attention
-from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from ._kernelized import FEATURE_CHUNK_BYTES, KernelizedAttentionCore
+from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
-from .inputs import AttentionInputs
 from .registry import register_attention
-from .utils import orthogonal_gaussian_features, rows_per_chunk
+from .utils import orthogonal_gaussian_features, row_slices, rows_per_chunk
 
 RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical_stabilizer
 # Exponents are floored here (features >= e^-80 ~ 2e-35 of a row's largest, 0 in every float32 sum) before
@@ -87,7 +90,7 @@ def seeded_generator(seed: int, layer_idx: int) -> torch.Generator:
 
 
 @register_attention("performer")
-class PerformerAttention(AttentionCore):
+class PerformerAttention(KernelizedAttentionCore):
     """FAVOR+ with a persistent (m, d) random feature buffer ``projection_matrix``."""
 
     config_class = PerformerConfig
@@ -96,6 +99,7 @@ class PerformerAttention(AttentionCore):
     cost = "O(n·m·d)"
     lra_listops = ("Performer", 18.01)
     summary = "FAVOR+ positive orthogonal random features, redraw callback"
+    export_note = "random features: the saved buffer, as in eager mode; one piece: O(n m) features"
     small_config = {"num_features": 64, "block_size": 4}
     # float16: 1 / normaliser gradients overflow (see _kernelized); bfloat16: exp of the rounded projections
     # w.x (|w.x| grows with sqrt(d)) missed float32 by 0.06 at head size 64, over the 0.05 of other types.
@@ -126,9 +130,9 @@ class PerformerAttention(AttentionCore):
     def resample_random_state(self, seed: int) -> None:
         self.redraw_features(seeded_generator(seed, self.spec.layer_idx))
 
-    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
-        attention_mask = inputs.attention_mask
-        is_causal = inputs.is_causal
+    def _kernel_arguments(self, query, key, attention_mask) -> dict:
+        """The query (padded rows zeroed), the feature maps and, for the softmax kernel, the keys' largest
+        log-features (the stabilising shift: see the module docstring and ``_kernelized``)."""
         m = self.config.num_features
         if attention_mask is not None:  # padded queries may hold anything (even inf); their rows end up 0
             query = query.masked_fill(~attention_mask[:, None, :, None], 0.0)
@@ -136,59 +140,52 @@ class PerformerAttention(AttentionCore):
         # Fold scalings into W: W x' = (W d^{-1/4}) x; relu(W x) / sqrt(m) = relu((W / sqrt(m)) x).
         scale = m**-0.5 if relu else self.head_dim**-0.25
         w_t = self.projection_matrix.to(query.dtype).t() * scale  # (d, m)
+        arguments = {"query": query, "num_features": m}
         if relu:
-            query_features = partial(self._relu_features, w_t=w_t)
-            key_features = partial(self._relu_features, w_t=w_t)
-        else:
-            log_sqrt_m = 0.5 * math.log(m)  # the 1/sqrt(m) factor, applied inside exp
-            key_shift = self._key_shift(key, attention_mask, w_t) + log_sqrt_m  # (b, h, 1, 1)
+            features = partial(self._relu_features, w_t=w_t)
+            return {**arguments, "query_features": features, "key_features": features, "key_maxima": None}
+        log_sqrt_m = 0.5 * math.log(m)  # the 1/sqrt(m) factor, applied inside exp
 
-            def query_features(x: torch.Tensor) -> torch.Tensor:
-                # exp(W x' - |x'|^2/2 - shift) with the row's own shift max_f (W x')_f - |x'|^2/2: the
-                # |x'|^2/2 terms cancel, and with them a per-row factor that out_i does not depend on.
-                proj = x @ w_t  # (b, h, c, m)
-                proj = proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m)
-                return proj.clamp_min_(EXPONENT_FLOOR).exp_()
+        def query_features(x: torch.Tensor) -> torch.Tensor:
+            # exp(W x' - |x'|^2/2 - shift) with the row's own shift max_f (W x')_f - |x'|^2/2: the
+            # |x'|^2/2 terms cancel, and with them a per-row factor that out_i does not depend on.
+            proj = x @ w_t  # (b, h, c, m)
+            proj = proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m)
+            return proj.clamp_min_(EXPONENT_FLOOR).exp_()
 
-            def key_features(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-                proj = x @ w_t  # (b, h, c, m)
-                proj = proj.add_(-(self._half_sq_norm(x) + key_shift))  # add: no negated copy in backward
-                proj = proj.clamp_min_(EXPONENT_FLOOR)
-                if keep is not None:
-                    proj = proj.masked_fill_(~keep, float("-inf"))  # exp -> exactly 0
-                return proj.exp_()
+        def key_features(x: torch.Tensor, keep: torch.Tensor | None, shift: torch.Tensor) -> torch.Tensor:
+            # exp(W x' - |x'|^2/2 - shift) / sqrt(m); shift (b, h, c | 1, 1) from _kernelized (see there)
+            proj = x @ w_t  # (b, h, c, m)
+            proj = proj.add_(-(self._half_sq_norm(x) + (shift + log_sqrt_m)))  # add: no negated copy
+            proj = proj.clamp_min_(EXPONENT_FLOOR)
+            if keep is not None:
+                proj = proj.masked_fill_(~keep, float("-inf"))  # exp -> exactly 0
+            return proj.exp_()
 
-        output = kernelized_attention(
-            query,
-            key,
-            value,
-            attention_mask,
-            query_features,
-            key_features,
-            m,
-            causal=is_causal,
-            eps=self.config.eps,
-            block_size=self.config.block_size,
-        )
-        return AttentionOutput(output, None)
+        return {
+            **arguments,
+            "query_features": query_features,
+            "key_features": key_features,
+            "key_maxima": self._key_maxima(key, attention_mask, w_t),
+        }
 
     def _half_sq_norm(self, x: torch.Tensor) -> torch.Tensor:
         """|x'|^2 / 2 with x' = x d^{-1/4}: (b, h, c, d) -> (b, h, c, 1)."""
         return x.square().sum(-1, keepdim=True) * (0.5 * self.head_dim**-0.5)
 
     @torch.no_grad()
-    def _key_shift(self, key: torch.Tensor, mask: torch.Tensor | None, w_t: torch.Tensor) -> torch.Tensor:
-        """max over real keys j and features f of (W k'_j)_f - |k'_j|^2/2, per (batch, head): (b, h, 1, 1)."""
+    def _key_maxima(self, key: torch.Tensor, mask: torch.Tensor | None, w_t: torch.Tensor) -> torch.Tensor:
+        """max over features f of (W k'_j)_f - |k'_j|^2/2 for each key j, -inf at padded keys: (b, h, n)."""
         b, h, n, _ = key.shape
         rows = rows_per_chunk(b * h * w_t.shape[1] * key.element_size(), n, FEATURE_CHUNK_BYTES)
         maxima = []
-        for start in range(0, n, rows):
-            x = key[:, :, start : start + rows]  # (b, h, c, d)
-            per_key = (x @ w_t).amax(-1, keepdim=True) - self._half_sq_norm(x)  # (b, h, c, 1)
+        for piece in row_slices(n, rows):  # one slice of everything while tracing
+            x = key[:, :, piece]  # (b, h, c, d)
+            per_key = (x @ w_t).amax(-1) - self._half_sq_norm(x)[..., 0]  # (b, h, c)
             if mask is not None:
-                per_key.masked_fill_(~mask[:, None, start : start + rows, None], float("-inf"))
-            maxima.append(per_key.amax(dim=(2, 3), keepdim=True))  # (b, h, 1, 1)
-        return torch.stack(maxima).amax(0)
+                per_key.masked_fill_(~mask[:, None, piece], float("-inf"))
+            maxima.append(per_key)
+        return torch.cat(maxima, dim=2) if len(maxima) > 1 else maxima[0]
 
     @staticmethod
     def _relu_features(

@@ -44,12 +44,13 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
-from .utils import extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad, zero_padded
+from .utils import extend_padding_mask, pad_to_multiple, row_slices, rows_per_chunk, unpad, zero_padded
 
 SELF_SCORE = -1e5  # HF's self-mask value: a token sees itself only when nothing else is in its window
 NORM_EPS = 1e-12  # as F.normalize
@@ -106,6 +107,7 @@ class ReformerLSHAttention(AttentionCore):
     cost = "O(n·c·rounds)"
     lra_listops = ("Reformer", 37.27)
     summary = "shared query/key, random-rotation LSH, sorted chunks"
+    export_note = "needs attention_config num_buckets (the default follows the data); eval rotations baked in"
     small_config = {"num_hashes": 2, "chunk_length": 4, "num_buckets": 4}
     # Half precision runs in float32: hashing rounded projections moves tokens between buckets (argmax
     # ties), and the chunk bookkeeping (float-coded buckets, -inf biases) needs float32's range.
@@ -119,25 +121,51 @@ class ReformerLSHAttention(AttentionCore):
         hashing = 2.0 * n * head_dim * (nb // 2) if nb > 1 else 0.0
         return rounds * (hashing + 4.0 * n * min(n, 2 * chunk) * head_dim)
 
+    def tracing_blocker(self) -> str | None:
+        if self.config.num_buckets is not None:
+            return None
+        return (
+            "with num_buckets=None the number of buckets (and with it the shape of the random rotations) "
+            "follows the longest real sequence of each batch, a value of the padding mask. Set "
+            "attention_config num_buckets to the count the model serves with (about 2 n / chunk_length for "
+            "n tokens; core.num_buckets_for(n) gives it)."
+        )
+
     def num_buckets_for(self, n: int) -> int:
         """Buckets used for a batch whose longest real sequence has n tokens."""
         return num_buckets(n, self.config)
 
-    def rotations(self, num_buckets: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """Random rotations (h, d, num_hashes, num_buckets / 2): global RNG in training, seeded in eval."""
+    def __init__(self, spec, config=None):
+        super().__init__(spec, config)
+        # The eval rotations of a configured bucket count, drawn once on the CPU (even when the model is
+        # built on the meta device): a plain attribute, not state (a function of the seed), that traced
+        # graphs (torch.export, torch.compile) read as a constant; a Generator draw cannot be traced.
+        self.eval_rotations = None
+        if self.config.num_buckets is not None and self.config.num_buckets > 1:
+            self.eval_rotations = self._seeded_rotations(self.config.num_buckets)
+
+    def _seeded_rotations(self, num_buckets: int) -> torch.Tensor:
+        """The eval-mode rotations (h, d, num_hashes, num_buckets / 2), float32 on the CPU."""
         shape = (self.num_heads, self.head_dim, self.config.num_hashes, num_buckets // 2)
-        if self.training:
-            return torch.randn(shape, dtype=dtype, device=device)
         # mixed with a fixed odd constant so that seed 0 is not the stream of torch.manual_seed(0)
         seed = ((self.config.seed * 1_000_003 + self.spec.layer_idx) ^ 0x9E3779B97F4A7C15) % 2**64
-        generator = torch.Generator().manual_seed(seed)
-        return torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+        return torch.randn(shape, generator=torch.Generator().manual_seed(seed), device="cpu")
+
+    def rotations(self, num_buckets: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """Random rotations (h, d, num_hashes, num_buckets / 2): global RNG in training, seeded in eval."""
+        if self.training:
+            shape = (self.num_heads, self.head_dim, self.config.num_hashes, num_buckets // 2)
+            return torch.randn(shape, dtype=dtype, device=device)
+        fixed = self.eval_rotations if self.config.num_buckets is not None else None
+        return (fixed if fixed is not None else self._seeded_rotations(num_buckets)).to(device, dtype)
 
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         attention_mask = inputs.attention_mask
         b, h, n, d = query.shape
         chunk, rounds = self.config.chunk_length, self.config.num_hashes
-        num_real = n if attention_mask is None else int(attention_mask.sum(-1).max())
+        num_real = (
+            n if attention_mask is None or self.config.num_buckets else int(attention_mask.sum(-1).max())
+        )
         num_buckets = self.num_buckets_for(num_real)
         mask = extend_padding_mask(attention_mask, b, n, chunk, query.device)  # (b, N) or None
         # Zero padded tokens so that nothing (not even inf/NaN) can leak out of them.
@@ -152,8 +180,7 @@ class ReformerLSHAttention(AttentionCore):
         bytes_per_head = 4 * big_n * max(num_buckets // 2, rounds * d)
         heads_per_slice = rows_per_chunk(bytes_per_head, b * h)
         outputs = []
-        for start in range(0, b * h, heads_per_slice):
-            rows = slice(start, start + heads_per_slice)
+        for rows in row_slices(b * h, heads_per_slice):
             slice_mask = None if mask is None else row_mask[rows]
             buckets = self._hash(q_rows[rows], rotations, head_index[rows], num_buckets, slice_mask)
             outputs.append(self._lsh_attention(q_rows[rows], v_rows[rows], buckets, num_buckets))
@@ -218,12 +245,14 @@ class ReformerLSHAttention(AttentionCore):
                 plan.other_key_codes = plan.other_codes + 0.5  # so that |query - key| < 1 means 0 or 1
         self_score = SELF_SCORE if torch.finfo(q.dtype).max > 1e6 else -1e3
         dropout = self.spec.dropout if self.training else 0.0
-        out_sorted, lse = _LSHAttentionFunction.apply(
+        attend = _lsh_attention_whole if is_tracing() else _LSHAttentionFunction.apply
+        out_sorted, lse = attend(
             q.reshape(s * big_n, d), v.reshape(s * big_n, d), plan, self.scaling, self_score, dropout
         )  # (S*R*N, d), (S*R*N, 1) in sorted order
         # Back to token order per round, then weight the rounds by their normalisers z^r.
-        out_rounds = _Unsort.apply(out_sorted, plan).view(s, rounds, big_n, d)
-        lse_rounds = _Unsort.apply(lse, plan).view(s, rounds, big_n, 1)
+        unsort = (lambda x, plan: x.index_select(0, plan.slot_of_token)) if is_tracing() else _Unsort.apply
+        out_rounds = unsort(out_sorted, plan).view(s, rounds, big_n, d)
+        lse_rounds = unsort(lse, plan).view(s, rounds, big_n, 1)
         weights = torch.softmax(lse_rounds, dim=1)  # (S, R, N, 1)
         return (weights * out_rounds).sum(1)  # (S, N, d)
 
@@ -271,8 +300,13 @@ class _Plan:
 def _windows(x: torch.Tensor, start: int, stop: int, c: int) -> torch.Tensor:
     """Overlapping view (T, 2c, ...) of [chunk g-1 ; chunk g] for g in [start, stop).
 
-    x holds one padding chunk and then the sorted slots, so chunk 0's look-back is the padding.
+    x holds one padding chunk and then the sorted slots, so chunk 0's look-back is the padding. While
+    tracing (every chunk, start = 0) a copy made of the blocks and the blocks shifted by one: strided views
+    do not export.
     """
+    if is_tracing():
+        blocks = x.unflatten(0, (-1, c))  # (num_chunks + 1, c, ...)
+        return torch.cat([blocks[:-1], blocks[1:]], dim=1)
     row = x.stride(0)
     offset = x.storage_offset() + start * c * row
     return x.as_strided((stop - start, 2 * c, *x.shape[1:]), (c * row, *x.stride()), offset)
@@ -290,9 +324,18 @@ def _tile_probs(plan, q_sorted, k_padded, start, stop, scale, self_score):
     keys = _windows(k_padded, start, stop, c)  # (T, 2c, d)
     bias = plan.window_bias(start, stop, q_sorted.dtype)
     scores = torch.baddbmm(bias, queries, keys.transpose(1, 2), alpha=scale)  # (T, c, 2c)
-    scores.diagonal(c, 1, 2).fill_(self_score)  # query p of a chunk is key c + p of its window
+    # query p of a chunk is key c + p of its window (a mask while tracing: diagonal views do not export)
+    if is_tracing():
+        self_key = F.pad(torch.eye(c, dtype=torch.bool, device=scores.device), (c, 0))  # (c, 2c)
+        scores = scores.masked_fill(self_key, self_score)
+    else:
+        scores.diagonal(c, 1, 2).fill_(self_score)
     top = scores.amax(-1, keepdim=True)
     # exp(x) for x < FLOOR is flushed to exactly 0: CPU exp is ~100x slower on underflowing inputs
+    if is_tracing():  # out of place: a traced graph differentiates through these with plain autograd
+        probs = (scores - top).clamp_min(FLOOR).exp() - math.exp(FLOOR)
+        total = probs.sum(-1, keepdim=True)
+        return probs / total, total.log() + top
     probs = scores.sub_(top).clamp_min_(FLOOR).exp_().sub_(math.exp(FLOOR))
     total = probs.sum(-1, keepdim=True)
     return probs.div_(total), total.log_().add_(top)
@@ -302,12 +345,27 @@ def _sorted_inputs(q_rows, v_rows, plan):
     """Sorted queries (M, d), unit keys and values each after one zero chunk (c + M, d), key norms (M, 1)."""
     c, d = plan.chunk, q_rows.shape[-1]
     q_sorted = q_rows.index_select(0, plan.token_of_slot)
-    norms = q_sorted.norm(dim=-1, keepdim=True).clamp_min_(NORM_EPS)
+    norms = q_sorted.norm(dim=-1, keepdim=True).clamp_min(NORM_EPS)
+    if is_tracing():  # no writes into slices of a new tensor
+        v_sorted = v_rows.index_select(0, plan.token_of_slot)
+        return q_sorted, _pad_chunk(q_sorted / norms, c), _pad_chunk(v_sorted, c), norms
     k_padded, v_padded = (q_rows.new_empty(c + q_sorted.shape[0], d) for _ in range(2))
     k_padded[:c], v_padded[:c] = 0.0, 0.0
     torch.div(q_sorted, norms, out=k_padded[c:])
     torch.index_select(v_rows, 0, plan.token_of_slot, out=v_padded[c:])
     return q_sorted, k_padded, v_padded, norms
+
+
+def _lsh_attention_whole(q_rows, v_rows, plan, scale, self_score, dropout):
+    """What :class:`_LSHAttentionFunction` computes, as one tile with plain autograd (for traced graphs):
+    (out (M, d), lse (M, 1)) in sorted order. Memory O(M 2c) for the probabilities."""
+    c, d = plan.chunk, q_rows.shape[-1]
+    q_sorted, k_padded, v_padded, _ = _sorted_inputs(q_rows, v_rows, plan)
+    num_chunks = q_sorted.shape[0] // c
+    probs, lse = _tile_probs(plan, q_sorted, k_padded, 0, num_chunks, scale, self_score)
+    if dropout > 0:
+        probs = F.dropout(probs, dropout)
+    return torch.bmm(probs, _windows(v_padded, 0, num_chunks, c)).view(-1, d), lse.view(-1, 1)
 
 
 class _LSHAttentionFunction(torch.autograd.Function):

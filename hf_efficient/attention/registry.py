@@ -46,6 +46,12 @@ def list_attention_types(modality: str | None = None) -> list[str]:
     )
 
 
+def causal_attention_types(modality: str | None = None) -> list[str]:
+    """Sorted names of the types with a causal form and incremental decoding (``capabilities.causal``): the
+    attention types a decoder (``is_decoder=True``, ``EfficientBertForCausalLM``) can use."""
+    return [name for name in list_attention_types(modality) if ATTENTION_REGISTRY[name].capabilities.causal]
+
+
 def get_attention_class(attention_type: str, modality: str | None = None) -> type[AttentionCore]:
     """The core class registered under ``attention_type``; a clear error lists the valid names. With
     ``modality``, a type not meant for it (``graph_sparse`` for text) raises, listing the types that are."""

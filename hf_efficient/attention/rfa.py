@@ -33,8 +33,11 @@ Choices and deviations (following the authors' released code where the paper is 
 - The sin/cos denominator can be zero or negative. It is replaced by max(|den|, eps) (the released
   ``normalize_attn_weights``: ``.abs().clamp(eps)``).
 - The paper computes the gate from the layer input x_t; the contract hands the core projected heads only,
-  so the gate is computed per head from the key k_t. The gate (RFA-Gate) is causal only, as in the paper;
-  ``gate=False`` gives plain causal RFA. Padded steps leave S, z unchanged (g = 1, no contribution).
+  so the gate is computed per head from the key k_t. The gate (RFA-Gate) is causal only, as in the paper:
+  its parameters exist only in a core built for a causal model (``AttentionSpec(causal=True)``, a decoder),
+  so an encoder holds no parameter it never trains (encoder checkpoints that hold them still load: they are
+  ignored). ``gate=False`` gives plain causal RFA. Padded steps leave S, z unchanged (g = 1, no contribution).
+- Decoding keeps (S, z) per layer, 2m (d + 1) numbers per head whatever the context.
 - ``orthogonal_features=True`` draws each head's W~ in orthogonal blocks with chi_d row norms (as Performer):
   every row is still N(0, I), so the estimate stays unbiased, and its variance drops. Measured on 50 unit
   queries/keys, d = 32, m = 64: relative output error against softmax(sigma^2 q^ . k^) 0.026 vs 0.079 (iid) at
@@ -58,10 +61,17 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .cache import RecurrentStateLayer
 from .config import AttentionConfig
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
-from .utils import extend_padding_mask, orthogonal_gaussian_features, pad_to_multiple, rows_per_chunk
+from .utils import (
+    extend_padding_mask,
+    orthogonal_gaussian_features,
+    pad_to_multiple,
+    row_slices,
+    rows_per_chunk,
+)
 
 _FEATURE_CHUNK_BYTES = 4 * 2**20  # per-chunk (b, h, rows, 2m) features (measured: 4 MiB <= 8, 16 MiB)
 
@@ -74,7 +84,7 @@ class RFAConfig(AttentionConfig):
         num_features: m, random vectors per head (2m features: sin and cos).
         sigma: initial standard deviation of the random vectors (softmax temperature sigma^2).
         learn_sigma: learn sigma per head and dimension (the authors' reparameterisation).
-        gate: use the learned recency gate in the causal form (RFA-Gate).
+        gate: use the learned recency gate in the causal form (RFA-Gate); built in causal models only.
         gate_bias_init: initial b_g; sigmoid(2) = 0.88 keeps about 8 tokens of memory at the start.
         eps: floor of |denominator|.
         causal_chunk: block length of the parallel causal form (speed only; no effect on the maths).
@@ -133,6 +143,26 @@ def _values_and_ones(value, mask, piece):
     return _flat(v_one if mask is None else v_one.masked_fill(~mask[:, None, piece, None], 0.0))
 
 
+def _non_causal_whole(query, key, value, base, sigma, mask, eps: float) -> torch.Tensor:
+    """What :class:`_NonCausalRFA` computes, in one piece with plain autograd (for traced graphs, which
+    cannot loop over chunks): (b, h, n, d). Memory O(n m) per head for the features."""
+    b, h, n, d = query.shape
+    m = base.shape[1]
+    weight_t = (sigma * base).transpose(1, 2)  # (h, d, m)
+
+    def sin_cos(x):  # not _sin_cos: its in-place cos would break plain autograd
+        u = _unit(x)[0] @ weight_t  # (b, h, n, m)
+        return u.sin(), u.cos()
+
+    sin_k, cos_k = sin_cos(key)  # (b, h, n, m) each
+    v_one = _values_and_ones(value, mask, slice(None))  # (b * h, n, d + 1)
+    state_sin = torch.bmm(_flat(sin_k).transpose(1, 2), v_one) / m  # (b * h, m, d + 1)
+    state_cos = torch.bmm(_flat(cos_k).transpose(1, 2), v_one) / m
+    sin_q, cos_q = sin_cos(query)
+    result = (torch.bmm(_flat(sin_q), state_sin) + torch.bmm(_flat(cos_q), state_cos)).view(b, h, n, d + 1)
+    return result[..., :d] / result[..., d:].abs().clamp_min(eps)
+
+
 class _NonCausalRFA(torch.autograd.Function):
     """Chunked non-causal RFA; backward recomputes the features chunk by chunk (memory O(n d)).
 
@@ -147,8 +177,7 @@ class _NonCausalRFA(torch.autograd.Function):
         weight_t = (sigma * base).transpose(1, 2)  # (h, d, m): W^T with W = sigma * W~
         rows = rows_per_chunk(b * h * 2 * m * query.element_size(), n, _FEATURE_CHUNK_BYTES)
         state_sin, state_cos = (query.new_zeros(b * h, m, d + 1) for _ in range(2))
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             sin_k, cos_k = _sin_cos(_unit(key[:, :, piece])[0], weight_t)  # (b, h, c, m) each
             v_one = _values_and_ones(value, mask, piece)  # (b * h, c, d + 1)
             state_sin.baddbmm_(_flat(sin_k).transpose(1, 2), v_one)
@@ -157,8 +186,7 @@ class _NonCausalRFA(torch.autograd.Function):
         # same memory layout as the query: with heads split off (b, n, h, d) projections, merging heads
         # back afterwards is a free view, and the gradients below need no copy either
         out, den = torch.empty_like(query), query.new_empty(b, h, n)
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             sin_q, cos_q = _sin_cos(_unit(query[:, :, piece])[0], weight_t)
             result = torch.bmm(_flat(sin_q), state_sin).baddbmm_(_flat(cos_q), state_cos)  # (b*h, c, d+1)
             result = result.view(b, h, -1, d + 1)  # (b, h, c, d + 1)
@@ -188,8 +216,7 @@ class _NonCausalRFA(torch.autograd.Function):
             grad_unit.mul_(sigma)  # through x -> x / |x|: (g - x^ (x^ . g)) / |x|
             return grad_unit.sub_(unit * (unit * grad_unit).sum(-1, keepdim=True)).div_(norm)
 
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             unit, norm = _unit(query[:, :, piece])  # (b, h, c, d), (b, h, c, 1)
             sin_q, cos_q = _sin_cos(unit, weight_t)  # (b, h, c, m) each
             den_c = den[:, :, piece, None]  # (b, h, c, 1)
@@ -204,8 +231,7 @@ class _NonCausalRFA(torch.autograd.Function):
             grad_of_cos = grad_result @ state_cos.transpose(1, 2)
             grad_q[:, :, piece] = through_features(grad_of_sin, grad_of_cos, sin_q, cos_q, unit, norm)
         grad_sin.div_(m), grad_cos.div_(m)
-        for start in range(0, n, rows):
-            piece = slice(start, start + rows)
+        for piece in row_slices(n, rows):
             unit, norm = _unit(key[:, :, piece])
             sin_k, cos_k = _sin_cos(unit, weight_t)
             grad_value = torch.bmm(_flat(sin_k), grad_sin[..., :d]).baddbmm_(_flat(cos_k), grad_cos[..., :d])
@@ -225,6 +251,9 @@ class RandomFeatureAttention(AttentionCore):
     paper = "Peng et al. 2021, Random Feature Attention (ICLR)"
     cost = "O(n·m·d)"
     summary = "random Fourier features, gated causal form"
+    export_note = (
+        "random features: the saved buffer; the bidirectional form (the gated causal one does not trace)"
+    )
     small_config = {"num_features": 16, "causal_chunk": 8}
 
     @classmethod
@@ -240,7 +269,10 @@ class RandomFeatureAttention(AttentionCore):
         h, m, d = spec.num_heads, self.config.num_features, spec.head_dim
         self.register_buffer("random_weights", torch.empty(h, m, d))  # W~ ~ N(0, I), (h, m, d)
         self.sigma = nn.Parameter(torch.empty(h, 1, d)) if self.config.learn_sigma else None
-        if self.config.gate:
+        # The gate is used by the causal form only: it exists in a causal model (a decoder), never in an
+        # encoder, where it would be a parameter without gradient (DDP would need find_unused_parameters).
+        self.uses_gate = self.config.gate and spec.causal
+        if self.uses_gate:
             self.gate_weight = nn.Parameter(torch.empty(h, d))  # w_g per head
             self.gate_bias = nn.Parameter(torch.empty(h))  # b_g per head
         self.init_weights()
@@ -250,9 +282,14 @@ class RandomFeatureAttention(AttentionCore):
         with torch.no_grad():
             if self.sigma is not None:
                 self.sigma.fill_(self.config.sigma)
-            if self.config.gate:
+            if self.uses_gate:
                 self.gate_weight.normal_(0.0, self.head_dim**-0.5)
                 self.gate_bias.fill_(self.config.gate_bias_init)
+
+    def unbuilt_parameter_names(self) -> tuple[str, ...]:
+        """The gate's parameters when this core has no gate: a checkpoint of a causal model holds them, and
+        encoder checkpoints saved before the gate was limited to causal models do too."""
+        return () if self.uses_gate else ("gate_weight", "gate_bias")
 
     def resample_random_state(self, seed: int) -> None:
         generator = torch.Generator().manual_seed(int(seed) * 1_000_003 + self.spec.layer_idx)
@@ -282,7 +319,7 @@ class RandomFeatureAttention(AttentionCore):
 
     def log_gates(self, key: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """(log g_t, log(1 - g_t)), each (b, h, n); padded steps get g = 1 (the state is kept)."""
-        if not self.config.gate:
+        if not self.uses_gate:
             zero = key.new_zeros(key.shape[:3])
             return zero, zero
         logits = (key * self.gate_weight[:, None]).sum(-1) + self.gate_bias[:, None]  # (b, h, n)
@@ -293,19 +330,61 @@ class RandomFeatureAttention(AttentionCore):
 
     def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         attention_mask = inputs.attention_mask
-        is_causal = inputs.is_causal
-        if is_causal:
-            # The gated recurrence (cumulative log gates, decayed states, normaliser) runs in float32 for
-            # half-precision inputs: products of many gates leave float16's range and bfloat16's precision.
-            work = torch.promote_types(query.dtype, torch.float32)
-            out = self._causal(query.to(work), key.to(work), value.to(work), attention_mask)
-            return AttentionOutput(out.to(query.dtype), None)
+        if inputs.is_causal:
+            out, _ = self._causal_in_float32(query, key, value, attention_mask)
+            return AttentionOutput(out, None)
         base, sigma = self.random_weights.to(query.dtype), self.scales().to(query.dtype)
-        out = _NonCausalRFA.apply(query, key, value, base, sigma, attention_mask, self.config.eps)
+        attend = _non_causal_whole if is_tracing() else _NonCausalRFA.apply
+        out = attend(query, key, value, base, sigma, attention_mask, self.config.eps)
         return AttentionOutput(out, None)
 
-    def _causal(self, query, key, value, mask) -> torch.Tensor:
-        """Blocks of ``causal_chunk`` tokens, batched over a group of blocks; state carried across blocks."""
+    def new_cache_layer(self) -> RecurrentStateLayer:
+        return RecurrentStateLayer()
+
+    def _attend_cached(self, query, key, value, inputs: AttentionInputs, layer) -> AttentionOutput:
+        """One token through :meth:`step`, several (the prompt) through the parallel causal form; the layer
+        keeps (S (b, h, 2m, d), z (b, h, 2m)) in float32 (or wider)."""
+        mask, n = inputs.attention_mask, query.shape[2]
+        if n == 1:
+            real = None if mask is None else mask[:, 0]
+            out, state = self.step(query[:, :, 0], key[:, :, 0], value[:, :, 0], layer.state, real)
+            out = out[:, :, None]
+        else:
+            start = (
+                None if layer.state is None else torch.cat([layer.state[0], layer.state[1][..., None]], -1)
+            )
+            out, sums = self._causal_in_float32(query, key, value, mask, start)  # sums (b, h, 2m, d + 1)
+            state = (sums[..., :-1], sums[..., -1])
+        layer.store(state, n)
+        return AttentionOutput(out, None)
+
+    def _causal_in_float32(self, query, key, value, mask, state=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The parallel causal form; the gated recurrence (cumulative log gates, decayed states, normaliser)
+        runs in float32 for half-precision inputs: products of many gates leave float16's range and
+        bfloat16's precision. Returns (output, [S | z] after the last token)."""
+        self._check_gate_exists()
+        work = torch.promote_types(query.dtype, torch.float32)
+        out, state = self._causal(query.to(work), key.to(work), value.to(work), mask, state)
+        return out.to(query.dtype), state
+
+    def _check_gate_exists(self) -> None:
+        if self.config.gate and not self.uses_gate:
+            raise ValueError(
+                "rfa: gate=True, but this core was built for a bidirectional model (AttentionSpec("
+                "causal=False)), which has no recency gate. Build it for a causal model (AttentionSpec("
+                "causal=True); EfficientBertConfig(is_decoder=True)) or set gate=False for plain causal RFA."
+            )
+
+    def _causal(self, query, key, value, mask, state=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Blocks of ``causal_chunk`` tokens, batched over a group of blocks; state carried across blocks,
+        starting from ``state`` ([S | z] (b, h, 2m, d + 1) of earlier tokens, or None). Returns (output, the
+        [S | z] after the last token)."""
+        if is_tracing():
+            raise ValueError(
+                "rfa: the causal (gated) form cannot be traced by torch.export / torch.compile: its state is "
+                "carried from block to block by a Python loop whose length follows n. The bidirectional form "
+                "(is_causal=False, what the encoders use) traces."
+            )
         b, h, n, d = query.shape
         size, m2 = min(self.config.causal_chunk, n), 2 * self.config.num_features
         mask = extend_padding_mask(mask, b, n, size, query.device)
@@ -314,11 +393,13 @@ class RandomFeatureAttention(AttentionCore):
         if mask is not None:
             keep = mask[:, None, :, None]  # (b, 1, N, 1)
             key, value = key.masked_fill(~keep, 0.0), value.masked_fill(~keep, 0.0)  # padded: no contribution
-        log_g, log_keep = self.log_gates(key, mask)  # (b, h, N)
+        log_g, log_keep = self.log_gates(key, mask)  # (b, h, N); padded steps (the block's tail too): g = 1
         tril = torch.ones(size, size, dtype=torch.bool, device=query.device).tril()
         per_token = b * h * query.element_size() * (4 * m2 + 4 * size + 2 * m2 * (d + 1) // size)
         blocks = max(1, rows_per_chunk(per_token, query.shape[2]) // size)  # blocks per group
-        state = query.new_zeros(b, h, m2, d + 1)  # [S | z] before the current group
+        if state is None:
+            state = query.new_zeros(b, h, m2, d + 1)  # [S | z] before the current group
+        state = state.to(query.dtype)
         # split (not slice): in backward each piece's gradient is joined once, not zero-padded per group
         pieces = zip(
             *(t.split(blocks * size, dim=2) for t in (query, key, value, log_g, log_keep)), strict=True
@@ -332,7 +413,7 @@ class RandomFeatureAttention(AttentionCore):
             else:
                 out, state = self._causal_group(state, *part, tril)
             outputs.append(out)
-        return torch.cat(outputs, dim=2)[:, :, :n]
+        return torch.cat(outputs, dim=2)[:, :, :n], state
 
     def _causal_group(self, state, q_part, k_part, v_part, log_g_part, log_keep_part, tril):
         """One group of g blocks of c tokens: outputs (b, h, g * c, d) and the [S | z] state after it."""
@@ -375,8 +456,11 @@ class RandomFeatureAttention(AttentionCore):
             real: (b,) bool, False where this token is padding: its state is passed on unchanged.
 
         Returns:
-            (out (b, h, d), new state).
+            (out (b, h, d), new state), computed in float32 for half-precision inputs (as the parallel form).
         """
+        self._check_gate_exists()
+        dtype, work = query.dtype, torch.promote_types(query.dtype, torch.float32)
+        query, key, value = query.to(work), key.to(work), value.to(work)
         if real is not None:  # a padded step adds nothing and (g = 1) keeps the state as it is
             key, value = (t.masked_fill(~real[:, None, None], 0.0) for t in (key, value))
         phi_q = self.feature_map(query[:, :, None])[:, :, 0]  # (b, h, 2m)
@@ -392,4 +476,4 @@ class RandomFeatureAttention(AttentionCore):
         z = g * z + keep * phi_k  # (b, h, 2m)
         num = (phi_q[:, :, None] @ s)[:, :, 0]  # (b, h, d)
         den = (phi_q * z).sum(-1, keepdim=True)  # (b, h, 1)
-        return num / den.abs().clamp_min(self.config.eps), (s, z)
+        return (num / den.abs().clamp_min(self.config.eps)).to(dtype), (s, z)

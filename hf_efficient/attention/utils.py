@@ -11,6 +11,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .inputs import is_tracing
+
 # glibc hands every allocation above 32 MiB straight back to the system and page-faults it in anew on the
 # next call; intermediates kept under this budget stay in the malloc arena (docs/contributing.md, "Memory").
 CHUNK_BYTES = 24 * 2**20
@@ -22,10 +24,16 @@ def pad_to_multiple(x: torch.Tensor, multiple: int, dim: int = -2, value: float 
     Example: (b, h, 1000, d) with multiple 64 -> (b, h, 1024, d).
     """
     n = x.shape[dim]
+    dim = dim % x.dim()
+    if is_tracing():
+        # Pad by the constant multiple - 1 and keep the first ceil(n / multiple) multiples: lengths that
+        # torch.export can follow (it cannot prove (-n) % multiple >= 0 or that n + (-n) % multiple divides).
+        padded = F.pad(x, [0, 0] * (x.dim() - 1 - dim) + [0, multiple - 1], value=value)
+        length = (n + multiple - 1) // multiple * multiple
+        return padded.index_select(dim, torch.arange(length, device=x.device))
     extra = (-n) % multiple
     if extra == 0:
         return x
-    dim = dim % x.dim()
     # F.pad takes (left, right) pairs from the last dimension backwards.
     pad = [0, 0] * (x.dim() - 1 - dim) + [0, extra]
     return F.pad(x, pad, value=value)
@@ -38,16 +46,21 @@ def extend_padding_mask(
 
     Positions added by :func:`pad_to_multiple` are False (not real), so they are never attended to.
     """
-    extra = (-n) % multiple
-    if extra == 0:
-        return mask
+    if mask is None and not is_tracing() and n % multiple == 0:
+        return None
     if mask is None:
         mask = torch.ones(batch, n, dtype=torch.bool, device=device)
-    return F.pad(mask, (0, extra), value=False)
+    return pad_to_multiple(mask, multiple, dim=-1, value=False)
 
 
 def unpad(x: torch.Tensor, n: int, dim: int = -2) -> torch.Tensor:
-    """Cut ``x`` back to its first ``n`` positions along ``dim`` (inverse of :func:`pad_to_multiple`)."""
+    """Cut ``x`` back to its first ``n`` positions along ``dim`` (inverse of :func:`pad_to_multiple`); a view.
+
+    While tracing a gather of the first n positions: torch.export cannot prove that a slice of a traced
+    length, clamped to min(n, padded length), is n.
+    """
+    if is_tracing():
+        return x.index_select(dim, torch.arange(n, device=x.device))
     return x.narrow(dim, 0, n)
 
 
@@ -71,8 +84,28 @@ def zero_padded(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 def rows_per_chunk(bytes_per_row: int, total_rows: int, budget: int = CHUNK_BYTES) -> int:
-    """How many rows of an intermediate fit in ``budget`` bytes (at least 1, at most ``total_rows``)."""
+    """How many rows of an intermediate fit in ``budget`` bytes (at least 1, at most ``total_rows``).
+
+    While tracing (``torch.export`` / ``torch.compile``) all of them: a traced graph cannot loop over a
+    number of chunks that depends on the input's size, so it computes in one piece."""
+    if is_tracing():
+        return total_rows
     return max(1, min(total_rows, budget // max(1, bytes_per_row)))
+
+
+def chunk_bounds(total_rows: int, rows: int) -> list[tuple[int, int]]:
+    """(start, stop) of consecutive chunks of ``rows`` rows covering ``total_rows``; one chunk of everything
+    while tracing (see :func:`rows_per_chunk`)."""
+    if is_tracing():
+        return [(0, total_rows)]
+    return [(start, min(start + rows, total_rows)) for start in range(0, total_rows, rows)]
+
+
+def row_slices(total_rows: int, rows: int) -> list[slice]:
+    """Slices of ``rows`` rows covering ``total_rows`` in order; one slice of everything while tracing."""
+    if is_tracing():
+        return [slice(None)]
+    return [slice(start, stop) for start, stop in chunk_bounds(total_rows, rows)]
 
 
 class ChunkBuffers:

@@ -51,7 +51,7 @@ from .flex import (
     reduce_dense,
     use_flex,
 )
-from .inputs import AttentionInputs
+from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
 
 
@@ -130,6 +130,7 @@ class SwinWindowAttention(AttentionCore):
     paper = "Liu et al. 2021, Swin Transformer: Hierarchical Vision Transformer using Shifted Windows"
     cost = "O(n·M²)"
     summary = "2-D windows over the patch grid, shifted on odd layers, [CLS] global"
+    export_note = "the model's image size (the window plan is a constant of the graph)"
     small_config = {"window_size": 4}
 
     def __init__(self, spec, config=None):
@@ -170,9 +171,9 @@ class SwinWindowAttention(AttentionCore):
         b, h, n, d = query.shape
         prefix, height, width = self.layout(n, inputs)
         window, shift = self.window_and_shift(height, width)
-        slot_token, token_slot, same_region = (
-            t.to(query.device) for t in window_plan(height, width, window, shift)
-        )
+        # While tracing, not through the cache: tensors made inside a trace are placeholders of that trace.
+        plan = window_plan.__wrapped__ if is_tracing() else window_plan
+        slot_token, token_slot, same_region = (t.to(query.device) for t in plan(height, width, window, shift))
         num_windows, m = slot_token.shape
         dropout = self.spec.dropout if self.training else 0.0
         if not output_attentions and use_flex(self.config.implementation, query, dropout):

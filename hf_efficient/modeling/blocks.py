@@ -65,6 +65,7 @@ class EfficientSelfAttention(nn.Module):
             attn_implementation=config._attn_implementation or "sdpa",
             max_seq_len=getattr(config, "max_position_embeddings", None),
             layer_idx=self.layer_idx,
+            causal=getattr(config, "is_decoder", False),
         )
         return build_attention(attention_type, spec, attention_config, config.modality)
 

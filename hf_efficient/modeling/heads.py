@@ -79,6 +79,20 @@ def classification_loss(
     return loss
 
 
+def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy, as transformers' causal LM loss: position i predicts ``labels[:, i + 1]``.
+
+    Args:
+        logits: (b, n, V).
+        labels: (b, n) token ids (the inputs themselves; the shift is done here), -100 where not scored.
+
+    Returns:
+        The mean over scored positions, computed in float32.
+    """
+    targets = F.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:].to(logits.device)  # (b, n): next token
+    return mean_cross_entropy(logits.float(), targets)
+
+
 def _mean_loss(loss_fn, logits: torch.Tensor, labels: torch.Tensor, ignore_nan: bool) -> torch.Tensor:
     """``loss_fn`` (MSE / BCE) averaged over the labels (0 for none), or with ``ignore_nan`` over the non-NaN
     ones only (the others are zeroed by a mask, not indexed away: the same shapes, and no host sync)."""

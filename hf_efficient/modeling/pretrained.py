@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import torch
 from transformers import PreTrainedModel
 
 from ..attention.base import AttentionCore
+from ..attention.cache import EfficientCache
 from ..attention.inputs import AttentionInputs
 from .blocks import EfficientEncoder, EfficientSelfAttention
 from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
@@ -31,6 +33,13 @@ class EfficientPreTrainedModel(PreTrainedModel):
     # Losses are plain means (no self.loss_function): when forward takes **kwargs or this is True, Trainer
     # assumes a summed loss and multiplies it by the number of processes under DDP.
     accepts_loss_kwargs = False
+
+    def post_init(self):
+        super().post_init()
+        # Parameters a checkpoint saved in another setting may hold but these cores do not build (RFA's gate
+        # in an encoder): loading ignores them rather than reporting them as unexpected.
+        names = {name for core in self.attention_cores() for name in core.unbuilt_parameter_names()}
+        self._keys_to_ignore_on_load_unexpected.update(rf"\.core\.{re.escape(name)}$" for name in names)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -128,6 +137,20 @@ class EfficientPreTrainedModel(PreTrainedModel):
     def attention_cores(self) -> list[AttentionCore]:
         """Every attention core of the model, in layer order."""
         return [module for module in self.modules() if isinstance(module, AttentionCore)]
+
+    def new_cache(self) -> EfficientCache:
+        """An empty generation cache for this model: one layer per attention layer, as each core needs
+        (keys and values for ``full``, a window for ``longformer``, running sums for the kernelized types).
+        ``generate()`` makes its own; pass one as ``cache=`` to keep decoding state across calls."""
+        return EfficientCache.for_cores(self.attention_cores())
+
+    def tracing_blockers(self) -> list[str]:
+        """Why this model, as configured, cannot be traced by ``torch.export`` / ``torch.compile``: one line
+        per cause, naming the attention type or option and the fix (empty when it can). Models with parts
+        of their own that cannot be traced extend it."""
+        reasons = (f"{core.attention_type}: {core.tracing_blocker()}" for core in self.attention_cores())
+        blocked = (core.tracing_blocker() is not None for core in self.attention_cores())
+        return list(dict.fromkeys(reason for reason, no in zip(reasons, blocked, strict=True) if no))
 
     def attention_checkpointing_enable(self) -> None:
         """Keep only each attention core's inputs (query, key, value) for backward and run the core again

@@ -4,6 +4,7 @@ from transformers import (
     AutoConfig,
     AutoImageProcessor,
     AutoModel,
+    AutoModelForCausalLM,
     AutoModelForImageClassification,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
@@ -21,6 +22,7 @@ from .graph import (
 )
 from .text import (
     EfficientBertConfig,
+    EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
@@ -47,6 +49,7 @@ _register(
     {
         AutoModel: EfficientBertModel,
         AutoModelForMaskedLM: EfficientBertForMaskedLM,
+        AutoModelForCausalLM: EfficientBertForCausalLM,
         AutoModelForSequenceClassification: EfficientBertForSequenceClassification,
         AutoModelForTokenClassification: EfficientBertForTokenClassification,
     },
@@ -78,6 +81,7 @@ _register(
 
 __all__ = [
     "EfficientBertConfig",
+    "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",
     "EfficientBertForSequenceClassification",
     "EfficientBertForTokenClassification",

@@ -11,6 +11,15 @@ from .distillation import (
     layer_relative_errors,
 )
 from .distributed import enable_cpu_ddp_if_launched, end_distributed_run
+from .language_modeling import (
+    LanguageModelArguments,
+    LanguageModelDataArguments,
+    evaluate_perplexity,
+    language_model,
+    language_model_blocks,
+    language_model_tokenizer,
+    pretrain_language_model,
+)
 from .metrics import (
     METRICS,
     build_compute_metrics,
@@ -30,6 +39,7 @@ from .run import (
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
+    random_state_settings,
     setup_run,
     train_and_save,
 )
@@ -45,6 +55,8 @@ __all__ = [
     "ConfigArguments",
     "EfficientTrainer",
     "EfficientTrainingArguments",
+    "LanguageModelArguments",
+    "LanguageModelDataArguments",
     "OutputDirInUseError",
     "OutputDirNotEmptyError",
     "RandomStateArguments",
@@ -62,10 +74,14 @@ __all__ = [
     "compute_task_metrics",
     "efficiency_metrics",
     "evaluate_and_save",
+    "evaluate_perplexity",
     "enable_cpu_ddp_if_launched",
     "end_distributed_run",
     "finish_run",
     "has_random_state",
+    "language_model",
+    "language_model_blocks",
+    "language_model_tokenizer",
     "last_checkpoint",
     "layer_relative_errors",
     "load_config_file",
@@ -73,7 +89,9 @@ __all__ = [
     "no_weight_decay_parameter_names",
     "parse_args_with_config_files",
     "predictions_from_logits",
+    "pretrain_language_model",
     "random_state_callbacks",
+    "random_state_settings",
     "resample_attention_random_state",
     "resolve_resume_checkpoint",
     "save_model_card",

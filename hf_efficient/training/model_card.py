@@ -32,6 +32,7 @@ TEMPLATE_PATHS = {  # config.modality -> template
 }
 TEMPLATE_PATH = TEMPLATE_PATHS["text"]
 _AUTO = {  # architecture suffix -> (Auto class, pipeline tag)
+    "ForCausalLM": ("AutoModelForCausalLM", "text-generation"),
     "ForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
     "ForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
     "ForTokenClassification": ("AutoModelForTokenClassification", "token-classification"),
@@ -298,7 +299,18 @@ def build_model_card(
         efficiency=efficiency or {},
         limitations=limitations(model),
         structural_inputs=config.structural_inputs() if hasattr(config, "structural_inputs") else [],
+        decoding_state=decoding_state(model),
     )
+
+
+def decoding_state(model: PreTrainedModel) -> list[dict[str, str]]:
+    """For a causal model, what generation keeps per layer (one row per attention type); [] otherwise."""
+    if not getattr(model.config, "is_decoder", False) or not hasattr(model, "new_cache"):
+        return []
+    rows: dict[str, str] = {}
+    for core, layer in zip(model.attention_cores(), model.new_cache().layers, strict=True):
+        rows.setdefault(core.attention_type, layer.describe())
+    return [{"attention_type": name, "state": state} for name, state in rows.items()]
 
 
 def save_model_card(card: ModelCard, output_dir: str | Path) -> Path:

@@ -95,6 +95,18 @@ def random_state_callbacks(
     return [RandomStateCallback(every, seed=seed, fixed_final_fraction=fixed)]
 
 
+def random_state_settings(
+    arguments: RandomStateArguments, callbacks: list[TrainerCallback]
+) -> dict[str, float]:
+    """The redraw flags for a model card's hyperparameters, when the run redraws random state (else none)."""
+    if not any(isinstance(callback, RandomStateCallback) for callback in callbacks):
+        return {}
+    return {
+        "random_state_redraw_steps": arguments.random_state_redraw_steps,
+        "random_state_fixed_final_fraction": arguments.random_state_fixed_final_fraction,
+    }
+
+
 def train_and_save(trainer: Trainer) -> TrainOutput:
     """Train (resuming from ``--resume_from_checkpoint``, ``last`` = the newest complete checkpoint in
     output_dir), save model, tokenizer and trainer state, log the metrics, and print one line per process."""

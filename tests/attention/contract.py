@@ -8,6 +8,7 @@ Cores that need edges get a random graph per batch item; cores that share querie
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import tempfile
@@ -19,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
+from hf_efficient.attention.cache import EfficientCache
 
 from .helpers import adjacency_to_edges, make_core, make_qkv, padding_mask
 
@@ -201,6 +203,61 @@ def check_same_outputs_and_gradients_on(attention_type: str, device: str) -> Non
         torch.testing.assert_close(g.cpu(), w, atol=1e-5, rtol=1e-4)
 
 
+def traced_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every core take the code path it takes under torch.export / torch.compile (one piece, plain
+    autograd) while running eagerly: ``is_tracing()`` asks ``torch.compiler.is_compiling()``."""
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+
+
+def _padded_call(core, n: int, lengths: list[int]):
+    """Outputs and the gradients of q and v (and k unless shared) of one padded batch through ``core``."""
+    q, k, v = make_qkv(b=len(lengths), n=n, requires_grad=True)
+    mask = padding_mask(lengths, n)
+    out = run(core, q, k, v, mask, lengths=lengths).output
+    used = [q, v] if core.capabilities.shared_query_key else [q, k, v]
+    return out, torch.autograd.grad(out.square().sum(), used)
+
+
+TRACED_SIZES = ((37, [37, 30]), (61, [40, 61]))  # padded batches, several blocks / chunks / segments
+
+
+def _assert_same_padded_calls(core, other, context=contextlib.nullcontext) -> None:
+    """``other`` (inside ``context()``) gives ``core``'s outputs and gradients on the TRACED_SIZES batches."""
+    for n, lengths in TRACED_SIZES:
+        torch.manual_seed(0)  # reformer_lsh draws its training rotations from the global RNG
+        expected, expected_grads = _padded_call(core, n, lengths)
+        with context():
+            torch.manual_seed(0)
+            got, grads = _padded_call(other, n, lengths)
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+        for g, w in zip(grads, expected_grads, strict=True):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+
+
+def check_traced_form_matches_eager(attention_type: str) -> None:
+    """The form a traced graph computes (every chunk at once, layouts built in the graph, no custom autograd
+    Function) gives the eager form's outputs and gradients on padded batches, in training mode (dropout 0)."""
+
+    @contextlib.contextmanager
+    def traced():
+        with pytest.MonkeyPatch.context() as patch:
+            traced_form(patch)
+            yield
+
+    core = make_core(attention_type).train()
+    _assert_same_padded_calls(core, core, traced)
+
+
+def check_compiles_fullgraph(attention_type: str) -> None:
+    """``torch.compile(fullgraph=True, dynamic=True)`` traces the core with no graph break, and the compiled
+    call gives the eager outputs and gradients at two lengths (aot_eager: the traced graph, no codegen)."""
+    import torch._dynamo
+
+    core = make_core(attention_type).train()
+    torch._dynamo.reset()
+    _assert_same_padded_calls(core, torch.compile(core, fullgraph=True, dynamic=True, backend="aot_eager"))
+
+
 def check_unsupported_inputs_raise(attention_type: str) -> None:
     """Every input the core does not declare, wrong ranks, head sizes and mask shapes raise a ValueError
     naming the type or the problem."""
@@ -243,6 +300,61 @@ def check_unsupported_inputs_raise(attention_type: str) -> None:
             core(q, k, v, edges=GraphEdges(torch.tensor([[0, 40], [1, 2]])))
         with pytest.raises(ValueError, match="no edges"):
             core(q, k, v, edges=GraphEdges(torch.zeros(2, 0, dtype=torch.long)))
+
+
+DECODE_LENGTH = 23
+# How the causal-decoding check feeds the sequence to a cache: a prompt (parallel form), single tokens, then
+# a chunk of several tokens after a state (chunked prefill), then single tokens again.
+DECODE_PIECES = ((0, 7), *((t, t + 1) for t in range(7, 12)), (12, 17), *((t, t + 1) for t in range(17, 23)))
+
+
+def decode_padding_mask() -> torch.Tensor:
+    """(2, DECODE_LENGTH) bool: row 0 padded on the left (5 tokens), row 1 on the right (after 17 tokens),
+    so the prompt, single padded steps and a chunk all meet padding."""
+    mask = torch.ones(2, DECODE_LENGTH, dtype=torch.bool)
+    mask[0, :5] = False
+    mask[1, 17:] = False
+    return mask
+
+
+def check_causal_decoding_matches_parallel(attention_type: str) -> None:
+    """A causal type decodes from a cache exactly as its parallel causal form computes the whole sequence:
+    prompt, single tokens and a chunk (DECODE_PIECES) against one pass, left and right padding, outputs at
+    real positions equal to 1e-5 (float32), padded ones 0; the cache counts every token. Types without a
+    causal form refuse a cache with the list of those that have one."""
+    core = (
+        make_core(attention_type, causal=True)
+        if get_attention_class(attention_type).capabilities.causal
+        else None
+    )
+    if core is None:
+        core = make_core(attention_type)
+        with pytest.raises(ValueError, match="Causal attention types: .*full"):
+            core.new_cache_layer()
+        return
+    q, k, v = make_qkv(b=2, n=DECODE_LENGTH)
+    if core.capabilities.shared_query_key:
+        k = q
+    mask = decode_padding_mask()
+    expected = core(q, k, v, attention_mask=mask, is_causal=True).output
+    cache = EfficientCache.for_cores([core])
+    pieces = []
+    for start, stop in DECODE_PIECES:
+        part = slice(start, stop)
+        out = core(
+            q[:, :, part],
+            k[:, :, part],
+            v[:, :, part],
+            attention_mask=mask[:, part],
+            is_causal=True,
+            cache=cache,
+        )
+        pieces.append(out.output)
+    decoded = torch.cat(pieces, dim=2)
+    real = mask[:, None, :, None].expand_as(expected)
+    torch.testing.assert_close(decoded[real], expected[real], atol=1e-5, rtol=1e-5)
+    assert (decoded[~real] == 0).all()
+    assert cache.get_seq_length() == DECODE_LENGTH
 
 
 def check_shared_query_key_enforced(attention_type: str) -> None:
@@ -296,5 +408,8 @@ def run_contract_matrix(attention_type: str, folder: Path | None = None) -> None
         check_permutation_equivariance(attention_type)
     check_save_load_identical_outputs(attention_type, folder)
     check_unsupported_inputs_raise(attention_type)
+    check_causal_decoding_matches_parallel(attention_type)
     check_shared_query_key_enforced(attention_type)
     check_no_weight_decay_names_own_parameters(attention_type)
+    check_traced_form_matches_eager(attention_type)
+    check_compiles_fullgraph(attention_type)

@@ -56,15 +56,21 @@ def kernel_quadratic_form(phi_q, phi_k, v, mask=None, causal=False, eps=0.0):
     return (kernel @ v.double()) / (kernel.sum(-1, keepdim=True) + eps)
 
 
-def small_config(attention_type: str, **extra) -> dict:
-    """A copy of the type's ``small_config`` (hyperparameters for tiny models), updated with ``extra``."""
-    return {**get_attention_class(attention_type).small_config, **extra}
+def small_config(attention_type: str, causal: bool = False, **extra) -> dict:
+    """A copy of the type's ``small_config`` (hyperparameters for tiny models; with ``causal``, its
+    ``causal_small_config`` where it has one), updated with ``extra``."""
+    cls = get_attention_class(attention_type)
+    base = cls.causal_small_config if causal and cls.causal_small_config is not None else cls.small_config
+    return {**base, **extra}
 
 
-def make_core(attention_type, heads=2, head_dim=8, max_seq_len=128, layer_idx=0, **config):
-    """The core in eval mode at its ``small_config``, updated with ``config``."""
-    spec = AttentionSpec(num_heads=heads, head_dim=head_dim, max_seq_len=max_seq_len, layer_idx=layer_idx)
-    return build_attention(attention_type, spec, small_config(attention_type, **config)).eval()
+def make_core(attention_type, heads=2, head_dim=8, max_seq_len=128, layer_idx=0, causal=False, **config):
+    """The core in eval mode at its ``small_config``, updated with ``config``; ``causal``: built for a causal
+    model (``AttentionSpec.causal``)."""
+    spec = AttentionSpec(
+        num_heads=heads, head_dim=head_dim, max_seq_len=max_seq_len, layer_idx=layer_idx, causal=causal
+    )
+    return build_attention(attention_type, spec, small_config(attention_type, causal, **config)).eval()
 
 
 def make_qkv(b=2, h=2, n=37, d=8, seed=0, requires_grad=False):

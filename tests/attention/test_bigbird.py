@@ -9,7 +9,6 @@ from transformers import BigBirdConfig as HFBigBirdConfig
 from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAttention, BigBirdModel
 
 from hf_efficient.attention import AttentionSpec, build_attention
-from hf_efficient.attention.bigbird import build_block_layout
 from hf_efficient.attention.utils import ChunkBuffers
 
 from .helpers import make_core, make_qkv, reference_attention
@@ -173,7 +172,7 @@ def test_parity_with_transformers(n, n_real):
     Where the definitions agree and where they cannot be made to:
     * Window (3 blocks), first + last block global, random blocks excluding window and global blocks, one
       softmax over their union: the same ITC pattern in both, so the outputs must match.
-    * Their random layout is fed into our layout cache (``core.layouts``) from their own sampler with their
+    * Their random layout replaces our draw (``core.random_key_blocks``), from their own sampler with their
       seed, in training mode (their forward re-seeds numpy with ``seed`` and draws exactly this; there is no
       dropout in their block-sparse path). Our own draw is uniform over all allowed blocks; theirs uses only
       the first 2r + 5 blocks and bars two more for rows 1 and -2, so our sampler cannot reproduce theirs.
@@ -195,16 +194,20 @@ def test_parity_with_transformers(n, n_real):
     random = torch.from_numpy(np.stack(random)).long()  # (h, nb - 2, r) for rows 1 .. nb - 2
     random = torch.cat([random[:, :1], random, random[:, :1]], 1)  # global rows: any blocks (dense there)
     core = build_attention("bigbird", AttentionSpec(h, d), dict(block_size=bs, num_random_blocks=r)).eval()
-    layout = build_block_layout(nb, 3, 1, 1, random, torch.ones_like(random, dtype=torch.bool))
+    core.random_key_blocks = lambda num_blocks, _: (  # (b, h, nb, r) and all of them drawn
+        random.expand(len(num_blocks), -1, -1, -1),
+        torch.ones(len(num_blocks), *random.shape, dtype=torch.bool),
+    )
+    layout = core.block_layout(nb)
     assert layout.valid[:, 1:-1, -r:].all(), "their random blocks never repeat window/global ones"
-    core.layouts[(nb, "cpu")] = layout
     hidden = torch.randn(2, n, h * d)
     mask = torch.ones(2, n, dtype=torch.bool)
     mask[1, n_real:] = False
     with torch.no_grad():
         theirs, ours = run_both(hf, core, hidden, mask)
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=1e-5)
-    core.layouts.clear()  # our own random blocks differ from theirs, so the outputs must differ
+    del core.random_key_blocks  # our own random blocks differ from theirs, so the outputs must differ
+    core.layouts.clear()
     with torch.no_grad():
         assert not torch.allclose(run_both(hf, core, hidden, mask)[1], theirs, atol=1e-3)
 

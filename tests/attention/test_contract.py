@@ -70,6 +70,11 @@ def test_unsupported_inputs_raise(attention_type):
 
 
 @pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_causal_decoding_matches_parallel(attention_type):
+    contract.check_causal_decoding_matches_parallel(attention_type)
+
+
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
 def test_unknown_config_key_lists_valid_keys(attention_type):
     contract.check_unknown_config_key_lists_valid_keys(attention_type)
 
@@ -93,6 +98,17 @@ def test_no_weight_decay_names_own_parameters(attention_type):
 @pytest.mark.parametrize("attention_type", ALL_TYPES)
 def test_facts_for_the_table_and_the_benchmarks(attention_type):
     contract.check_facts(attention_type)
+
+
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_traced_form_matches_eager(attention_type):
+    contract.check_traced_form_matches_eager(attention_type)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_compiles_fullgraph(attention_type):
+    contract.check_compiles_fullgraph(attention_type)
 
 
 @pytest.mark.gpu

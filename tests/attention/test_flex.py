@@ -111,6 +111,22 @@ def test_longformer_per_example_global_tokens_on_flex(monkeypatch):
     check_blocks(masks[0], 2, 1, 400, tight=False)
 
 
+@pytest.mark.parametrize(
+    "config", [{"attention_window": 64}, {"attention_window": 32, "attention_dilation": 3}]
+)
+@pytest.mark.parametrize("padded", [False, True])
+def test_causal_longformer_on_flex(config, padded, monkeypatch):
+    """The causal window (w earlier keys) as a block mask: key blocks at or before the query's only."""
+    native, flex = both_paths("longformer", config)
+    q, k, v = make_qkv(b=2, n=700)
+    extra = dict(attention_mask=padding_mask([700, 550], 700) if padded else None, is_causal=True)
+    with torch.no_grad(), captured_block_masks("longformer", monkeypatch) as masks:
+        expected = native(q, k, v, **extra).output
+        got = flex(q, k, v, **extra).output
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    check_blocks(masks[0], 2, 1, 700, tight=not padded)
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("bias_shape", [None, (1, 1), (2, 3)])
 def test_full_on_flex_honours_padding_causal_and_per_head_bias(causal, bias_shape, monkeypatch):

@@ -1,6 +1,6 @@
 """gat / gatv2: parity with PyG's GATConv / GATv2Conv given the same weights (forward and gradients, with and
 without edge features), dense float64 oracles with padding and edge weights, GAT's static against GATv2's
-dynamic attention, self loops, returned weights and errors."""
+dynamic attention, self loops, returned weights, the traced form (EdgeScatter) and errors."""
 
 from __future__ import annotations
 
@@ -310,3 +310,46 @@ def test_dropout_bfloat16_and_errors(kind):
         make_core(kind, edge_dim=2)(q, k, v, edges=edges)
     with pytest.raises(ValueError, match=f"{kind} got edge_attr"):
         make_core(kind)(q, k, v, edges=GraphEdges(edges.edge_index, edge_attr=torch.ones(edges.num_edges, 2)))
+
+
+@pytest.mark.parametrize(
+    "attention_type, config",
+    [
+        ("gat", {"edge_dim": 3}),
+        ("gatv2", {"edge_dim": 3}),
+        ("multi_hop", {"score": "gat", "edge_dim": 3, "add_self_loops": True}),
+        ("graph_sparse", {"edge_dim": 3, "edge_feature_mode": "add", "add_self_loops": True}),
+    ],
+)
+def test_traced_form_matches_eager_with_loops_features_weights_and_shuffled_edges(
+    attention_type, config, monkeypatch
+):
+    """The form traced graphs compute (EdgeScatter: the edges in the caller's order, self loops appended for
+    every node slot and masked) gives the CSR path's outputs, returned weights and gradients, with edge
+    features, edge weights, existing self loops, an isolated node, padding and edges in no order."""
+    core = make_core(attention_type, **config).train()
+    lengths, n = [20, 29], 29
+    mask = padding_mask(lengths, n)
+    adj = random_adjacency(2, n, mask=mask, self_loops=True, isolate_first=True)
+    edge_index = adjacency_to_edges(adj).edge_index
+    g = torch.Generator().manual_seed(3)
+    edge_index = edge_index[:, torch.randperm(edge_index.shape[1], generator=g)]
+    edges = GraphEdges(
+        edge_index,
+        edge_weight=torch.rand(edge_index.shape[1], generator=g) + 0.1,
+        edge_attr=torch.randn(edge_index.shape[1], 3, generator=g),
+    )
+
+    def call():
+        q, k, v = make_qkv(b=2, n=n, requires_grad=True)
+        out = core(q, k, v, attention_mask=mask, edges=edges, output_attentions=True)
+        weights = out.weights.to_dense() if out.weights.is_sparse else out.weights
+        return out.output, weights, torch.autograd.grad(out.output.square().sum(), [q, k, v])
+
+    expected = call()
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # what is_tracing() asks
+    got = call()
+    torch.testing.assert_close(got[0], expected[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(got[1], expected[1], atol=1e-5, rtol=1e-5)
+    for g_got, g_expected in zip(got[2], expected[2], strict=True):
+        torch.testing.assert_close(g_got, g_expected, atol=1e-5, rtol=1e-4)

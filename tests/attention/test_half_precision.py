@@ -34,7 +34,7 @@ def cases():
 
 def run_half(attention_type, mode, dtype, is_causal, device="cpu", head_dim=8):
     """(half-precision output, float32 reference output, the inputs' gradients)."""
-    reference = make_core(attention_type, head_dim=head_dim).to(device)
+    reference = make_core(attention_type, head_dim=head_dim, causal=is_causal).to(device)
     rounded = {name: t.to(dtype).to(t.dtype) for name, t in reference.state_dict().items()}
     reference.load_state_dict(rounded)
     q, k, v = (t.to(device=device, dtype=dtype).float() for t in make_qkv(b=2, n=37, d=head_dim))
@@ -48,7 +48,7 @@ def run_half(attention_type, mode, dtype, is_causal, device="cpu", head_dim=8):
         expected = call(reference, q, k, v)
     leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
     if mode == "cast":
-        core = make_core(attention_type, head_dim=head_dim).to(device=device, dtype=dtype)
+        core = make_core(attention_type, head_dim=head_dim, causal=is_causal).to(device=device, dtype=dtype)
         core.load_state_dict(rounded)
         out = call(core, *(t.to(dtype) for t in leaves))
     else:

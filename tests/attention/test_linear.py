@@ -77,8 +77,8 @@ def test_causal_parallel_equals_recurrent_steps():
         out_t, state = core.step(q[:, :, t], k[:, :, t], v[:, :, t], state)
         steps.append(out_t)
     torch.testing.assert_close(torch.stack(steps, dim=2), parallel, atol=1e-5, rtol=1e-5)
-    s, z = state
-    assert s.shape == (2, 2, 8, 8) and z.shape == (2, 2, 8)
+    # [S | z]: phi(k) v^T and phi(k) side by side, d x (d + 1) per head; elu + 1 needs no shift
+    assert state.sums.shape == (2, 2, 8, 9) and state.shift is None
 
 
 def test_causal_output_ignores_future_tokens():

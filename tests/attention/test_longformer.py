@@ -7,6 +7,7 @@ import torch
 
 import hf_efficient.attention.longformer as longformer_module
 from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention.cache import EfficientCache
 
 from .helpers import assert_dropout_only_in_training, make_core, make_qkv, reference_attention
 
@@ -25,6 +26,17 @@ def padded_batch(n: int, seed: int = 0):
     mask = torch.ones(2, n, dtype=torch.bool)
     mask[1, n - 7 :] = False
     return q, k, v, mask
+
+
+def assert_equals_pattern_reference(out, q, k, v, mask, allowed) -> None:
+    """``out`` equals the dense oracle over the ``allowed`` pattern (padded rows 0), outputs and gradients."""
+    expected = reference_attention(q, k, v, mask, allowed=allowed).masked_fill(~mask[:, None, :, None], 0.0)
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    weights = torch.randn_like(out)
+    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
+    expected_grads = torch.autograd.grad((expected * weights.double()).sum(), (q, k, v))
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
 
 
 @pytest.fixture(params=[True, False], ids=["cpu_flash", "autograd_sdpa"])
@@ -51,15 +63,7 @@ def test_matches_band_reference_with_padding_and_globals(kernel_path, n, window,
     out = core(q, k, v, attention_mask=mask, global_attention_mask=global_mask).output
 
     is_global = (global_mask | (torch.arange(n) == 0)) & mask
-    allowed = longformer_pattern(n, window, dilation, is_global)
-    expected = reference_attention(q, k, v, mask, allowed=allowed).masked_fill(~mask[:, None, :, None], 0.0)
-    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
-
-    weights = torch.randn_like(out)
-    grads = torch.autograd.grad((out * weights).sum(), (q, k, v))
-    expected_grads = torch.autograd.grad((expected * weights.double()).sum(), (q, k, v))
-    for grad, expected_grad in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
+    assert_equals_pattern_reference(out, q, k, v, mask, longformer_pattern(n, window, dilation, is_global))
 
 
 def test_large_window_three_block_reach(kernel_path):
@@ -193,3 +197,53 @@ def test_parity_with_transformers_longformer_self_attention():
     out = out.transpose(1, 2).reshape(2, n, hidden)  # (b, heads, n, d) -> (b, n, hidden)
     torch.testing.assert_close(out[real], expected[real], atol=1e-5, rtol=1e-5)
     assert (expected[~real] == 0).all() and (out[~real] == 0).all()
+
+
+def causal_pattern(n: int, window: int, dilation: int) -> torch.Tensor:
+    """(1, 1, n, n) allowed pairs of the causal form: keys i - t r, 0 <= t <= w (the whole window behind)."""
+    behind = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # query - key
+    return ((behind >= 0) & (behind <= dilation * window) & (behind % dilation == 0))[None, None]
+
+
+@pytest.mark.parametrize(
+    ("n", "window", "dilation"), [(17, 6, 1), (37, 4, 1), (50, 4, 2), (45, 6, 4), (640, 300, 1)]
+)
+def test_causal_matches_reference_with_padding(kernel_path, n, window, dilation):
+    """The causal form: each token sees itself and the w earlier tokens of its residue, exactly (outputs and
+    gradients), padding on the left and on the right; 300 keys behind a 256-query chunk need two blocks."""
+    core = make_core("longformer", causal=True, attention_window=window, attention_dilation=dilation)
+    q, k, v, mask = padded_batch(n)
+    mask[0, :3] = False  # left padding in row 0, right padding in row 1
+    out = core(q, k, v, attention_mask=mask, is_causal=True).output
+    assert_equals_pattern_reference(out, q, k, v, mask, causal_pattern(n, window, dilation))
+
+
+def test_causal_window_covering_sequence_equals_causal_full():
+    core = make_core("longformer", causal=True, attention_window=64)
+    q, k, v = make_qkv(b=2, n=40)
+    expected = make_core("full")(q, k, v, is_causal=True).output
+    torch.testing.assert_close(core(q, k, v, is_causal=True).output, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_causal_form_has_no_global_tokens():
+    with pytest.raises(ValueError, match=r"global_token_indices=\[0\] in a causal model"):
+        make_core("longformer", causal=True, global_token_indices=[0])
+    core = make_core("longformer")  # bidirectional core (global token 0) called causally
+    q, k, v = make_qkv(b=1, n=12)
+    with pytest.raises(ValueError, match="causal form has no global tokens"):
+        core(q, k, v, is_causal=True)
+
+
+def test_decoding_keeps_only_the_window():
+    """The cache holds the last w r keys whatever the context, and decoding matches the parallel form."""
+    core = make_core("longformer", causal=True, attention_window=4, attention_dilation=2)
+    q, k, v = make_qkv(b=1, n=30)
+    expected = core(q, k, v, is_causal=True).output
+    cache = EfficientCache.for_cores([core])
+    steps = [core(q[:, :, :5], k[:, :, :5], v[:, :, :5], is_causal=True, cache=cache).output]
+    for t in range(5, 30):
+        one = slice(t, t + 1)
+        steps.append(core(q[:, :, one], k[:, :, one], v[:, :, one], is_causal=True, cache=cache).output)
+        assert cache.layers[0].keys.shape[2] == min(t + 1, 8)  # w r = 8 kept
+    torch.testing.assert_close(torch.cat(steps, dim=2), expected, atol=1e-5, rtol=1e-5)
+    assert cache.get_seq_length() == 30 and cache.nbytes == 2 * 8 * 2 * 8 * 4  # keys + values, float32

@@ -1,8 +1,9 @@
 """Adding a mechanism is one registered class: a toy core (exact softmax attention written by hand, 30 lines)
-registered inside this test goes through the contract matrix and the three encoders, shows in the attention
-table, and runs through the attention benchmark's smoke preset (as a ``--plugin``, since every benchmark
-point runs in a fresh process), with no other file changed. The fixture unregisters it, so the rest of the
-suite (which compares the registry with README.md and the config files) never sees it."""
+registered inside this test goes through the contract matrix and the three encoders (export included),
+shows in the attention table, and runs through the attention benchmark's smoke preset (as a ``--plugin``,
+since every benchmark point runs in a fresh process), with no other file changed. The fixture unregisters
+it, so the rest of the suite (which compares the registry with README.md and the config files) never sees
+it."""
 
 from __future__ import annotations
 
@@ -23,8 +24,11 @@ from hf_efficient.attention import (
 )
 
 from ..benchmarks.cli import run_module
+from ..models.graph import checks as graph_checks
 from ..models.graph.checks import check_graph_encoder
+from ..models.text import checks as text_checks
 from ..models.text.checks import check_text_encoder
+from ..models.vision import checks as vision_checks
 from ..models.vision.checks import check_vision_encoder
 from .contract import run_contract_matrix
 
@@ -73,6 +77,8 @@ def test_a_registered_toy_passes_the_contract_and_every_encoder(handwritten_soft
     check_text_encoder(handwritten_softmax, tmp_path / "text")
     check_vision_encoder(handwritten_softmax, tmp_path / "vision")
     check_graph_encoder(handwritten_softmax, tmp_path / "graph")
+    for checks in (text_checks, vision_checks, graph_checks):  # torch.export and ONNX Runtime
+        checks.check_exports(handwritten_softmax, tmp_path / checks.__name__)
 
 
 def test_the_toy_is_gone_after_its_test():

@@ -160,3 +160,30 @@ def test_config_validation():
         with pytest.raises(ValueError, match=field):
             build_attention("performer", spec, bad)
     assert build_attention("performer", spec).config.num_features == 256
+
+
+def test_causal_outputs_do_not_depend_on_later_keys():
+    """The causal form's stabilising shift is the running maximum over the keys so far: a later key cannot
+    change an earlier output. Large-norm early keys (a checkpoint's) have log-features far below those of
+    ordinary later keys; a shift taken over the whole sequence pushed them under the exponent floor, so the
+    first outputs depended on keys after them. Decoding one token at a time must give the same outputs."""
+    core = make_core("performer", causal=True, eps=0.0)  # eps 0: the shifts cancel exactly
+    q, k, v = make_qkv(b=1, n=16, seed=2)
+    # early keys: one large-norm direction (log-features near each other, ~150 below the later keys')
+    direction = torch.nn.functional.normalize(
+        torch.randn(8, generator=torch.Generator().manual_seed(5)), dim=0
+    )
+    k[:, :, :8] = 30.0 * direction + 0.3 * k[:, :, :8]
+    whole = core(q, k, v, is_causal=True).output
+    prefix = core(q[:, :, :8], k[:, :, :8], v[:, :, :8], is_causal=True).output
+    torch.testing.assert_close(whole[:, :, :8], prefix, atol=1e-6, rtol=1e-5)
+    w = core.projection_matrix
+    phi_q, phi_k = explicit_features(q[:, :, :8], w, "softmax"), explicit_features(k[:, :, :8], w, "softmax")
+    exact = kernel_quadratic_form(phi_q, phi_k, v[:, :, :8], causal=True)  # float64, no shift at all
+    torch.testing.assert_close(prefix.double(), exact, atol=1e-5, rtol=1e-4)
+    state, steps = None, []
+    for t in range(16):
+        out, state = core.step(q[:, :, t], k[:, :, t], v[:, :, t], state)
+        steps.append(out)
+    torch.testing.assert_close(torch.stack(steps, dim=2), whole, atol=1e-5, rtol=1e-5)
+    assert state.shift.shape == (1, 2, 1, 1) and state.sums.shape == (1, 2, 64, 9)

@@ -23,7 +23,7 @@ def explicit_features(core: RandomFeatureAttention, x: torch.Tensor) -> torch.Te
 def gate_weights(core: RandomFeatureAttention, key: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """(b, h, n, n) weight of key j at query t: (1 - g_j) prod_{j < l <= t} g_l for j <= t, else 0."""
     b, h, n, _ = key.shape
-    if core.config.gate:
+    if core.uses_gate:
         w, bias = core.gate_weight.double().detach(), core.gate_bias.double().detach()
         g = torch.sigmoid((key.double() * w[:, None]).sum(-1) + bias[:, None])  # (b, h, n)
     else:
@@ -37,7 +37,7 @@ def gate_weights(core: RandomFeatureAttention, key: torch.Tensor, mask: torch.Te
     )
     between = (step > j) & (step <= t)  # (n, n, n): steps whose gate decays key j by query t
     decay = torch.where(between, g[:, :, None, None, :], torch.ones(())).prod(-1)  # (b, h, n, n)
-    keep = (1 - g)[:, :, None, :] if core.config.gate else torch.ones(())
+    keep = (1 - g)[:, :, None, :] if core.uses_gate else torch.ones(())
     return (decay * keep).tril()
 
 
@@ -94,7 +94,7 @@ def test_sigma_is_learned_and_receives_gradients():
 @pytest.mark.parametrize("gate", [False, True])
 def test_causal_equals_explicit_quadratic_form(gate, small_chunks):
     """gate=False: plain causal RFA; gate=True: weights (1 - g_j) prod g_l; several blocks and groups."""
-    core = make_core("rfa", gate=gate, causal_chunk=5).double()
+    core = make_core("rfa", causal=True, gate=gate, causal_chunk=5).double()
     q, k, v = (t.double() for t in make_qkv(b=2, n=23))
     mask = padding_mask([23, 18], 23)
     out = core(q, k, v, attention_mask=mask, is_causal=True).output
@@ -105,7 +105,7 @@ def test_causal_equals_explicit_quadratic_form(gate, small_chunks):
 
 @pytest.mark.parametrize("gate", [False, True])
 def test_causal_parallel_equals_recurrent_step(gate):
-    core = make_core("rfa", gate=gate)
+    core = make_core("rfa", causal=True, gate=gate)
     q, k, v = make_qkv(b=2, n=29)
     mask = torch.ones(2, 29, dtype=torch.bool)
     mask[0, 3:6] = False  # padding in the middle: those steps must pass the state on unchanged
@@ -124,7 +124,7 @@ def test_causal_parallel_equals_recurrent_step(gate):
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_causal_padding_with_poisoned_pads_leaves_real_outputs(side):
     """Padded steps keep the gated state as it is, so real outputs do not move, even for left padding."""
-    core = make_core("rfa")
+    core = make_core("rfa", causal=True)
     q, k, v = make_qkv(b=1, n=21)
     alone = core(q, k, v, is_causal=True).output
     pad = torch.full((1, 2, 9, 8), 1e9)
@@ -137,14 +137,14 @@ def test_causal_padding_with_poisoned_pads_leaves_real_outputs(side):
 
 def test_causal_gradients_and_strong_forgetting_stay_finite():
     """Gates near 0 over many steps (log-space decays) and the gate parameters' gradients."""
-    core = make_core("rfa", gate_bias_init=-30.0).double().train()
+    core = make_core("rfa", causal=True, gate_bias_init=-30.0).double().train()
     q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, n=40))
     out = core(q, k, v, is_causal=True).output
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out, quadratic_rfa(core, q, k, v, causal=True), atol=1e-9, rtol=1e-9)
     out.square().sum().backward()
     assert core.gate_weight.grad.abs().sum() > 0 and core.gate_bias.grad.abs().sum() > 0
-    gated = make_core("rfa", causal_chunk=4).double()
+    gated = make_core("rfa", causal=True, causal_chunk=4).double()
     inputs = tuple(t[:, :, :10].detach().requires_grad_() for t in (q, k, v))
     assert torch.autograd.gradcheck(lambda *x: gated(*x, is_causal=True).output, inputs, fast_mode=True)
 
@@ -203,7 +203,7 @@ def test_redraw_changes_outputs_and_init_restores_the_seeded_draw():
 
 
 def test_non_causal_is_permutation_equivariant_causal_is_not():
-    core = make_core("rfa")
+    core = make_core("rfa", causal=True)
     assert core.capabilities.permutation_equivariant
     q, k, v = make_qkv(b=1, n=13)
     perm = torch.randperm(13)
@@ -231,3 +231,21 @@ def test_head_split_layout_gives_the_same_outputs_and_gradients():
     torch.testing.assert_close(out, expected)
     for strided, contiguous in zip(base, copies, strict=True):
         torch.testing.assert_close(strided.grad, contiguous.grad.transpose(1, 2))
+
+
+def test_gate_exists_only_in_causal_models():
+    """The recency gate is used by the causal form only: an encoder's core has no gate parameters (they would
+    never get a gradient), a decoder's has them; a causal call on an encoder's core with gate=True raises."""
+    encoder, decoder = make_core("rfa"), make_core("rfa", causal=True)
+    assert not any("gate" in name for name, _ in encoder.named_parameters())
+    assert {"gate_weight", "gate_bias"} <= dict(decoder.named_parameters()).keys()
+    assert encoder.unbuilt_parameter_names() == ("gate_weight", "gate_bias")
+    assert decoder.unbuilt_parameter_names() == ()
+    q, k, v = make_qkv(b=1, n=9)
+    with pytest.raises(ValueError, match=r"gate=True, but this core was built for a bidirectional model"):
+        encoder(q, k, v, is_causal=True)
+    plain = make_core("rfa", gate=False)  # plain causal RFA needs no gate, in any model
+    torch.testing.assert_close(
+        plain(q, k, v, is_causal=True).output,
+        make_core("rfa", causal=True, gate=False)(q, k, v, is_causal=True).output,
+    )

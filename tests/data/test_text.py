@@ -13,6 +13,7 @@ from hf_efficient.data import (
     GLUE_TASK_NAMES,
     TASKS,
     SeededMLMCollator,
+    causal_lm_tokenizer,
     get_task,
     group_texts,
     load_movie_reviews,
@@ -116,6 +117,39 @@ def test_group_texts_makes_full_cls_sep_blocks(corpus, tokenizer):
         assert len(ids) == 32 and ids[0] == tokenizer.cls_token_id and ids[-1] == tokenizer.sep_token_id
         assert ids[1:-1] == stream[30 * i : 30 * (i + 1)]  # documents in order, joined by [SEP]
         assert special == [int(t in tokenizer.all_special_ids) for t in ids]
+
+
+def test_group_texts_causal_cuts_the_stream_as_run_clm(corpus, tokenizer):
+    """Causal LM blocks: the token stream (documents in order, each ended by the eos token) cut into blocks
+    of exactly block_size, no [CLS] per block, no mask column; the causal tokenizer's eos is [SEP]."""
+    causal = causal_lm_tokenizer(tokenizer)
+    blocks = group_texts(corpus, causal, block_size=32, causal=True)
+    assert blocks.column_names == ["input_ids"]
+    stream = []
+    for text in corpus["text"]:
+        stream += tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.sep_token_id]
+    assert len(blocks) == len(stream) // 32  # one batch of 300 documents: only the tail is dropped
+    for i, ids in enumerate(blocks["input_ids"]):
+        assert ids == stream[32 * i : 32 * (i + 1)]
+
+
+def test_causal_lm_tokenizer_adds_no_special_tokens(tmp_path, tokenizer):
+    """pipeline("text-generation") tokenises prompts with the tokenizer's defaults: the causal LM's tokenizer
+    must add nothing around them (a prompt ending in [SEP] reads as a finished document), and keep that after
+    saving; [SEP] ends documents (eos), [CLS] is bos, and the vocabulary is the same."""
+    causal = causal_lm_tokenizer(tokenizer)
+    text = "a gripping, funny film"
+    assert tokenizer(text)["input_ids"][0] == tokenizer.cls_token_id  # BERT's adds [CLS] ... [SEP]
+    plain = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert causal(text)["input_ids"] == plain
+    assert (causal.eos_token_id, causal.bos_token_id) == (tokenizer.sep_token_id, tokenizer.cls_token_id)
+    assert causal.pad_token_id == tokenizer.pad_token_id == 0 and causal.get_vocab() == tokenizer.get_vocab()
+    assert causal.padding_side == "left"  # a batch of prompts ends where generation continues
+    causal.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded(text)["input_ids"] == plain and loaded.eos_token_id == tokenizer.sep_token_id
+    assert loaded.padding_side == "left"
+    assert causal_lm_tokenizer(loaded) is loaded  # already adds nothing
 
 
 def test_group_texts_errors(corpus, tokenizer):

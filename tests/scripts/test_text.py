@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from transformers import pipeline
+from transformers import AutoTokenizer, pipeline
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
-from hf_efficient.training import end_distributed_run, has_random_state
+from hf_efficient.training import EfficientTrainer, end_distributed_run, has_random_state, language_modeling
 
 from ..data.helpers import write_csv
+from ..models.helpers import CONFIG_ERRORS
 from ..models.text.helpers import MINILM
 from ..processes import free_port, launch
 from ..script_loader import CONFIGS, SCRIPTS
@@ -186,6 +187,50 @@ def test_finetune_bert_checkpoint_with_swapped_attention_on_rotten_tomatoes(fine
     assert "Choromanski et al. 2021" in card and "seed 42" in card and "random features redrawn" in card
 
 
+@pytest.mark.parametrize(
+    ("attention_type", "attention_config"),
+    [("rfa", {"num_features": 8, "causal_chunk": 8}), ("longformer", {"attention_window": 8})],
+)
+def test_pretrain_clm_trains_a_decoder_that_generates(
+    pretrain_clm, data, tmp_path, attention_type, attention_config
+):
+    """pretrain_clm.py: run_clm.py's grouping, a held-out perplexity over whole texts, and a saved decoder
+    (RFA with its gate, a causal Longformer window) that pipeline("text-generation") loads and continues a
+    prompt with (its tokenizer adds no [CLS] / [SEP]); the card says what decoding keeps."""
+    args = pretrain_args(data, tmp_path, attention_type, attention_config, "--max_steps", "4")
+    args += ["--validation_split_percentage", "10", "--validation_split_by", "texts", "--save_strategy", "no"]
+    metrics = pretrain_clm.main(args)
+    assert metrics["perplexity"] > 1 and metrics["train_loss"] > 0
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["is_decoder"] and config["attention_type"] == attention_type
+    settings = json.loads((tmp_path / "data_settings.json").read_text())  # what clm_perplexity compares
+    assert settings["block_size"] == 64 and settings["held_out"] == "10% of the texts"
+    assert settings["train_blocks"] > 0 and settings["eval_blocks"] > 0 and settings["texts"] == 60
+    assert config["architectures"] == ["EfficientBertForCausalLM"]
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    generation = json.loads((tmp_path / "generation_config.json").read_text())
+    assert generation["eos_token_id"] == tokenizer.sep_token_id == tokenizer.eos_token_id
+    assert (
+        tokenizer("a good film")["input_ids"]
+        == tokenizer("a good film", add_special_tokens=False)["input_ids"]
+    )
+    card = (tmp_path / "README.md").read_text()
+    expected = ["pipeline_tag: text-generation", "AutoModelForCausalLM", "perplexity", "of the texts"]
+    expected += ["next-token cross-entropy", "kept per layer while generating", 'pipeline("text-generation"']
+    assert [text for text in expected if text not in card] == []
+    generator = pipeline("text-generation", model=str(tmp_path), device="cpu")
+    (result,) = generator("this movie was", max_new_tokens=5, do_sample=False)
+    assert result["generated_text"].startswith("this movie was") and len(result["generated_text"]) > 14
+
+
+def test_pretrain_clm_refuses_a_type_without_causal_form(pretrain_clm, data, tmp_path):
+    args = pretrain_args(data, tmp_path, "bigbird", {"block_size": 8}, "--max_steps", "1")
+    with pytest.raises(
+        CONFIG_ERRORS, match="Causal attention types: full, linear, longformer, performer, rfa"
+    ):
+        pretrain_clm.main(args)
+
+
 def test_random_state_is_decided_by_the_cores():
     def model(attention_type):
         return EfficientBertForMaskedLM(EfficientBertConfig(**TINY_SIZES, attention_type=attention_type))
@@ -204,7 +249,7 @@ def test_resume_continues_the_same_loss_curve(pretrain_mlm, pretrained, data, tm
     class Interrupted(Exception):
         pass
 
-    class InterruptedTrainer(pretrain_mlm.EfficientTrainer):
+    class InterruptedTrainer(EfficientTrainer):
         def training_step(self, *args, **kwargs):
             if self.state.global_step == 3:  # checkpoint-3 is on disk; the process dies in step 4
                 raise Interrupted
@@ -212,7 +257,7 @@ def test_resume_continues_the_same_loss_curve(pretrain_mlm, pretrained, data, tm
 
     args = pretrain_args(data, tmp_path / "resumed", "performer", features, *extra)
     with monkeypatch.context() as patch:
-        patch.setattr(pretrain_mlm, "EfficientTrainer", InterruptedTrainer)
+        patch.setattr(language_modeling, "EfficientTrainer", InterruptedTrainer)  # the scripts' trainer
         with pytest.raises(Interrupted):
             pretrain_mlm.main(args)
     assert sorted(p.name for p in (tmp_path / "resumed").glob("checkpoint-*")) == ["checkpoint-3"]

@@ -10,14 +10,21 @@ from transformers import HfArgumentParser
 
 import hf_efficient
 from hf_efficient import EfficientBertConfig, validate_attention_config
-from hf_efficient.training import ConfigArguments, merge_model_configs, parse_args_with_config_files
+from hf_efficient.data import TextCorpusArguments
+from hf_efficient.training import (
+    ConfigArguments,
+    LanguageModelArguments,
+    merge_model_configs,
+    parse_args_with_config_files,
+)
 
 from ..script_loader import CONFIGS, load_script
 
 
 def parse(module, args):
+    data_arguments = getattr(module, "DataArguments", TextCorpusArguments)  # pretrain_clm: the corpus flags
     training = module.EfficientTrainingArguments
-    dataclasses = (module.ModelArguments, module.DataArguments, ConfigArguments, training)
+    dataclasses = (LanguageModelArguments, data_arguments, ConfigArguments, training)
     return parse_args_with_config_files(HfArgumentParser(dataclasses), EfficientBertConfig, None, args)
 
 
@@ -28,6 +35,21 @@ def test_every_text_attention_type_has_a_valid_override():
         model = json.loads(path.read_text())["model"]
         assert model["attention_type"] == name
         validate_attention_config(name, model["attention_config"])  # unknown keys / bad values raise
+
+
+def test_every_causal_attention_type_has_a_valid_clm_override(pretrain_clm, tmp_path):
+    """configs/clm: one override per type with a causal form (no more, no fewer), each giving a valid decoder
+    config on the CLM base file (Longformer without global tokens)."""
+    files = {p.stem: p for p in (CONFIGS / "clm" / "attention").glob("*.json")}
+    assert set(files) == set(hf_efficient.causal_attention_types("text"))
+    base = str(CONFIGS / "clm" / "base.json")
+    for name in files:
+        (_, data_args, _, training), model = parse(
+            pretrain_clm, ["--config", base, "--attention_type", name, "--output_dir", str(tmp_path)]
+        )
+        config = EfficientBertConfig(**model)
+        assert config.is_decoder and config.attention_type == name
+        assert data_args.block_size <= config.max_position_embeddings
 
 
 @pytest.mark.parametrize("size", ["base_tiny", "base_small", "base_bert"])
@@ -61,7 +83,7 @@ def test_merge_order_base_then_attention_then_command_line(pretrain_mlm, tmp_pat
 
 
 def test_default_attention_folder_applies_without_a_base(pretrain_mlm):
-    parser = HfArgumentParser((pretrain_mlm.ModelArguments, pretrain_mlm.DataArguments, ConfigArguments))
+    parser = HfArgumentParser((LanguageModelArguments, pretrain_mlm.DataArguments, ConfigArguments))
     _, model = parse_args_with_config_files(
         parser, EfficientBertConfig, pretrain_mlm.ATTENTION_CONFIGS, ["--attention_type", "bigbird"]
     )

@@ -87,12 +87,16 @@ def test_resuming_an_optimizer_grouped_by_plain_trainer_names_the_fix(tmp_path):
         train_and_save(trainer)
 
 
-@pytest.mark.parametrize(("attention_type", "unused"), [("full", []), ("rfa", ["gate_bias", "gate_weight"])])
-def test_parameters_without_gradient_decide_ddp_find_unused(attention_type, unused, tmp_path):
-    """One probe step finds the parameters no gradient reaches (RFA's causal-only gate in an encoder), and
+@pytest.mark.parametrize("unused", [[], ["never_used"]])
+def test_parameters_without_gradient_decide_ddp_find_unused(unused, tmp_path):
+    """One probe step finds the parameters no gradient reaches (here one a core holds but never uses), and
     leaves the RNG and the seeded collator as they were: the run itself is unchanged."""
     tokenizer = BertTokenizerFast(str(write_vocab(tmp_path)))
-    model = EfficientBertForMaskedLM(tiny_config(attention_type, vocab_size=tokenizer.vocab_size))
+    model = EfficientBertForMaskedLM(tiny_config("full", vocab_size=tokenizer.vocab_size))
+    for name in unused:
+        model.bert.encoder.layer[0].attention.self.core.register_parameter(
+            name, torch.nn.Parameter(torch.ones(2))
+        )
     data = Dataset.from_dict({"input_ids": [tokenizer("a b c d e f")["input_ids"]] * 4, "text": ["x"] * 4})
     args = TrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
     collator = SeededMLMCollator(tokenizer, 0.5, mask_seed=0)

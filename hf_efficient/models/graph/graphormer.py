@@ -30,6 +30,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...attention.inputs import is_tracing
+
+EDGE_ENCODING_NOT_TRACEABLE = (
+    "graph_bias='graphormer' with edge features (edge_dim set) cannot be traced by torch.export / "
+    "torch.compile: the edge encoding lists the (edge, i, j) steps of shortest paths with nonzero, whose "
+    "count is a value of the graph. Export Graphormer without edge features (edge_dim=None: spatial and "
+    "virtual-token bias), or attention over edges (graph_sparse with edge_dim)."
+)
+
 
 class GraphormerAttentionBias(nn.Module):
     """Spatial + edge + virtual-token bias: (spatial_pos, edges) -> (b, heads, n', n'), n' = n (+1 with a
@@ -87,6 +96,8 @@ class GraphormerAttentionBias(nn.Module):
                 "Graphormer's edge encoding (edge_dim is set) needs edge_index and edge_attr; pass them, "
                 "or set edge_dim=None."
             )
+        if is_tracing():
+            raise ValueError(EDGE_ENCODING_NOT_TRACEABLE)
         b, n, _ = spatial_pos.shape
         h, hops = self.num_heads, self.max_hops
         spatial_pos = spatial_pos.to(torch.int32)

@@ -26,6 +26,7 @@ from ...attention.inputs import (
     GraphEdges,
     check_edge_features,
     check_edge_index,
+    is_tracing,
     normalize_padding_mask,
 )
 from ...modeling.blocks import (
@@ -46,7 +47,7 @@ from ...modeling.checks import (
 from ...modeling.heads import classification_loss, classifier_dropout
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
-from .graphormer import GraphormerAttentionBias
+from .graphormer import EDGE_ENCODING_NOT_TRACEABLE, GraphormerAttentionBias
 
 
 class EfficientGraphEmbeddings(nn.Module):
@@ -177,15 +178,34 @@ class EfficientGraphPreTrainedModel(EfficientPreTrainedModel):
     main_input_name = "node_feat"
     _no_split_modules = ["EfficientGraphLayer", "EfficientGraphHybridLayer"]
 
+    def tracing_blockers(self) -> list[str]:
+        reasons = super().tracing_blockers()
+        if self.config.graph_bias == "graphormer" and self.config.edge_dim is not None:
+            reasons.append(EDGE_ENCODING_NOT_TRACEABLE)
+        return reasons
+
 
 def _with_virtual_token(edges: GraphEdges, node_mask: torch.Tensor) -> GraphEdges:
     """Shift edges to positions g * (n + 1) + i + 1 and join the virtual token (position g * (n + 1)) to every
-    real node both ways, plus a self loop. Virtual edges carry zero features and weight 1."""
+    real node both ways, plus a self loop. Virtual edges carry zero features and weight 1.
+
+    While tracing, every node slot gets its two edges (no count of real nodes): a padded slot's become two
+    self loops of that slot, read only by its own output, which is zeroed, so every real node and the token
+    see exactly the edges of eager mode."""
     b, n = node_mask.shape
     shifted = edges.edge_index + edges.edge_index // n + 1  # (2, E): g * n + i -> g * (n + 1) + i + 1
-    graph, node = node_mask.nonzero(as_tuple=True)  # real nodes
+    if is_tracing():
+        slots = torch.arange(b * n, device=node_mask.device)
+        graph = slots // n  # every slot; its node is slots - graph * n (ONNX has no remainder by a size)
+        node = slots - graph * n
+        real_slot = node_mask.reshape(-1)
+    else:
+        graph, node = node_mask.nonzero(as_tuple=True)  # real nodes
+        real_slot = None
     token = graph * (n + 1)  # (R,)
     real = token + node + 1
+    if real_slot is not None:
+        token = torch.where(real_slot, token, real)  # padded slot: a self loop instead of the token
     tokens = torch.arange(b, device=node_mask.device) * (n + 1)
     virtual = torch.stack([torch.cat([token, real, tokens]), torch.cat([real, token, tokens])])  # (2, 2R + b)
     edge_index = torch.cat([shifted, virtual], dim=1)  # (2, E + 2R + b)
@@ -234,7 +254,8 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             check_ids(owner, "node_feat", node_feat, vocab, table, fix)
         if node_mask is not None:
             check_same_shape(owner, "node_mask", node_mask, (b, n), "(batch, nodes) of node_feat")
-            normalize_padding_mask(node_mask, b, n, f"{owner}: node_mask")  # 0/1 or bool values
+            values = checking_values()  # 0/1 or bool values, in eager mode
+            normalize_padding_mask(node_mask, b, n, f"{owner}: node_mask", read_values=values)
         for name, value in structural.items():
             field, transform = STRUCTURAL_INPUTS[name]
             wanted = getattr(config, field) is not None
@@ -270,9 +291,9 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             )
         if edge_index is not None:  # validated here, before any path (edges, Graphormer's bias) indexes by it
             mask = node_mask.bool() if node_mask is not None else None
-            if checking_values():
-                check_edge_index(edge_index, b, n, mask, owner)
-            check_edge_features(edge_index.shape[-1], edge_weight, edge_attr, owner)
+            values = checking_values()  # traced: shapes only, the values are trusted
+            check_edge_index(edge_index, b, n, mask, owner, read_values=values)
+            check_edge_features(edge_index.shape[-1], edge_weight, edge_attr, owner, read_values=values)
             if edge_attr is not None:
                 check_float_input(owner, "edge_attr", edge_attr, "Edge features must be finite floats.")
 

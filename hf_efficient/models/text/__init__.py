@@ -2,6 +2,7 @@
 
 from .configuration_efficient_bert import EfficientBertConfig
 from .modeling_efficient_bert import (
+    EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
@@ -11,6 +12,7 @@ from .modeling_efficient_bert import (
 
 __all__ = [
     "EfficientBertConfig",
+    "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",
     "EfficientBertForSequenceClassification",
     "EfficientBertForTokenClassification",

@@ -2,6 +2,7 @@
 
 from huggingface_hub.dataclasses import strict
 
+from ...attention.registry import causal_attention_types
 from ...modeling.config import EfficientEncoderConfig
 
 
@@ -10,7 +11,8 @@ class EfficientBertConfig(EfficientEncoderConfig):
     """A BERT encoder whose attention is chosen by ``attention_type``.
 
     BERT's own fields keep their names and defaults, so a BERT ``config.json`` loads as an
-    ``EfficientBertConfig`` (with ``attention_type="full"`` unless given).
+    ``EfficientBertConfig`` (with ``attention_type="full"`` unless given). ``is_decoder=True`` makes it a
+    causal language model (:class:`EfficientBertForCausalLM`), as BERT's ``BertLMHeadModel``.
 
     Example:
         >>> config = EfficientBertConfig(
@@ -37,8 +39,15 @@ class EfficientBertConfig(EfficientEncoderConfig):
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int | None = 0
+    bos_token_id: int | None = None
+    eos_token_id: int | list[int] | None = None
     classifier_dropout: float | int | None = None
     tie_word_embeddings: bool = True
+    # A causal model (EfficientBertForCausalLM, BERT's is_decoder): every token attends to itself and earlier
+    # tokens only, and generation decodes from a cache (use_cache). Needs an attention type with a causal
+    # form (hf_efficient.causal_attention_types()).
+    is_decoder: bool = False
+    use_cache: bool = True
     # Masked LM with labels: which positions reach the vocabulary projection (EfficientBertForMaskedLM.forward
     # says what `logits` then holds). None: in training only the masked ones, through a chunked loss that
     # never builds an n x V tensor; in eval every position (BERT's logits). True: the masked ones, whose
@@ -58,7 +67,17 @@ class EfficientBertConfig(EfficientEncoderConfig):
                 f"position_embedding_type={position_type!r} is not supported: EfficientBert uses BERT's "
                 "absolute position embeddings. Convert a checkpoint with absolute positions."
             )
-        if getattr(self, "is_decoder", False) or getattr(self, "add_cross_attention", False):
+        if getattr(self, "add_cross_attention", False):
             raise ValueError(
-                "EfficientBert is a bidirectional encoder; is_decoder / add_cross_attention must be False."
+                "add_cross_attention=True is not supported: EfficientBert has no cross-attention (no "
+                "encoder-decoder models). Use is_decoder=True alone for a causal language model."
             )
+        if self.is_decoder:
+            layer_types = self.layer_attention_types or [self.attention_type]
+            causal = causal_attention_types(self.modality)
+            refused = sorted(set(layer_types) - set(causal))
+            if refused:
+                raise ValueError(
+                    f"is_decoder=True needs attention types with a causal form; {refused} has none. Causal "
+                    f"attention types: {', '.join(causal)}."
+                )

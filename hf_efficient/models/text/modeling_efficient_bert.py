@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import GenerationMixin
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
-    BaseModelOutputWithPooling,
+    BaseModelOutputWithPoolingAndCrossAttentions,
+    CausalLMOutputWithCrossAttentions,
     MaskedLMOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.modeling_utils import slice_logits_to_keep
+from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
+from ...attention.cache import EfficientCache
 from ...modeling.blocks import EfficientEncoder
 from ...modeling.checks import (
     check_class_labels,
@@ -29,7 +34,13 @@ from ...modeling.checks import (
     check_rank,
     check_same_shape,
 )
-from ...modeling.heads import Pooler, classification_loss, classifier_dropout, mean_cross_entropy
+from ...modeling.heads import (
+    Pooler,
+    causal_lm_loss,
+    classification_loss,
+    classifier_dropout,
+    mean_cross_entropy,
+)
 from ...modeling.losses import chunked_cross_entropy
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_bert import EfficientBertConfig
@@ -47,20 +58,25 @@ class EfficientBertEmbeddings(nn.Module):
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids, token_type_ids, position_ids, inputs_embeds) -> torch.Tensor:
-        """Inputs as checked by ``EfficientBertModel.check_inputs``."""
+    def forward(
+        self, input_ids, token_type_ids, position_ids, inputs_embeds, past_length: int = 0
+    ) -> torch.Tensor:
+        """Embeddings of n tokens (inputs as checked by ``EfficientBertModel.check_inputs``) following
+        ``past_length`` earlier ones (decoding with a cache): positions ``past_length .. past_length + n - 1``
+        unless ``position_ids`` are given."""
         embeds = self.word_embeddings(input_ids) if inputs_embeds is None else inputs_embeds  # (b, n, D)
         b, n, _ = embeds.shape
         max_positions = self.position_embeddings.num_embeddings
         if position_ids is None:
-            if n > max_positions:
+            if past_length + n > max_positions:
+                context = f" after {past_length} earlier tokens (the cache)" if past_length else ""
                 raise ValueError(
-                    f"The input has {n} tokens but max_position_embeddings={max_positions}. Truncate it "
-                    f"(tokenizer(..., truncation=True, max_length={max_positions})) or extend the model with "
-                    f"model.resize_position_embeddings({n}), which copies the learned table (as Longformer "
-                    "did)."
+                    f"The input has {n} tokens{context} but max_position_embeddings={max_positions}. "
+                    f"Truncate it (tokenizer(..., truncation=True, max_length={max_positions}); generate(): "
+                    "fewer max_new_tokens) or extend the model with model.resize_position_embeddings("
+                    "new_length), which copies the learned table (as Longformer did)."
                 )
-            position_ids = torch.arange(n, device=embeds.device)[None]  # (1, n)
+            position_ids = torch.arange(past_length, past_length + n, device=embeds.device)[None]  # (1, n)
         if token_type_ids is None:
             token_type_ids = torch.zeros(b, n, dtype=torch.long, device=embeds.device)
         embeds = embeds + self.token_type_embeddings(token_type_ids) + self.position_embeddings(position_ids)
@@ -176,6 +192,7 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
         return b, n
 
     @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -184,35 +201,76 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         global_attention_mask: torch.Tensor | None = None,
+        cache: EfficientCache | None = None,
+        use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
-    ) -> BaseModelOutputWithPooling:
-        """Encode a batch.
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        """Encode a batch; a decoder (``config.is_decoder``) attends causally and can decode from a cache.
 
         Args:
             input_ids: (b, n) token ids.
-            attention_mask: (b, n) 1 = real token, 0 = padding (the tokenizer's mask).
+            attention_mask: (b, n) 1 = real token, 0 = padding (the tokenizer's mask). With a cache it may
+                also cover the tokens before (b, past + n), as ``generate()`` passes it; their padding is
+                already in the cache, so only the last n columns are read.
             global_attention_mask: (b, n) 1 = global token, for attention types with per-example global
                 tokens (Longformer); others raise when given one.
+            cache: decoders only: the generation state of the tokens before these (``model.new_cache()``,
+                or the ``cache`` of the previous output), updated in place.
+            use_cache: decoders only (default ``config.use_cache``): return the state after these tokens as
+                ``cache``, starting a new one if none is given.
         """
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        self.check_inputs(input_ids, token_type_ids, position_ids, inputs_embeds)
-        hidden_states = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds)  # (b, n, D)
+        b, n = self.check_inputs(input_ids, token_type_ids, position_ids, inputs_embeds)
+        cache = self._generation_cache(cache, use_cache)
+        past = cache.get_seq_length() if cache is not None else 0
+        # (b, n, D)
+        hidden_states = self.embeddings(
+            input_ids, token_type_ids, position_ids, inputs_embeds, past_length=past
+        )
+        if cache is not None and attention_mask is not None and attention_mask.shape[-1] == past + n != n:
+            attention_mask = attention_mask[:, past:]  # generate()'s mask covers the cached tokens too
         inputs = self.attention_inputs(
-            *hidden_states.shape[:2],
+            b,
+            n,
             attention_mask=attention_mask,
             global_attention_mask=global_attention_mask,
             output_attentions=output_attentions,
+            is_causal=self.config.is_decoder,
+            cache=cache,
         )
         last, all_hidden, all_attentions = self.encoder(hidden_states, inputs, output_hidden_states)
-        return BaseModelOutputWithPooling(
+        return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=last,
             pooler_output=self.pooler(last) if self.pooler is not None else None,
+            cache=cache,
             hidden_states=all_hidden,
             attentions=all_attentions,
         )
+
+    def _generation_cache(
+        self, cache: EfficientCache | None, use_cache: bool | None
+    ) -> EfficientCache | None:
+        """The cache of this forward: the one given, a new one when a decoder is asked for one, or None."""
+        if not self.config.is_decoder:
+            if cache is not None or use_cache:
+                raise ValueError(
+                    "cache / use_cache are for causal models: this EfficientBert is a bidirectional encoder "
+                    "(is_decoder=False). Load a decoder: EfficientBertForCausalLM with is_decoder=True."
+                )
+            return None
+        if cache is not None:
+            if not isinstance(cache, EfficientCache):
+                raise TypeError(
+                    f"cache must be an hf_efficient EfficientCache (model.new_cache()), got "
+                    f"{type(cache).__name__}: the attention cores keep their own state (running sums, "
+                    "windows) besides keys and values. generate() makes the right one when given none."
+                )
+            return cache
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        return self.new_cache() if use_cache else None
 
 
 class EfficientBertLMPredictionHead(nn.Module):
@@ -243,7 +301,10 @@ class EfficientBertLMPredictionHead(nn.Module):
         )
 
 
-class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
+class EfficientBertWithLMHead(EfficientBertPreTrainedModel):
+    """The encoder (no pooler) under BERT's LM head, its decoder tied to the word embeddings: what the masked
+    and the causal language model share (parameter names ``bert.*``, ``cls.predictions.*``, as BERT's)."""
+
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
@@ -263,6 +324,8 @@ class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
 
+
+class EfficientBertForMaskedLM(EfficientBertWithLMHead):
     @can_return_tuple
     def forward(
         self,
@@ -327,6 +390,94 @@ class EfficientBertForMaskedLM(EfficientBertPreTrainedModel):
         loss = mean_cross_entropy(logits, labels) if labels is not None else None
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
+    """A causal language model (transformers' ``BertLMHeadModel``: BERT with ``is_decoder=True``) for any
+    attention type with a causal form, with ``generate()`` and ``pipeline("text-generation")``.
+
+    Generation decodes token by token from an :class:`~hf_efficient.attention.cache.EfficientCache`: the
+    prompt runs through each core's parallel causal form once, then every new token costs what the core's
+    state costs: O(n) per token against ``full``'s growing key/value cache, O(1) in the context for
+    ``linear``, ``performer`` and ``rfa`` (a fixed-size recurrent state: "Transformers are RNNs") and for
+    ``longformer`` (the last w keys). Greedy search, sampling and beam search work as with any transformers
+    model; assisted generation, which rolls a cache back, is refused for recurrent and windowed states.
+
+    Example:
+        >>> config = EfficientBertConfig(is_decoder=True, attention_type="linear", vocab_size=8000)
+        >>> model = EfficientBertForCausalLM(config)
+        >>> model.generate(input_ids, max_new_tokens=50)
+    """
+
+    def __init__(self, config: EfficientBertConfig):
+        if not config.is_decoder:
+            raise ValueError(
+                "EfficientBertForCausalLM needs a causal config: is_decoder=True (EfficientBertConfig("
+                "is_decoder=True, ...), or EfficientBertForCausalLM.from_pretrained(path, is_decoder=True) "
+                "to start from an encoder checkpoint)."
+            )
+        super().__init__(config)
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        """generate() must not build transformers' DynamicCache: the forward makes an EfficientCache, whose
+        layers the cores build (running sums and windows as well as keys and values)."""
+        return False
+
+    @property
+    def _is_stateful(self) -> bool:
+        """True when a layer keeps a state that cannot be rolled back (recurrent sums, a window): generate()
+        then refuses assisted decoding, which needs to crop the cache."""
+        return not all(layer.is_croppable for layer in self.new_cache().layers)
+
+    @can_return_tuple
+    @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        cache: EfficientCache | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> CausalLMOutputWithCrossAttentions:
+        """Next-token logits (b, n, V); with ``labels`` (b, n) the loss of predicting token i + 1 at i
+        (labels are the input ids, shifted here; -100 is ignored).
+
+        Args:
+            cache, use_cache: the generation state (see :meth:`EfficientBertModel.forward`); training with
+                labels makes none unless one is given.
+            logits_to_keep: an int k > 0 computes the logits of the last k positions only (``generate()``
+                asks for 1 during the prompt); a 1-D tensor, those of the positions it lists.
+        """
+        if labels is not None and cache is None:
+            use_cache = False
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            cache=cache,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        hidden = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (b, n | k, D)
+        logits = self.cls.predictions(hidden)  # (b, n | k, V)
+        loss = causal_lm_loss(logits, labels) if labels is not None else None
+        return CausalLMOutputWithCrossAttentions(
+            loss=loss,
+            logits=logits,
+            cache=outputs.cache,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 

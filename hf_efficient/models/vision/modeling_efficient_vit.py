@@ -360,6 +360,14 @@ class EfficientViTMAEForPreTraining(EfficientViTPreTrainedModel):
         kwargs.setdefault("key_mapping", cls._decoder_key_mapping)
         return super().from_pretrained(*args, **kwargs)
 
+    def tracing_blockers(self) -> list[str]:
+        return [
+            *super().tracing_blockers(),
+            "EfficientViTMAEForPreTraining masks a random subset of the patches on every call (a training "
+            "objective, not a served model): export its encoder instead, e.g. "
+            "EfficientViTModel.from_pretrained(folder) or an image classifier fine-tuned from it.",
+        ]
+
     def check_encoder_attention(self) -> None:
         for core in self.vit.attention_cores():
             if core.capabilities.patch_grid:

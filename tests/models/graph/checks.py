@@ -25,7 +25,7 @@ from hf_efficient import (
 )
 from hf_efficient.models.graph.configuration_efficient_graph import GRAPH_LAYER_TYPES
 
-from ..helpers import assert_grads_finite
+from ..helpers import assert_grads_finite, check_export_matches
 from .helpers import attention_type_config, base_records, permute_record, run_base
 
 
@@ -111,6 +111,13 @@ def check_save_load_identical_through_auto_classes(config: EfficientGraphConfig,
         assert type(base) is EfficientGraphModel
         inputs = {k: v for k, v in batch.items() if k != "labels"}
         torch.testing.assert_close(base(**inputs).last_hidden_state, model.graph(**inputs).last_hidden_state)
+
+
+def check_exports(attention_type: str, folder: Path) -> None:
+    """A graph classifier with ``attention_type`` in every layer exports (torch.export and ONNX) and matches
+    the model on batches of other sizes (graphs, nodes, edges) than the export traced."""
+    model = EfficientGraphForGraphClassification(attention_type_config(attention_type, "transformer"))
+    check_export_matches(model, folder)
 
 
 def check_graph_encoder(attention_type: str, folder: Path | None = None) -> None:

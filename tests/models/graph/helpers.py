@@ -36,13 +36,10 @@ def attention_type_config(attention_type: str, graph_layer_type: str, **override
     extra attribute, saved in config.json)."""
     if get_attention_class(attention_type).capabilities.fixed_max_length:
         overrides = {"max_position_embeddings": 16, **overrides}
-    return tiny_config(
-        attention_type=attention_type,
-        attention_config=small_config(attention_type),
-        graph_layer_type=graph_layer_type,
-        max_degree=8,
-        **overrides,
+    values = dict(
+        attention_config=small_config(attention_type), graph_layer_type=graph_layer_type, max_degree=8
     )
+    return tiny_config(attention_type=attention_type, **{**values, **overrides})
 
 
 def with_features(record: dict) -> dict:

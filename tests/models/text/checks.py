@@ -17,6 +17,7 @@ from torch.nn import functional as F
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForCausalLM,
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
@@ -26,6 +27,7 @@ from transformers import (
 
 from hf_efficient import (
     EfficientBertConfig,
+    EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
@@ -34,8 +36,20 @@ from hf_efficient import (
 )
 
 from ...attention.helpers import small_config
-from ..helpers import assert_grads_finite
-from .helpers import HEADS, LAYERS, LENGTHS, TINY_BERT, VOCAB, batch, tiny_config
+from ..helpers import assert_grads_finite, check_export_matches
+from .helpers import (
+    HEADS,
+    LAYERS,
+    LENGTHS,
+    TINY_BERT,
+    VOCAB,
+    batch,
+    decode_token_by_token,
+    greedy_without_cache,
+    left_padded_batch,
+    tiny_causal_config,
+    tiny_config,
+)
 
 
 def check_masked_lm_shapes_loss_and_grads(attention_type: str) -> None:
@@ -241,6 +255,12 @@ def check_bert_checkpoint_warm_starts(attention_type: str, folder: Path) -> None
         assert torch.isfinite(ours.eval()(ids, attention_mask=mask).logits).all()
 
 
+def check_exports(attention_type: str, folder: Path) -> None:
+    """A sequence classifier exports (torch.export and ONNX) and matches the model at unseen sizes."""
+    model = EfficientBertForSequenceClassification(tiny_config(attention_type))
+    check_export_matches(model, folder)
+
+
 def check_text_encoder(attention_type: str, folder: Path | None = None) -> None:
     """Every check above on ``attention_type``; ``folder``: where checkpoints go (a temporary one if None)."""
     if folder is None:
@@ -255,3 +275,114 @@ def check_text_encoder(attention_type: str, folder: Path | None = None) -> None:
     check_save_load_identical_through_auto_classes(attention_type, Path(folder) / "auto")
     check_output_attentions_or_a_clear_error(attention_type)
     check_bert_checkpoint_warm_starts(attention_type, Path(folder) / "bert")
+    if get_attention_class(attention_type).capabilities.causal:
+        check_causal_lm(attention_type, Path(folder) / "causal")
+
+
+# ---- causal language models (the types with a causal form: hf_efficient.causal_attention_types("text")) ----
+PROMPT, DECODE_STEPS = 10, 200
+
+
+def check_causal_lm_loss_and_grads(attention_type: str) -> None:
+    """Next-token loss (labels = the inputs, shifted inside; -100 at padding), no cache while training with
+    labels, a finite gradient for every parameter (RFA's gate included: a decoder uses it), tied decoder."""
+    model = EfficientBertForCausalLM(tiny_causal_config(attention_type)).train()
+    ids, mask = batch()
+    labels = ids.masked_fill(mask == 0, -100)
+    out = model(ids, attention_mask=mask, labels=labels)
+    assert out.logits.shape == (3, 20, VOCAB) and out.cache is None
+    expected = F.cross_entropy(
+        out.logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1), ignore_index=-100
+    )
+    torch.testing.assert_close(out.loss, expected)
+    out.loss.backward()
+    assert_grads_finite(model)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+
+
+def check_causal_lm_decoding_matches_parallel(attention_type: str) -> None:
+    """The parallel causal forward equals token-by-token decoding from the cache over 200 steps (float32,
+    1e-5): a 10-token prompt, then one token per call with generate()'s inputs (the mask of every token so
+    far, position ids counted over real tokens); row 0 padded on the left, row 1 on the right (its last 30
+    steps are padding, which must leave the state as it is)."""
+    model = EfficientBertForCausalLM(tiny_causal_config(attention_type)).eval()
+    n = PROMPT + DECODE_STEPS
+    ids, _ = batch(b=2, n=n, lengths=(n, n), seed=3)
+    mask = torch.ones(2, n, dtype=torch.long)
+    mask[0, :6] = 0
+    mask[1, -30:] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask, position_ids=positions, use_cache=False).logits
+    decoded, cache = decode_token_by_token(model, ids, mask, PROMPT)
+    real = mask.bool()
+    torch.testing.assert_close(decoded[real], expected[real], atol=1e-5, rtol=1e-5)
+    assert cache.get_seq_length() == n
+
+
+def check_generate_features(attention_type: str) -> None:
+    """generate() through the cache: greedy equals greedy recomputed without a cache on prompts of different
+    lengths (left padding), max_new_tokens counts new tokens, a finished row (eos) is padded while the other
+    goes on, beam search with the cache (reordered every step) equals beam search without one, and sampling
+    is reproducible from a seed."""
+    model = EfficientBertForCausalLM(tiny_causal_config(attention_type)).eval()
+    ids, mask = left_padded_batch()
+    greedy = model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+    assert greedy.shape == (2, 9 + 12)
+    assert torch.equal(greedy, greedy_without_cache(model, ids, mask, 12))
+
+    eos = int(greedy[0, 9 + 3])  # row 0's fourth new token ends it
+    stopped = model.generate(
+        ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0, eos_token_id=eos
+    )
+    first_eos = (greedy[0, 9:] == eos).nonzero()[0, 0]
+    assert torch.equal(stopped[0, : 9 + first_eos + 1], greedy[0, : 9 + first_eos + 1])
+    assert (stopped[0, 9 + first_eos + 1 :] == 0).all()
+    row1_eos = (greedy[1, 9:] == eos).nonzero()
+    row1_end = 9 + (int(row1_eos[0, 0]) + 1 if len(row1_eos) else 12)
+    assert torch.equal(stopped[1, :row1_end], greedy[1, :row1_end])
+
+    beams = dict(max_new_tokens=6, num_beams=3, num_return_sequences=2, do_sample=False, pad_token_id=0)
+    with_cache = model.generate(ids, attention_mask=mask, **beams)
+    assert with_cache.shape == (4, 9 + 6)
+    assert torch.equal(with_cache, model.generate(ids, attention_mask=mask, use_cache=False, **beams))
+
+    samples = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        samples.append(
+            model.generate(
+                ids, attention_mask=mask, max_new_tokens=8, do_sample=True, top_k=10, pad_token_id=0
+            )
+        )
+    assert torch.equal(*samples) and samples[0].shape == (2, 9 + 8)
+
+
+def check_causal_save_load_through_auto_classes(attention_type: str, folder: Path) -> None:
+    """A saved causal model opens with AutoModelForCausalLM as the same model: identical logits and greedy
+    tokens; the same checkpoint also opens as the bare encoder."""
+    model = EfficientBertForCausalLM(tiny_causal_config(attention_type)).eval()
+    ids, mask = left_padded_batch()
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits
+    tokens = model.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    model.save_pretrained(folder)
+    loaded = AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert type(loaded) is EfficientBertForCausalLM and loaded.config.is_decoder
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids, attention_mask=mask).logits, expected, atol=0, rtol=0)
+    assert torch.equal(
+        loaded.generate(ids, attention_mask=mask, max_new_tokens=5, do_sample=False, pad_token_id=0), tokens
+    )
+    assert type(AutoModel.from_pretrained(folder)) is EfficientBertModel
+
+
+def check_causal_lm(attention_type: str, folder: Path | None = None) -> None:
+    """Every causal check above on ``attention_type`` (a type with a causal form)."""
+    if folder is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            return check_causal_lm(attention_type, Path(tmp))
+    check_causal_lm_loss_and_grads(attention_type)
+    check_causal_lm_decoding_matches_parallel(attention_type)
+    check_generate_features(attention_type)
+    check_causal_save_load_through_auto_classes(attention_type, Path(folder) / "causal")

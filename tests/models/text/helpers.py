@@ -40,6 +40,58 @@ def tiny_config(attention_type: str = "full", **overrides) -> EfficientBertConfi
     return EfficientBertConfig(**{**values, **overrides})
 
 
+def tiny_causal_config(attention_type: str = "full", **overrides) -> EfficientBertConfig:
+    """A tiny decoder config (is_decoder=True) with the type's causal small config and room for 256 tokens."""
+    values = {
+        "is_decoder": True,
+        "max_position_embeddings": 256,
+        "attention_config": small_config(attention_type, causal=True),
+    }
+    return tiny_config(attention_type, **{**values, **overrides})
+
+
+def greedy_without_cache(model, ids: torch.Tensor, mask: torch.Tensor, steps: int) -> torch.Tensor:
+    """Greedy continuation recomputed from scratch at every step (use_cache=False), with generate()'s
+    position ids (counted over real tokens): what generate(do_sample=False) must reproduce. (b, n + steps)."""
+    for _ in range(steps):
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits = model(ids, attention_mask=mask, position_ids=positions, use_cache=False).logits[:, -1]
+        token = logits.argmax(-1, keepdim=True)  # (b, 1)
+        ids, mask = torch.cat([ids, token], 1), torch.cat([mask, torch.ones_like(token)], 1)
+    return ids
+
+
+def decode_token_by_token(model, ids, mask, prompt: int, cache=None) -> tuple[torch.Tensor, object]:
+    """Logits (b, n, V) of ``ids`` fed as generate() feeds a decoder: the first ``prompt`` tokens in one call,
+    then one token per call with the mask of every token so far and position ids counted over real tokens.
+    Returns (logits, the cache after the last token)."""
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        out = model(
+            ids[:, :prompt], attention_mask=mask[:, :prompt], position_ids=positions[:, :prompt], cache=cache
+        )
+        logits = [out.logits]
+        for t in range(prompt, ids.shape[1]):
+            step = slice(t, t + 1)
+            out = model(
+                ids[:, step],
+                attention_mask=mask[:, : t + 1],
+                position_ids=positions[:, step],
+                cache=out.cache,
+            )
+            logits.append(out.logits)
+    return torch.cat(logits, dim=1), out.cache
+
+
+def left_padded_batch(lengths=(9, 5), seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompts of different lengths, padded on the left as for generation: (b, max length) ids, 0/1 mask."""
+    n = max(lengths)
+    ids, _ = batch(b=len(lengths), n=n, lengths=lengths, seed=seed)
+    mask = (torch.arange(n)[None] >= n - torch.tensor(lengths)[:, None]).long()
+    return ids.masked_fill(mask == 0, 0), mask
+
+
 def batch(b: int = 3, n: int = 20, lengths=LENGTHS, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids (b, n) in [5, VOCAB) (no special ids) and a 0/1 attention mask with the given lengths."""
     g = torch.Generator().manual_seed(seed)

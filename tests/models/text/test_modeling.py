@@ -727,8 +727,14 @@ def test_unsupported_bert_options_raise(tmp_path):
     )
     with pytest.raises(CONFIG_ERRORS, match="relative_key"):
         EfficientBertModel.from_pretrained(tmp_path)
-    with pytest.raises(CONFIG_ERRORS, match="bidirectional encoder"):
-        tiny_config(is_decoder=True)
+    with pytest.raises(CONFIG_ERRORS, match="no cross-attention"):
+        tiny_config(is_decoder=True, add_cross_attention=True)
+    # a decoder needs a causal form in every layer; the error lists the types that have one
+    assert tiny_config("linear", is_decoder=True).is_decoder
+    with pytest.raises(CONFIG_ERRORS, match=r"\['bigbird'\] has none\. Causal attention types: full, linear"):
+        tiny_config("bigbird", is_decoder=True)
+    with pytest.raises(CONFIG_ERRORS, match=r"\['nystromformer'\] has none"):
+        tiny_config("full", is_decoder=True, layer_attention_types=["full", "nystromformer"])
 
 
 def test_global_attention_mask_only_for_types_that_take_it():

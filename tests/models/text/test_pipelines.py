@@ -11,15 +11,17 @@ import pytest
 import torch
 from transformers import BertTokenizer, pipeline
 
-import hf_efficient  # noqa: F401  (registers efficient_bert with the Auto classes used by pipeline(model=path))
+import hf_efficient  # registers efficient_bert with the Auto classes used by pipeline(model=path)
 from hf_efficient import (
     EfficientBertConfig,
+    EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
 )
+from hf_efficient.data import causal_lm_tokenizer
 
-from .helpers import SPECIAL_TOKENS, tiny_config, write_vocab
+from .helpers import SPECIAL_TOKENS, tiny_causal_config, tiny_config, write_vocab
 
 # One efficient type with no parameters of its own, one with random features, and exact attention.
 ATTENTION_TYPES = ["full", "longformer", "performer"]
@@ -156,3 +158,29 @@ def test_pipelines_from_saved_folder(attention_type, tokenizer, tmp_path):
     results = tag("a small bird sat")
     assert [r["word"] for r in results] == ["a", "small", "bird", "sat"]
     assert all(r["entity"] in LABELS.values() for r in results)
+
+
+@pytest.mark.parametrize("attention_type", hf_efficient.causal_attention_types("text"))
+def test_text_generation_pipeline_from_saved_folder(attention_type, tokenizer, tmp_path):
+    """pipeline("text-generation", model=path) finds EfficientBertForCausalLM through AutoModelForCausalLM;
+    its text is the greedy continuation generate() gives (the prompt tokenised without [CLS] / [SEP], as the
+    pipeline does with the causal LM's tokenizer), with and without the prompt, and several prompts at once
+    (padded on the left)."""
+    model = EfficientBertForCausalLM(tiny_causal_config(attention_type, vocab_size=len(tokenizer))).eval()
+    model.save_pretrained(tmp_path)
+    tokenizer = causal_lm_tokenizer(tokenizer)  # no [CLS] / [SEP] around prompts (pretrain_clm.py saves this)
+    tokenizer.save_pretrained(tmp_path)
+    generator = pipeline("text-generation", model=str(tmp_path))
+    assert type(generator.model) is EfficientBertForCausalLM
+    prompt = "the cat sat on the"
+    encoded = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")
+    tokens = model.generate(**encoded, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    continuation = tokenizer.decode(tokens[0, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+    full = generator(prompt, max_new_tokens=6, do_sample=False)
+    assert len(full) == 1 and full[0]["generated_text"].startswith(prompt)
+    assert full[0]["generated_text"][len(prompt) :].strip() == continuation
+    new = generator(prompt, max_new_tokens=6, do_sample=False, return_full_text=False)
+    assert new[0]["generated_text"].strip() == continuation
+    several = generator([prompt, "a dog"], max_new_tokens=4, do_sample=False, batch_size=2)
+    assert len(several) == 2 and all(len(result) == 1 for result in several)
+    assert several[0][0]["generated_text"].startswith(prompt)

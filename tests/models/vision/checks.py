@@ -26,6 +26,7 @@ from hf_efficient import (
 from ..helpers import (
     assert_grads_finite,
     assert_same_gradients,
+    check_export_matches,
     enable_gradient_checkpointing,
     parameter_gradients,
 )
@@ -92,6 +93,13 @@ def check_gradient_checkpointing_same_gradients(attention_type: str) -> None:
     enable_gradient_checkpointing(model)
     assert all(layer.gradient_checkpointing for layer in model.vit.encoder.layer)
     assert_same_gradients(parameter_gradients(model, loss), plain)
+
+
+def check_exports(attention_type: str, folder: Path) -> None:
+    """An image classifier exports (torch.export and ONNX) and matches the model at unseen batch sizes (the
+    sequence is the model's patch grid)."""
+    model = EfficientViTForImageClassification(tiny_config(attention_type, num_labels=3))
+    check_export_matches(model, folder)
 
 
 def check_vision_encoder(attention_type: str, folder: Path | None = None) -> None:

@@ -1,0 +1,289 @@
+"""What the language-model pretraining scripts share (``scripts/pretrain_mlm.py``, masked;
+``scripts/pretrain_clm.py``, causal): their model flags, the model from a checkpoint or from scratch sized by
+the tokenizer, the corpus cut into blocks with a held-out part, perplexity, and the model card's data and
+evaluation lines, the end of the run (:func:`~hf_efficient.training.finish_run`: card, push). Each script
+keeps only what differs (the model class, the collator, the masking flags and metrics).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+
+from ..data.text import (
+    TextCorpusArguments,
+    check_sequence_length,
+    group_texts,
+    hold_out_blocks,
+    load_or_train_tokenizer,
+    load_text_corpus,
+    tokenize_lines,
+)
+from .arguments import ModelArguments, first_examples
+from .model_card import efficiency_metrics
+from .run import finish_run, random_state_callbacks, random_state_settings, train_and_save
+from .trainer import EfficientTrainer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class LanguageModelArguments(ModelArguments):
+    """The model flags of the language-model pretraining scripts (the shared hub flags, plus the tokenizer
+    trained here and the position table)."""
+
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Warm-start from a BERT / EfficientBert checkpoint; none: scratch."}
+    )
+    tokenizer_name: str | None = field(
+        default=None, metadata={"help": "Tokenizer; none: the checkpoint's, else WordPiece trained here."}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a WordPiece trained here."})
+    resize_position_embeddings: bool = field(
+        default=False, metadata={"help": "Extend a checkpoint's position table to block_size by copying it."}
+    )
+
+    @property
+    def tokenizer_source(self) -> str:
+        """Where the tokenizer came from, as the model card says it."""
+        return self.tokenizer_name or self.model_name_or_path or "WordPiece, trained"
+
+
+@dataclass
+class LanguageModelDataArguments(TextCorpusArguments):
+    """The data flags of the language-model pretraining scripts beyond the corpus (run_mlm.py / run_clm.py's
+    evaluation file and sample cap)."""
+
+    validation_file: str | None = field(
+        default=None,
+        metadata={"help": "Text to evaluate on (.txt, .csv, .json), instead of a held-out share."},
+    )
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Only the first N evaluation rows."})
+
+
+def language_model_tokenizer(
+    model_args: LanguageModelArguments,
+    data_args: TextCorpusArguments,
+    corpus: Dataset,
+    training_args: TrainingArguments,
+) -> PreTrainedTokenizerBase:
+    """``--tokenizer_name``, else the checkpoint's, else WordPiece trained on the corpus and saved in the
+    output folder (the main process trains it, the others load it)."""
+    with training_args.main_process_first(desc="tokenizer"):
+        return load_or_train_tokenizer(
+            model_args.tokenizer_name or model_args.model_name_or_path, corpus, training_args.output_dir,
+            data_args.text_column, model_args.vocab_size, data_args.block_size,
+        )  # fmt: skip
+
+
+def language_model(
+    model_class: type[PreTrainedModel],
+    config_class: type,
+    model_args: LanguageModelArguments,
+    tokenizer: PreTrainedTokenizerBase,
+    model_kwargs: dict,
+    block_size: int,
+) -> PreTrainedModel:
+    """``model_class`` warm-started from ``--model_name_or_path``, or from scratch with the tokenizer's
+    vocabulary size and special tokens (``model_kwargs``: the config files' and flags' fields win); its
+    position table extended to ``block_size`` with ``--resize_position_embeddings``."""
+    if model_args.model_name_or_path:
+        model = model_class.from_pretrained(
+            model_args.model_name_or_path, **model_kwargs, **model_args.model_kwargs()
+        )
+    else:
+        specials = {
+            "vocab_size": len(tokenizer),
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": tokenizer.bos_token_id,
+            "eos_token_id": tokenizer.eos_token_id,
+        }
+        model = model_class(config_class(**{**specials, **model_kwargs}))
+    if model_args.resize_position_embeddings and block_size > model.config.max_position_embeddings:
+        model.base_model.resize_position_embeddings(block_size)
+    return model
+
+
+def language_model_blocks(
+    corpus: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    data_args: LanguageModelDataArguments,
+    model: PreTrainedModel,
+    training_args: TrainingArguments,
+    causal: bool = False,
+    line_by_line: bool = False,
+    pad_to_max_length: bool = False,
+) -> tuple[Dataset, Dataset | None]:
+    """(training examples, evaluation examples or None).
+
+    Examples are :func:`~hf_efficient.data.group_texts` blocks of ``block_size`` tokens or, with
+    ``line_by_line`` (masked LM only), one truncated example per text
+    (:func:`~hf_efficient.data.tokenize_lines`, padded to ``block_size`` with ``pad_to_max_length``).
+    The evaluation examples come from
+    ``--validation_file``, else ``--validation_split_percentage`` is held out, of the blocks or, with
+    ``--validation_split_by texts``, of the texts before grouping (no held-out block then shares a document
+    with a training block); none without ``do_eval``; the first ``--max_eval_samples`` of them.
+
+    The main process groups first and fills the ``datasets`` cache; the others read it.
+
+    Raises:
+        ValueError: both ``--validation_file`` and a held-out percentage, or ``block_size`` beyond the
+            model's position table.
+    """
+    if data_args.validation_file and data_args.validation_split_percentage > 0:
+        raise ValueError(
+            f"Give --validation_file or --validation_split_percentage, not both (got "
+            f"{data_args.validation_file!r} and {data_args.validation_split_percentage:g}): the file is the "
+            "evaluation set."
+        )
+    check_sequence_length(data_args.block_size, model.config.max_position_embeddings)
+
+    def examples(texts: Dataset) -> Dataset:
+        if line_by_line:
+            return tokenize_lines(
+                texts, tokenizer, data_args.block_size, data_args.text_column, pad_to_max_length,
+                data_args.preprocessing_num_workers,
+            )  # fmt: skip
+        return group_texts(
+            texts, tokenizer, data_args.block_size, data_args.text_column,
+            model.config.max_position_embeddings, data_args.preprocessing_num_workers, causal=causal,
+        )  # fmt: skip
+
+    seed, percentage = training_args.seed, data_args.validation_split_percentage
+    with training_args.main_process_first(desc="grouping texts"):
+        if data_args.validation_file:
+            eval_texts = load_text_corpus(
+                files=[data_args.validation_file], text_column=data_args.text_column
+            )
+            train_examples, eval_examples = examples(corpus), examples(eval_texts)
+        elif data_args.validation_split_by == "blocks" or percentage <= 0:
+            train_examples, eval_examples = hold_out_blocks(examples(corpus), percentage, seed)
+        else:
+            split = corpus.train_test_split(test_size=percentage / 100, seed=seed)
+            train_examples, eval_examples = examples(split["train"]), examples(split["test"])
+    if not training_args.do_eval:
+        eval_examples = None
+    return train_examples, first_examples(eval_examples, data_args.max_eval_samples, "max_eval_samples")
+
+
+def pretrain_language_model(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    corpus: Dataset,
+    blocks: tuple[Dataset, Dataset | None],
+    data_collator,
+    model_args: LanguageModelArguments,
+    data_args: TextCorpusArguments,
+    training_args: TrainingArguments,
+    summary: str,
+    objective: dict[str, Any],
+    headline: str,
+    compute_metrics=None,
+    preprocess_logits_for_metrics=None,
+) -> dict[str, float]:
+    """Train ``model`` on the blocks with :class:`EfficientTrainer` (redrawing random features if the cores
+    have some and the flags ask; only the phases ``--do_train`` / ``--do_eval`` ask for), save it with its
+    tokenizer, report the held-out perplexity (and ``compute_metrics``'s, e.g. masked-token accuracy) and end
+    the run with :func:`~hf_efficient.training.finish_run` (``headline``: the printed line's name; the model
+    card says ``summary``; ``objective``: the hyperparameters of the training objective; the push).
+
+    Returns:
+        The training metrics, and the evaluation metrics with ``perplexity`` when blocks were held out.
+    """
+    train_blocks, eval_blocks = blocks
+    # The cores say whether they have random state to redraw (Performer, RFA); no branching on type names.
+    callbacks = random_state_callbacks(model, model_args, training_args.seed)
+    trainer = EfficientTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_blocks,
+        eval_dataset=eval_blocks,
+        data_collator=data_collator,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=preprocess_logits_for_metrics,
+    )
+    logger.info(
+        "%d blocks of %d tokens, attention %s, %s parameters", len(train_blocks), data_args.block_size,
+        model.config.attention_type, f"{model.num_parameters():,}",
+    )  # fmt: skip
+    train_result = train_and_save(trainer) if training_args.do_train else None
+    if trainer.is_world_process_zero():
+        write_data_settings(
+            training_args.output_dir, data_args, model_args, train_blocks, eval_blocks, corpus
+        )
+    metrics = dict(train_result.metrics) if train_result else {}
+    eval_metrics = evaluate_perplexity(trainer) if eval_blocks is not None else {}
+    metrics.update(eval_metrics)
+    reported = "loss, perplexity" + (" and accuracy" if compute_metrics else "")
+    finish_run(
+        trainer,
+        eval_metrics,
+        headline=headline,
+        shown=("loss", "perplexity", "accuracy"),
+        summary=summary,
+        data_description=(
+            f"{len(train_blocks):,} examples of up to {data_args.block_size} tokens from "
+            f"`{data_args.source}` "
+            f"(column `{data_args.text_column}`, {len(corpus):,} texts); tokenizer: "
+            f"{model_args.tokenizer_source}."
+        ),
+        datasets=[data_args.dataset_name] if data_args.dataset_name else None,
+        base_model=model_args.model_name_or_path,
+        training_args=training_args if train_result else None,
+        extra_hyperparameters={
+            "block_size": data_args.block_size,
+            **objective,
+            **random_state_settings(model_args, callbacks),
+        },
+        eval_description=f"{reported[0].upper()}{reported[1:]} on {len(eval_blocks or []):,} held-out "
+        f"examples ({held_out_part(data_args)}).",
+        efficiency=efficiency_metrics(train_result.metrics, data_args.block_size) if train_result else None,
+    )
+    return metrics
+
+
+DATA_SETTINGS = "data_settings.json"
+
+
+def write_data_settings(output_dir, data_args, model_args, train_blocks, eval_blocks, corpus) -> None:
+    """``<output_dir>/data_settings.json``: what the model was trained and evaluated on (corpus, block size,
+    tokenizer, held-out part and their sizes), so that runs can be compared on the same data
+    (``python -m benchmarks.clm_perplexity`` reads it)."""
+    settings = {
+        "corpus": data_args.source,
+        "text_column": data_args.text_column,
+        "texts": len(corpus),
+        "block_size": data_args.block_size,
+        "tokenizer": model_args.tokenizer_source,
+        "train_blocks": len(train_blocks),
+        "held_out": held_out_part(data_args),
+        "eval_blocks": len(eval_blocks) if eval_blocks is not None else 0,
+    }
+    (Path(output_dir) / DATA_SETTINGS).write_text(json.dumps(settings, indent=1) + "\n")
+
+
+def held_out_part(data_args: LanguageModelDataArguments) -> str:
+    """What the evaluation examples are, in words: the validation file or the held-out share."""
+    if data_args.validation_file:
+        return f"`{data_args.validation_file}`"
+    return f"{data_args.validation_split_percentage:g}% of the {data_args.validation_split_by}"
+
+
+def evaluate_perplexity(trainer: Trainer) -> dict[str, float]:
+    """``trainer.evaluate()`` on its held-out blocks, with ``perplexity`` = exp(eval_loss) (the mean loss per
+    predicted token), logged and saved as ``eval_results.json``."""
+    metrics = trainer.evaluate()
+    metrics["perplexity"] = math.exp(min(metrics["eval_loss"], 50))
+    metrics["eval_samples"] = len(trainer.eval_dataset)  # as run_mlm.py / run_clm.py report
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    return metrics

@@ -1,0 +1,381 @@
+"""Export and serving (hf_efficient.export, scripts/export.py, scripts/serve_onnx.py).
+
+Every (attention type, encoder) pair of the registry exports: the ``torch.export`` program equals the eager
+model within 1e-5 and ONNX Runtime within 1e-4 at input sizes the export did not trace (the encoders'
+``check_exports``); what cannot be exported raises :class:`NotExportableError` naming the type and why.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_efficient import (
+    EfficientBertForMaskedLM,
+    EfficientBertForSequenceClassification,
+    EfficientBertForTokenClassification,
+    EfficientBertModel,
+    EfficientGraphForGraphClassification,
+    EfficientGraphForNodeClassification,
+    EfficientViTMAEForPreTraining,
+    EfficientViTModel,
+    list_attention_types,
+)
+from hf_efficient.attention.base import MODALITIES
+from hf_efficient.export import (
+    NotExportableError,
+    OnnxRuntimeModel,
+    check_exportable,
+    example_inputs,
+    export_folder,
+    export_program,
+    serving_inputs,
+)
+
+from .attention.helpers import small_config
+from .models.graph import checks as graph_checks
+from .models.graph.helpers import attention_type_config
+from .models.graph.helpers import tiny_config as tiny_graph_config
+from .models.helpers import check_export_matches
+from .models.text import checks as text_checks
+from .models.text.helpers import tiny_config, write_vocab
+from .models.vision import checks as vision_checks
+from .models.vision.helpers import tiny_config as tiny_vit_config
+
+CHECKS = {"text": text_checks, "vision": vision_checks, "graph": graph_checks}
+PAIRS = [(modality, name) for modality in MODALITIES for name in list_attention_types(modality)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("modality, attention_type", PAIRS)
+def test_every_type_exports_in_every_encoder_and_matches(modality, attention_type, tmp_path):
+    CHECKS[modality].check_exports(attention_type, tmp_path)
+
+
+def test_text_classifier_exports_to_onnx_runtime_at_unseen_lengths(tmp_path):
+    """The fast representative of the matrix above: exact attention, batch and length both unseen."""
+    check_export_matches(EfficientBertForSequenceClassification(tiny_config("full")), tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model_class", [EfficientBertModel, EfficientBertForMaskedLM, EfficientBertForTokenClassification]
+)
+def test_text_encoder_and_heads_export(model_class, tmp_path):
+    check_export_matches(model_class(tiny_config("longformer")), tmp_path)
+
+
+@pytest.mark.slow
+def test_vision_encoder_exports(tmp_path):
+    model = EfficientViTModel(tiny_vit_config("swin_window"))
+    check_export_matches(model, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model_class, config",
+    [
+        # GraphGPS: graph_sparse with edge features (local), performer (global), virtual token, random-walk PE
+        (
+            EfficientGraphForGraphClassification,
+            dict(
+                graph_layer_type="gps",
+                attention_type="performer",
+                attention_config=small_config("performer"),
+                local_attention_config={"edge_dim": 2},
+                edge_dim=2,
+                rw_pe_dim=4,
+                add_virtual_token=True,
+                graph_pooling="virtual_token",
+            ),
+        ),
+        # MAGNA diffusion over edges, categorical node features, node-level predictions
+        (
+            EfficientGraphForNodeClassification,
+            dict(attention_type="multi_hop", attention_config=small_config("multi_hop"), node_vocab_size=5),
+        ),
+        # GAT with edge features and self loops (PyG's), virtual token: padded slots' loops are masked out
+        (
+            EfficientGraphForGraphClassification,
+            dict(
+                attention_type="gat",
+                attention_config={"edge_dim": 2},
+                edge_dim=2,
+                add_virtual_token=True,
+                graph_pooling="virtual_token",
+            ),
+        ),
+        # GATv2's per-edge vectors with edge features
+        (
+            EfficientGraphForGraphClassification,
+            dict(attention_type="gatv2", attention_config={"edge_dim": 2}, edge_dim=2),
+        ),
+        # MAGNA as published (GAT's score on tanh projections, edge features)
+        (
+            EfficientGraphForNodeClassification,
+            dict(
+                attention_type="multi_hop",
+                attention_config=small_config("multi_hop", edge_dim=2, score="gat"),
+                edge_dim=2,
+            ),
+        ),
+        # Graphormer without edge features: spatial bias, degrees, virtual token
+        (
+            EfficientGraphForGraphClassification,
+            dict(graph_bias="graphormer", max_degree=4, add_virtual_token=True, lap_pe_dim=3),
+        ),
+    ],
+)
+def test_graph_encoders_with_edges_encodings_and_virtual_token_export(model_class, config, tmp_path):
+    check_export_matches(model_class(tiny_graph_config(**config)), tmp_path)
+
+
+def test_serving_inputs_follow_the_config():
+    text = EfficientBertModel(tiny_config("full", type_vocab_size=1))
+    assert [s.name for s in serving_inputs(text)] == ["input_ids", "attention_mask"]
+    graph = EfficientGraphForGraphClassification(attention_type_config("graph_sparse", "transformer"))
+    names = [s.name for s in serving_inputs(graph)]
+    assert names == ["node_feat", "node_mask", "edge_index", "in_degree", "out_degree"]
+    dense = EfficientGraphForGraphClassification(attention_type_config("performer", "transformer"))
+    assert "edge_index" not in [s.name for s in serving_inputs(dense)]  # nothing reads the edges
+    inputs = example_inputs(graph, {"batch": 2, "nodes": 4})
+    assert inputs["edge_index"].max() < 2 * 4 and inputs["node_mask"].dtype == torch.bool
+    assert inputs["node_mask"].sum(1).tolist() == [4, 3]  # graph g has 4 - g real nodes
+
+
+def test_reformer_without_a_bucket_count_is_not_exportable_and_says_why():
+    model = EfficientBertModel(
+        tiny_config("reformer_lsh", attention_config={"num_hashes": 2, "chunk_length": 4})
+    )
+    with pytest.raises(NotExportableError, match=r"reformer_lsh: .*num_buckets=None.*Set attention_config"):
+        check_exportable(model)
+    with pytest.raises(NotExportableError, match="reformer_lsh"):
+        export_program(model)
+    ids = torch.randint(5, 50, (2, 9))
+    with pytest.raises(ValueError, match="reformer_lsh cannot be traced by torch.export.*num_buckets"):
+        torch.export.export(
+            model, (ids,), strict=False
+        )  # straight through torch.export: the core's own error
+
+
+def test_longformer_per_example_global_tokens_are_not_traced():
+    """A per-example global_attention_mask is no serving input; traced anyway, it raises naming the fix."""
+    model = EfficientBertModel(tiny_config("longformer")).eval()
+
+    class WithGlobalMask(torch.nn.Module):
+        def forward(self, input_ids, global_attention_mask):
+            return model(input_ids, global_attention_mask=global_attention_mask).last_hidden_state
+
+    ids, global_mask = torch.randint(5, 50, (2, 9)), torch.zeros(2, 9, dtype=torch.long)
+    with pytest.raises(ValueError, match="longformer: per-example global tokens.*global_token_indices"):
+        torch.export.export(WithGlobalMask(), (ids, global_mask), strict=False)
+
+
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        (
+            lambda: EfficientGraphForGraphClassification(
+                tiny_graph_config(graph_bias="graphormer", edge_dim=2)
+            ),
+            "graphormer.*edge features.*nonzero",
+        ),
+        (
+            lambda: EfficientBertModel(
+                tiny_config("longformer", attention_config={"implementation": "flex"})
+            ),
+            "longformer: implementation='flex'.*ONNX",
+        ),
+        (
+            lambda: EfficientViTMAEForPreTraining(tiny_vit_config("full")),
+            "masks a random subset.*export its encoder",
+        ),
+    ],
+    ids=["graphormer_edge_encoding", "flex", "mae_pretraining"],
+)
+def test_what_cannot_be_exported_raises_naming_it(model, message):
+    with pytest.raises(NotExportableError, match=message):
+        check_exportable(model())
+
+
+def default_config_model(modality: str, name: str):
+    """A tiny model of ``modality`` with ``name`` at its default hyperparameters (no attention_config)."""
+    if modality == "text":
+        return EfficientBertModel(tiny_config(name, attention_config=None))
+    if modality == "vision":
+        return EfficientViTModel(tiny_vit_config(name, attention_config=None))
+    return EfficientGraphForGraphClassification(
+        attention_type_config(name, "transformer", attention_config=None)
+    )
+
+
+def test_default_configs_export_or_name_the_type():
+    """Every registered type at its default hyperparameters: exportable, or a NotExportableError naming the
+    type (only reformer_lsh, whose default bucket count follows the data; docs/serving.md says so)."""
+    blocked = set()
+    for modality, name in PAIRS:
+        try:
+            check_exportable(default_config_model(modality, name))
+        except NotExportableError as error:
+            assert f"{name}: " in str(error)
+            blocked.add(name)
+    assert blocked == {"reformer_lsh"}
+
+
+DOCS = Path(__file__).parents[1] / "docs" / "serving.md"
+README = Path(__file__).parents[1] / "README.md"
+
+
+def serve_it_commands(text: str) -> list[str]:
+    """The ``python scripts/...`` lines of the first shell block after a "Serve it" heading."""
+    section = text[text.index("Serve it") :]
+    block = section[
+        section.index("```bash") + len("```bash") : section.index("```", section.index("```bash") + 7)
+    ]
+    return [line.strip() for line in block.splitlines() if line.strip().startswith("python scripts/")]
+
+
+@pytest.mark.slow
+def test_serve_it_commands_of_the_docs_and_readme(tmp_path, export, serve_onnx, capsys):
+    """The two commands of docs/serving.md (the README's are the same) on a tiny fine-tuned-style folder with
+    its tokenizer: the export writes the program, the ONNX file and export.json within the tolerances, and
+    serving prints a label per text."""
+    commands = serve_it_commands(DOCS.read_text())
+    assert len(commands) == 2 and commands == serve_it_commands(README.read_text())
+    trained, serving = tmp_path / "rotten_tomatoes", tmp_path / "serving"
+    EfficientBertForSequenceClassification(tiny_config("longformer")).save_pretrained(trained)
+    from transformers import BertTokenizerFast
+
+    BertTokenizerFast(vocab_file=str(write_vocab(trained))).save_pretrained(trained)
+    scripts = {"scripts/export.py": export, "scripts/serve_onnx.py": serve_onnx}
+    folders = {"runs/demo/rotten_tomatoes": str(trained), "runs/demo/serving": str(serving)}
+    results = []
+    for command in commands:
+        words = [folders.get(word, word) for word in shlex.split(command)]
+        assert set(folders) & set(shlex.split(command)), command  # the documented folders are the ones used
+        results.append(scripts[words[1]].main(words[2:]))
+    report, served = results
+    manifest = json.loads((serving / "export.json").read_text())
+    assert manifest["architecture"] == "EfficientBertForSequenceClassification" and manifest["outputs"] == [
+        "logits"
+    ]
+    assert report.program_error <= 1e-5 and report.onnx_error <= 1e-4
+    assert {"model.pt2", "model.onnx", "config.json", "tokenizer.json"} <= {p.name for p in serving.iterdir()}
+    texts = [
+        word
+        for word in shlex.split(commands[1])
+        if not word.startswith(("python", "scripts/", "--", "runs/"))
+    ]
+    assert [r["input"] for r in served] == texts
+    assert all(r["label"] in ("LABEL_0", "LABEL_1") and 0.5 <= r["score"] <= 1 for r in served)
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == served[-1]
+    model = OnnxRuntimeModel(serving, threads=1)
+    with pytest.raises(ValueError, match="missing serving input"):
+        model.run(input_ids=model.encode_texts(texts)["input_ids"])
+
+    # The page's Python example, on the same folders (its ONNX file in tmp_path)
+    snippet = DOCS.read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    for documented, path in {**folders, "model.onnx": str(tmp_path / "snippet.onnx")}.items():
+        assert f'"{documented}"' in snippet
+        snippet = snippet.replace(f'"{documented}"', repr(path))
+    namespace = {}
+    exec(compile(snippet, str(DOCS), "exec"), namespace)
+    assert namespace["report"].onnx_error <= 1e-4 and (tmp_path / "snippet.onnx").stat().st_size > 0
+    assert namespace["logits"].shape == (1, 2) and tuple(namespace["exported"].output_names) == ("logits",)
+
+
+@pytest.mark.slow
+def test_export_folder_refuses_a_mismatch_over_the_tolerance(tmp_path):
+    """ONNX Runtime's kernels (GELU, LayerNorm, softmax) round differently from PyTorch's, by about 1e-7: over
+    a tolerance of 1e-12 the export fails and says by how much (the program itself matches eager exactly,
+    so the ONNX comparison is the one that can fail here)."""
+    trained = tmp_path / "model"
+    EfficientBertForSequenceClassification(tiny_config("linear")).save_pretrained(trained)
+    with pytest.raises(ValueError, match=r"ONNX Runtime differs from the model by .* \(tolerance 1e-12\)"):
+        export_folder(trained, tmp_path / "serving", onnx_tolerance=1e-12)
+    manifest = json.loads((tmp_path / "serving" / "export.json").read_text())
+    assert 1e-12 < manifest["onnx_error"] <= 1e-4 and manifest["program_error"] <= 1e-5
+
+
+def test_docs_export_table_is_the_registry_table():
+    """docs/serving.md's table is generated (python -m hf_efficient.export --update docs/serving.md)."""
+    from hf_efficient.attention.__main__ import with_table
+    from hf_efficient.export import export_table
+
+    text = DOCS.read_text(encoding="utf-8")
+    assert with_table(text, export_table(), marker="export-table") == text
+    for name in list_attention_types():
+        assert f"| `{name}` |" in text
+
+
+def _export_and_serve(model, trained: Path, serving: Path, export, serve_onnx, inputs: list[str]) -> list:
+    """Save ``model`` to ``trained``, export it with scripts/export.py, serve ``inputs`` (serve_onnx.py's
+    arguments after --model_dir) and return the served lines."""
+    model.save_pretrained(trained)
+    export.main(["--model_name_or_path", str(trained), "--output_dir", str(serving)])
+    return serve_onnx.main(["--model_dir", str(serving), "--threads", "1", *inputs])
+
+
+def _assert_served_like_the_model(served: list[dict], model, batch: dict) -> None:
+    """Each served line holds the model's own label and probability (to 1e-4) for its row of ``batch``."""
+    with torch.no_grad():
+        probs = model.eval()(**batch).logits.softmax(-1)
+    assert len(served) == len(probs)
+    for line, row in zip(served, probs, strict=True):
+        assert line["label"] == model.config.id2label[int(row.argmax())]
+        assert abs(line["score"] - float(row.max())) <= 1e-4
+
+
+@pytest.mark.slow
+def test_serve_onnx_classifies_image_files_like_the_model(tmp_path, export, serve_onnx):
+    """--images: PNG files of another size go through the image processor saved beside the model."""
+    import numpy as np
+    from PIL import Image
+
+    from hf_efficient import EfficientViTForImageClassification, EfficientViTImageProcessor
+
+    model = EfficientViTForImageClassification(tiny_vit_config("full", num_labels=3))
+    processor = EfficientViTImageProcessor.for_config(model.config)
+    processor.save_pretrained(tmp_path / "trained")
+    rng = np.random.default_rng(0)
+    files = []
+    for index in range(2):
+        files.append(str(tmp_path / f"image{index}.png"))
+        Image.fromarray(rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)).save(files[-1])
+    served = _export_and_serve(
+        model, tmp_path / "trained", tmp_path / "serving", export, serve_onnx, ["--images", *files]
+    )
+    assert [line["input"] for line in served] == files
+    pixels = processor([Image.open(f) for f in files], return_tensors="pt")["pixel_values"]
+    _assert_served_like_the_model(served, model, {"pixel_values": pixels})
+
+
+@pytest.mark.slow
+def test_serve_onnx_classifies_graph_records_like_the_model(tmp_path, export, serve_onnx):
+    """--graphs: JSON lines of records of other sizes than the export traced go through the model's collator
+    (graph_sparse over edges, node degrees)."""
+    from hf_efficient.models.graph import GraphCollator
+
+    from .models.graph.helpers import base_records
+
+    model = EfficientGraphForGraphClassification(attention_type_config("graph_sparse", "transformer"))
+    records = [{key: value for key, value in r.items() if key != "y"} for r in base_records()]  # no labels
+    lines = tmp_path / "graphs.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in records))
+    served = _export_and_serve(
+        model, tmp_path / "trained", tmp_path / "serving", export, serve_onnx, ["--graphs", str(lines)]
+    )
+    assert [line["input"] for line in served] == [f"{lines}:{i}" for i in (1, 2, 3)]
+    _assert_served_like_the_model(served, model, GraphCollator.for_config(model.config)(records))
+
+
+def test_export_of_a_missing_folder_names_it(tmp_path, export):
+    """A mistyped --model_name_or_path names the folder and the flag (not a hub repo-id error)."""
+    missing = tmp_path / "runs" / "no_such_model"
+    with pytest.raises(FileNotFoundError, match=r"--model_name_or_path\): no such folder .*no_such_model"):
+        export.main(["--model_name_or_path", str(missing), "--output_dir", str(tmp_path / "serving")])
+    assert not (tmp_path / "serving").exists()
