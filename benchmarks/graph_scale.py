@@ -10,6 +10,23 @@ come from the registry:
   ``performer``, O(E + n m).
 - ``full_sdpa`` / ``full_eager``: exact attention over all node pairs, O(n^2) time; the eager kernel also
   O(n^2) memory. At large n these fail (address-space cap) or time out, and that is recorded as the status.
+- peers from PyG (pure-Python torch_geometric, its scatter/gather path): ``pyg_transformer_conv``
+  (``TransformerConv``, the same scaled dot-product attention over edges as ``graph_sparse``) and
+  ``pyg_gat_conv`` (``GATConv``, as ``gat``) in place of each layer's projections and core, so everything
+  else in the model (embeddings, feed-forward, LayerNorm, head) is the same.
+
+Per point also: the time per attended edge, and the attention module alone (layer 0's projections + core,
+or the PyG layer) forward + backward on the same graph, with its achieved bandwidth: the bytes its edge
+kernels must move (the core's ``edge_traffic_bytes``; a peer counts as the type it stands in for) over its
+time. The machine's bandwidth is measured in the same run (``bandwidth`` in results.json): a 1 GiB copy
+(stream) and a gather of random 256-byte rows from a 1 GiB table (the access pattern of edge kernels on a
+graph without locality).
+
+Allocator (``--allocator``): glibc hands every allocation above 32 MiB back to the system when freed and
+page-faults it in again on the next use, a cost per byte paid only by tensors above that size, i.e. only on
+large graphs (measured: a fresh 51 MB tensor costs ~20 ms of page faults, a 2M-edge training step ~40% of
+its time). ``keep`` (the default) turns that off in each point's process, as ``MALLOC_MMAP_MAX_=0
+MALLOC_TRIM_THRESHOLD_=2147483647`` would (docs/graphs.md); ``glibc`` keeps glibc's defaults.
 
 Each (type, n) point runs in a fresh Python process under an address-space cap (``--memory_cap_gib``,
 ``benchmarks.harness``), so an over-large point fails fast instead of swapping and no allocator state leaks
@@ -18,6 +35,8 @@ between points.
     python -m benchmarks.graph_scale --threads 1                      # 1k..200k nodes, 10 edges per node
     python -m benchmarks.graph_scale --preset smoke --out /tmp/gs      # seconds
     python -m benchmarks.graph_scale --types graph_sparse --nodes 200000 --edges_per_node 10
+    python -m benchmarks.graph_scale --types graph_sparse gat pyg_transformer_conv pyg_gat_conv \
+        --nodes 10000 50000 200000 --allocator glibc                   # glibc's defaults
 
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/graph_scale.png`` (time and memory against
 node count, log-log). Memory: ``peak_mib`` is the whole process's peak resident set (VmHWM: interpreter,
@@ -33,6 +52,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 from benchmarks.harness import (
     ProcessOptions,
@@ -56,11 +77,14 @@ MODEL = dict(
     attention_probs_dropout_prob=0.0,
 )
 GPS = {"gps_performer": {"graph_layer_type": "gps", "attention_type": "performer"}}
+# PyG peers: benchmark name -> (our type they stand in for, torch_geometric.nn layer)
+PEERS = {"pyg_transformer_conv": ("graph_sparse", "TransformerConv"), "pyg_gat_conv": ("gat", "GATConv")}
+ALLOCATORS = ("keep", "glibc")
 PRESETS = {
     "full": dict(nodes=[1000, 10000, 50000, 200000], repeats=2, warmup=1, edges_per_node=10),
     "smoke": dict(nodes=[64], repeats=1, warmup=0, edges_per_node=4),
 }
-POINT_SETTINGS = "edges_per_node feature_dim num_labels seed threads warmup repeats".split()
+POINT_SETTINGS = "edges_per_node feature_dim num_labels seed threads warmup repeats allocator".split()
 
 
 def setups() -> dict[str, tuple[dict, str | None]]:
@@ -72,6 +96,7 @@ def setups() -> dict[str, tuple[dict, str | None]]:
         t for t in list_attention_types("graph") if get_attention_class(t).capabilities.requires_edges
     ]
     table = {t: ({"attention_type": t}, None) for t in edge_types}
+    table.update({name: ({"attention_type": ours}, None) for name, (ours, _) in PEERS.items()})
     table.update({name: (overrides, None) for name, overrides in GPS.items()})
     for name in EXACT_KERNELS:
         attention_type, implementation = split_name(name)
@@ -92,15 +117,89 @@ def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels
     }
 
 
+def keep_freed_memory() -> None:
+    """glibc: serve every allocation from the heap and keep freed memory for reuse (``mallopt``
+    M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2^31 - 1), as the environment ``MALLOC_MMAP_MAX_=0
+    MALLOC_TRIM_THRESHOLD_=2147483647`` would: tensors above 32 MiB then stop being mapped and page-faulted
+    anew at every use."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    if not (libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1)):
+        raise RuntimeError("mallopt refused M_MMAP_MAX / M_TRIM_THRESHOLD")
+
+
+class PygAttention(torch.nn.Module):
+    """A torch_geometric attention layer in place of an encoder layer's projections + core: the same
+    ``(hidden (b, n, D), inputs) -> (context (b, n, D), None)`` as ``EfficientSelfAttention``, its edges the
+    inputs' (flattened positions, as PyG's). ``core`` is the class of the type it stands in for: the encoder
+    layer reads its capabilities (it attends along edges) to hand it the edges."""
+
+    def __init__(self, layer: torch.nn.Module, stands_for: type):
+        super().__init__()
+        self.layer = layer
+        self.core = stands_for
+
+    def forward(self, hidden_states, inputs):
+        b, n, hidden = hidden_states.shape
+        out = self.layer(hidden_states.reshape(b * n, hidden), inputs.edges.edge_index)  # (b n, D)
+        return out.view(b, n, hidden), None
+
+
+def pyg_layer(name: str, hidden: int, heads: int) -> torch.nn.Module:
+    """The PyG layer of a peer at the model's sizes: heads of hidden / heads channels, concatenated; no root
+    weight (TransformerConv's skip is the block's residual); GATConv adds self loops as ``gat`` does."""
+    import torch_geometric.nn as pyg
+
+    _, layer = PEERS[name]
+    if layer == "TransformerConv":
+        return pyg.TransformerConv(hidden, hidden // heads, heads=heads, root_weight=False)
+    return getattr(pyg, layer)(hidden, hidden // heads, heads=heads)
+
+
+def attention_module_point(model, batch: dict, point: argparse.Namespace) -> dict:
+    """Layer 0's attention module alone (projections + core, or the PyG layer), forward + backward on the
+    batch's graph, and its achieved bandwidth under the core's traffic model."""
+    from hf_efficient.attention import AttentionInputs, GraphEdges
+
+    config = model.config
+    module = model.graph.encoder.layer[0].attention.self
+    n, hidden = batch["node_feat"].shape[1], config.hidden_size
+    states = torch.randn(1, n, hidden, requires_grad=True)
+    inputs = AttentionInputs(edges=GraphEdges(batch["edge_index"])).prepare(1, n)
+    grad = torch.randn(1, n, hidden)
+
+    def step():
+        context, _ = module(states, inputs)
+        context.backward(grad)
+
+    timing = measure(step, point.warmup, point.repeats)
+    if isinstance(module, PygAttention):  # a peer moves at least what the type it stands in for would
+        core_class, core_config = module.core, module.core.config_class()
+    else:
+        core_class, core_config = type(module.core), module.core.config
+    num_edges = int(batch["edge_index"].shape[1])
+    traffic = core_class.edge_traffic_bytes(num_edges, hidden, config.num_attention_heads, core_config)
+    return {
+        "attention_s": timing.median_s,
+        "attention_gbps": traffic / timing.median_s / 1e9,
+        "traffic_gb": traffic / 1e9,
+    }
+
+
 def run_point(point: argparse.Namespace) -> dict:
     """Point function: one (type, node count) training step, in this process."""
     import hf_efficient
+    from hf_efficient.attention import get_attention_class
     from hf_efficient.models.graph import (
         EfficientGraphConfig,
         EfficientGraphForNodeClassification,
         GraphCollator,
     )
 
+    if getattr(point, "allocator", "glibc") == "keep":
+        keep_freed_memory()
     set_up_torch(point.threads)
     overrides, implementation = setups()[point.type]
     config = EfficientGraphConfig(
@@ -109,6 +208,12 @@ def run_point(point: argparse.Namespace) -> dict:
     if implementation is not None:
         config._attn_implementation = implementation
     model = EfficientGraphForNodeClassification(config).train()
+    if point.type in PEERS:
+        for layer in model.graph.encoder.layer:
+            layer.attention.self = PygAttention(
+                pyg_layer(point.type, MODEL["hidden_size"], MODEL["num_attention_heads"]),
+                get_attention_class(config.attention_type),
+            )
     n, num_edges = point.nodes, point.nodes * point.edges_per_node
     record = synthetic_graph(n, num_edges, point.feature_dim, point.num_labels, point.seed)
     start = time.perf_counter()
@@ -125,12 +230,17 @@ def run_point(point: argparse.Namespace) -> dict:
         model.zero_grad(set_to_none=True)
 
     timing = measure(step, point.warmup, point.repeats)
+    attended = int(batch["edge_index"].shape[1]) if "edge_index" in batch else None
+    over_edges = get_attention_class(config.attention_type).capabilities.edges and attended is not None
+    attention = attention_module_point(model, batch, point) if over_edges and point.type not in GPS else {}
     return {
         "type": point.type,
         "nodes": n,
         "edges": num_edges,
-        "attended_edges": int(batch["edge_index"].shape[1]) if "edge_index" in batch else None,
+        "attended_edges": attended,
         **timing.fields(),
+        "ns_per_edge": timing.median_s / attended * 1e9 if attended else None,
+        **attention,
         "collate_s": collate_s,
         "peak_mib": timing.process_peak_mib,  # here the whole process's (set-up included)
         "step_mib": timing.peak_mib,
@@ -145,21 +255,72 @@ def _in_setup_order(records: list[dict]) -> list[str]:
     return sorted(types, key=lambda t: order.index(t) if t in order else len(order))
 
 
-def summarize(records: list[dict]) -> str:
-    """Markdown table: seconds per training step / process peak MiB, per type and node count."""
+def summarize(records: list[dict], bandwidth: dict | None = None) -> str:
+    """Markdown tables per type and node count: seconds per training step / process peak MiB / step MiB;
+    nanoseconds per attended edge (and the ratio to the smallest graph's); the attention module alone and
+    its achieved bandwidth; the machine's bandwidth."""
     nodes = sorted({r["nodes"] for r in records})
     edges = {r["nodes"]: r["edges"] for r in records}
     by_point = {(r["type"], r["nodes"]): r for r in records}
+    types = _in_setup_order(records)
 
     def step_cell(r: dict) -> str:
         return f"{r['median_s']:.3g} / {r['peak_mib']:.0f} / {r['step_mib']:.0f}"
 
-    header = [f"n={n:,}" + (f", E={edges[n]:,}" if n in edges else "") for n in nodes]
-    rows = [
-        [t, *(status_cell(by_point.get((t, n)), step_cell) for n in nodes)] for t in _in_setup_order(records)
-    ]
-    lines = ["### forward + backward: seconds / peak MiB (process) / step MiB (above inputs)", ""]
-    return "\n".join(lines + markdown_table(["type", *header], rows))
+    def per_edge_cell(r: dict) -> str:
+        if not r.get("ns_per_edge"):
+            return "-"
+        first = next((by_point[t, m] for t, m in ((r["type"], m) for m in nodes) if (t, m) in by_point), None)
+        ratio = r["ns_per_edge"] / first["ns_per_edge"] if first and first.get("ns_per_edge") else None
+        return f"{r['ns_per_edge']:.0f}" + (f" (x{ratio:.2f})" if ratio and first is not r else "")
+
+    def attention_cell(r: dict) -> str:
+        return f"{r['attention_s']:.3g} s, {r['attention_gbps']:.2f} GB/s" if "attention_s" in r else "-"
+
+    header = ["type", *(f"n={n:,}" + (f", E={edges[n]:,}" if n in edges else "") for n in nodes)]
+    lines = []
+    for title, show in (
+        ("forward + backward: seconds / peak MiB (process) / step MiB (above inputs)", step_cell),
+        (
+            "forward + backward: nanoseconds per attended edge (x ratio to the first node count's)",
+            per_edge_cell,
+        ),
+        ("layer 0's attention module alone, forward + backward: seconds, achieved GB/s", attention_cell),
+    ):
+        rows = [[t, *(status_cell(by_point.get((t, n)), show) for n in nodes)] for t in types]
+        lines += [f"### {title}", "", *markdown_table(header, rows), ""]
+    if bandwidth:
+        lines.append(
+            f"Machine bandwidth, {bandwidth['threads']} thread(s), same run: copy "
+            f"{bandwidth['copy_gbps']:.1f} GB/s (bytes read + written, {bandwidth['copy_gib']:g} GiB), "
+            f"random 256-byte rows gathered from a {bandwidth['table_gib']:g} GiB table "
+            f"{bandwidth['gather_gbps']:.1f} GB/s."
+        )
+    return "\n".join(lines)
+
+
+def bandwidth_point(point: argparse.Namespace) -> dict:
+    """Point function: the machine's memory bandwidth with ``point.threads`` threads: a copy of
+    ``point.gib`` GiB (bytes read + written over the time), and a gather of random rows of 64 floats (256
+    bytes, the rows edge kernels read at a graph's sources) from a table of that size into a reused buffer."""
+    if point.allocator == "keep":
+        keep_freed_memory()
+    set_up_torch(point.threads)
+    floats = int(point.gib * 2**30) // 4
+    source, target = torch.ones(floats), torch.empty(floats)
+    copy = measure(lambda: target.copy_(source), warmup=1, repeats=5)
+    table = source.view(-1, 64)  # (rows, 64): 256-byte rows
+    rows = torch.randint(0, table.shape[0], (2**20,))
+    out = torch.empty(rows.numel(), 64)
+    gather = measure(lambda: torch.index_select(table, 0, rows, out=out), warmup=1, repeats=5)
+    return {
+        "status": "ok",
+        "threads": point.threads,
+        "copy_gib": point.gib,
+        "copy_gbps": 2 * floats * 4 / copy.median_s / 1e9,
+        "table_gib": point.gib,
+        "gather_gbps": rows.numel() * 256 / gather.median_s / 1e9,
+    }
 
 
 def plot(records: list[dict], path: Path) -> None:
@@ -196,6 +357,15 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--append", action="store_true", help="add to <out>/results.json (same machine and settings)"
     )
+    parser.add_argument(
+        "--allocator",
+        choices=ALLOCATORS,
+        default="keep",
+        help="keep freed memory (default) or glibc's defaults",
+    )
+    parser.add_argument(
+        "--bandwidth_gib", type=float, default=1.0, help="size of the bandwidth test (0: none)"
+    )
     add_point_arguments(parser, threads=1, memory_cap_gib=12.0, timeout=300.0, warmup=None)
     return parser
 
@@ -222,6 +392,11 @@ def main(argv: list[str] | None = None) -> dict:
     records = sweep(
         bases, run, lambda p: p["type"], desc="graph scale benchmark", skipped="skipped (failed at smaller n)"
     )
+    bandwidth = None
+    if args.bandwidth_gib > 0:
+        point = {"threads": args.threads, "gib": args.bandwidth_gib, "allocator": args.allocator}
+        bandwidth = launch(bandwidth_point, point, {"gib": args.bandwidth_gib}, options)
+        bandwidth = bandwidth if bandwidth["status"] == "ok" else None
     table = setups()
     run_meta = {
         "command": "python -m benchmarks.graph_scale " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -232,6 +407,8 @@ def main(argv: list[str] | None = None) -> dict:
         "memory_cap_gib": args.memory_cap_gib,
         "timeout_s": args.timeout,
         "plugins": args.plugin,
+        "allocator": args.allocator,
+        "bandwidth": bandwidth,
     }
     meta = {
         **machine_meta(args.threads),
@@ -250,7 +427,7 @@ def main(argv: list[str] | None = None) -> dict:
         new = {(r["type"], r["nodes"]) for r in records}
         records = [r for r in earlier["records"] if (r["type"], r["nodes"]) not in new] + records
         meta["runs"] = earlier["meta"]["runs"] + [run_meta]
-    summary = summarize(records) + "\n\nCommands (threads, warmup + repeats per run):\n\n"
+    summary = summarize(records, bandwidth) + "\n\nCommands (threads, warmup + repeats per run):\n\n"
     summary += "\n".join(f"- `{r['command']}` ({r['warmup']} + {r['repeats']})" for r in meta["runs"])
     results = {"meta": meta, "records": records}
     write_report(args.out, results, summary, {"graph_scale.png": functools.partial(plot, records)})

@@ -98,6 +98,31 @@ def test_vision_encoder_exports(tmp_path):
             EfficientGraphForNodeClassification,
             dict(attention_type="multi_hop", attention_config=small_config("multi_hop"), node_vocab_size=5),
         ),
+        # GAT with edge features and self loops (PyG's), virtual token: padded slots' loops are masked out
+        (
+            EfficientGraphForGraphClassification,
+            dict(
+                attention_type="gat",
+                attention_config={"edge_dim": 2},
+                edge_dim=2,
+                add_virtual_token=True,
+                graph_pooling="virtual_token",
+            ),
+        ),
+        # GATv2's per-edge vectors with edge features
+        (
+            EfficientGraphForGraphClassification,
+            dict(attention_type="gatv2", attention_config={"edge_dim": 2}, edge_dim=2),
+        ),
+        # MAGNA as published (GAT's score on tanh projections, edge features)
+        (
+            EfficientGraphForNodeClassification,
+            dict(
+                attention_type="multi_hop",
+                attention_config=small_config("multi_hop", edge_dim=2, score="gat"),
+                edge_dim=2,
+            ),
+        ),
         # Graphormer without edge features: spatial bias, degrees, virtual token
         (
             EfficientGraphForGraphClassification,

@@ -12,7 +12,8 @@ Shapes (the whole package uses these names):
                         call (padding mask, bias, edges, global tokens, causal, weights wanted, kernel,
                         patch grid, cache), built once per model forward and passed to every layer unchanged
     output            : (b, h, n, d); rows of padded query positions are exactly 0
-    weights           : (b, h, n, n) attention probabilities, only when requested and supported
+    weights           : (b, h, n, n) attention probabilities, only when requested and supported (cores over
+                        edges return a sparse COO tensor holding one entry per edge and head)
 
 Each core declares what it can honour in :class:`AttentionCapabilities`; :meth:`AttentionCore.forward`
 checks the inputs against them (:mod:`~hf_efficient.attention.inputs`) and raises a ``ValueError`` naming
@@ -49,7 +50,7 @@ class AttentionCapabilities:
     # is_causal=True: a parallel causal form, and incremental decoding from a cache (new_cache_layer and
     # _attend_cached), equal to it
     causal: bool = False
-    output_attentions: bool = False  # can return (b, h, n, n) weights
+    output_attentions: bool = False  # can return (b, h, n, n) weights (dense, or sparse COO over edges)
     shared_query_key: bool = False  # keys are the queries (Reformer): the block must pass key=query
     fixed_max_length: bool = False  # needs spec.max_seq_len and refuses longer inputs (Linformer)
     permutation_equivariant: bool = False  # permuting tokens permutes outputs (no notion of position)
@@ -302,7 +303,8 @@ class AttentionCore(nn.Module):
             # Padded query rows carry no meaning; make them exactly 0 so garbage (even inf/NaN from
             # poisoned padding) can never flow into the next layer or a loss.
             output = output.masked_fill(~mask[:, None, :, None], 0.0)
-        if weights is not None and inputs.empty_rows is not None:  # no real key: no attention at all
+        if weights is not None and inputs.empty_rows is not None and not weights.is_sparse:
+            # no real key: no attention at all (sparse per-edge weights hold no entry there anyway)
             weights = weights.masked_fill(inputs.empty_rows[:, None, None, None], 0.0)
         return AttentionOutput(output, weights)
 

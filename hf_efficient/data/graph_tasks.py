@@ -155,10 +155,15 @@ def graph_model_kwargs(model_kwargs: dict[str, Any], task: GraphTask) -> dict[st
 def add_structural_features(dataset: Dataset, config: EfficientGraphConfig, desc: str = "") -> Dataset:
     """Add the structural columns ``config`` reads (shortest paths, degrees, PEs, WL colours) with
     ``datasets.map`` (cached for Arrow-backed datasets, with a progress bar)."""
-    widths = {"laplacian_pe": config.lap_pe_dim, "random_walk_pe": config.rw_pe_dim}
+    widths = {
+        "laplacian_pe": {"k": config.lap_pe_dim},
+        "random_walk_pe": {"k": config.rw_pe_dim},
+        "random_node_features": {"k": config.rnf_dim},
+        "distance_encoding": {"max_distance": (config.de_dim or 2) - 2},
+    }
     transforms = dict.fromkeys(STRUCTURAL_INPUTS[name][1] for name in config.structural_inputs())
     for transform in transforms:
-        kwargs = {"k": widths[transform]} if transform in widths else {}
+        kwargs = widths.get(transform, {})
         dataset = dataset.map(
             getattr(graph_transforms, transform), fn_kwargs=kwargs, desc=f"{transform} {desc}".strip()
         )

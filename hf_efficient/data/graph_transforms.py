@@ -1,5 +1,9 @@
 """Graph structure as data transforms: each function takes one OGB-style record and returns new columns.
 
+Positional encodings: Laplacian eigenvectors, random-walk return probabilities, random node features and
+distance encoding (the four of the graph-transformer lecture), plus Weisfeiler-Lehman colours, degrees and
+shortest paths (Graphormer).
+
 A record (:mod:`hf_efficient.models.graph.records`) is a dict with ``edge_index`` [2][E] (row 0 = source,
 row 1 = target), ``node_feat`` [N][F], optional ``edge_attr`` [E][Fe], ``num_nodes`` N and a label ``y``.
 Every transform returns a dict of new columns of plain Python lists, so ``datasets.Dataset.map`` caches it::
@@ -169,6 +173,122 @@ def wl_colors(
     return {"wl_colors": colours}
 
 
+def graph_fingerprint(example: dict[str, Any]) -> int:
+    """A process-independent 64-bit hash of a record's graph: node count, edges and node features (equal
+    records give equal fingerprints; relabelling the nodes gives another)."""
+    edge_index, n = check_graph_record(example)
+    digest = hashlib.blake2b(digest_size=8)
+    digest.update(np.int64(n).tobytes())
+    digest.update(np.ascontiguousarray(edge_index, dtype=np.int64).tobytes())
+    if example.get("node_feat") is not None:
+        digest.update(np.ascontiguousarray(example["node_feat"], dtype=np.float64).tobytes())
+    return int.from_bytes(digest.digest(), "little")
+
+
+def random_node_features(example: dict[str, Any], k: int = 8, seed: int = 0) -> dict[str, list]:
+    """Random node features (Sato et al. 2021, Random Features Strengthen Graph Neural Networks; Abboud et al.
+    2021): k standard-normal values per node, fixed per graph.
+
+    A message-passing or attention layer cannot tell apart nodes whose neighbourhoods look alike (1-WL);
+    a random identity per node can, and the model learns what is invariant across draws. The draw is
+    a function of ``seed`` and the graph (:func:`graph_fingerprint`), so ``datasets.map`` caches it and
+    every run sees the same values: *fixed per graph*. For a *fresh* draw each time a graph is seen in
+    training (every epoch), keep ``rnf_resample=True`` in :class:`~hf_efficient.EfficientGraphConfig`
+    (the default): the model then replaces the column by new standard-normal values in training mode
+    (from torch's generator, which ``Trainer`` seeds) and reads this fixed draw in evaluation.
+
+    Not permutation-equivariant by design: a relabelled graph gets other features (the model is only
+    equivariant in distribution).
+
+    Returns:
+        ``{"rnf": [N][k]}`` floats.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}.")
+    _, n = check_graph_record(example)
+    rng = np.random.default_rng([seed, graph_fingerprint(example)])
+    return {"rnf": rng.standard_normal((n, k)).tolist()}
+
+
+def distance_encoding(
+    example: dict[str, Any], max_distance: int = 3, target_nodes: list[int] | None = None
+) -> dict[str, list]:
+    """Distance encoding (Li et al. 2020, Distance Encoding: Design Provably More Powerful Neural Networks
+    for Graph Representation Learning): each node's shortest-path distances to a target node set S.
+
+    For a link (u, v), S = {u, v}; for a node task, S = the node to classify, on its ego graph
+    (:func:`ego_graph` builds those records with ``target_nodes=[0]``). DE-GNN's encoding of node w is
+    the sum over s in S of a one-hot of the hop count d(w, s) capped at ``max_distance``, with one more
+    bucket for "farther or unreachable": a row of counts of width ``max_distance + 2`` that the model
+    projects linearly (``de_dim``), i.e. the sum of one learned vector per (target, distance) bucket.
+    Distances follow edges in both directions (undirected, as the other transforms).
+
+    Args:
+        max_distance: the largest hop count with a bucket of its own (>= 0).
+        target_nodes: S; None reads the record's ``target_nodes`` column.
+
+    Returns:
+        ``{"de": [N][max_distance + 2]}`` floats (counts; each row sums to |S|).
+    """
+    if max_distance < 0:
+        raise ValueError(f"max_distance must be >= 0, got {max_distance}.")
+    targets = target_nodes if target_nodes is not None else example.get("target_nodes")
+    if targets is None or len(targets) == 0:
+        raise ValueError(
+            "distance_encoding needs a target node set: a 'target_nodes' column (the two ends of a link, or "
+            "the centre of an ego graph from ego_graph) or target_nodes=[...]."
+        )
+    _, n = check_graph_record(example)
+    targets = np.asarray(targets, dtype=np.int64)
+    if targets.min() < 0 or targets.max() >= n:
+        raise ValueError(f"target_nodes must be node ids in [0, {n}), got {targets.tolist()}.")
+    adj = adjacency(example)
+    dist = csgraph.shortest_path(adj, method="D", unweighted=True, indices=targets)  # (|S|, N), inf apart
+    buckets = np.where(np.isfinite(dist), np.minimum(dist, max_distance + 1), max_distance + 1).astype(
+        np.int64
+    )
+    counts = np.zeros((n, max_distance + 2))
+    np.add.at(counts, (np.broadcast_to(np.arange(n), buckets.shape), buckets), 1.0)
+    return {"de": counts.tolist()}
+
+
+def ego_graph(example: dict[str, Any], node: int, num_hops: int = 2) -> dict[str, Any]:
+    """The subgraph within ``num_hops`` hops (either direction) of ``node``, as a record whose node 0 is
+    ``node`` (``target_nodes=[0]``): a node task as graph classification of ego graphs (DE-GNN's setting).
+
+    Node ids keep their order after the centre; edges between kept nodes are kept with their features;
+    ``y`` becomes the centre's label when the record has a label per node.
+
+    Returns:
+        A record: ``edge_index``, ``num_nodes``, ``node_feat``, ``edge_attr`` (if any), ``y`` (if any),
+        ``target_nodes`` [0] and ``nodes`` (the kept nodes' ids in the original graph).
+    """
+    edge_index, n = check_graph_record(example)
+    if not 0 <= node < n:
+        raise ValueError(f"node must be in [0, {n}), got {node}.")
+    dist = csgraph.shortest_path(adjacency(example), method="D", unweighted=True, indices=[node])[0]
+    others = np.flatnonzero((dist <= num_hops) & (np.arange(n) != node))
+    kept = np.concatenate([[node], others]).astype(np.int64)  # (M,): centre first
+    new_id = np.full(n, -1, dtype=np.int64)
+    new_id[kept] = np.arange(kept.size)
+    inside = (new_id[edge_index[0]] >= 0) & (new_id[edge_index[1]] >= 0)  # (E,)
+    record: dict[str, Any] = {
+        "edge_index": new_id[edge_index[:, inside]].tolist(),
+        "num_nodes": int(kept.size),
+        "target_nodes": [0],
+        "nodes": kept.tolist(),
+    }
+    if example.get("node_feat") is not None:
+        record["node_feat"] = np.asarray(example["node_feat"])[kept].tolist()
+    if example.get("edge_attr") is not None:
+        record["edge_attr"] = np.asarray(example["edge_attr"])[inside].tolist()
+    label = example.get("y")
+    if label is not None:
+        label = np.asarray(label)
+        record["y"] = label[node].tolist() if label.ndim >= 1 and label.shape[0] == n else label.tolist()
+    return record
+
+
 def graphormer_features(example: dict[str, Any]) -> dict[str, list]:
     """Everything Graphormer's bias and centrality encoding read: shortest paths and degrees."""
     return {**shortest_path_distances(example), **node_degrees(example)}
@@ -178,9 +298,13 @@ __all__ = [
     "UNREACHABLE",
     "adjacency",
     "check_graph_record",
+    "distance_encoding",
+    "ego_graph",
+    "graph_fingerprint",
     "graphormer_features",
     "laplacian_pe",
     "node_degrees",
+    "random_node_features",
     "random_walk_pe",
     "shortest_path_distances",
     "wl_colors",

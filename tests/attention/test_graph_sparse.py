@@ -152,15 +152,17 @@ def test_gradients_match_dense_oracle():
         torch.testing.assert_close(got.double(), want.double(), atol=1e-5, rtol=1e-4)
 
 
-def test_autograd_functions_pass_gradcheck():
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_autograd_functions_pass_gradcheck(self_loops):
+    """The three Functions on (n h, d) slot matrices and (E h,) entries, on an unsorted pattern with a
+    duplicate edge, an isolated target and (optionally) self loops added to all but one node."""
     g = torch.Generator().manual_seed(15)
-    b, h, n, d = 1, 2, 6, 3
-    q, k, v = (
-        torch.randn(b, h, n, d, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3)
-    )
+    n, h, d = 6, 2, 3
+    q, k, v = (torch.randn(n * h, d, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
     edge_index = torch.tensor([[1, 0, 2, 2, 3, 5, 4, 1, 1], [0, 3, 1, 3, 2, 2, 4, 0, 5]])  # unsorted, dup
-    pattern = EdgePattern(edge_index, b * n)
-    probs = torch.rand(edge_index.shape[1], h, generator=g, dtype=torch.float64, requires_grad=True)
+    loops = torch.tensor([True, True, False, True, True, True]) if self_loops else None
+    pattern = EdgePattern(edge_index, n, h, loops)
+    probs = torch.rand(pattern.num_entries, generator=g, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda q, k: _EdgeScores.apply(q, k, pattern, 0.7), (q, k))
     assert torch.autograd.gradcheck(lambda s: _EdgeSoftmax.apply(s, pattern), (probs,))
     assert torch.autograd.gradcheck(lambda p, v: _EdgeAggregate.apply(p, v, pattern), (probs, v))

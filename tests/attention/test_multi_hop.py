@@ -1,5 +1,6 @@
 """multi_hop (MAGNA diffusion): exact limits (alpha = 1, K = 0, K = 1), dense float64 oracles for the
-truncated sum and the K -> infinity inverse, gradients, and errors."""
+truncated sum and the K -> infinity inverse with dot-product and MAGNA's GAT scores, the returned diffusion
+matrix, gradients, and errors."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from functools import partial
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from hf_efficient.attention import GraphEdges
 
@@ -30,14 +32,43 @@ def dense_one_hop(q, k, adj) -> torch.Tensor:
     return torch.softmax(scores.masked_fill(~adj[:, None], float("-inf")), -1).nan_to_num(0.0)
 
 
-def truncated_oracle(q, k, v, adj, alpha, hops) -> torch.Tensor:
-    """sum_{k < K} alpha (1 - alpha)^k A^k V + (1 - alpha)^K A^K V, with explicit matrix powers."""
-    a, v = dense_one_hop(q, k, adj), v.double()
-    out, power = torch.zeros_like(v), v
+def dense_magna_one_hop(q, k, adj, core, edges=None) -> torch.Tensor:
+    """(b, h, n, n) float64 one-hop attention of MAGNA's score, written out densely: the softmax over in-edges
+    of LeakyReLU(a_dst . tanh(q_i) + a_src . tanh(k_j) + a_e . tanh(W_e x_ij)) + log w_ij."""
+    a_dst, a_src = core.att_dst.detach().double(), core.att_src.detach().double()
+    target = (torch.tanh(q.double()) * a_dst[None, :, None]).sum(-1)  # (b, h, n)
+    source = (torch.tanh(k.double()) * a_src[None, :, None]).sum(-1)
+    scores = target[..., :, None] + source[..., None, :]  # (b, h, target, source)
+    n = q.shape[2]
+    if edges is not None and edges.edge_attr is not None:
+        projected = torch.tanh(core.edge_projection(edges.edge_attr).detach().double())  # (E, h d)
+        per_edge = (projected.view(-1, *core.att_edge.shape) * core.att_edge.detach().double()).sum(-1)
+        src, tgt = edges.edge_index
+        edge_term = torch.zeros_like(scores)
+        edge_term[tgt // n, :, tgt % n, src % n] = per_edge
+        scores = scores + edge_term
+    scores = F.leaky_relu(scores, 0.2)
+    if edges is not None and edges.edge_weight is not None:
+        src, tgt = edges.edge_index
+        log_w = torch.zeros_like(scores)
+        log_w[tgt // n, :, tgt % n, src % n] = edges.edge_weight.double().log()[:, None]
+        scores = scores + log_w
+    return torch.softmax(scores.masked_fill(~adj[:, None], float("-inf")), -1).nan_to_num(0.0)
+
+
+def diffusion_matrix(a: torch.Tensor, alpha: float, hops: int) -> torch.Tensor:
+    """T = sum_{k < K} alpha (1 - alpha)^k A^k + (1 - alpha)^K A^K, with explicit matrix powers."""
+    eye = torch.eye(a.shape[-1], dtype=a.dtype).expand_as(a)
+    out, power = torch.zeros_like(a), eye
     for step in range(hops):
         out = out + alpha * (1 - alpha) ** step * power
-        power = a @ power  # A^{step + 1} V
+        power = a @ power  # A^{step + 1}
     return out + (1 - alpha) ** hops * power
+
+
+def truncated_oracle(q, k, v, adj, alpha, hops) -> torch.Tensor:
+    """sum_{k < K} alpha (1 - alpha)^k A^k V + (1 - alpha)^K A^K V, with explicit matrix powers."""
+    return diffusion_matrix(dense_one_hop(q, k, adj), alpha, hops) @ v.double()
 
 
 def test_alpha_one_and_zero_hops_return_values():
@@ -135,3 +166,55 @@ def test_errors_name_multi_hop():
         make_core("multi_hop", edge_dim=2)(q, k, v, edges=edges)
     with pytest.raises(ValueError, match="needs `edges`"):
         make_core("multi_hop")(q, k, v)
+
+
+@pytest.mark.parametrize("alpha, hops", [(0.15, 3), (0.5, 5)])
+def test_gat_score_matches_magna_oracle_with_edge_features_and_weights(alpha, hops):
+    """score="gat" (MAGNA as published): the diffusion of its additive tanh scores, forward and gradients."""
+    q, k, v = make_qkv(b=2, n=12, seed=18, requires_grad=True)
+    adj = adjacency(2, 12, seed=19)
+    edges = adjacency_to_edges(adj)
+    g = torch.Generator().manual_seed(20)
+    edges = GraphEdges(
+        edges.edge_index,
+        edge_weight=torch.rand(edges.num_edges, generator=g) + 0.2,
+        edge_attr=torch.randn(edges.num_edges, 3, generator=g),
+    )
+    core = make_core("multi_hop", score="gat", edge_dim=3, alpha=alpha, num_hops=hops)
+    out = core(q, k, v, edges=edges).output
+    a = dense_magna_one_hop(q, k, adj, core, edges)
+    expected = diffusion_matrix(a, alpha, hops) @ v.double()
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    dot = make_core("multi_hop", alpha=alpha, num_hops=hops)(q, k, v, edges=GraphEdges(edges.edge_index))
+    assert not torch.allclose(out, dot.output, atol=1e-3), "the score must matter"
+
+    cotangent = torch.randn(out.shape, generator=g)
+    grads = torch.autograd.grad((out * cotangent).sum(), [q, k, v])
+    expected_grads = torch.autograd.grad((expected * cotangent.double()).sum(), [q, k, v])
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got.double(), want.double(), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("score", ["dot", "gat"])
+def test_returned_weights_are_the_diffusion_matrix(score):
+    """output_attentions returns T (dense (b, h, n, n)) with out = T V; the isolated node 0 keeps alpha of
+    itself and nothing else."""
+    q, k, v = make_qkv(b=2, n=10, seed=21)
+    adj = adjacency(2, 10, seed=22)
+    core = make_core("multi_hop", score=score, alpha=0.3, num_hops=4)
+    out, weights = core(q, k, v, edges=adjacency_to_edges(adj), output_attentions=True)
+    a = dense_one_hop(q, k, adj) if score == "dot" else dense_magna_one_hop(q, k, adj, core)
+    expected = diffusion_matrix(a, 0.3, 4)
+    assert not weights.is_sparse and weights.shape == (2, 2, 10, 10)
+    torch.testing.assert_close(weights.double(), expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out, weights @ v, atol=1e-5, rtol=1e-5)
+    isolated = torch.zeros(10)
+    isolated[0] = 0.3
+    torch.testing.assert_close(weights[:, :, 0], isolated.expand(2, 2, 10))
+
+
+def test_gat_score_errors():
+    with pytest.raises(ValueError, match="score"):
+        make_core("multi_hop", score="cosine")
+    with pytest.raises(ValueError, match="negative_slope"):
+        make_core("multi_hop", score="gat", negative_slope=float("nan"))

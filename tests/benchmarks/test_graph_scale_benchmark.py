@@ -12,8 +12,10 @@ from .cli import run_module
 
 
 def test_setups_come_from_the_registry():
-    # every graph type that attends along edges, GraphGPS, exact attention with both kernels
-    assert list(bench.setups()) == ["graph_sparse", "multi_hop", "gps_performer", "full_eager", "full_sdpa"]
+    # every graph type that attends along edges, the PyG peers, GraphGPS, exact attention with both kernels
+    edge_types = ["gat", "gatv2", "graph_sparse", "multi_hop"]
+    peers = ["pyg_transformer_conv", "pyg_gat_conv"]
+    assert list(bench.setups()) == [*edge_types, *peers, "gps_performer", "full_eager", "full_sdpa"]
 
 
 @pytest.mark.parametrize("bench_type", list(bench.setups()))
@@ -37,6 +39,7 @@ def test_graph_scale_point_runs_in_process(bench_type):
 
 def test_graph_scale_cli_records_out_of_memory_and_writes_files(tmp_path):
     options = ["--preset", "smoke", "--threads", "1", "--types", "full_eager", "--memory_cap_gib", "3"]
+    options += ["--bandwidth_gib", "0"]  # no bandwidth test
     nodes = ["--nodes", "64", "20000", "40000"]
     run_module("graph_scale", *options, *nodes, "--out", str(tmp_path), timeout=600)
     records = json.loads((tmp_path / "results.json").read_text())["records"]
@@ -48,3 +51,27 @@ def test_graph_scale_cli_records_out_of_memory_and_writes_files(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "| full_eager |" in summary and "out of memory" in summary
     assert (tmp_path / "graph_scale.png").stat().st_size > 0
+
+
+def test_graph_scale_cli_with_peers_reports_time_per_edge_and_bandwidth(tmp_path):
+    # as docs/graphs.md runs it, at a tiny size: ours and PyG's layers in one run, the machine's bandwidth
+    types = ["--types", "graph_sparse", "gat", "pyg_transformer_conv", "pyg_gat_conv"]
+    run_module(
+        "graph_scale", "--preset", "smoke", *types, "--nodes", "64", "128", "--bandwidth_gib", "0.03125",
+        "--out", str(tmp_path), timeout=900,
+    )  # fmt: skip
+    results = json.loads((tmp_path / "results.json").read_text())
+    records = {(r["type"], r["nodes"]): r for r in results["records"]}
+    for name in ("graph_sparse", "gat", "pyg_transformer_conv", "pyg_gat_conv"):
+        small, large = records[name, 64], records[name, 128]
+        assert small["status"] == large["status"] == "ok"
+        assert large["ns_per_edge"] == pytest.approx(large["median_s"] / large["attended_edges"] * 1e9)
+        assert large["attention_gbps"] == pytest.approx(large["traffic_gb"] / large["attention_s"])
+    # a peer moves what the type it stands in for moves
+    assert records["pyg_gat_conv", 128]["traffic_gb"] == records["gat", 128]["traffic_gb"]
+    assert records["pyg_transformer_conv", 128]["traffic_gb"] == records["graph_sparse", 128]["traffic_gb"]
+    bandwidth = results["meta"]["runs"][-1]["bandwidth"]
+    assert bandwidth["copy_gbps"] > 0 and bandwidth["gather_gbps"] > 0
+    summary = (tmp_path / "summary.md").read_text()
+    assert "nanoseconds per attended edge" in summary and "| pyg_gat_conv |" in summary
+    assert "Machine bandwidth, 1 thread(s), same run: copy" in summary

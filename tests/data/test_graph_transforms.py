@@ -10,9 +10,12 @@ import pytest
 
 from hf_efficient.data.graph_transforms import (
     check_graph_record,
+    distance_encoding,
+    ego_graph,
     graphormer_features,
     laplacian_pe,
     node_degrees,
+    random_node_features,
     random_walk_pe,
     shortest_path_distances,
     wl_colors,
@@ -193,6 +196,62 @@ def test_wl_colours_features_iterations_and_cross_graph():
     assert all(0 <= c < 2**31 for c in wl_colors(TWO_CLIQUES)["wl_colors"])
 
 
+# ---- random node features, distance encoding, ego graphs ----------------------------------------------
+def test_random_node_features_fixed_per_graph_and_seed():
+    first = np.asarray(random_node_features(TWO_CLIQUES, k=5, seed=3)["rnf"])
+    assert first.shape == (6, 5)
+    np.testing.assert_array_equal(random_node_features(TWO_CLIQUES, k=5, seed=3)["rnf"], first)  # fixed
+    assert not np.allclose(random_node_features(TWO_CLIQUES, k=5, seed=4)["rnf"], first)  # the seed matters
+    assert not np.allclose(random_node_features(CYCLE5, k=5, seed=3)["rnf"][:5], first[:5])  # and the graph
+    relabelled = {**TWO_CLIQUES, "edge_index": np.asarray(TWO_CLIQUES["edge_index"])[::-1].tolist()}
+    assert not np.allclose(random_node_features(relabelled, k=5, seed=3)["rnf"], first)
+    many = np.asarray(random_node_features(graph(2000, [(0, 1)]), k=4, seed=0)["rnf"])
+    assert abs(many.mean()) < 0.05 and abs(many.std() - 1) < 0.05  # standard normal
+    with pytest.raises(ValueError, match="k must be"):
+        random_node_features(PATH4, k=0)
+
+
+def test_distance_encoding_counts_capped_hops_to_the_targets():
+    """PATH4 0-1-2-3 with buckets 0, 1, 2 and "farther": one target (a node task's centre), then a link."""
+    de = distance_encoding(PATH4, max_distance=2, target_nodes=[0])["de"]
+    assert de == [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    link = distance_encoding(PATH4, max_distance=2, target_nodes=[0, 3])["de"]
+    assert link == [[1, 0, 0, 1], [0, 1, 1, 0], [0, 1, 1, 0], [1, 0, 0, 1]]  # rows sum to |S| = 2
+    apart = distance_encoding({**DISCONNECTED, "target_nodes": [1]}, max_distance=3)["de"]  # column read
+    assert apart == [[0, 1, 0, 0, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 1]]  # unreachable: last
+    perm = np.array([3, 1, 0, 2])  # new node i is old node perm[i]; target 0 becomes node 2
+    inverse = np.argsort(perm)
+    relabelled = {"edge_index": inverse[np.asarray(PATH4["edge_index"])].tolist(), "num_nodes": 4}
+    moved = distance_encoding(relabelled, max_distance=2, target_nodes=[int(inverse[0])])["de"]
+    assert moved == np.asarray(de)[perm].tolist()  # equivariant when the targets move with the nodes
+    with pytest.raises(ValueError, match="target node set"):
+        distance_encoding(PATH4)
+    with pytest.raises(ValueError, match="target_nodes must be"):
+        distance_encoding(PATH4, target_nodes=[4])
+    with pytest.raises(ValueError, match="max_distance"):
+        distance_encoding(PATH4, max_distance=-1, target_nodes=[0])
+
+
+def test_ego_graph_keeps_the_neighbourhood_with_its_centre_first():
+    record = {
+        **TWO_CLIQUES,
+        "y": [10, 11, 12, 13, 14, 15],
+        "edge_attr": [[float(i)] for i in range(len(TWO_CLIQUES["edge_index"][0]))],
+    }
+    one_hop = ego_graph(record, node=2, num_hops=1)
+    assert one_hop["nodes"] == [2, 0, 1, 3] and one_hop["target_nodes"] == [0] and one_hop["y"] == 12
+    pairs = list(zip(*TWO_CLIQUES["edge_index"], strict=True))  # each directed edge once
+    kept = [(one_hop["nodes"][s], one_hop["nodes"][t]) for s, t in zip(*one_hop["edge_index"], strict=True)]
+    assert sorted(kept) == sorted((s, t) for s, t in pairs if s in (0, 1, 2, 3) and t in (0, 1, 2, 3))
+    assert one_hop["edge_attr"] == [
+        record["edge_attr"][pairs.index(pair)] for pair in kept
+    ]  # features follow
+    assert ego_graph(record, node=0, num_hops=2)["nodes"] == [0, 1, 2, 3]
+    assert distance_encoding(one_hop, max_distance=1)["de"][0] == [1, 0, 0]  # the centre is the target
+    with pytest.raises(ValueError, match="node must be"):
+        ego_graph(record, node=6)
+
+
 # ---- equivariance, datasets.map, errors ----------------------------------------------------------------
 def test_transforms_are_permutation_equivariant():
     perm = np.array([4, 2, 0, 5, 1, 3])  # new node i is old node perm[i]
@@ -222,7 +281,12 @@ def test_dataset_map_adds_columns():
     dataset = (
         dataset.map(laplacian_pe, fn_kwargs={"k": 2}).map(random_walk_pe, fn_kwargs={"k": 3}).map(wl_colors)
     )
+    dataset = dataset.map(random_node_features, fn_kwargs={"k": 3, "seed": 7}).map(
+        distance_encoding, fn_kwargs={"max_distance": 1, "target_nodes": [1]}
+    )
     row = dataset[1]
+    assert row["rnf"] == dataset[0]["rnf"] == random_node_features(PATH4, k=3, seed=7)["rnf"]
+    assert row["de"] == [[0, 1, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]]
     assert row["spatial_pos"][0] == [0, 1, 2, 3] and row["in_degree"] == [1, 2, 2, 1]
     assert len(row["lap_pe"]) == 4 and len(row["lap_pe"][0]) == 2 and len(row["rw_pe"][0]) == 3
     assert row["wl_colors"] == wl_colors(PATH4)["wl_colors"]

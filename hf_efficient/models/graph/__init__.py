@@ -12,7 +12,8 @@ Structure is computed once per record by :mod:`hf_efficient.data.graph_transform
     )
     # or GraphGPS: EfficientGraphConfig(graph_layer_type="gps", attention_type="performer",
     #     local_attention_config={"edge_dim": 3}, edge_dim=3, rw_pe_dim=16, ...)
-    # or MAGNA: EfficientGraphConfig(attention_type="multi_hop", attention_config={"num_hops": 4}, ...)
+    # or GAT: EfficientGraphConfig(attention_type="gat", ...) (GATv2: "gatv2"; PyG's GATConv / GATv2Conv)
+    # or MAGNA: EfficientGraphConfig(attention_type="multi_hop", attention_config={"score": "gat"}, ...)
     dataset = dataset.map(graphormer_features)  # OGB-style records: edge_index, node_feat, edge_attr, y
     collate = GraphCollator.for_config(config)  # the columns and edge checks this config needs
     model = EfficientGraphForGraphClassification(config)

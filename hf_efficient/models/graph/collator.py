@@ -21,6 +21,8 @@ PADDING = {
     "lap_pe": 0.0,
     "rw_pe": 0.0,
     "wl_colors": 0,
+    "rnf": 0.0,
+    "de": 0.0,
 }
 
 

@@ -16,6 +16,8 @@ STRUCTURAL_INPUTS = {
     "lap_pe": ("lap_pe_dim", "laplacian_pe"),
     "rw_pe": ("rw_pe_dim", "random_walk_pe"),
     "wl_colors": ("wl_vocab_size", "wl_colors"),
+    "rnf": ("rnf_dim", "random_node_features"),
+    "de": ("de_dim", "distance_encoding"),
 }
 
 
@@ -27,8 +29,8 @@ class EfficientGraphConfig(EfficientEncoderConfig):
     for the ``graph`` modality). Structure enters as inputs, never as branches on the attention type:
 
     * ``graph_layer_type="transformer"``: one attention per layer. Types that take edges (``graph_sparse``,
-      ``multi_hop``) attend along them; dense types (``full``, ``performer``, ``linear``...) attend to every
-      node of the graph and see the structure only through encodings/bias.
+      ``gat``, ``gatv2``, ``multi_hop``) attend along them; dense types (``full``, ``performer``,
+      ``linear``...) attend to every node of the graph and see the structure only through encodings/bias.
     * ``graph_layer_type="gps"`` (GraphGPS, Rampasek et al. 2022): a local attention over edges
       (``local_attention_type``, default ``graph_sparse``) plus the global ``attention_type``, summed, then
       the feed-forward network.
@@ -44,8 +46,9 @@ class EfficientGraphConfig(EfficientEncoderConfig):
     outputs unchanged when every attention type used declares ``permutation_equivariant`` in its capabilities
     and the inputs are equivariant (degrees, shortest paths, random-walk PE, WL colours are). Not
     equivariant: ``lap_pe`` (eigenvector signs and bases are arbitrary; signs are flipped at random in
-    training) and position-based types (windows, blocks, landmarks, length projections), which follow the
-    node order.
+    training), ``rnf`` (random by design: equivariant in distribution only) and position-based types
+    (windows, blocks, landmarks, length projections), which follow the node order. ``de`` is equivariant when
+    the target nodes are relabelled with the graph.
 
     Attributes:
         node_feature_dim: F, width of ``node_feat``.
@@ -68,6 +71,14 @@ class EfficientGraphConfig(EfficientEncoderConfig):
         lap_pe_sign_flip: in training mode, multiply each Laplacian eigenvector of each graph by a random sign
             (eigenvector signs are arbitrary; the model must not learn them). Never in eval mode.
         wl_vocab_size: None, or the number of embedding rows for ``wl_colors`` (colours are taken modulo it).
+        rnf_dim: width of the ``rnf`` input (random node features,
+            :func:`~hf_efficient.data.graph_transforms.random_node_features`; None = not used).
+        rnf_resample: in training mode, replace ``rnf`` by a fresh standard-normal draw at every forward (a
+            graph gets new features every epoch, from torch's generator, which ``Trainer`` seeds); in
+            evaluation the input's fixed per-graph draw is read. False: always the input's.
+        de_dim: width of the ``de`` input (distance encoding to the target nodes,
+            :func:`~hf_efficient.data.graph_transforms.distance_encoding`: ``max_distance + 2``; None = not
+            used).
         graph_pooling: ``"mean"`` over real nodes or ``"virtual_token"``.
     """
 
@@ -100,6 +111,9 @@ class EfficientGraphConfig(EfficientEncoderConfig):
     lap_pe_sign_flip: bool = True
     rw_pe_dim: int | None = None
     wl_vocab_size: int | None = None
+    rnf_dim: int | None = None
+    rnf_resample: bool = True
+    de_dim: int | None = None
     graph_pooling: str = "mean"
 
     def local_attention_for_layer(self, layer_idx: int) -> tuple[str, dict]:
@@ -135,12 +149,17 @@ class EfficientGraphConfig(EfficientEncoderConfig):
         ):
             if value not in choices:
                 raise ValueError(f"{name}={value!r} is not one of {choices}.")
+        if self.de_dim is not None and self.de_dim < 2:
+            raise ValueError(f"de_dim must be None or >= 2 (max_distance + 2), got {self.de_dim}.")
         if self.graph_pooling == "virtual_token" and not self.add_virtual_token:
             raise ValueError("graph_pooling='virtual_token' needs add_virtual_token=True.")
         for name in ("node_feature_dim", "max_spatial_distance", "max_edge_hops"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("node_vocab_size", "edge_dim", "max_degree", "lap_pe_dim", "rw_pe_dim", "wl_vocab_size"):
+        optional_sizes = (
+            "node_vocab_size", "edge_dim", "max_degree", "lap_pe_dim", "rw_pe_dim", "wl_vocab_size", "rnf_dim"
+        )  # fmt: skip
+        for name in optional_sizes:
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be None or >= 1, got {getattr(self, name)}.")
         if self.graph_layer_type == "gps":
@@ -149,11 +168,9 @@ class EfficientGraphConfig(EfficientEncoderConfig):
                 local not in list_attention_types("graph")
                 or not get_attention_class(local).capabilities.edges
             ):
-                edge_types = [
-                    t for t in list_attention_types("graph") if get_attention_class(t).capabilities.edges
-                ]
                 raise ValueError(
-                    f"local_attention_type={local!r} must be a graph attention type over edges: {edge_types}."
+                    f"local_attention_type={local!r} must be a graph attention type over edges: "
+                    f"{_edge_attention_types()}."
                 )
             validate_attention_config(local, self.local_attention_config)
         for index in range(self.num_hidden_layers):
@@ -165,10 +182,10 @@ class EfficientGraphConfig(EfficientEncoderConfig):
                     "graph_bias)."
                 )
         if self.edge_dim is not None and not self.needs_edges() and self.graph_bias is None:
+            edge_types = ", ".join(_edge_attention_types())
             raise ValueError(
                 f"edge_dim={self.edge_dim} but nothing reads edge features: use an attention type over edges "
-                "(graph_sparse, multi_hop, or graph_layer_type='gps') or graph_bias='graphormer', or set "
-                "edge_dim=None."
+                f"({edge_types}, or graph_layer_type='gps') or graph_bias='graphormer', or set edge_dim=None."
             )
         for name, attention_config in self.attention_types_used():
             if get_attention_class(name).capabilities.edges:
@@ -179,3 +196,8 @@ class EfficientGraphConfig(EfficientEncoderConfig):
                         "model's "
                         f"edge_dim={self.edge_dim}: set both to the width of edge_attr (or both to None)."
                     )
+
+
+def _edge_attention_types() -> list[str]:
+    """The registered graph attention types that attend along edges."""
+    return [name for name in list_attention_types("graph") if get_attention_class(name).capabilities.edges]

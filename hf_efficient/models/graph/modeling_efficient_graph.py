@@ -68,6 +68,9 @@ class EfficientGraphEmbeddings(nn.Module):
         self.lap_pe_sign_flip = config.lap_pe_sign_flip
         self.rw_pe_encoder = nn.Linear(config.rw_pe_dim, hidden) if config.rw_pe_dim else None
         self.wl_embedding = nn.Embedding(config.wl_vocab_size, hidden) if config.wl_vocab_size else None
+        self.rnf_encoder = nn.Linear(config.rnf_dim, hidden) if config.rnf_dim else None
+        self.rnf_resample = config.rnf_resample
+        self.de_encoder = nn.Linear(config.de_dim, hidden) if config.de_dim else None
         self.virtual_token = nn.Embedding(1, hidden) if config.add_virtual_token else None
         self.LayerNorm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
@@ -79,7 +82,17 @@ class EfficientGraphEmbeddings(nn.Module):
         offsets = torch.arange(node_feat.shape[-1], device=node_feat.device) * self.node_vocab_size  # (F,)
         return self.node_encoder(node_feat + offsets).sum(-2)  # (b, n, F, D) -> (b, n, D)
 
-    def forward(self, node_feat, in_degree=None, out_degree=None, lap_pe=None, rw_pe=None, wl_colors=None):
+    def forward(
+        self,
+        node_feat,
+        in_degree=None,
+        out_degree=None,
+        lap_pe=None,
+        rw_pe=None,
+        wl_colors=None,
+        rnf=None,
+        de=None,
+    ):
         x = self._node_features(node_feat)  # (b, n, D)
         if self.in_degree_embedding is not None:  # Graphormer's centrality encoding, degrees clipped
             top = self.in_degree_embedding.num_embeddings - 1
@@ -95,6 +108,13 @@ class EfficientGraphEmbeddings(nn.Module):
             x = x + self.rw_pe_encoder(rw_pe.to(x.dtype))
         if self.wl_embedding is not None:
             x = x + self.wl_embedding(wl_colors % self.wl_embedding.num_embeddings)
+        if self.rnf_encoder is not None:
+            rnf = rnf.to(x.dtype)  # (b, n, k); padded rows are 0 and stay unread (masked downstream)
+            if self.training and self.rnf_resample:  # fresh features each time a graph is seen
+                rnf = torch.randn_like(rnf)
+            x = x + self.rnf_encoder(rnf)
+        if self.de_encoder is not None:  # counts per (target, distance) bucket: a sum of learned vectors
+            x = x + self.de_encoder(de.to(x.dtype))
         if self.virtual_token is not None:
             token = self.virtual_token.weight.expand(x.shape[0], 1, -1)  # (b, 1, D)
             x = torch.cat([token, x], dim=1)  # (b, n + 1, D)
@@ -280,7 +300,12 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
     def _check_structural_input(self, name: str, value: torch.Tensor, b: int, n: int) -> None:
         """A structural input of the collated batch: shape (b, n[, n | k]) and dtype (ids or floats)."""
         owner, config = type(self).__name__, self.config
-        widths = {"lap_pe": config.lap_pe_dim, "rw_pe": config.rw_pe_dim}
+        widths = {  # the float encodings, (b, n, width)
+            "lap_pe": config.lap_pe_dim,
+            "rw_pe": config.rw_pe_dim,
+            "rnf": config.rnf_dim,
+            "de": config.de_dim,
+        }
         shape = (b, n, n) if name == "spatial_pos" else (b, n, widths[name]) if name in widths else (b, n)
         check_same_shape(owner, name, value, shape, "(batch, nodes[, nodes or width])")
         if name in widths:
@@ -305,6 +330,8 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
         lap_pe: torch.Tensor | None = None,
         rw_pe: torch.Tensor | None = None,
         wl_colors: torch.Tensor | None = None,
+        rnf: torch.Tensor | None = None,
+        de: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
     ) -> BaseModelOutputWithPooling:
@@ -317,7 +344,8 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             edge_attr: (E, edge_dim) floats; edge_weight: (E,) positive weights for edge attention.
             spatial_pos: (b, n, n) shortest-path hops, -1 unreachable/padded (``graph_bias="graphormer"``).
             in_degree, out_degree: (b, n) ints (``max_degree``). lap_pe: (b, n, lap_pe_dim).
-            rw_pe: (b, n, rw_pe_dim). wl_colors: (b, n) ints (``wl_vocab_size``).
+            rw_pe: (b, n, rw_pe_dim). wl_colors: (b, n) ints (``wl_vocab_size``). rnf: (b, n, rnf_dim)
+            random node features. de: (b, n, de_dim) distance-encoding counts.
 
         Returns:
             ``last_hidden_state`` (b, n, D) node states (the virtual token removed), ``pooler_output`` (b, D)
@@ -331,6 +359,8 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             lap_pe=lap_pe,
             rw_pe=rw_pe,
             wl_colors=wl_colors,
+            rnf=rnf,
+            de=de,
         )
         self.check_inputs(node_feat, node_mask, edge_index, edge_attr, edge_weight, structural)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
@@ -340,7 +370,9 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
         if node_mask is None:
             node_mask = torch.ones(b, n, dtype=torch.bool, device=node_feat.device)
         node_mask = node_mask.bool()
-        hidden = self.embeddings(node_feat, in_degree, out_degree, lap_pe, rw_pe, wl_colors)  # (b, n', D)
+        hidden = self.embeddings(
+            node_feat, in_degree, out_degree, lap_pe, rw_pe, wl_colors, rnf, de
+        )  # (b, n', D)
 
         bias = None
         if self.graph_bias is not None:
@@ -407,6 +439,8 @@ class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
         lap_pe: torch.Tensor | None = None,
         rw_pe: torch.Tensor | None = None,
         wl_colors: torch.Tensor | None = None,
+        rnf: torch.Tensor | None = None,
+        de: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -449,6 +483,8 @@ class EfficientGraphForNodeClassification(EfficientGraphPreTrainedModel):
         lap_pe: torch.Tensor | None = None,
         rw_pe: torch.Tensor | None = None,
         wl_colors: torch.Tensor | None = None,
+        rnf: torch.Tensor | None = None,
+        de: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,

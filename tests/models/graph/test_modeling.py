@@ -34,7 +34,11 @@ from hf_efficient import (
     list_attention_types,
 )
 from hf_efficient.attention import GraphEdges
-from hf_efficient.data.graph_transforms import shortest_path_distances
+from hf_efficient.data.graph_transforms import (
+    distance_encoding,
+    random_node_features,
+    shortest_path_distances,
+)
 from hf_efficient.models.graph.graphormer import GraphormerAttentionBias
 from hf_efficient.models.graph.modeling_efficient_graph import _with_virtual_token
 
@@ -62,6 +66,19 @@ EQUIVARIANT = {
         edge_dim=2,
         add_virtual_token=True,
         graph_pooling="virtual_token",
+    ),
+    "gat+edge+virtual": dict(
+        attention_type="gat",
+        attention_config={"edge_dim": 2},
+        edge_dim=2,
+        add_virtual_token=True,
+        graph_pooling="virtual_token",
+    ),
+    "gatv2+edge": dict(attention_type="gatv2", attention_config={"edge_dim": 2}, edge_dim=2),
+    "magna+edge": dict(
+        attention_type="multi_hop",
+        attention_config=small("multi_hop", edge_dim=2, score="gat"),
+        edge_dim=2,
     ),
     "graphormer": dict(
         attention_type="full",
@@ -135,6 +152,48 @@ def test_laplacian_pe_is_the_only_non_equivariant_input():
     model(**batch)
     assert torch.equal(seen[-1], lap_pe)
     assert not EfficientGraphConfig(lap_pe_sign_flip=False).lap_pe_sign_flip
+
+
+def test_random_node_features_fresh_in_training_fixed_in_evaluation():
+    """rnf_resample (default): every training forward reads a new standard-normal draw, evaluation reads the
+    column's fixed per-graph draw; rnf_resample=False reads the column in training too."""
+    records = [{**r, **random_node_features(r, k=4, seed=0)} for r in base_records()]
+    for resample in (True, False):
+        config = tiny_config(attention_type="gat", rnf_dim=4, rnf_resample=resample)
+        model = EfficientGraphForGraphClassification(config)
+        batch = GraphCollator.for_config(config)(records)
+        seen = []  # what the projection reads
+        model.graph.embeddings.rnf_encoder.register_forward_hook(
+            lambda m, args, out, seen=seen: seen.append(args[0])
+        )
+        model.train()
+        model(**batch)
+        model(**batch)
+        model.eval()
+        model(**batch)
+        assert torch.equal(seen[2], batch["rnf"])
+        if resample:
+            assert not torch.equal(seen[0], batch["rnf"]) and not torch.equal(seen[0], seen[1])
+            assert abs(seen[0].std().item() - 1) < 0.25
+        else:
+            assert torch.equal(seen[0], batch["rnf"]) and torch.equal(seen[1], batch["rnf"])
+    with pytest.raises(ValueError, match="random_node_features"):
+        model(**{k: v for k, v in batch.items() if k != "rnf"})
+
+
+def test_distance_encoding_reaches_the_model():
+    """de_dim: the distance-encoding counts are projected into the node states; other targets move them."""
+    config = tiny_config(attention_type="gatv2", de_dim=4)
+    model = EfficientGraphForGraphClassification(config).eval()
+    collate = GraphCollator.for_config(config)
+    to_first = [{**r, **distance_encoding(r, max_distance=2, target_nodes=[0])} for r in base_records()]
+    to_last = [
+        {**r, **distance_encoding(r, max_distance=2, target_nodes=[r["num_nodes"] - 1])}
+        for r in base_records()
+    ]
+    assert collate(to_first)["de"].shape == (3, 7, 4)
+    with torch.no_grad():
+        assert not torch.allclose(model(**collate(to_first)).logits, model(**collate(to_last)).logits)
 
 
 # ---- heads and losses ----------------------------------------------------------------------------------
@@ -213,6 +272,29 @@ def test_categorical_node_features_and_attention_outputs():
     assert out.attentions[0].shape == (3, 4, 8, 8) and out.hidden_states[0].shape == (3, 8, 32)
     with pytest.raises(ValueError, match="integer categories"):
         model(**{**batch, "node_feat": batch["node_feat"] + 5})
+
+
+@pytest.mark.parametrize("attention_type", ["graph_sparse", "gat", "gatv2"])
+def test_edge_attention_outputs_are_sparse_per_edge_probabilities(attention_type):
+    """output_attentions with attention over edges: per layer a sparse (b, h, n', n') tensor with one entry
+    per edge and head (self loops included for gat), each real node's row a distribution over its in-edges."""
+    config = tiny_config(attention_type=attention_type, add_virtual_token=True)
+    model = EfficientGraphModel(config).eval()
+    collate = GraphCollator.for_config(config, add_self_loops=True)
+    batch = collate(base_records())
+    batch.pop("labels")
+    out = model(**batch, output_attentions=True)
+    b, n = batch["node_mask"].shape
+    assert len(out.attentions) == config.num_hidden_layers
+    for weights in out.attentions:
+        assert weights.is_sparse and weights.shape == (b, 4, n + 1, n + 1)
+        dense = weights.to_dense()
+        real = torch.cat([torch.ones(b, 1, dtype=torch.bool), batch["node_mask"]], dim=1)  # token first
+        row_sums = dense.sum(-1)  # (b, h, n + 1)
+        torch.testing.assert_close(
+            row_sums[real[:, None].expand_as(row_sums)], torch.ones(int(real.sum()) * 4)
+        )
+        assert (dense.transpose(-1, -2)[~real[:, None, :, None].expand_as(dense)] == 0).all()  # no padded key
 
 
 def test_edge_weights_reach_edge_attention_with_virtual_token():
@@ -373,6 +455,8 @@ def test_auto_classes_map_to_graph_models():
         (dict(attention_type="reformer_lsh"), "not available for graph"),
         (dict(max_degree=0), "max_degree"),
         (dict(attention_type="performer", edge_dim=2), "nothing reads edge features"),
+        (dict(de_dim=1), "de_dim"),
+        (dict(rnf_dim=0), "rnf_dim"),
     ],
 )
 def test_config_errors(overrides, message):

@@ -1,0 +1,271 @@
+"""Graph attention networks: GAT (Velickovic et al. 2018) and GATv2 (Brody et al. 2022) behind the contract,
+numerically equal to PyG's ``GATConv`` / ``GATv2Conv`` given the same weights (see "Mapping onto PyG").
+
+Both score each edge j -> i with a small additive network instead of a dot product, then take the softmax
+over i's incoming edges and the weighted sum of values, exactly as ``graph_sparse`` (whose pattern, softmax,
+aggregation and returned weights they share, :class:`~hf_efficient.attention.graph_sparse.EdgeAttention`).
+Per head, with W_q h_i = q_i (target side), W_k h_j = k_j (source side), v_j the message:
+
+    GAT:    e_ij = LeakyReLU(a_dst . q_i + a_src . k_j + (W_e x_ij)_h)
+    GATv2:  e_ij = a . LeakyReLU(q_i + k_j + (W_e x_ij)_h)                (W_e x_ij: d values per head)
+    p_ij = w_ij exp(e_ij) / sum_{k in N(i)} w_ik exp(e_ik),     out_i = sum_{j in N(i)} p_ij v_j
+
+GAT's score is a sum of a target term and a source term, so it ranks every neighbour of every node the same
+way ("static" attention); GATv2 applies the nonlinearity before the attention vector, so the ranking depends
+on the query ("dynamic" attention, Brody et al.'s point). Against dot-product attention (``graph_sparse``,
+the Transformer's q_i . k_j / sqrt(d)), GAT's score is additive and needs no scaling.
+
+Cost: O(E h) for GAT's scores (the two per-node products a . q and a . k are O(n h d), then one gather and
+add per edge) and O(E h d) for GATv2's (a d-vector per edge and head, computed in chunks of at most
+``CHUNK_BYTES`` and recomputed in the backward pass, so no (E, h, d) tensor is kept); the weighted sum is
+O(E h d) for both. Memory O(E h) beyond the inputs.
+
+Mapping onto PyG (what the parity tests check, float32 to 1e-5, forward and gradients):
+    * the encoder block owns the projections (BERT's names): ``query`` is the target-side W (PyG's
+      ``lin_dst`` / GATv2's ``lin_r``), ``key`` the source-side W used in the score (``lin_src`` / ``lin_l``)
+      and ``value`` the messages' W (``lin_src`` / ``lin_l``). PyG's ``GATConv(in, out)`` ties all three
+      (``lin``); ``GATv2Conv`` ties key and value (``lin_l``) unless ``share_weights``, which ties all three.
+      Untied here: a checkpoint of any type warm-starts these cores, and tying them is a choice of weights;
+    * PyG's output ``bias`` is the value projection's bias (each row of p sums to 1, so a constant added to
+      every v_j is added to out_i); GATv2's ``lin_l`` / ``lin_r`` biases are the key / query biases (and
+      ``lin_l``'s bias is added to the value bias). PyG's GAT projection has no bias; the block's query and
+      key biases add a . b inside the LeakyReLU (zero them to reproduce ``GATConv``);
+    * the core's own parameters: ``att_dst``, ``att_src`` (GAT) or ``att`` (GATv2), (h, d) each, and with
+      ``edge_dim`` the edge projection. GATv2's is PyG's ``lin_edge`` (edge_dim -> h d, no bias). GAT's
+      PyG form, a . (W_e x) with ``lin_edge`` (edge_dim -> h d) and ``att_edge`` (h, d), is one linear map
+      edge_dim -> h, stored as such (``edge_projection.weight[hh] = att_edge[hh] @ lin_edge[hh]``): the same
+      function with fewer parameters;
+    * self loops: ``add_self_loops`` (default True, as PyG) removes the graph's self loops and adds one per
+      real node, with edge features the mean of the node's incoming edges' (PyG's ``fill_value="mean"``);
+    * dropout (``attention_probs_dropout_prob``) on the probabilities in training, as PyG's ``dropout``;
+    * heads are concatenated (PyG's ``concat=True``); the output projection, residual and LayerNorm are the
+      encoder block's; PyG's ``residual`` option is the block's residual connection.
+
+Beyond PyG: positive edge weights (p_ij ∝ w_ij exp(e_ij)), padded batches, ``output_attentions`` as a
+sparse (b, h, n, n) tensor of per-edge probabilities (PyG's ``return_attention_weights``). Deviations from
+the papers: GAT's original model applies ELU between layers and averages heads in the output layer; here the
+encoder block (output projection, feed-forward) follows. The backward is once-differentiable. While tracing,
+the scores (GATv2's per-edge vectors unchunked) go through graph_sparse's ``EdgeScatter``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from .graph_sparse import EdgeAttention, EdgeAttentionConfig, EdgePattern
+from .registry import register_attention
+from .utils import ChunkBuffers, rows_per_chunk
+
+
+@dataclass
+class GATConfig(EdgeAttentionConfig):
+    """Hyperparameters of :class:`GATAttention` and :class:`GATv2Attention` (plus ``edge_dim``).
+
+    Attributes:
+        negative_slope: LeakyReLU's slope for negative inputs (PyG and the papers: 0.2), >= 0.
+        add_self_loops: True by default, as PyG (see
+            :class:`~hf_efficient.attention.graph_sparse.EdgeAttentionConfig`).
+    """
+
+    add_self_loops: bool = True
+    negative_slope: float = 0.2
+
+    def validate(self) -> None:
+        super().validate()
+        if not (math.isfinite(self.negative_slope) and self.negative_slope >= 0):
+            raise ValueError(
+                f"attention_config['negative_slope'] must be a finite number >= 0, got {self.negative_slope}."
+            )
+
+
+def additive_scores(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    pattern: EdgePattern,
+    att_dst: torch.Tensor,
+    att_src: torch.Tensor,
+    negative_slope: float,
+    edge_term: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """GAT's scores LeakyReLU(a_dst . q_i + a_src . k_j + edge_term) over the entries (E h,).
+
+    Args:
+        query, key: (N h, d) slot matrices (target and source side).
+        att_dst, att_src: (h, d) attention vectors.
+        edge_term: (E h,) per-entry additions in entry order, or None.
+    """
+    h, d = att_dst.shape
+    target_term = (query.view(-1, h, d) * att_dst).sum(-1).reshape(-1)  # (N h,) a_dst . q_i
+    source_term = (key.view(-1, h, d) * att_src).sum(-1).reshape(-1)  # (N h,) a_src . k_j
+    scores = pattern.per_entry(target_term) + pattern.source_slot_values(source_term)  # (E h,)
+    if edge_term is not None:
+        scores = scores + edge_term
+    return F.leaky_relu(scores, negative_slope)
+
+
+class _GATv2Scores(torch.autograd.Function):
+    """scores[e, hh] = att[hh] . LeakyReLU(query[t_e, hh] + key[s_e, hh] + edge_term[e, hh]), (E, h) in the
+    pattern's edge order, from node-major (N, h d) query/key; chunked over edges, recomputed in backward."""
+
+    @staticmethod
+    def forward(ctx, query, key, edge_term, att, pattern: EdgePattern, negative_slope: float):
+        query, key, att = query.contiguous(), key.contiguous(), att.contiguous()
+        ctx.save_for_backward(query, key, edge_term, att)
+        ctx.pattern, ctx.negative_slope = pattern, negative_slope
+        h, d = att.shape
+        num_edges = pattern.target.numel()
+        scores = query.new_empty(num_edges, h)
+        buffers = ChunkBuffers(query)
+        for start, stop, z in _edge_sums(query, key, edge_term, pattern, buffers):
+            activated = F.leaky_relu_(z, negative_slope).view(-1, h, d)  # (C, h, d), in the buffer
+            torch.sum(activated.mul_(att), dim=-1, out=scores[start:stop])  # a . LeakyReLU(z)
+        return scores
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_scores):
+        query, key, edge_term, att = ctx.saved_tensors
+        pattern, slope = ctx.pattern, ctx.negative_slope
+        h, d = att.shape
+        grad_query, grad_key = torch.zeros_like(query), torch.zeros_like(key)
+        grad_edge = None if edge_term is None else torch.empty_like(edge_term)
+        grad_att = torch.zeros_like(att)
+        buffers = ChunkBuffers(query)
+        for start, stop, z in _edge_sums(query, key, edge_term, pattern, buffers):
+            g = grad_scores[start:stop, :, None]  # (C, h, 1)
+            slopes = torch.where(z > 0, 1.0, slope).view(-1, h, d)  # LeakyReLU'(z), (C, h, d)
+            activated = F.leaky_relu_(z, slope).view(-1, h, d)
+            grad_att += activated.mul_(g).sum(0)  # sum_e g_e LeakyReLU(z_e)
+            grad_z = slopes.mul_(att).mul_(g).view(-1, h * d)  # (C, h d): g a LeakyReLU'(z)
+            grad_query.index_add_(0, pattern.target[start:stop], grad_z)  # targets sorted: sequential
+            grad_key.index_add_(0, pattern.source[start:stop], grad_z)
+            if grad_edge is not None:
+                grad_edge[start:stop] = grad_z
+        return grad_query, grad_key, grad_edge, grad_att, None, None
+
+
+def _edge_sums(query, key, edge_term, pattern: EdgePattern, buffers: ChunkBuffers):
+    """Yield (start, stop, z) over chunks of the pattern's edges, z = query[t] + key[s] (+ edge_term):
+    (C, h d) in a reused buffer (chunks of at most CHUNK_BYTES per intermediate)."""
+    width = query.shape[1]
+    num_edges = pattern.target.numel()
+    chunk = rows_per_chunk(width * query.element_size(), num_edges)
+    for start in range(0, num_edges, chunk):
+        stop = min(num_edges, start + chunk)
+        rows = (stop - start, width)
+        z = torch.index_select(query, 0, pattern.target[start:stop], out=buffers("z", rows))
+        z += torch.index_select(key, 0, pattern.source[start:stop], out=buffers("key", rows))
+        if edge_term is not None:
+            z += edge_term[start:stop]
+        yield start, stop, z
+
+
+class _AdditiveEdgeAttention(EdgeAttention):
+    """What GAT and GATv2 share: config, self loops, checks; only the score differs."""
+
+    config_class = GATConfig
+    # GAT's scores gather per-node scalars only: the rows read are v_j (sum), and in backward g_i (grad v)
+    # and v_j (grad p). GATv2 adds q_i and k_j twice (forward, recomputed in backward) and scatters the
+    # gradient of z into q and k (read-modify-write: 2 more each).
+    edge_rows_read = 3
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """2 E d + 4 n d: the weighted sum over the edges and the two per-node products a . q, a . k."""
+        edges = 16 * n if num_edges is None else num_edges
+        return 2.0 * edges * head_dim + 4.0 * n * head_dim
+
+
+@register_attention("gat")
+class GATAttention(_AdditiveEdgeAttention):
+    """GAT's additive attention over edges, O(E); see the module docstring (and PyG's ``GATConv``)."""
+
+    paper = "Velickovic et al. 2018, Graph Attention Networks"
+    cost = "O(E)"
+    summary = "additive scores LeakyReLU(a . [W h_i ‖ W h_j]) over a graph's edges (PyG GATConv)"
+    export_note = "as graph_sparse, self loops on every node slot (padded slots' masked out)"
+
+    def __init__(self, spec, config: GATConfig | None = None):
+        super().__init__(spec, config)
+        h, d = spec.num_heads, spec.head_dim
+        self.att_src = nn.Parameter(torch.empty(h, d))  # a_src, read with the keys (sources)
+        self.att_dst = nn.Parameter(torch.empty(h, d))  # a_dst, read with the queries (targets)
+        edge_dim = self.config.edge_dim
+        self.edge_projection = nn.Linear(edge_dim, h, bias=False) if edge_dim is not None else None
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Glorot-uniform attention vectors and edge projection, as PyG."""
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+        if self.edge_projection is not None:
+            nn.init.xavier_uniform_(self.edge_projection.weight)
+
+    def _edge_scores(self, query, key, pattern, edge_attr):
+        edge_term = None
+        if edge_attr is not None:
+            weight = self.edge_projection.weight
+            edge_term = pattern.to_entries(self.edge_projection(edge_attr.to(weight.dtype)).to(query.dtype))
+        return additive_scores(
+            query, key, pattern, self.att_dst, self.att_src, self.config.negative_slope, edge_term
+        )
+
+
+@register_attention("gatv2")
+class GATv2Attention(_AdditiveEdgeAttention):
+    """GATv2's dynamic attention over edges, O(E d); see the module docstring (and PyG's ``GATv2Conv``)."""
+
+    paper = "Brody et al. 2022, How Attentive are Graph Attention Networks?"
+    cost = "O(E)"
+    edge_rows_read = 11
+    export_note = "as gat, the (E, h d) sums unchunked (O(E h d) memory)"
+    summary = "dynamic additive scores a . LeakyReLU(W [h_i ‖ h_j]) over a graph's edges (PyG GATv2Conv)"
+
+    @classmethod
+    def forward_flops(cls, n, head_dim, config, num_edges=None):
+        """4 E d: a . LeakyReLU(z) and the weighted value per edge (E = 16 n unless given)."""
+        return 4.0 * (16 * n if num_edges is None else num_edges) * head_dim
+
+    def __init__(self, spec, config: GATConfig | None = None):
+        super().__init__(spec, config)
+        h, d = spec.num_heads, spec.head_dim
+        self.att = nn.Parameter(torch.empty(h, d))  # a
+        edge_dim = self.config.edge_dim
+        self.edge_projection = nn.Linear(edge_dim, h * d, bias=False) if edge_dim is not None else None
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Glorot-uniform attention vector and edge projection, as PyG."""
+        nn.init.xavier_uniform_(self.att)
+        if self.edge_projection is not None:
+            nn.init.xavier_uniform_(self.edge_projection.weight)
+
+    def _edge_scores(self, query, key, pattern, edge_attr):
+        h, d = self.num_heads, self.head_dim
+        edge_term = None
+        if edge_attr is not None:
+            weight = self.edge_projection.weight
+            edge_term = self.edge_projection(edge_attr.to(weight.dtype)).to(query.dtype)  # (E, h d)
+        nodes = query.shape[0] // h
+        if pattern.traced:  # plain autograd over all edges at once, O(E h d) memory
+            z = query.reshape(nodes, h * d).index_select(0, pattern.target)
+            z = z + key.reshape(nodes, h * d).index_select(0, pattern.source)
+            if edge_term is not None:
+                z = z + edge_term
+            activated = F.leaky_relu(z, self.config.negative_slope).view(-1, h, d)
+            return pattern.to_entries((activated * self.att).sum(-1))  # (E h,)
+        scores = _GATv2Scores.apply(
+            query.reshape(nodes, h * d),  # slots (N h, d) are node-major (N, h d) rows
+            key.reshape(nodes, h * d),
+            edge_term,
+            self.att,
+            pattern,
+            self.config.negative_slope,
+        )  # (E, h) in the pattern's edge order
+        return pattern.to_entries(scores)
