@@ -286,7 +286,7 @@ parser = HfArgumentParser((ConfigArguments, EfficientTrainingArguments))
 try:
     setup_run(parser, EfficientBertConfig, None, ["--output_dir", sys.argv[1], "--report_to", "none"])
 except Exception as error:
-    sys.stdout.write(f"rank {dist.get_rank()}: {type(error).__name__}\\n")  # one write: print's two interleave
+    sys.stdout.write(f"rank {dist.get_rank()}: {type(error).__name__}\\n")  # one write (print makes two)
     sys.stdout.flush()
 dist.destroy_process_group()
 """
