@@ -89,8 +89,12 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     Returns:
         The mean over scored positions, computed in float32.
     """
-    targets = F.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:].to(logits.device)  # (b, n): next token
-    return mean_cross_entropy(logits.float(), targets)
+    return mean_cross_entropy(logits.float(), next_token_targets(labels).to(logits.device))
+
+
+def next_token_targets(labels: torch.Tensor) -> torch.Tensor:
+    """(b, n) labels -> (b, n) targets of each position: the next token's label, -100 at the last."""
+    return F.pad(labels, (0, 1), value=IGNORE_INDEX)[:, 1:]
 
 
 def _mean_loss(loss_fn, logits: torch.Tensor, labels: torch.Tensor, ignore_nan: bool) -> torch.Tensor:

@@ -40,6 +40,7 @@ from ...modeling.heads import (
     classification_loss,
     classifier_dropout,
     mean_cross_entropy,
+    next_token_targets,
 )
 from ...modeling.losses import chunked_cross_entropy
 from ...modeling.pretrained import EfficientPreTrainedModel
@@ -448,7 +449,10 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
         output_hidden_states: bool | None = None,
     ) -> CausalLMOutputWithCrossAttentions:
         """Next-token logits (b, n, V); with ``labels`` (b, n) the loss of predicting token i + 1 at i
-        (labels are the input ids, shifted here; -100 is ignored).
+        (labels are the input ids, shifted here; -100 is ignored). In training mode with labels the decoder
+        and the loss run fused, a chunk of positions at a time, and ``logits`` is None: no (b, n, V) tensor
+        is built (:func:`~hf_efficient.modeling.losses.chunked_cross_entropy`); in eval mode (``Trainer.
+        evaluate``, ``generate``) the logits are returned as BERT's.
 
         Args:
             cache, use_cache: the generation state (see :meth:`EfficientBertModel.forward`); training with
@@ -470,6 +474,16 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
             output_hidden_states=output_hidden_states,
         )
         hidden = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (b, n | k, D)
+        if self.training and labels is not None and hidden.shape[1] == labels.shape[1]:
+            # Training: the decoder and the loss fused chunk by chunk, no (b, n, V) logits (logits None)
+            targets = next_token_targets(labels).to(hidden.device)  # (b, n)
+            return CausalLMOutputWithCrossAttentions(
+                loss=self.cls.predictions.loss(hidden, targets),
+                logits=None,
+                cache=outputs.cache,
+                hidden_states=outputs.hidden_states,
+                attentions=outputs.attentions,
+            )
         logits = self.cls.predictions(hidden)  # (b, n | k, V)
         loss = causal_lm_loss(logits, labels) if labels is not None else None
         return CausalLMOutputWithCrossAttentions(

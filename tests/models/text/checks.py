@@ -285,16 +285,22 @@ PROMPT, DECODE_STEPS = 10, 200
 
 def check_causal_lm_loss_and_grads(attention_type: str) -> None:
     """Next-token loss (labels = the inputs, shifted inside; -100 at padding), no cache while training with
-    labels, a finite gradient for every parameter (RFA's gate included: a decoder uses it), tied decoder."""
+    labels, a finite gradient for every parameter (RFA's gate included: a decoder uses it), tied decoder.
+    Training with labels fuses the decoder with the loss (no logits); eval mode returns the logits."""
     model = EfficientBertForCausalLM(tiny_causal_config(attention_type)).train()
     ids, mask = batch()
     labels = ids.masked_fill(mask == 0, -100)
-    out = model(ids, attention_mask=mask, labels=labels)
-    assert out.logits.shape == (3, 20, VOCAB) and out.cache is None
+    out = model(ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+    assert out.logits is None and out.cache is None
+    logits = model.cls.predictions(out.hidden_states[-1])  # (b, n, V) of the same forward
     expected = F.cross_entropy(
-        out.logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1), ignore_index=-100
+        logits[:, :-1].reshape(-1, VOCAB), labels[:, 1:].reshape(-1), ignore_index=-100
     )
     torch.testing.assert_close(out.loss, expected)
+    with torch.no_grad():
+        evaluated = model.eval()(ids, attention_mask=mask, labels=labels)
+    assert evaluated.logits.shape == (3, 20, VOCAB)
+    model.train()
     out.loss.backward()
     assert_grads_finite(model)
     assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight

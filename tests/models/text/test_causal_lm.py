@@ -32,6 +32,33 @@ def test_causal_lm_loss_and_grads(attention_type):
     checks.check_causal_lm_loss_and_grads(attention_type)
 
 
+def test_causal_lm_training_keeps_no_vocabulary_sized_tensor():
+    """Training with labels saves nothing of (b, n, V) for backward (the fused chunked loss), while the same
+    loss through the dense logits saves them; both give the same value."""
+    vocab, n = 4096, 64
+    model = EfficientBertForCausalLM(
+        tiny_causal_config(
+            "linear", vocab_size=vocab, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+        )
+    )
+    ids = torch.randint(5, vocab, (2, n))
+    largest = []
+
+    def pack(tensor):
+        if vocab in tensor.shape and tensor.dim() >= 2 and tensor.shape[-1] != model.config.hidden_size:
+            largest.append(tensor.numel())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        fused = model.train()(ids, labels=ids).loss
+    fused.backward()
+    assert max(largest, default=0) == 0
+    assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    with torch.no_grad():
+        dense = model.eval()(ids, labels=ids).loss  # eval mode: BERT's logits, then the loss
+    torch.testing.assert_close(fused, dense)
+
+
 @pytest.mark.parametrize("attention_type", CAUSAL_TYPES)
 def test_decoding_200_steps_equals_parallel_forward(attention_type):
     checks.check_causal_lm_decoding_matches_parallel(attention_type)
