@@ -36,7 +36,8 @@ def run_args(output_dir, *extra) -> list[str]:
 
 def test_karate_node_classification(train_graph, tmp_path):
     metrics = train_graph.main(run_args(tmp_path, "--dataset_name", "karate", "--max_steps", "20"))
-    assert 0 <= metrics["eval_accuracy"] <= 1
+    # scored over the 18 held-out nodes only (34 members, 16 labelled for training): a whole number right
+    assert round(metrics["eval_accuracy"] * 18, 6).is_integer()
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architectures"] == ["EfficientGraphForNodeClassification"]
     assert config["attention_type"] == "graph_sparse" and config["node_feature_dim"] == 34
