@@ -1,7 +1,13 @@
 """Training utilities shared by the scripts: trainer, callbacks, metrics, config files, cards, distilling."""
 
 from .arguments import ModelArguments, SampleLimitArguments, decide_phases, first_examples
-from .callbacks import RandomStateCallback, has_random_state, resample_attention_random_state, step_seed
+from .callbacks import (
+    OneProgressBarCallback,
+    RandomStateCallback,
+    has_random_state,
+    resample_attention_random_state,
+    step_seed,
+)
 from .checkpoints import last_checkpoint, resolve_resume_checkpoint
 from .config_files import ConfigArguments, load_config_file, merge_model_configs, parse_args_with_config_files
 from .distillation import (
@@ -60,6 +66,7 @@ __all__ = [
     "OutputDirInUseError",
     "OutputDirNotEmptyError",
     "RandomStateArguments",
+    "OneProgressBarCallback",
     "RandomStateCallback",
     "attention_settings",
     "build_compute_metrics",

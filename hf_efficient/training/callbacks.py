@@ -6,6 +6,8 @@ Cores never change their random state inside ``forward``; they expose
 - :class:`RandomStateCallback` for ``transformers.Trainer``;
 - :func:`resample_attention_random_state` for hand-written (e.g. Accelerate) loops.
 
+:class:`OneProgressBarCallback` is ``Trainer``'s progress bar without the nested evaluation bars.
+
 Seeds are derived from the global step, so a run is reproducible, and every process of a distributed run
 draws the same state without communication (each core mixes in its own layer index).
 """
@@ -13,7 +15,8 @@ draws the same state without communication (each core mixes in its own layer ind
 from __future__ import annotations
 
 from torch import nn
-from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers import ProgressCallback, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_utils import has_length
 
 from ..attention.base import AttentionCore
 
@@ -104,3 +107,36 @@ class RandomStateCallback(TrainerCallback):
         if model is not None and self.redraws_at(state.global_step, state.max_steps):
             resample_attention_random_state(model, step_seed(self.seed, state.global_step))
         return control
+
+
+class OneProgressBarCallback(ProgressCallback):
+    """``Trainer``'s progress bar, one per run: an evaluation once training has begun draws no bar of its
+    own (``ProgressCallback`` nests one inside the training bar at every evaluation, and draws another for
+    the final evaluation); during training its progress shows as the training bar's postfix, its metrics in
+    the logged lines. A run that only evaluates or predicts keeps ``ProgressCallback``'s bars.
+
+    :class:`~hf_efficient.training.EfficientTrainer` uses it in place of ``ProgressCallback``.
+    """
+
+    def __init__(self, max_str_len: int = 100):
+        super().__init__(max_str_len)
+        self.trained = False  # whether this trainer's training has begun (then no evaluation bars)
+        self.evaluated_batches = 0  # of the evaluation running inside training
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.trained = True
+        super().on_train_begin(args, state, control, **kwargs)
+
+    def on_prediction_step(self, args, state, control, eval_dataloader=None, **kwargs):
+        if not self.trained:
+            return super().on_prediction_step(args, state, control, eval_dataloader=eval_dataloader, **kwargs)
+        if state.is_world_process_zero and self.training_bar is not None and has_length(eval_dataloader):
+            self.evaluated_batches += 1
+            self.training_bar.set_postfix_str(f"evaluating {self.evaluated_batches}/{len(eval_dataloader)}")
+        return None
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        self.evaluated_batches = 0
+        if state.is_world_process_zero and self.training_bar is not None:
+            self.training_bar.set_postfix_str("")
+        super().on_evaluate(args, state, control, **kwargs)

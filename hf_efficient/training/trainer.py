@@ -11,6 +11,8 @@ Checkpoints: each ``checkpoint-N`` is marked complete once written, old ones are
 resuming with ``resume_from_checkpoint=True`` (or ``"last"``) takes the newest complete one
 (:mod:`hf_efficient.training.checkpoints`).
 
+Progress: one bar, the training bar (:class:`~hf_efficient.training.OneProgressBarCallback`).
+
 Hub: ``push_to_hub`` publishes ``trainer.model_card`` (the package's filled card, set by the scripts) instead
 of ``Trainer``'s generic draft, and with ``hub_remote_code=True`` every save ships the remote code
 (:func:`hf_efficient.hub.export_remote_code`, image processor included) so that ``trust_remote_code=True``
@@ -27,12 +29,13 @@ import datasets
 import torch
 from huggingface_hub import ModelCard
 from torch import nn
-from transformers import Trainer
+from transformers import ProgressCallback, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import ParallelMode
 
 from ..attention.base import AttentionCore
 from ..hub import export_remote_code
+from .callbacks import OneProgressBarCallback
 from .checkpoints import (
     discard_checkpoint,
     mark_checkpoint_complete,
@@ -70,6 +73,13 @@ class EfficientTrainer(Trainer):
     """
 
     model_card: ModelCard | None = None  # published by create_model_card (push_to_hub) when set
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # One progress bar per run (the training bar), not one more per evaluation; a notebook's progress
+        # callback or --disable_tqdm's printer is left as Trainer chose it.
+        if self.pop_callback(ProgressCallback) is not None:
+            self.add_callback(OneProgressBarCallback)
 
     def create_model_card(self, **kwargs) -> None:
         """Write ``self.model_card`` as ``README.md`` in ``output_dir`` (``push_to_hub`` uploads it); without

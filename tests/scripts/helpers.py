@@ -4,6 +4,7 @@ the logged losses of a run."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ..script_loader import QUIET
@@ -29,3 +30,11 @@ def logged_losses(output_dir) -> dict[int, float]:
     """{step: training loss} of the run in ``output_dir`` (its trainer_state.json)."""
     history = json.loads((Path(output_dir) / "trainer_state.json").read_text())["log_history"]
     return {entry["step"]: entry["loss"] for entry in history if "loss" in entry}
+
+
+def trainer_progress_bars(stderr: str) -> list[int]:
+    """The totals of ``Trainer``'s progress bars in a run's ``stderr``, one per bar drawn: tqdm renders a new
+    bar first as ``  0%|...| 0/N``, after a carriage return or a line break; bars with a description
+    (``Loading weights:``, ``Writing model shards:``, datasets' ``Map:``) are not Trainer's."""
+    starts = (re.match(r"\s*0%\|[^|]*\| 0/(\d+) ", segment) for segment in re.split(r"[\r\n]", stderr))
+    return [int(start.group(1)) for start in starts if start]

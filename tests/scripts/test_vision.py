@@ -9,6 +9,7 @@ data helpers (idx files, the fetch, augmentation) are tested in tests/data/test_
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,9 @@ from hf_efficient.data import (
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
 from ..models.helpers import CONFIG_ERRORS
-from ..script_loader import CONFIGS, QUIET, load_script
+from ..processes import launch
+from ..script_loader import CONFIGS, QUIET, SCRIPTS, load_script
+from .helpers import trainer_progress_bars
 
 VISION_CONFIGS = CONFIGS / "vision"
 TINY = str(VISION_CONFIGS / "base_tiny.json")
@@ -115,6 +118,21 @@ def test_finetune_from_mae_with_swapped_attention_and_the_pipeline(
     digit = load_digits_dataset()["test"][0]["image"].convert("RGB").resize((32, 32))  # any size and mode
     predictions = classify(digit, top_k=3)
     assert len(predictions) == 3 and {p["label"] for p in predictions} <= {str(d) for d in range(10)}
+
+
+@pytest.mark.slow  # a fresh interpreter: transformers' warnings are printed once per process
+def test_a_run_from_a_checkpoint_shows_one_progress_bar_and_no_processor_warning(mae_checkpoint, tmp_path):
+    """Evaluations during training draw no bar of their own (transformers' ProgressCallback nests one in the
+    training bar at every evaluation, and draws another for the final one); the checkpoint's image processor
+    loads with the model's num_channels as a declared option, not with transformers' "kwargs ['num_channels']
+    were applied for backward compatibility" warning."""
+    args = run_args(tmp_path, "--model_name_or_path", str(mae_checkpoint), "--max_steps", "4")
+    args += ["--eval_strategy", "steps", "--eval_steps", "2", "--max_eval_samples", "16"]
+    run = launch([sys.executable, str(SCRIPTS / "finetune_image_classification.py"), *args])
+    assert trainer_progress_bars(run.stderr) == [4]  # the training bar, 4 steps
+    assert "evaluating 1/1" in run.stderr  # the evaluations' progress, in the training bar
+    assert "were applied for backward compatibility" not in run.stdout + run.stderr
+    assert "eval_accuracy" in run.stdout  # the evaluations ran
 
 
 @pytest.mark.slow  # 150 training steps

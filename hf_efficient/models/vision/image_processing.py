@@ -8,9 +8,21 @@ from __future__ import annotations
 
 import numpy as np
 from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
+from transformers.processing_utils import ImagesKwargs
 
 # ITU-R 601-2 luma, as PIL's Image.convert("L").
 _LUMA = np.array([0.299, 0.587, 0.114])
+
+
+class EfficientViTImageProcessorKwargs(ImagesKwargs, total=False):
+    """transformers' image-processing keyword arguments plus the channel count images are converted to.
+
+    Declaring ``num_channels`` here makes it a real processor option: ``from_pretrained(path,
+    num_channels=1)`` and ``processor(images, num_channels=1)`` take it like ``size`` (an undeclared keyword
+    would be set on the instance with transformers' "applied for backward compatibility" warning).
+    """
+
+    num_channels: int
 
 
 class EfficientViTImageProcessor(ViTImageProcessorPil):
@@ -26,6 +38,8 @@ class EfficientViTImageProcessor(ViTImageProcessorPil):
     """
 
     model_input_names = ["pixel_values"]
+    valid_kwargs = EfficientViTImageProcessorKwargs
+    num_channels = 3
 
     def __init__(self, num_channels: int = 3, **kwargs):
         if isinstance(num_channels, bool) or not isinstance(num_channels, int) or num_channels < 1:
@@ -51,20 +65,21 @@ class EfficientViTImageProcessor(ViTImageProcessorPil):
         )
         return cls(num_channels=channels, **{**defaults, **kwargs})
 
-    def _convert_channels(self, image: np.ndarray) -> np.ndarray:
+    @staticmethod
+    def _convert_channels(image: np.ndarray, num_channels: int) -> np.ndarray:
         """(c, H, W) channel-first image -> (num_channels, H, W)."""
         channels = image.shape[0]
-        if channels in (2, 4) and channels != self.num_channels:  # grey + alpha (LA), RGBA: drop alpha
+        if channels in (2, 4) and channels != num_channels:  # grey + alpha (LA), RGBA: drop alpha
             image, channels = image[: channels - 1], channels - 1
-        if channels == self.num_channels:
+        if channels == num_channels:
             return image
-        if channels == 3 and self.num_channels == 1:
+        if channels == 3 and num_channels == 1:
             luma = np.tensordot(_LUMA, image.astype(np.float64), axes=1)[None]  # (3, H, W) -> (1, H, W)
             return luma.astype(np.float32 if image.dtype.kind == "f" else image.dtype)
         if channels == 1:
-            return np.repeat(image, self.num_channels, axis=0)  # (1, H, W) -> (C, H, W)
+            return np.repeat(image, num_channels, axis=0)  # (1, H, W) -> (C, H, W)
         raise ValueError(
-            f"Cannot convert an image of {channels} channels to the model's num_channels={self.num_channels}."
+            f"Cannot convert an image of {channels} channels to the model's num_channels={num_channels}."
         )
 
     def process_image(self, image, *args, **kwargs) -> np.ndarray:
@@ -84,9 +99,10 @@ class EfficientViTImageProcessor(ViTImageProcessorPil):
             raise ValueError(f"An image of shape {tuple(np.shape(image))} has no pixels to resize.")
         return array
 
-    def _preprocess(self, images, *args, **kwargs):
+    def _preprocess(self, images, *args, num_channels: int | None = None, **kwargs):
         if len(images) == 0:
             raise ValueError("No images to process: pass one image or a non-empty list of images.")
+        channels = self.num_channels if num_channels is None else num_channels  # a call's value wins
         return super()._preprocess(
-            [self._convert_channels(np.asarray(image)) for image in images], *args, **kwargs
+            [self._convert_channels(np.asarray(image), channels) for image in images], *args, **kwargs
         )
