@@ -1,6 +1,7 @@
-"""Model cards for trained models, filled from a template per modality in ``model_cards/``
-(``efficient_bert_template.md`` for text, ``efficient_vit_template.md`` for vision,
-``efficient_graph_template.md`` for graphs).
+"""Model cards for trained models, filled from a template per modality shipped in the package
+(``hf_efficient/training/model_cards/``: ``efficient_bert_template.md`` for text,
+``efficient_vit_template.md`` for vision, ``efficient_graph_template.md`` for graphs; package data, so a
+wheel install has them).
 
 :func:`build_model_card` collects what a reader needs (attention types and their papers, the exact
 ``attention_config``, data, hyperparameters from ``TrainingArguments``, metrics, efficiency, limitations, how
@@ -24,7 +25,7 @@ from transformers import PreTrainedModel, TrainingArguments
 from ..attention.base import AttentionCore
 from ..attention.registry import get_attention_class
 
-MODEL_CARDS = Path(__file__).resolve().parents[2] / "model_cards"
+MODEL_CARDS = Path(__file__).resolve().parent / "model_cards"  # package data (pyproject.toml)
 TEMPLATE_PATHS = {  # config.modality -> template
     "text": MODEL_CARDS / "efficient_bert_template.md",
     "vision": MODEL_CARDS / "efficient_vit_template.md",
