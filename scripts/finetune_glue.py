@@ -107,8 +107,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **model_args.hub_kwargs())
     # Any BERT checkpoint loads; --attention_type / --attention_config swap its attention.
-    model = EfficientBertForSequenceClassification.from_pretrained(
-        model_args.model_name_or_path, **task.label_config(), **model_kwargs, **model_args.model_kwargs()
+    model = model_args.load_model(
+        EfficientBertForSequenceClassification, {**task.label_config(), **model_kwargs}
     )
     max_length = task_args.max_seq_length
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:

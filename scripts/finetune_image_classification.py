@@ -28,7 +28,6 @@ from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
 from hf_efficient.data import (
     ImageDataArguments,
     describe_images,
-    image_processor_for,
     load_image_splits,
     with_image_transform,
 )
@@ -36,6 +35,7 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
+    VisionModelArguments,
     build_compute_metrics,
     efficiency_metrics,
     end_distributed_run,
@@ -45,16 +45,13 @@ from hf_efficient.training import (
     setup_run,
     train_and_save,
 )
-from hf_efficient.training import (
-    ModelArguments as SharedModelArguments,
-)
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision" / "attention"
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments(SharedModelArguments):
+class ModelArguments(VisionModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "EfficientViT / MAE / any ViT checkpoint; none: from scratch."}
     )
@@ -80,17 +77,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         splits = load_image_splits(data_args, training_args.seed)
     names = splits.label_names
     labels = {"id2label": dict(enumerate(names)), "label2id": {name: i for i, name in enumerate(names)}}
-    if model_args.model_name_or_path:
-        # Any ViT checkpoint loads; --attention_type / --attention_config swap its attention.
-        model = EfficientViTForImageClassification.from_pretrained(
-            model_args.model_name_or_path,
-            **labels,
-            **model_kwargs,
-            **model_args.model_kwargs(),
-        )
-    else:
-        model = EfficientViTForImageClassification(EfficientViTConfig(**{**model_kwargs, **labels}))
-    processor = image_processor_for(model.config, model_args.model_name_or_path, **model_args.hub_kwargs())
+    # Any ViT checkpoint loads; --attention_type / --attention_config swap its attention.
+    model = model_args.load_model(EfficientViTForImageClassification, {**model_kwargs, **labels})
+    processor = model_args.image_processor(model.config)
     columns = (data_args.image_column_name, data_args.label_column_name)
     train = with_image_transform(splits.train, processor, *columns, augment=data_args.augment)
     evaluation = with_image_transform(splits.eval, processor, *columns)

@@ -52,7 +52,6 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     tokenizer = causal_lm_tokenizer(language_model_tokenizer(model_args, data_args, corpus, training_args))
     model = language_model(
         EfficientBertForCausalLM,
-        EfficientBertConfig,
         model_args,
         tokenizer,
         model_kwargs,

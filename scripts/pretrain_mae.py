@@ -28,7 +28,6 @@ from hf_efficient import EfficientViTConfig, EfficientViTMAEForPreTraining
 from hf_efficient.data import (
     ImageDataArguments,
     describe_images,
-    image_processor_for,
     load_image_splits,
     with_image_transform,
 )
@@ -36,6 +35,7 @@ from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
+    VisionModelArguments,
     efficiency_metrics,
     end_distributed_run,
     evaluate_and_save,
@@ -44,16 +44,13 @@ from hf_efficient.training import (
     setup_run,
     train_and_save,
 )
-from hf_efficient.training import (
-    ModelArguments as SharedModelArguments,
-)
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision" / "attention"
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class ModelArguments(SharedModelArguments):
+class ModelArguments(VisionModelArguments):
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Warm-start from an MAE / ViT-MAE checkpoint; none: from scratch."}
     )
@@ -97,13 +94,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
     with training_args.main_process_first(desc="loading images"):  # rank 0 fetches / converts first
         splits = load_image_splits(data_args, training_args.seed, with_labels=False)
-    if model_args.model_name_or_path:
-        model = EfficientViTMAEForPreTraining.from_pretrained(
-            model_args.model_name_or_path, **model_kwargs, **model_args.model_kwargs()
-        )
-    else:
-        model = EfficientViTMAEForPreTraining(EfficientViTConfig(**model_kwargs))
-    processor = image_processor_for(model.config, model_args.model_name_or_path, **model_args.hub_kwargs())
+    model = model_args.load_model(EfficientViTMAEForPreTraining, model_kwargs)
+    processor = model_args.image_processor(model.config)
     column = data_args.image_column_name
     train = with_image_transform(splits.train, processor, column, None, augment=data_args.augment)
     evaluation = with_image_transform(splits.eval, processor, column, None)

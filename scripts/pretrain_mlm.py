@@ -60,7 +60,6 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     tokenizer = language_model_tokenizer(model_args, data_args, corpus, training_args)
     model = language_model(
         EfficientBertForMaskedLM,
-        EfficientBertConfig,
         model_args,
         tokenizer,
         model_kwargs,

@@ -108,12 +108,12 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         )
     task = infer_graph_task(splits.train, data_args.label_column, data_args.task)
     model_class = MODELS[task.level]
+    # A checkpoint knows its input widths; a new model takes them (and edge_dim) from the data.
     if model_args.model_name_or_path:
-        model = model_class.from_pretrained(
-            model_args.model_name_or_path, **task.label_config(), **model_kwargs, **model_args.model_kwargs()
-        )
+        config_kwargs = {**task.label_config(), **model_kwargs}
     else:
-        model = model_class(EfficientGraphConfig(**graph_model_kwargs(model_kwargs, task)))
+        config_kwargs = graph_model_kwargs(model_kwargs, task)
+    model = model_args.load_model(model_class, config_kwargs)
     config = model.config
     collator = GraphCollator.for_config(
         config, label_level=task.level, add_self_loops=data_args.add_self_loops

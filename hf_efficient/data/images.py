@@ -286,11 +286,22 @@ def describe_images(splits: ImageSplits, config, augment: bool = False) -> str:
     )
 
 
-def image_processor_for(config, name_or_path: str | None = None, **hub_kwargs) -> EfficientViTImageProcessor:
-    """The image processor of a model: the checkpoint's normalisation (mean, std, resampling) when it has a
-    saved processor, else ViT's (0.5 per channel); always resizing to ``config.image_size`` and converting
-    to ``config.num_channels``."""
+def image_processor_for(
+    config, name_or_path: str | None = None, processor_name: str | None = None, **hub_kwargs
+) -> EfficientViTImageProcessor:
+    """The image processor of a model, always resizing to ``config.image_size`` and converting to
+    ``config.num_channels``, with the normalisation (mean, std, resampling) of:
+
+    - ``processor_name`` (``--image_processor_name``: a folder or hub id with a ``preprocessor_config.json``);
+      one that cannot be loaded raises;
+    - else the checkpoint ``name_or_path``'s saved processor, when it has one;
+    - else ViT's (0.5 per channel).
+    """
     size = {"height": config.image_size, "width": config.image_size}
+    if processor_name is not None:
+        return EfficientViTImageProcessor.from_pretrained(
+            processor_name, num_channels=config.num_channels, size=size, **hub_kwargs
+        )
     if name_or_path is not None:
         try:
             return EfficientViTImageProcessor.from_pretrained(

@@ -1,6 +1,13 @@
 """Training utilities shared by the scripts: trainer, callbacks, metrics, config files, cards, distilling."""
 
-from .arguments import ModelArguments, SampleLimitArguments, decide_phases, first_examples
+from .arguments import (
+    DataCacheArguments,
+    ModelArguments,
+    SampleLimitArguments,
+    VisionModelArguments,
+    decide_phases,
+    first_examples,
+)
 from .callbacks import (
     OneProgressBarCallback,
     RandomStateCallback,
@@ -54,6 +61,8 @@ from .trainer import EfficientTrainer, no_weight_decay_parameter_names
 __all__ = [
     "METRICS",
     "ModelArguments",
+    "VisionModelArguments",
+    "DataCacheArguments",
     "SampleLimitArguments",
     "decide_phases",
     "first_examples",

@@ -85,27 +85,25 @@ def language_model_tokenizer(
 
 def language_model(
     model_class: type[PreTrainedModel],
-    config_class: type,
     model_args: LanguageModelArguments,
     tokenizer: PreTrainedTokenizerBase,
     model_kwargs: dict,
     block_size: int,
 ) -> PreTrainedModel:
     """``model_class`` warm-started from ``--model_name_or_path``, or from scratch with the tokenizer's
-    vocabulary size and special tokens (``model_kwargs``: the config files' and flags' fields win); its
+    vocabulary size and special tokens (over ``--config_name``'s config when given; ``model_kwargs``: the
+    config files' and flags' fields win), by :meth:`~hf_efficient.training.ModelArguments.load_model`; its
     position table extended to ``block_size`` with ``--resize_position_embeddings``."""
-    if model_args.model_name_or_path:
-        model = model_class.from_pretrained(
-            model_args.model_name_or_path, **model_kwargs, **model_args.model_kwargs()
-        )
-    else:
+    config_kwargs = model_kwargs
+    if not model_args.model_name_or_path:  # a new model: the tokenizer's vocabulary and special tokens
         specials = {
             "vocab_size": len(tokenizer),
             "pad_token_id": tokenizer.pad_token_id,
             "bos_token_id": tokenizer.bos_token_id,
             "eos_token_id": tokenizer.eos_token_id,
         }
-        model = model_class(config_class(**{**specials, **model_kwargs}))
+        config_kwargs = {**specials, **model_kwargs}
+    model = model_args.load_model(model_class, config_kwargs)
     if model_args.resize_position_embeddings and block_size > model.config.max_position_embeddings:
         model.base_model.resize_position_embeddings(block_size)
     return model

@@ -21,8 +21,8 @@ from .output_dir import claim_output_dir
 
 # Loggers whose INFO records the scripts show: this package's and the script's own (run as a file).
 SCRIPT_LOGGERS = ("hf_efficient", "__main__")
-# Flags of the scripts that name a checkpoint or tokenizer folder (or a hub id).
-PRETRAINED_PATH_FLAGS = ("model_name_or_path", "tokenizer_name")
+# Flags of the scripts that name a checkpoint, config, tokenizer or image processor folder (or a hub id).
+PRETRAINED_PATH_FLAGS = ("model_name_or_path", "config_name", "tokenizer_name", "image_processor_name")
 
 
 @dataclass

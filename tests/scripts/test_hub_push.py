@@ -10,11 +10,14 @@ image-classification pipeline, the graph model through its Auto class.
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
 
-from ..hub_server import LocalHub
+from hf_efficient import EfficientViTConfig, EfficientViTImageProcessor
+
+from ..hub_server import LocalHub, Repo
 from ..processes import BLOCK_HF_EFFICIENT, run_python
 from ..script_loader import CONFIGS, SCRIPTS
 from .helpers import pretrain_args
@@ -137,3 +140,41 @@ def test_scripts_push_the_filled_card_and_remote_code(data, tmp_path):
                 assert result["processor"][1] == "EfficientViTImageProcessor"
                 assert result["processor"][0].startswith("transformers_modules.")
                 assert len(result["labels"]) == 3 and set(result["labels"]) <= {str(d) for d in range(10)}
+
+
+def vision_repo(hidden_sizes: dict[str, int], image_mean: float) -> Repo:
+    """A hub repo with a tiny 8x8 grey EfficientViT config per commit (``{sha: hidden_size}``, the last one
+    ``main``) and an image processor normalising with ``image_mean``."""
+    repo = Repo()
+    model = json.loads((CONFIGS / "vision" / "base_tiny.json").read_text())["model"]
+    processor = EfficientViTImageProcessor(num_channels=1, image_mean=[image_mean], image_std=[0.5])
+    for sha, hidden_size in hidden_sizes.items():
+        config = EfficientViTConfig(**{**model, "hidden_size": hidden_size})
+        repo.commits[sha] = {
+            "config.json": config.to_json_string().encode(),
+            "preprocessor_config.json": processor.to_json_string().encode(),
+        }
+        repo.main = sha
+    return repo
+
+
+@pytest.mark.slow  # a fresh interpreter, a local hub server
+def test_config_and_image_processor_by_hub_id_honour_revision_and_cache_dir(tmp_path):
+    """--config_name and --image_processor_name take hub ids, read at --model_revision into --cache_dir."""
+    first, latest = (hashlib.sha1(name.encode()).hexdigest() for name in ("first", "latest"))
+    with LocalHub() as hub:
+        hub.repos["user/tiny-vit"] = vision_repo({first: 24, latest: 16}, image_mean=0.3)
+        args = ["--config_name", "user/tiny-vit", "--image_processor_name", "user/tiny-vit"]
+        args += ["--model_revision", first, "--cache_dir", str(tmp_path / "cache"), "--token", "hf_local"]
+        args += ["--dataset_name", "digits", "--max_steps", "1", "--max_eval_samples", "8"]
+        args += ["--output_dir", str(tmp_path / "run"), "--save_strategy", "no", *HUB_FLAGS[1:]]
+        script = SCRIPTS / "finetune_image_classification.py"
+        run_python(RUN_SCRIPT, script, *args, env=hub.client_env(tmp_path / "hf_home"), cwd=tmp_path)
+        fetched = {path for method, path in hub.requests if "/resolve/" in path}
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["hidden_size"] == 24  # the first commit
+    assert json.loads((tmp_path / "run" / "preprocessor_config.json").read_text())["image_mean"] == [0.3]
+    assert {
+        f"/user/tiny-vit/resolve/{first}/config.json",
+        f"/user/tiny-vit/resolve/{first}/preprocessor_config.json",
+    } <= fetched
+    assert (tmp_path / "cache" / "models--user--tiny-vit").is_dir()

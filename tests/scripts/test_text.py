@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from transformers import AutoTokenizer, pipeline
+from transformers import AutoTokenizer, BertConfig, pipeline
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.training import EfficientTrainer, end_distributed_run, has_random_state, language_modeling
@@ -170,6 +170,32 @@ def test_finetune_on_string_labels(finetune_glue, pretrained, data, tmp_path):
     assert 0 <= metrics["eval_accuracy"] <= 1
     config = json.loads((tmp_path / "run" / "config.json").read_text())
     assert config["id2label"] == {"0": "negative", "1": "positive"}
+
+
+def test_config_name_takes_a_config_folder_or_file(pretrain_mlm, finetune_glue, pretrained, data, tmp_path):
+    """--config_name (run_mlm.py / run_glue.py's): a folder with a BERT config.json builds a new model of its
+    sizes (mapped onto EfficientBert, with the trained tokenizer's vocabulary; --config_overrides win over
+    it), and a config.json file replaces a checkpoint's config."""
+    bert = BertConfig(hidden_size=48, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96)
+    bert.max_position_embeddings = 64
+    bert.save_pretrained(tmp_path / "bert_config")
+    args = pretrain_args(data, tmp_path / "mlm", "full", {}, "--max_steps", "1")
+    args += ["--config_name", str(tmp_path / "bert_config"), "--config_overrides", "num_hidden_layers=3"]
+    pretrain_mlm.main(args)
+    config = json.loads((tmp_path / "mlm" / "config.json").read_text())
+    assert config["model_type"] == "efficient_bert" and config["attention_type"] == "full"
+    assert (config["hidden_size"], config["num_hidden_layers"], config["intermediate_size"]) == (48, 3, 96)
+    assert config["vocab_size"] == len(AutoTokenizer.from_pretrained(tmp_path / "mlm"))  # not BERT's 30522
+
+    edited = {**json.loads((pretrained / "config.json").read_text()), "classifier_dropout": 0.3}
+    (tmp_path / "edited.json").write_text(json.dumps(edited))
+    args = ["--model_name_or_path", str(pretrained), "--config_name", str(tmp_path / "edited.json")]
+    args += ["--train_file", data["train"], "--validation_file", data["dev"], "--max_seq_length", "64"]
+    finetune_glue.main([*args, "--max_steps", "1", "--output_dir", str(tmp_path / "glue"), *COMMON])
+    config = json.loads((tmp_path / "glue" / "config.json").read_text())
+    assert config["classifier_dropout"] == 0.3 and config["attention_type"] == "longformer"
+    with pytest.raises(FileNotFoundError, match=r"--config_name: no such folder './missing/config.json'"):
+        finetune_glue.main([*args[:2], "--config_name", "./missing/config.json", "--output_dir", "x"])
 
 
 @pytest.mark.slow  # the real 6-layer MiniLM checkpoint

@@ -120,6 +120,33 @@ def test_finetune_from_mae_with_swapped_attention_and_the_pipeline(
     assert len(predictions) == 3 and {p["label"] for p in predictions} <= {str(d) for d in range(10)}
 
 
+def test_image_processor_name_and_config_name(finetune_image_classification, mae_checkpoint, tmp_path):
+    """--image_processor_name (run_image_classification.py's): a saved processor's normalisation, resized to
+    the model's image size and converted to its channels; one that cannot be loaded raises instead of
+    falling back. --config_name: a model built from a checkpoint folder's config (sizes, patch grid)."""
+    EfficientViTImageProcessor(num_channels=1, image_mean=[0.2], image_std=[0.4]).save_pretrained(
+        tmp_path / "processor"
+    )
+    args = ["--config_name", str(mae_checkpoint), "--image_processor_name", str(tmp_path / "processor")]
+    args += ["--max_steps", "1", "--max_eval_samples", "8"]
+    finetune_image_classification.main(run_args(tmp_path / "run", *args))
+    saved = json.loads((tmp_path / "run" / "preprocessor_config.json").read_text())
+    model = json.loads((tmp_path / "run" / "config.json").read_text())
+    pretrained = json.loads((mae_checkpoint / "config.json").read_text())
+    assert (saved["image_mean"], saved["image_std"]) == ([0.2], [0.4])
+    assert saved["size"] == {"height": model["image_size"], "width": model["image_size"]}
+    assert model["architectures"] == ["EfficientViTForImageClassification"]
+    assert [model[k] for k in ("hidden_size", "patch_size")] == [
+        pretrained[k] for k in ("hidden_size", "patch_size")
+    ]
+    (tmp_path / "empty").mkdir()  # a folder without preprocessor_config.json
+    with pytest.raises(OSError, match="preprocessor_config.json"):
+        bad = run_args(
+            tmp_path / "bad", "--image_processor_name", str(tmp_path / "empty"), "--max_steps", "1"
+        )
+        finetune_image_classification.main(bad)
+
+
 @pytest.mark.slow  # a fresh interpreter: transformers' warnings are printed once per process
 def test_a_run_from_a_checkpoint_shows_one_progress_bar_and_no_processor_warning(mae_checkpoint, tmp_path):
     """Evaluations during training draw no bar of their own (transformers' ProgressCallback nests one in the
