@@ -36,6 +36,7 @@ from hf_efficient.data import (
 )
 from hf_efficient.training import (
     ConfigArguments,
+    DataCacheArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
     SampleLimitArguments,
@@ -59,7 +60,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TaskArguments(SampleLimitArguments):
+class TaskArguments(SampleLimitArguments, DataCacheArguments):
     task_name: str | None = field(default=None, metadata={"help": f"One of: {', '.join(TASKS)}."})
     dataset_name: str | None = field(
         default=None, metadata={"help": "Any text classification dataset (hub id or local folder)."}
@@ -71,6 +72,24 @@ class TaskArguments(SampleLimitArguments):
     label_column_name: str = field(
         default="label", metadata={"help": "With --dataset_name: the label column."}
     )
+    text_column_delimiter: str | None = field(
+        default=None,
+        metadata={
+            "help": "With --dataset_name: join the --text_column_names (any number) into one text with this "
+            "delimiter, as run_classification.py does (its default: ' '); none: two columns are a pair."
+        },
+    )
+    remove_splits: str | None = field(
+        default=None, metadata={"help": "With --dataset_name: splits to drop, comma-separated (e.g. test)."}
+    )
+    remove_columns: str | None = field(
+        default=None, metadata={"help": "With --dataset_name: columns to drop, comma-separated."}
+    )
+    shuffle_train_dataset: bool = field(
+        default=False,
+        metadata={"help": "Shuffle the training rows (with --shuffle_seed) before --max_train_samples."},
+    )
+    shuffle_seed: int = field(default=42, metadata={"help": "Seed of --shuffle_train_dataset."})
     train_file: str | None = field(default=None, metadata={"help": "CSV / JSON: sentence column(s), label."})
     validation_file: str | None = field(default=None, metadata={"help": "Labelled CSV / JSON to evaluate."})
     test_file: str | None = field(default=None, metadata={"help": "CSV / JSON to predict (--do_predict)."})
@@ -87,6 +106,21 @@ class ModelArguments(SharedModelArguments):
     )
 
 
+DATASET_NAME_FLAGS = ("text_column_names", "text_column_delimiter", "remove_splits", "remove_columns")
+
+
+def check_dataset_name_flags(task_args: TaskArguments) -> None:
+    """The column and split flags shape a dataset loaded by --dataset_name; with a GLUE task or files they
+    would be silently ignored, so they raise."""
+    given = [f"--{name}" for name in DATASET_NAME_FLAGS if getattr(task_args, name) is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} apply to a dataset loaded with --dataset_name, as in "
+            "run_classification.py; name the columns of your files sentence (or sentence1, sentence2) and "
+            "label instead."
+        )
+
+
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser((ModelArguments, TaskArguments, ConfigArguments, EfficientTrainingArguments))
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
@@ -99,8 +133,12 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             task_args.text_column_names,
             task_args.label_column_name,
             model_args.cache_dir,
+            task_args.text_column_delimiter,
+            task_args.remove_splits,
+            task_args.remove_columns,
         )
     else:
+        check_dataset_name_flags(task_args)
         raw, task = load_task_datasets(
             task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
         )
@@ -115,9 +153,13 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         model.bert.resize_position_embeddings(max_length)
     check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
     with training_args.main_process_first(desc="tokenizing"):
-        data = preprocess_task(raw, task, tokenizer, max_length)
+        data = preprocess_task(
+            raw, task, tokenizer, max_length, load_from_cache_file=task_args.load_from_cache_file
+        )
     # None: an evaluation-only task (ax), or --do_eval / --do_predict without --do_train
     train = data[task.train_split] if task.train_split and training_args.do_train else None
+    if train is not None and task_args.shuffle_train_dataset:  # before the cap: a random subset
+        train = train.shuffle(seed=task_args.shuffle_seed)
     train = first_examples(train, task_args.max_train_samples, "max_train_samples")
     evals = {split: data[split] for split in task.eval_splits} if training_args.do_eval else {}
     evals = {k: first_examples(v, task_args.max_eval_samples, "max_eval_samples") for k, v in evals.items()}

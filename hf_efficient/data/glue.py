@@ -174,6 +174,9 @@ def load_hub_task_datasets(
     text_column_names: str | None = None,
     label_column_name: str = LABEL_COLUMN,
     cache_dir: str | None = None,
+    text_column_delimiter: str | None = None,
+    remove_splits: str | None = None,
+    remove_columns: str | None = None,
 ) -> tuple[DatasetDict, TextClassificationTask]:
     """Any sentence (pair) classification or regression dataset by name (``datasets.load_dataset``: a hub
     id or a local folder of CSV / JSON files), as transformers' ``run_classification.py`` takes it.
@@ -184,26 +187,33 @@ def load_hub_task_datasets(
             column names, ``sentence1``/``sentence2``, ``sentence`` or ``text``.
         label_column_name: the label column (strings, numbers or ClassLabel; floats mean regression).
         cache_dir: where ``datasets`` keeps the download.
+        text_column_delimiter: given, the ``text_column_names`` (any number) are joined with it into one
+            ``sentence`` column, as ``run_classification.py`` joins them (its default is ``" "``); none: two
+            columns are a sentence pair.
+        remove_splits, remove_columns: comma-separated splits / columns dropped first (the flags of
+            ``run_classification.py``), e.g. a test split that should not be predicted.
 
     The task is inferred as for files: splits ``train``, ``validation`` (else ``test`` when it is labelled)
     to evaluate, and ``test`` to predict when its labels are hidden (-1).
     """
     raw = datasets.load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir)
+    raw = _remove_parts(raw, dataset_name, _names(remove_splits), _names(remove_columns))
     columns = next(iter(raw.values())).column_names
-    renames = {label_column_name: LABEL_COLUMN}
-    if text_column_names is not None:
-        texts = [name.strip() for name in text_column_names.split(",")]
-        if len(texts) not in (1, 2):
-            raise ValueError(
-                "--text_column_names takes one column or two (a pair), comma-separated; got "
-                f"{text_column_names!r}."
-            )
-        renames.update(
-            zip(texts, ("sentence1", "sentence2") if len(texts) == 2 else ("sentence",), strict=True)
+    texts = _names(text_column_names)
+    if text_column_delimiter is None and len(texts) > 2:
+        raise ValueError(
+            "--text_column_names takes one column or two (a pair), comma-separated, or any number joined "
+            f"into one text with --text_column_delimiter; got {text_column_names!r}."
         )
-    missing = [name for name in renames if name not in columns]
+    renames = {label_column_name: LABEL_COLUMN}
+    if text_column_delimiter is None:
+        targets = {1: ("sentence",), 2: ("sentence1", "sentence2")}.get(len(texts), ())  # a text or a pair
+        renames.update(zip(texts, targets, strict=True))
+    missing = [name for name in dict.fromkeys([*renames, *texts]) if name not in columns]
     if missing:
         raise ValueError(f"{dataset_name} has no column(s) {missing}; its columns are {columns}.")
+    if text_column_delimiter is not None and texts:
+        raw = _join_texts(raw, texts, text_column_delimiter)
     renames = {old: new for old, new in renames.items() if old != new}
     raw = DatasetDict({split: data.rename_columns(renames) for split, data in raw.items()})
     hidden = "test" in raw and set(raw["test"].unique(LABEL_COLUMN)) <= {-1, None}
@@ -218,6 +228,49 @@ def load_hub_task_datasets(
     )
     check_task_data(raw, task)
     return raw, task
+
+
+def _names(text: str | None) -> list[str]:
+    """``"a, b"`` -> ``["a", "b"]`` (a comma-separated flag); None -> []."""
+    return [name.strip() for name in (text or "").split(",") if name.strip()]
+
+
+def _remove_parts(raw: DatasetDict, source: str, splits: list[str], columns: list[str]) -> DatasetDict:
+    """``raw`` without the named splits (``--remove_splits``) and columns (``--remove_columns``).
+
+    Raises:
+        ValueError: a name that is not there, listing those that are.
+    """
+    unknown = [split for split in splits if split not in raw]
+    if unknown:
+        raise ValueError(f"--remove_splits {unknown}: {source} has the splits {list(raw)}.")
+    kept = DatasetDict({name: data for name, data in raw.items() if name not in splits})
+    if not kept:
+        raise ValueError(f"--remove_splits {splits} removes every split of {source}.")
+    for name, data in kept.items():
+        absent = [column for column in columns if column not in data.column_names]
+        if absent:
+            raise ValueError(
+                f"--remove_columns {absent}: split {name!r} of {source} has the columns {data.column_names}."
+            )
+    return DatasetDict({name: data.remove_columns(columns) for name, data in kept.items()})
+
+
+def _join_texts(raw: DatasetDict, texts: list[str], delimiter: str) -> DatasetDict:
+    """One ``sentence`` column: the ``texts`` columns of each row joined with ``delimiter`` (their columns
+    dropped), as ``run_classification.py --text_column_delimiter`` builds its input."""
+
+    def join(batch: dict) -> dict:
+        rows = zip(*(batch[column] for column in texts), strict=True)  # one tuple of texts per row
+        return {"sentence": [delimiter.join(map(str, parts)) for parts in rows]}
+
+    dropped = [column for column in texts if column != "sentence"]
+    return DatasetDict(
+        {
+            name: data.map(join, batched=True, remove_columns=dropped, desc=f"Joining the texts of {name}")
+            for name, data in raw.items()
+        }
+    )
 
 
 def infer_task(raw: DatasetDict) -> TextClassificationTask:
@@ -306,10 +359,13 @@ def preprocess_task(
     tokenizer: PreTrainedTokenizerBase,
     max_seq_length: int,
     num_proc: int | None = None,
+    load_from_cache_file: bool = True,
 ) -> DatasetDict:
     """Tokenise sentence (pairs) to at most ``max_seq_length`` tokens; string labels become class ids.
 
     Test splits lose their hidden labels, so that predicting on them computes no meaningless metrics.
+    ``load_from_cache_file=False`` (``--overwrite_cache``) redoes the tokenisation instead of reading
+    ``datasets``' cache of an earlier run.
     """
     first, second = task.sentence_keys
     label2id = {name: i for i, name in enumerate(task.label_names)}
@@ -338,6 +394,7 @@ def preprocess_task(
             batched=True,
             remove_columns=data.column_names,
             num_proc=num_proc,
+            load_from_cache_file=load_from_cache_file,
             desc=f"Tokenizing {split}",
         )
         if _LABEL_IDS in data.column_names:

@@ -308,6 +308,7 @@ def tokenize_lines(
     text_column: str = "text",
     pad_to_max_length: bool = False,
     num_proc: int | None = None,
+    load_from_cache_file: bool = True,
 ) -> Dataset:
     """One ``[CLS] text [SEP]`` example per non-empty text, truncated to ``max_length`` tokens (transformers'
     ``run_mlm.py --line_by_line``); padded to ``max_length`` with ``pad_to_max_length``, else by the collator
@@ -317,7 +318,11 @@ def tokenize_lines(
         A ``Dataset`` of ``input_ids``, ``attention_mask`` and ``special_tokens_mask``, a row per text.
     """
     check_text_column(dataset, text_column)
-    dataset = dataset.filter(lambda text: bool(text and text.strip()), input_columns=text_column)
+    dataset = dataset.filter(
+        lambda text: bool(text and text.strip()),
+        input_columns=text_column,
+        load_from_cache_file=load_from_cache_file,
+    )
     padding = "max_length" if pad_to_max_length else False
 
     def tokenize(texts: list[str]) -> dict:
@@ -331,6 +336,7 @@ def tokenize_lines(
         batched=True,
         remove_columns=dataset.column_names,
         num_proc=num_proc,
+        load_from_cache_file=load_from_cache_file,
         desc="Tokenizing lines",
     )
 
@@ -343,6 +349,7 @@ def group_texts(
     max_position_embeddings: int | None = None,
     num_proc: int | None = None,
     causal: bool = False,
+    load_from_cache_file: bool = True,
 ) -> Dataset:
     """Tokenise a corpus and cut it into blocks of exactly ``block_size`` tokens.
 
@@ -351,7 +358,7 @@ def group_texts(
     ``causal``: the token stream is cut as it is, as transformers' ``run_clm.py`` groups texts, so a block
     may start inside a document and a model learns to continue text anywhere. The tail of each batch of 1,000
     documents that does not fill a block is dropped (as ``run_mlm.py`` / ``run_clm.py`` do). Both steps are
-    cached ``datasets.map`` calls.
+    cached ``datasets.map`` calls (``load_from_cache_file=False``, ``--overwrite_cache``, redoes them).
 
     Returns:
         A ``Dataset`` of ``input_ids`` and, for masked LM, ``special_tokens_mask`` (for the MLM collator),
@@ -391,6 +398,7 @@ def group_texts(
         batched=True,
         remove_columns=dataset.column_names,
         num_proc=num_proc,
+        load_from_cache_file=load_from_cache_file,
         desc="Tokenizing",
     )
     blocks = tokenized.map(
@@ -398,6 +406,7 @@ def group_texts(
         batched=True,
         remove_columns=tokenized.column_names,
         num_proc=num_proc,
+        load_from_cache_file=load_from_cache_file,
         desc=f"Grouping texts in blocks of {block_size}",
     )
     if len(blocks) == 0:

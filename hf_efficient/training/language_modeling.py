@@ -26,7 +26,7 @@ from ..data.text import (
     load_text_corpus,
     tokenize_lines,
 )
-from .arguments import ModelArguments, first_examples
+from .arguments import DataCacheArguments, ModelArguments, first_examples
 from .model_card import efficiency_metrics
 from .run import finish_run, random_state_callbacks, random_state_settings, train_and_save
 from .trainer import EfficientTrainer
@@ -57,9 +57,9 @@ class LanguageModelArguments(ModelArguments):
 
 
 @dataclass
-class LanguageModelDataArguments(TextCorpusArguments):
+class LanguageModelDataArguments(TextCorpusArguments, DataCacheArguments):
     """The data flags of the language-model pretraining scripts beyond the corpus (run_mlm.py / run_clm.py's
-    evaluation file and sample cap)."""
+    evaluation file, sample cap and ``--overwrite_cache``)."""
 
     validation_file: str | None = field(
         default=None,
@@ -147,11 +147,12 @@ def language_model_blocks(
         if line_by_line:
             return tokenize_lines(
                 texts, tokenizer, data_args.block_size, data_args.text_column, pad_to_max_length,
-                data_args.preprocessing_num_workers,
+                data_args.preprocessing_num_workers, load_from_cache_file=data_args.load_from_cache_file,
             )  # fmt: skip
         return group_texts(
             texts, tokenizer, data_args.block_size, data_args.text_column,
             model.config.max_position_embeddings, data_args.preprocessing_num_workers, causal=causal,
+            load_from_cache_file=data_args.load_from_cache_file,
         )  # fmt: skip
 
     seed, percentage = training_args.seed, data_args.validation_split_percentage

@@ -38,3 +38,15 @@ def trainer_progress_bars(stderr: str) -> list[int]:
     (``Loading weights:``, ``Writing model shards:``, datasets' ``Map:``) are not Trainer's."""
     starts = (re.match(r"\s*0%\|[^|]*\| 0/(\d+) ", segment) for segment in re.split(r"[\r\n]", stderr))
     return [int(start.group(1)) for start in starts if start]
+
+
+def recording(trainer_class: type, trainers: list) -> type:
+    """A subclass of ``trainer_class`` that appends every instance to ``trainers``, so a test that patches a
+    script's trainer with it can read the datasets the script built (``trainers[0].train_dataset``)."""
+
+    class Recording(trainer_class):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            trainers.append(self)
+
+    return Recording

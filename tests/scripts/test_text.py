@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from datasets import Dataset
 from transformers import AutoTokenizer, BertConfig, pipeline
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
@@ -22,7 +23,7 @@ from ..models.helpers import CONFIG_ERRORS
 from ..models.text.helpers import MINILM
 from ..processes import free_port, launch
 from ..script_loader import CONFIGS, SCRIPTS
-from .helpers import COMMON, TINY_SIZES, logged_losses, pretrain_args
+from .helpers import COMMON, TINY_SIZES, logged_losses, pretrain_args, recording
 
 
 @pytest.fixture(scope="module")
@@ -144,6 +145,66 @@ def test_finetune_on_a_dataset_by_name_with_its_own_columns(finetune_glue, pretr
         ValueError, match=r"has no column\(s\) \['title'\]; its columns are \['review', 'stars'\]"
     ):
         finetune_glue.main([*args[:-2], "--text_column_names", "title", "--output_dir", str(tmp_path / "x")])
+
+
+def test_classification_flags_of_run_classification(finetune_glue, pretrained, data, tmp_path, monkeypatch):
+    """run_classification.py's --text_column_delimiter (the named text columns joined into one input),
+    --remove_splits, --remove_columns, --shuffle_train_dataset / --shuffle_seed (a seeded shuffle before
+    --max_train_samples): the rows the trainer gets are checked token for token."""
+    rows = list(csv.reader(open(data["train"])))[1:33]
+    folder = tmp_path / "reviews"
+    folder.mkdir()
+    header = ["title", "review", "stars", "row_id"]
+    parts = {"train": rows[:24], "validation": rows[24:], "test": rows[24:28]}
+    for split, part in parts.items():
+        table = [(t[:12], t, y, i) for i, (t, y) in enumerate(part)]
+        write_csv(folder / f"{split}.csv", header, table)
+    trainers = []
+    monkeypatch.setattr(finetune_glue, "EfficientTrainer", recording(EfficientTrainer, trainers))
+    args = ["--model_name_or_path", str(pretrained), "--dataset_name", str(folder), "--max_seq_length", "64"]
+    args += ["--text_column_names", "title,review", "--text_column_delimiter", " | "]
+    args += ["--label_column_name", "stars", "--remove_splits", "test", "--remove_columns", "row_id"]
+    args += ["--shuffle_train_dataset", "--shuffle_seed", "3", "--max_train_samples", "8", "--max_steps", "1"]
+    finetune_glue.main([*args, "--do_train", "--do_predict", "--output_dir", str(tmp_path / "run"), *COMMON])
+    (trainer,) = trainers
+    order = Dataset.from_dict({"row": range(24)}).shuffle(seed=3)["row"][:8]  # the seeded permutation
+    tokenizer = AutoTokenizer.from_pretrained(pretrained)
+    texts = [f"{rows[i][0][:12]} | {rows[i][0]}" for i in order]
+    expected = tokenizer(texts, truncation=True, max_length=64)["input_ids"]
+    assert trainer.train_dataset["input_ids"] == expected
+    assert trainer.train_dataset["label"] == [int(rows[i][1]) for i in order]
+    assert not list((tmp_path / "run").glob("predict_results_*"))  # the test split was removed
+    with pytest.raises(ValueError, match=r"--remove_columns \['rowid'\]: split 'train' .* \['title', "):
+        finetune_glue.main([*args[:4], "--remove_columns", "rowid", "--output_dir", str(tmp_path / "x")])
+    with pytest.raises(ValueError, match=r"--remove_splits \['dev'\]: .* has the splits \['train', "):
+        finetune_glue.main([*args[:4], "--remove_splits", "dev", "--output_dir", str(tmp_path / "x")])
+    with pytest.raises(
+        ValueError, match=r"--text_column_delimiter apply to a dataset loaded with --dataset_n"
+    ):
+        files = ["--train_file", data["train"], "--text_column_delimiter", " "]
+        finetune_glue.main([*args[:2], *files, "--output_dir", str(tmp_path / "x")])
+
+
+def test_overwrite_cache_redoes_the_preprocessing(
+    pretrain_mlm, finetune_glue, pretrained, data, tmp_path, capsys
+):
+    """A second run reads the tokenised data from datasets' cache (no progress bar of the map); with
+    --overwrite_cache it tokenises again, in the MLM and the classification script."""
+    corpus = tmp_path / "corpus.txt"  # files of this test only: the first run fills the cache
+    corpus.write_text(Path(data["corpus"]).read_text()[:20000])
+    train = tmp_path / "train.csv"
+    train.write_text(Path(data["train"]).read_text())
+    tokenizer = ["--tokenizer_name", str(pretrained)]  # one tokenizer: part of the cache's fingerprint
+    mlm = pretrain_args({"corpus": str(corpus)}, tmp_path, "full", {}, "--max_steps", "1", *tokenizer)
+    glue = ["--model_name_or_path", str(pretrained), "--train_file", str(train), "--max_seq_length", "64"]
+    glue += ["--max_steps", "1", *COMMON]
+    runs = {(pretrain_mlm, "Tokenizing:"): mlm, (finetune_glue, "Tokenizing train:"): glue}
+    for (script, progress), args in runs.items():
+        tokenized = []
+        for run, extra in enumerate(([], [], ["--overwrite_cache"])):
+            script.main([*args, "--output_dir", str(tmp_path / f"{run}"), "--overwrite_output_dir", *extra])
+            tokenized.append(progress in capsys.readouterr().err)
+        assert tokenized == [True, False, True], progress
 
 
 def test_pretrain_line_by_line_with_a_validation_file(pretrain_mlm, data, tmp_path):
