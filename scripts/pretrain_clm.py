@@ -23,7 +23,7 @@ from pathlib import Path
 from transformers import DataCollatorForLanguageModeling, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForCausalLM
-from hf_efficient.data import causal_lm_tokenizer, load_corpus_from_args
+from hf_efficient.data import causal_lm_tokenizer
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainingArguments,
@@ -32,6 +32,7 @@ from hf_efficient.training import (
     end_distributed_run,
     language_model,
     language_model_blocks,
+    language_model_corpus,
     language_model_tokenizer,
     pretrain_language_model,
     setup_run,
@@ -47,7 +48,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
     model_kwargs["is_decoder"] = True  # a causal model, whatever the base config says
-    corpus = load_corpus_from_args(data_args)
+    corpus = language_model_corpus(model_args, data_args, training_args)
     # prompts get no [CLS] / [SEP] (text-generation tokenises with the defaults); documents end with eos
     tokenizer = causal_lm_tokenizer(language_model_tokenizer(model_args, data_args, corpus, training_args))
     model = language_model(

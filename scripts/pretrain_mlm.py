@@ -20,7 +20,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
-from hf_efficient.data import SeededMLMCollator, load_corpus_from_args
+from hf_efficient.data import SeededMLMCollator
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainingArguments,
@@ -29,6 +29,7 @@ from hf_efficient.training import (
     end_distributed_run,
     language_model,
     language_model_blocks,
+    language_model_corpus,
     language_model_tokenizer,
     masked_lm_accuracy,
     masked_lm_predictions,
@@ -56,7 +57,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
-    corpus = load_corpus_from_args(data_args)
+    corpus = language_model_corpus(model_args, data_args, training_args)
     tokenizer = language_model_tokenizer(model_args, data_args, corpus, training_args)
     model = language_model(
         EfficientBertForMaskedLM,

@@ -39,7 +39,8 @@ def check_data_folder(flag: str, path: str) -> None:
 
 def load_data_files(builder: str, files: dict[str, tuple[str, list[str]]], **kwargs) -> DatasetDict:
     """``datasets.load_dataset(builder, data_files=...)`` for ``{split: (flag, paths)}``, after
-    :func:`check_data_files`; a split without rows raises naming its flag."""
+    :func:`check_data_files`; a split without rows raises naming its flag (``streaming=True`` in ``kwargs``:
+    an ``IterableDatasetDict``, whose rows are not counted before they are read)."""
     check_data_files({flag: path for flag, paths in files.values() for path in paths})
     data_files = {split: paths for split, (_, paths) in files.items()}
     try:
@@ -47,6 +48,8 @@ def load_data_files(builder: str, files: dict[str, tuple[str, list[str]]], **kwa
     except (ValueError, datasets.exceptions.DatasetGenerationError) as error:
         named = ", ".join(f"{flag} {' '.join(paths)}" for flag, paths in files.values())
         raise ValueError(f"No rows could be read from {named}: {error}") from error
+    if kwargs.get("streaming"):
+        return loaded
     for split, (flag, paths) in files.items():
         if len(loaded[split]) == 0:
             raise ValueError(f"{flag} {' '.join(paths)} holds no rows (a header only?).")

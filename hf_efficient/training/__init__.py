@@ -30,6 +30,7 @@ from .language_modeling import (
     evaluate_perplexity,
     language_model,
     language_model_blocks,
+    language_model_corpus,
     language_model_tokenizer,
     pretrain_language_model,
 )
@@ -97,6 +98,7 @@ __all__ = [
     "has_random_state",
     "language_model",
     "language_model_blocks",
+    "language_model_corpus",
     "language_model_tokenizer",
     "last_checkpoint",
     "layer_relative_errors",

@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasets import Dataset
+from datasets import Dataset, IterableDataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
+from transformers.trainer_utils import has_length
 
 from ..data.text import (
     TextCorpusArguments,
     check_sequence_length,
     group_texts,
     hold_out_blocks,
+    load_corpus_from_args,
     load_or_train_tokenizer,
     load_text_corpus,
     tokenize_lines,
@@ -59,13 +61,56 @@ class LanguageModelArguments(ModelArguments):
 @dataclass
 class LanguageModelDataArguments(TextCorpusArguments, DataCacheArguments):
     """The data flags of the language-model pretraining scripts beyond the corpus (run_mlm.py / run_clm.py's
-    evaluation file, sample cap and ``--overwrite_cache``)."""
+    evaluation file, sample cap, ``--overwrite_cache`` and ``--streaming``)."""
 
     validation_file: str | None = field(
         default=None,
         metadata={"help": "Text to evaluate on (.txt, .csv, .json), instead of a held-out share."},
     )
     max_eval_samples: int | None = field(default=None, metadata={"help": "Only the first N evaluation rows."})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Read the training corpus as a stream (datasets' IterableDataset: tokenised and grouped "
+            "as it is read, nothing converted first); needs --max_steps and a tokenizer."
+        },
+    )
+
+
+def language_model_corpus(
+    model_args: LanguageModelArguments,
+    data_args: LanguageModelDataArguments,
+    training_args: TrainingArguments,
+) -> Dataset | IterableDataset:
+    """The training texts (:func:`~hf_efficient.data.load_corpus_from_args`); with ``--streaming`` an
+    ``IterableDataset``, once the flags a stream needs are checked.
+
+    Raises:
+        ValueError: ``--streaming`` without ``--max_steps`` (a stream has no length, so ``Trainer`` cannot
+            tell the steps of an epoch; transformers' ``run_mlm.py`` requires it too), without a tokenizer to
+            load (WordPiece is trained on the whole corpus), with a held-out percentage (a stream cannot be
+            split; give ``--validation_file``), or with ``--preprocessing_num_workers`` (a stream is mapped
+            as it is read, in the training process).
+    """
+    if data_args.streaming:
+        needs = {
+            "--max_steps N (a stream has no length, so the steps of an epoch are unknown)": (
+                training_args.max_steps <= 0
+            ),
+            "--tokenizer_name or --model_name_or_path (WordPiece is trained on a whole corpus)": not (
+                model_args.tokenizer_name or model_args.model_name_or_path
+            ),
+            "--validation_file or no --validation_split_percentage (a stream cannot be split)": (
+                data_args.validation_split_percentage > 0
+            ),
+            "no --preprocessing_num_workers (a stream is tokenised as it is read)": (
+                data_args.preprocessing_num_workers is not None
+            ),
+        }
+        missing = [need for need, unmet in needs.items() if unmet]
+        if missing:
+            raise ValueError(f"--streaming needs {'; and '.join(missing)}.")
+    return load_corpus_from_args(data_args, streaming=data_args.streaming)
 
 
 def language_model_tokenizer(
@@ -211,7 +256,7 @@ def pretrain_language_model(
         preprocess_logits_for_metrics=preprocess_logits_for_metrics,
     )
     logger.info(
-        "%d blocks of %d tokens, attention %s, %s parameters", len(train_blocks), data_args.block_size,
+        "%s blocks of %d tokens, attention %s, %s parameters", count(train_blocks), data_args.block_size,
         model.config.attention_type, f"{model.num_parameters():,}",
     )  # fmt: skip
     train_result = train_and_save(trainer) if training_args.do_train else None
@@ -230,9 +275,9 @@ def pretrain_language_model(
         shown=("loss", "perplexity", "accuracy"),
         summary=summary,
         data_description=(
-            f"{len(train_blocks):,} examples of up to {data_args.block_size} tokens from "
+            f"{count(train_blocks)} examples of up to {data_args.block_size} tokens from "
             f"`{data_args.source}` "
-            f"(column `{data_args.text_column}`, {len(corpus):,} texts); tokenizer: "
+            f"(column `{data_args.text_column}`, {count(corpus)} texts); tokenizer: "
             f"{model_args.tokenizer_source}."
         ),
         datasets=[data_args.dataset_name] if data_args.dataset_name else None,
@@ -253,6 +298,11 @@ def pretrain_language_model(
 DATA_SETTINGS = "data_settings.json"
 
 
+def count(dataset: Dataset | IterableDataset) -> str:
+    """The rows of ``dataset`` for a log line or the model card: ``1,234``, or ``streamed`` (not counted)."""
+    return f"{len(dataset):,}" if has_length(dataset) else "streamed"
+
+
 def write_data_settings(output_dir, data_args, model_args, train_blocks, eval_blocks, corpus) -> None:
     """``<output_dir>/data_settings.json``: what the model was trained and evaluated on (corpus, block size,
     tokenizer, held-out part and their sizes), so that runs can be compared on the same data
@@ -260,10 +310,10 @@ def write_data_settings(output_dir, data_args, model_args, train_blocks, eval_bl
     settings = {
         "corpus": data_args.source,
         "text_column": data_args.text_column,
-        "texts": len(corpus),
+        "texts": len(corpus) if has_length(corpus) else None,  # None: streamed
         "block_size": data_args.block_size,
         "tokenizer": model_args.tokenizer_source,
-        "train_blocks": len(train_blocks),
+        "train_blocks": len(train_blocks) if has_length(train_blocks) else None,
         "held_out": held_out_part(data_args),
         "eval_blocks": len(eval_blocks) if eval_blocks is not None else 0,
     }

@@ -6,22 +6,25 @@ import json
 
 import pytest
 import torch
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, IterableDataset
 from transformers import AutoTokenizer, DataCollatorWithPadding
 
 from hf_efficient.data import (
     GLUE_TASK_NAMES,
     TASKS,
     SeededMLMCollator,
+    TextCorpusArguments,
     causal_lm_tokenizer,
     get_task,
     group_texts,
+    load_corpus_from_args,
     load_movie_reviews,
     load_or_train_tokenizer,
     load_task_datasets,
     load_text_corpus,
     preprocess_task,
     rotten_tomatoes_splits,
+    tokenize_lines,
     train_wordpiece_tokenizer,
 )
 
@@ -150,6 +153,24 @@ def test_causal_lm_tokenizer_adds_no_special_tokens(tmp_path, tokenizer):
     assert loaded(text)["input_ids"] == plain and loaded.eos_token_id == tokenizer.sep_token_id
     assert loaded.padding_side == "left"
     assert causal_lm_tokenizer(loaded) is loaded  # already adds nothing
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_streamed_corpus_gives_the_blocks_and_lines_of_the_loaded_one(corpus, tokenizer, tmp_path, causal):
+    """--streaming: a text file read as an IterableDataset is grouped (and cut line by line) lazily into
+    exactly the examples of the same file loaded as a Dataset; the length cap takes the first texts."""
+    text_file = tmp_path / "corpus.txt"
+    text_file.write_text("\n".join(corpus["text"][:1200] + corpus["text"][:100]))  # two batches of 1,000
+    loaded = load_text_corpus(files=[str(text_file)])
+    streamed = load_text_corpus(files=[str(text_file)], streaming=True)
+    assert isinstance(streamed, IterableDataset) and not isinstance(loaded, IterableDataset)
+    blocks = group_texts(streamed, tokenizer, 32, causal=causal)
+    assert isinstance(blocks, IterableDataset)
+    assert list(blocks) == list(group_texts(loaded, tokenizer, 32, causal=causal))
+    if not causal:
+        assert list(tokenize_lines(streamed, tokenizer, 16)) == list(tokenize_lines(loaded, tokenizer, 16))
+    capped = load_corpus_from_args(TextCorpusArguments(train_files=[str(text_file)], max_train_texts=5), True)
+    assert [row["text"] for row in capped] == loaded["text"][:5]
 
 
 def test_group_texts_errors(corpus, tokenizer):

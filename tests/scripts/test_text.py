@@ -207,6 +207,30 @@ def test_overwrite_cache_redoes_the_preprocessing(
         assert tokenized == [True, False, True], progress
 
 
+def test_pretrain_streaming(pretrain_mlm, pretrained, data, tmp_path):
+    """run_mlm.py's --streaming: the corpus is read as an IterableDataset, grouped as it is read, for
+    --max_steps steps; a run that could not end or could not split the stream says which flag it needs."""
+    args = pretrain_args(
+        data, tmp_path / "run", "full", {}, "--streaming", "--tokenizer_name", str(pretrained)
+    )
+    metrics = pretrain_mlm.main([*args, "--max_steps", "3", "--validation_file", data["corpus"]])
+    assert metrics["train_loss"] > 0 and metrics["perplexity"] > 1
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 3
+    settings = json.loads((tmp_path / "run" / "data_settings.json").read_text())
+    assert settings["texts"] is None and settings["train_blocks"] is None and settings["eval_blocks"] > 0
+    assert "streamed examples of up to 64 tokens" in (tmp_path / "run" / "README.md").read_text()
+    other = ["--output_dir", str(tmp_path / "x")]
+    with pytest.raises(ValueError, match=r"--streaming needs --max_steps N \(a stream has no length"):
+        pretrain_mlm.main([*args, *other])
+    with pytest.raises(
+        ValueError, match=r"--streaming needs --validation_file or no --validation_split_perc"
+    ):
+        pretrain_mlm.main([*args, "--max_steps", "3", "--validation_split_percentage", "5", *other])
+    no_tokenizer = pretrain_args(data, tmp_path / "y", "full", {}, "--streaming", "--max_steps", "3")
+    with pytest.raises(ValueError, match=r"--streaming needs --tokenizer_name or --model_name_or_path"):
+        pretrain_mlm.main(no_tokenizer)
+
+
 def test_pretrain_line_by_line_with_a_validation_file(pretrain_mlm, data, tmp_path):
     """run_mlm.py's --line_by_line (one example per text, padded to --block_size with --pad_to_max_length),
     --validation_file and --max_eval_samples."""
