@@ -64,6 +64,44 @@ def test_every_run_by_marker_names_an_existing_test():
                 assert defined, f"{block.where}: no test {block.value}"
 
 
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """GitHub's anchors of the headings of ``page``: lower case, punctuation dropped, spaces -> hyphens."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    headings = re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)  # outside code blocks
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_relative_link_and_anchor_resolves():
+    for page in PAGES:
+        for match in LINK.finditer(page.read_text(encoding="utf-8")):
+            path, _, anchor = match.group("target").partition("#")
+            if path.startswith(("http://", "https://")):
+                continue
+            target = (page.parent / path).resolve() if path else page
+            assert target.exists(), f"{page.name}: {match.group('target')} does not exist"
+            if anchor and target.suffix == ".md":
+                assert anchor in heading_anchors(target), f"{page.name}: no heading {match.group('target')}"
+
+
+def test_the_index_links_every_page():
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = {match.group("target").partition("#")[0] for match in LINK.finditer(index)}
+    assert {page.name for page in PAGES if page.parent.name == "docs"} - {"index.md"} <= linked
+
+
+def test_no_page_points_outside_the_repository():
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert "../shared" not in text and "DESIGN.md" not in text, page.name
+        for match in LINK.finditer(text):
+            target = match.group("target").partition("#")[0]
+            if target and not target.startswith(("http://", "https://")):
+                assert (page.parent / target).resolve().is_relative_to(ROOT), f"{page.name}: {target}"
+
+
 def test_bash_commands_are_read_as_a_shell_reads_them(tmp_path):
     """Continuation lines joined, comments dropped (not a ``#`` inside quotes), the budget appended to what
     runs a script or a module only, every output path in the scratch folder."""
