@@ -33,7 +33,7 @@ test: lint
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not distributed"
 
-# Main job (5-20 minutes on 2 cores, set-up included; see the README): pretrain a tiny EfficientBert with
+# Main job (5-20 minutes on 2 cores, set-up included; see docs/text.md): pretrain a tiny EfficientBert with
 # Longformer attention on IMDB text (masked LM, WordPiece trained on the corpus), fine-tune it on Rotten
 # Tomatoes polarity and print the held-out accuracy, then fill a mask with the pretrained model. Everything lands in runs/demo/.
 DEMO := runs/demo

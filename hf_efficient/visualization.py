@@ -56,7 +56,7 @@ def plot_patch_attention(
     """Write a PNG: the image beside the attention map of ``patch`` (marked with a box) in ``layer``.
 
     Returns:
-        the path written.
+        the path written (its folder is created if missing).
     """
     import matplotlib
 
@@ -84,6 +84,7 @@ def plot_patch_attention(
         axis.set_xticks([])
         axis.set_yticks([])
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # as save_pretrained does for its folder
     fig.savefig(path, dpi=80, bbox_inches="tight")
     plt.close(fig)
     return path

@@ -1,53 +1,150 @@
-"""The python code blocks of README.md and docs/*.md run, so the documentation cannot rot.
+"""Every code block of README.md and docs/*.md runs, so the documentation cannot rot.
 
-Each fenced ``python`` block runs in a fresh interpreter (offline, one thread) from the repository root,
-blocks of one page in order in one script (a later block may use what an earlier one defined). A block that
-must not run here carries, on the line right before its fence, a marker with the reason:
-
-    <!-- docs-test: skip (needs a hub checkpoint) -->
-
-Not covered yet: ``bash`` blocks (the training commands need tiny-budget flags appended; they are run by
-the script tests in tests/scripts with the same flags instead).
+The python blocks of a page run in one fresh interpreter (offline, one thread) from the repository root, in
+order (a later block may use what an earlier one defined). The bash blocks of a page run in order, each in
+one shell, every command as documented with its outputs moved into a temporary folder and, for long
+commands, the budget flags of the block's marker appended (tests/docs_blocks.py; the markers are described
+in docs/contributing.md, "Documentation"). A block that does not run here says why (set-up, the network, a
+GPU), or names the test that runs it with checks of what it produces.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
 
+from .docs_blocks import (
+    ANY_MARKER,
+    MARKER,
+    PAGES,
+    ROOT,
+    Block,
+    page_blocks,
+    python_script,
+    run_bash_block,
+    runnable_commands,
+    without_comment,
+)
 from .processes import run_python
 
-ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SKIP = re.compile(r"<!--\s*docs-test:\s*skip\s*\((?P<reason>[^)]+)\)\s*-->")
-BLOCK = re.compile(r"^```python\n(?P<code>.*?)^```", flags=re.MULTILINE | re.DOTALL)
+# Pages whose commands a test of their own runs in order, with checks of what they produce.
+OWN_TEST = {"generation.md": "tests/test_docs_generation.py"}
 
 
-def python_blocks(page: Path) -> list[tuple[int, str, str | None]]:
-    """(line, code, skip reason or None) of every fenced python block of ``page``."""
-    text = page.read_text(encoding="utf-8")
-    blocks = []
-    for match in BLOCK.finditer(text):
-        before = text[: match.start()].rstrip("\n").rpartition("\n")[2]
-        skip = SKIP.search(before)
-        line = text.count("\n", 0, match.start()) + 1
-        blocks.append((line, match.group("code"), skip.group("reason") if skip else None))
-    return blocks
+def runnable(page: Path, language: str) -> list[Block]:
+    return [block for block in page_blocks(page) if block.language == language and block.kind != "skip"]
 
 
-def test_every_skipped_block_says_why():
+def pages_with(language: str) -> list[Path]:
+    return [page for page in PAGES if any(block.language == language for block in page_blocks(page))]
+
+
+def test_every_marker_is_well_formed_and_sits_on_a_block():
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
-        assert len(re.findall(r"docs-test:\s*skip", text)) == len(SKIP.findall(text)), page
+        markers = [line for line in text.splitlines() if ANY_MARKER.search(line)]
+        assert all(MARKER.search(line) for line in markers), page  # kind known, value in parentheses
+        assert len(markers) == sum(block.kind is not None for block in page_blocks(page)), page
+        for block in page_blocks(page):
+            assert block.kind is None or block.value, f"{block.where}: a marker needs its reason or flags"
+            assert block.kind != "budget" or block.language == "bash", f"{block.where}: budgets are for bash"
+
+
+def test_every_run_by_marker_names_an_existing_test():
+    for page in PAGES:
+        for block in page_blocks(page):
+            if block.kind == "run-by":
+                path, _, name = block.value.partition("::")
+                source = (ROOT / path).read_text(encoding="utf-8") if (ROOT / path).is_file() else ""
+                defined = re.search(rf"^def {re.escape(name)}\(", source, re.MULTILINE)
+                assert defined, f"{block.where}: no test {block.value}"
+
+
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def heading_anchors(page: Path) -> set[str]:
+    """GitHub's anchors of the headings of ``page``: lower case, punctuation dropped, spaces -> hyphens."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+    headings = re.findall(r"^#+ (.+)$", text, flags=re.MULTILINE)  # outside code blocks
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def test_every_relative_link_and_anchor_resolves():
+    for page in PAGES:
+        for match in LINK.finditer(page.read_text(encoding="utf-8")):
+            path, _, anchor = match.group("target").partition("#")
+            if path.startswith(("http://", "https://")):
+                continue
+            target = (page.parent / path).resolve() if path else page
+            assert target.exists(), f"{page.name}: {match.group('target')} does not exist"
+            if anchor and target.suffix == ".md":
+                assert anchor in heading_anchors(target), f"{page.name}: no heading {match.group('target')}"
+
+
+def test_the_index_links_every_page():
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = {match.group("target").partition("#")[0] for match in LINK.finditer(index)}
+    assert {page.name for page in PAGES if page.parent.name == "docs"} - {"index.md"} <= linked
+
+
+def test_no_page_points_outside_the_repository():
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert "../shared" not in text and "DESIGN.md" not in text, page.name
+        for match in LINK.finditer(text):
+            target = match.group("target").partition("#")[0]
+            if target and not target.startswith(("http://", "https://")):
+                assert (page.parent / target).resolve().is_relative_to(ROOT), f"{page.name}: {target}"
+
+
+def test_bash_commands_are_read_as_a_shell_reads_them(tmp_path):
+    """Continuation lines joined, comments dropped (not a ``#`` inside quotes), the budget appended to what
+    runs a script or a module only, every output path in the scratch folder."""
+    block = Block(
+        page=ROOT / "docs" / "example.md",
+        line=1,
+        language="bash",
+        code="# a comment line\nX=$(.venv/bin/python -c \"print('runs/x')\")\n"
+        "python scripts/train.py --tag '#1' \\\n    --output_dir runs/a  # trailing comment\n"
+        ".venv/bin/python -m benchmarks.attention --out benchmarks/results/b\n",
+        kind="budget",
+        value="--max_steps 2 --out runs/budget",
+    )
+    assert block.commands() == [
+        "X=$(.venv/bin/python -c \"print('runs/x')\")",
+        "python scripts/train.py --tag '#1' --output_dir runs/a",
+        ".venv/bin/python -m benchmarks.attention --out benchmarks/results/b",
+    ]
+    assignment, script, module = runnable_commands(block, tmp_path)
+    bin_dir = Path(sys.executable).parent
+    assert assignment == f"X=$({bin_dir}/python -c \"print('{tmp_path}/runs/x')\")"  # no budget for -c
+    assert shlex.split(script)[-4:] == ["--max_steps", "2", "--out", f"{tmp_path}/runs/budget"]
+    assert f"--output_dir {tmp_path}/runs/a" in script
+    assert module.startswith(f"{bin_dir}/python -m benchmarks.attention --out {tmp_path}/benchmarks/results/")
+    assert without_comment("echo 'a # b' # c") == "echo 'a # b' "
 
 
 @pytest.mark.slow  # a fresh interpreter per page
-@pytest.mark.parametrize("page", [p for p in PAGES if python_blocks(p)], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", pages_with("python"), ids=lambda p: p.name)
 def test_python_blocks_run(page, tmp_path):
-    runnable = [(line, code) for line, code, reason in python_blocks(page) if reason is None]
-    if not runnable:
+    blocks = runnable(page, "python")
+    if not blocks:
         pytest.skip(f"every python block of {page.name} is marked skip")
-    script = "\n".join(f"# {page.name}, line {line}\n{code}" for line, code in runnable)
-    run_python(script, env={"HF_HOME": str(tmp_path / "hf_home")}, cwd=ROOT)
+    run_python(python_script(blocks, tmp_path), env={"HF_HOME": str(tmp_path / "hf_home")}, cwd=ROOT)
+
+
+@pytest.mark.slow  # tiny training runs and benchmarks, a fresh interpreter per command
+@pytest.mark.parametrize("page", pages_with("bash"), ids=lambda p: p.name)
+def test_bash_blocks_run(page, tmp_path):
+    if page.name in OWN_TEST:
+        pytest.skip(f"{OWN_TEST[page.name]} runs the commands of {page.name}")
+    blocks = [block for block in runnable(page, "bash") if block.kind != "run-by"]
+    if not blocks:
+        pytest.skip(f"every bash block of {page.name} is marked skip or run by another test")
+    for block in blocks:
+        run_bash_block(block, tmp_path)

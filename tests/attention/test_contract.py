@@ -142,14 +142,15 @@ def test_prepare_checks_once_and_replace_keeps_what_needs_no_check():
     assert AttentionInputs(attention_mask=torch.ones(2, 3)).prepare(2, 3).attention_mask is None  # unpadded
 
 
-def test_readme_attention_table_is_the_registry_table():
-    """README's table is generated (python -m hf_efficient.attention --update README.md): it lists exactly the
-    registered types with each core's facts."""
+@pytest.mark.parametrize("page", ["README.md", "docs/attention.md"])
+def test_docs_attention_table_is_the_registry_table(page):
+    """The attention table of the README and docs/attention.md is generated (python -m hf_efficient.attention
+    --update README.md docs/attention.md): it lists exactly the registered types with each core's facts."""
     from hf_efficient.attention.__main__ import with_table
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
-    assert with_table(readme, hf_efficient.attention_table()) == readme
+    text = (Path(__file__).parents[2] / page).read_text(encoding="utf-8")
+    assert with_table(text, hf_efficient.attention_table()) == text
     for name in ALL_TYPES:
         cls = get_attention_class(name)
         assert cls.paper and cls.cost and cls.summary, f"{name} lacks a fact the table shows"
-        assert f"| `{name}` | {cls.paper} | {cls.cost} |" in readme
+        assert f"| `{name}` | {cls.paper} | {cls.cost} |" in text

@@ -2,8 +2,8 @@
 registered inside this test goes through the contract matrix and the three encoders (export included),
 shows in the attention table, and runs through the attention benchmark's smoke preset (as a ``--plugin``,
 since every benchmark point runs in a fresh process), with no other file changed. The fixture unregisters
-it, so the rest of the suite (which compares the registry with README.md and the config files) never sees
-it."""
+it, so the rest of the suite (which compares the registry with the docs' attention table and the config
+files) never sees it."""
 
 from __future__ import annotations
 

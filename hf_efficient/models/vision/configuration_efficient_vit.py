@@ -42,7 +42,7 @@ class EfficientViTConfig(EfficientEncoderConfig):
     pooler_output_size: int | None = None
     pooler_act: str = "tanh"
     # How ViT's learned position embeddings start: "random" (ViT's truncated normal) or "sincos" (MAE's
-    # fixed 2-D sine-cosine table, then learned; a spatial prior that helps small data, see README).
+    # fixed 2-D sine-cosine table, then learned; a spatial prior that helps small data, see docs/results.md).
     position_embedding_init: str = "random"
     # ViT-MAE (EfficientViTMAEForPreTraining)
     mask_ratio: float | int = 0.75

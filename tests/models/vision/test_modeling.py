@@ -260,7 +260,8 @@ def test_attention_map_png(tmp_path):
     from hf_efficient.visualization import plot_patch_attention
 
     model = EfficientViTModel(tiny_config("swin_window")).eval()
-    path = plot_patch_attention(model, images(b=1), patch=(1, 2), layer=1, path=tmp_path / "attention.png")
+    path = tmp_path / "plots" / "attention.png"  # a folder that does not exist yet is made
+    assert plot_patch_attention(model, images(b=1), patch=(1, 2), layer=1, path=path) == path
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="output_attentions"):
         plot_patch_attention(

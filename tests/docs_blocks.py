@@ -1,0 +1,151 @@
+"""The code blocks of README.md and docs/*.md, and how the docs tests run them.
+
+A fenced ``python`` or ``bash`` block may carry, on the line right before its fence, one marker saying how the
+tests treat it (docs/contributing.md, "Documentation"):
+
+    <!-- docs-test: skip (why: set-up, the network, a GPU) -->
+    <!-- docs-test: budget (--max_steps 2 --max_train_samples 16) -->
+    <!-- docs-test: run-by (tests/scripts/test_text.py::test_name) -->
+
+A bash block's commands are its lines with continuation lines joined and comments dropped. They run through
+bash from the repository root, with the outputs of the docs moved into a scratch folder: every path that
+starts with ``runs/`` or ``benchmarks/results/`` is rewritten to start inside it, so a documented command
+never writes into the checkout (nor over a committed reference result). ``.venv/bin/`` becomes the folder of
+this interpreter, so the commands run with the environment the tests run in. A budget's flags are appended
+to every command that runs a script (``scripts/*.py``) or a module (``-m name``); argparse keeps the last
+value of a flag, so they override the documented ones.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .processes import ROOT, child_env
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```(?P<language>python|bash)\n(?P<code>.*?)^```", flags=re.MULTILINE | re.DOTALL)
+# The marker's value runs to the last ")" before "-->", so a reason may hold parentheses itself.
+MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<kind>skip|budget|run-by)\s*\((?P<value>.*)\)\s*-->")
+ANY_MARKER = re.compile(r"^\s*<!--\s*docs-test")  # a line that is a marker (well formed or not)
+OUTPUT_PATH = re.compile(r"(?<![\w/.-])(?=(?:runs|benchmarks/results)/)")
+VENV_BIN = re.compile(r"(?<![\w/.-])\.venv/bin/")
+RUNS_PROGRAM = re.compile(r"(?:^|\s)(?:\S*/)?scripts/\S+\.py(?:\s|$)|(?:^|\s)-m\s+\S")
+OUTPUT_FLAG = re.compile(r"--(?:output_dir|out)\s+(?P<path>\S+)")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A fenced code block of a docs page and the marker before it."""
+
+    page: Path
+    line: int  # of the opening fence, 1-based
+    language: str  # "python" or "bash"
+    code: str
+    kind: str | None = None  # "skip", "budget", "run-by", or None: the block runs as written
+    value: str | None = None  # the skip reason, the budget's flags, or the test that runs the block
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+    def commands(self) -> list[str]:
+        """A bash block's commands: continuation lines joined, comment lines and trailing comments dropped."""
+        commands = []
+        for line in self.code.replace("\\\n", " ").splitlines():
+            command = " ".join(without_comment(line).split())
+            if command:
+                commands.append(command)
+        return commands
+
+
+def page_blocks(page: Path) -> list[Block]:
+    """Every fenced python and bash block of ``page``, in order, with its marker."""
+    text = page.read_text(encoding="utf-8")
+    blocks = []
+    for match in FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").rpartition("\n")[2]
+        marker = MARKER.search(before)
+        blocks.append(
+            Block(
+                page=page,
+                line=text.count("\n", 0, match.start()) + 1,
+                language=match.group("language"),
+                code=match.group("code"),
+                kind=marker.group("kind") if marker else None,
+                value=marker.group("value").strip() if marker else None,
+            )
+        )
+    return blocks
+
+
+def without_comment(line: str) -> str:
+    """``line`` up to a ``#`` that starts a shell comment: at the start of a word, outside quotes."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def in_scratch(code: str, scratch: Path) -> str:
+    """``code`` with its output paths (``runs/...``, ``benchmarks/results/...``) inside ``scratch`` and
+    ``.venv/bin/`` replaced by the folder of this interpreter."""
+    code = OUTPUT_PATH.sub(f"{scratch}/", code)
+    return VENV_BIN.sub(f"{Path(sys.executable).parent}/", code)
+
+
+def with_budget(command: str, budget: str | None) -> str:
+    """``command`` with the budget's flags appended when it runs a script or a module."""
+    return f"{command} {budget}" if budget and RUNS_PROGRAM.search(command) else command
+
+
+def runnable_commands(block: Block, scratch: Path, replacements: dict[str, str] | None = None) -> list[str]:
+    """The commands of a bash block as the tests run them: ``replacements`` (documented text -> text) applied,
+    the budget appended, outputs (the budget's too) in ``scratch``."""
+    budget = block.value if block.kind == "budget" else None
+    commands = []
+    for command in block.commands():
+        for documented, replacement in (replacements or {}).items():
+            command = command.replace(documented, replacement)
+        commands.append(in_scratch(with_budget(command, budget), scratch))
+    return commands
+
+
+def docs_env(scratch: Path) -> dict[str, str]:
+    """The environment of a docs command: one thread, offline, ``HF_HOME`` in ``scratch``, this
+    interpreter's folder first on ``PATH`` (for ``python``, ``accelerate``)."""
+    env = child_env(HF_HOME=str(scratch / "hf_home"))
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    return env
+
+
+def run_bash_block(block: Block, scratch: Path, replacements: dict[str, str] | None = None, timeout=900):
+    """Run a bash block's commands in order in one shell (a variable one command sets serves the next) from
+    the repository root; fail with the failing command and the end of its output. Every ``--output_dir`` /
+    ``--out`` of the commands must then be a folder in ``scratch`` with something in it."""
+    commands = runnable_commands(block, scratch, replacements)
+    script = "\n".join(["set -euo pipefail", "trap 'echo \"failed: $BASH_COMMAND\" >&2' ERR", *commands])
+    argv = ["bash", "-c", script]
+    result = subprocess.run(
+        argv, cwd=ROOT, env=docs_env(scratch), capture_output=True, text=True, timeout=timeout
+    )
+    assert result.returncode == 0, f"{block.where}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    for command in commands:
+        for match in OUTPUT_FLAG.finditer(command):
+            output = Path(match.group("path"))
+            assert output.is_relative_to(scratch), f"{block.where}: {command} writes outside {scratch}"
+            assert output.is_dir() and any(output.iterdir()), f"{block.where}: {command} wrote nothing"
+    return result
+
+
+def python_script(blocks: list[Block], scratch: Path) -> str:
+    """The python blocks as one script, each headed by where it comes from, outputs in ``scratch``."""
+    return "\n".join(f"# {block.where}\n{in_scratch(block.code, scratch)}" for block in blocks)
