@@ -11,7 +11,8 @@ Checkpoints: each ``checkpoint-N`` is marked complete once written, old ones are
 resuming with ``resume_from_checkpoint=True`` (or ``"last"``) takes the newest complete one
 (:mod:`hf_efficient.training.checkpoints`).
 
-Progress: one bar, the training bar (:class:`~hf_efficient.training.OneProgressBarCallback`).
+Progress: one bar, the training bar (:class:`~hf_efficient.training.OneProgressBarCallback`); saves draw
+no bar of their own.
 
 Hub: ``push_to_hub`` publishes ``trainer.model_card`` (the package's filled card, set by the scripts) instead
 of ``Trainer``'s generic draft, and with ``hub_remote_code=True`` every save ships the remote code
@@ -32,6 +33,7 @@ from torch import nn
 from transformers import ProgressCallback, Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from transformers.training_args import ParallelMode
+from transformers.utils import logging as transformers_logging
 
 from ..attention.base import AttentionCore
 from ..hub import export_remote_code
@@ -93,8 +95,17 @@ class EfficientTrainer(Trainer):
 
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         """``Trainer``'s save (model, then processor), then the remote code with ``hub_remote_code``: after
-        the processor, whose ``preprocessor_config.json`` must name the shipped image processor too."""
-        super()._save(output_dir, state_dict)
+        the processor, whose ``preprocessor_config.json`` must name the shipped image processor too.
+
+        transformers' "Writing model shards" bar is off meanwhile: a save takes well under a second for the
+        models these scripts train, and a bar per checkpoint would interleave with the training bar."""
+        bars_were_on = transformers_logging.is_progress_bar_enabled()
+        transformers_logging.disable_progress_bar()
+        try:
+            super()._save(output_dir, state_dict)
+        finally:
+            if bars_were_on:
+                transformers_logging.enable_progress_bar()
         if self.args.should_save and getattr(self.args, "hub_remote_code", False):
             export_remote_code(self.accelerator.unwrap_model(self.model), output_dir or self.args.output_dir)
 

@@ -152,14 +152,18 @@ def test_a_run_from_a_checkpoint_shows_one_progress_bar_and_no_processor_warning
     """Evaluations during training draw no bar of their own (transformers' ProgressCallback nests one in the
     training bar at every evaluation, and draws another for the final one); the checkpoint's image processor
     loads with the model's num_channels as a declared option, not with transformers' "kwargs ['num_channels']
-    were applied for backward compatibility" warning."""
+    were applied for backward compatibility" warning. Checkpoints and the final save draw no "Writing model
+    shards" bar (transformers' save_pretrained draws one per save)."""
     args = run_args(tmp_path, "--model_name_or_path", str(mae_checkpoint), "--max_steps", "4")
     args += ["--eval_strategy", "steps", "--eval_steps", "2", "--max_eval_samples", "16"]
+    args += ["--save_strategy", "steps", "--save_steps", "2"]
     run = launch([sys.executable, str(SCRIPTS / "finetune_image_classification.py"), *args])
     assert trainer_progress_bars(run.stderr) == [4]  # the training bar, 4 steps
     assert "evaluating 1/1" in run.stderr  # the evaluations' progress, in the training bar
     assert "were applied for backward compatibility" not in run.stdout + run.stderr
     assert "eval_accuracy" in run.stdout  # the evaluations ran
+    assert "Writing model shards" not in run.stderr
+    assert list(tmp_path.glob("checkpoint-*")), "checkpoints were saved"
 
 
 @pytest.mark.slow  # 150 training steps
