@@ -34,7 +34,8 @@ ANY_MARKER = re.compile(r"^\s*<!--\s*docs-test")  # a line that is a marker (wel
 OUTPUT_PATH = re.compile(r"(?<![\w/.-])(?=(?:runs|benchmarks/results)/)")
 VENV_BIN = re.compile(r"(?<![\w/.-])\.venv/bin/")
 RUNS_PROGRAM = re.compile(r"(?:^|\s)(?:\S*/)?scripts/\S+\.py(?:\s|$)|(?:^|\s)-m\s+\S")
-OUTPUT_FLAG = re.compile(r"--(?:output_dir|out)\s+(?P<path>\S+)")
+# not a placeholder such as benchmarks.seeds' "{output_dir}", which the runner fills in under its --out
+OUTPUT_FLAG = re.compile(r"--(?:output_dir|out)\s+(?P<path>(?!\{)\S+)")
 
 
 @dataclass(frozen=True)
