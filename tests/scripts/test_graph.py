@@ -65,7 +65,7 @@ def test_solubility_regression_with_gps_performer(train_graph, tmp_path):
 def test_solubility_classes_with_graphormer(train_graph, tmp_path):
     args = run_args(tmp_path, *SLICE, "--attention_type", "full", "--label_column", "sol_class")
     metrics = train_graph.main(args)
-    assert 0 <= metrics["eval_accuracy"] <= 1
+    assert round(metrics["eval_accuracy"] * 32, 6).is_integer()  # over exactly the 32 capped test molecules
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path)
     config = model.config
     assert type(model).__name__ == "EfficientGraphForGraphClassification"
