@@ -3,7 +3,7 @@ numerically equal to PyG's ``GATConv`` / ``GATv2Conv`` given the same weights (s
 
 Both score each edge j -> i with a small additive network instead of a dot product, then take the softmax
 over i's incoming edges and the weighted sum of values, exactly as ``graph_sparse`` (whose pattern, softmax,
-aggregation and returned weights they share, :class:`~hf_efficient.attention.graph_sparse.EdgeAttention`).
+aggregation and returned weights they share, :class:`~hf_efficient.attention._edge_attention.EdgeAttention`).
 Per head, with W_q h_i = q_i (target side), W_k h_j = k_j (source side), v_j the message:
 
     GAT:    e_ij = LeakyReLU(a_dst . q_i + a_src . k_j + (W_e x_ij)_h)
@@ -45,7 +45,7 @@ Beyond PyG: positive edge weights (p_ij ∝ w_ij exp(e_ij)), padded batches, ``o
 sparse (b, h, n, n) tensor of per-edge probabilities (PyG's ``return_attention_weights``). Deviations from
 the papers: GAT's original model applies ELU between layers and averages heads in the output layer; here the
 encoder block (output projection, feed-forward) follows. The backward is once-differentiable. While tracing,
-the scores (GATv2's per-edge vectors unchunked) go through graph_sparse's ``EdgeScatter``.
+the scores (GATv2's per-edge vectors unchunked) go through the shared ``EdgeScatter`` (``_edge_attention``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from .graph_sparse import EdgeAttention, EdgeAttentionConfig, EdgePattern
+from ._edge_attention import EdgeAttention, EdgeAttentionConfig, EdgePattern
 from .registry import register_attention
 from .utils import ChunkBuffers, rows_per_chunk
 
@@ -70,7 +70,7 @@ class GATConfig(EdgeAttentionConfig):
     Attributes:
         negative_slope: LeakyReLU's slope for negative inputs (PyG and the papers: 0.2), >= 0.
         add_self_loops: True by default, as PyG (see
-            :class:`~hf_efficient.attention.graph_sparse.EdgeAttentionConfig`).
+            :class:`~hf_efficient.attention._edge_attention.EdgeAttentionConfig`).
     """
 
     add_self_loops: bool = True

@@ -23,8 +23,8 @@ diffusion alpha (I - (1 - alpha) A)^{-1} V. Limits: alpha = 1 gives V; K = 1 giv
 (1 - alpha) * one-hop attention + alpha V; K = 0 gives V.
 
 Cost: O(K E h d) time, O(E h) for the one-hop probabilities plus K copies of (b, h, n, d) saved for the
-backward (each hop is graph_sparse's CSR x dense product over all heads, with its custom backward). No
-(n x n) matrix, except on request: ``output_attentions=True`` returns the diffused attention
+backward (each hop is the shared edge machinery's CSR x dense product over all heads, with its custom
+backward). No (n x n) matrix, except on request: ``output_attentions=True`` returns the diffused attention
 T = sum_{k < K} theta_k A^k + (1 - alpha)^K A^K as a dense (b, h, n, n) tensor (O(K E h n) time,
 O(b h n^2) memory; for small graphs).
 
@@ -48,16 +48,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ._edge_attention import EdgeAttention, EdgePattern, edge_aggregate, from_slots, to_slots
 from .gat import additive_scores
-from .graph_sparse import (
-    EdgeAttention,
-    EdgePattern,
-    GraphSparseConfig,
-    dot_product_scores,
-    edge_aggregate,
-    from_slots,
-    to_slots,
-)
+from .graph_sparse import GraphSparseConfig, dot_product_scores
 from .registry import register_attention
 
 SCORES = ("gat", "dot")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention
-from hf_efficient.attention.graph_sparse import EdgePattern, _EdgeAggregate, _EdgeScores, _EdgeSoftmax
+from hf_efficient.attention._edge_attention import EdgePattern, _EdgeAggregate, _EdgeScores, _EdgeSoftmax
 
 from .helpers import (
     adjacency_to_edges,
