@@ -125,8 +125,10 @@ def run_all(args: argparse.Namespace) -> dict:
                 continue
             try:
                 outcome = seeds.main([*seed_args, "--metrics", task.metric, "train_runtime", "--", *command])
-            except SystemExit:  # some seed failed: report the others
-                outcome = json.loads((out / "seeds.json").read_text())
+            except SystemExit as stop:
+                if stop.code != 1:  # refused before running anything (the folder holds another command's
+                    raise  # runs): its message says why; an old summary must not pass for this run's
+                outcome = json.loads((out / "seeds.json").read_text())  # some seed failed: report the others
             results.setdefault(task_name, {})[setting] = outcome
     return results
 

@@ -82,3 +82,16 @@ def test_report_only_tables_the_finished_seeds_and_runs_nothing(tmp_path):
     assert "| `gat` | 60.0 ± 14.1 (2) |" in summary and "| `gatv2` | 80.0 (1 seed) |" in summary
     assert "| `graph_sparse` | - |" in summary
     assert not (tmp_path / "karate" / "graph_sparse").exists()  # nothing was run
+
+
+def test_a_folder_of_another_command_is_refused_not_reported_from_its_old_summary(tmp_path):
+    # karate/gat holds runs (and a summary) of a command that differs from what this run would give
+    folder = tmp_path / "karate" / "gat"
+    folder.mkdir(parents=True)
+    (folder / "command.json").write_text(json.dumps(["python", "other_script.py", "--seed", "{seed}"]))
+    old_summary = {"label": "gat", "runs": {}, "failed": [], "aggregate": {}}
+    (folder / "seeds.json").write_text(json.dumps(old_summary))
+    options = ["--tasks", "karate", "--settings", "gat", "--seeds", "0", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match="holds runs of another command"):
+        bench.main(options)
+    assert not (tmp_path / "summary.md").exists()
