@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hf_efficient import EfficientBertForMaskedLM, EfficientViTForImageClassification
+from hf_efficient.modeling import blocks
 from hf_efficient.modeling.blocks import CompactDropout
 
 from .helpers import assert_same_gradients, parameter_gradients
@@ -15,6 +16,12 @@ from .text.helpers import batch
 from .text.helpers import tiny_config as text_config
 from .vision.helpers import images
 from .vision.helpers import tiny_config as vision_config
+
+
+@pytest.fixture(autouse=True)
+def save_memory_on_every_size(monkeypatch):
+    """The savings apply from 4M elements up; these tiny models must take that path too."""
+    monkeypatch.setattr(blocks, "MIN_ELEMENTS_TO_SAVE_MEMORY", 0)
 
 
 def text_model_and_loss():
@@ -98,3 +105,23 @@ def test_double_backward_through_the_recomputed_activation():
         parameter_gradients(model, lambda: penalty(loss, model)),
         parameter_gradients(model, lambda: penalty(plain(loss), model)),
     )
+
+
+def test_small_tensors_keep_the_plain_ops(monkeypatch):
+    """Below the size threshold (where the plain ops were measured faster) nothing changes."""
+    monkeypatch.setattr(blocks, "MIN_ELEMENTS_TO_SAVE_MEMORY", 10**9)
+    model, loss = text_model_and_loss()
+    outputs = []
+    for layer in model.bert.encoder.layer:
+        layer.intermediate.intermediate_act_fn.register_forward_hook(
+            lambda module, args, out: outputs.append(weakref.ref(out))
+        )
+    value = loss()
+    gc.collect()
+    assert sum(ref() is not None for ref in outputs) == model.config.num_hidden_layers
+    value.backward()
+    saved = []
+    x = torch.randn(64, 64, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.dtype) or t, lambda t: t):
+        CompactDropout(0.25).train()(x)
+    assert saved == [torch.float32]  # F.dropout's own mask
