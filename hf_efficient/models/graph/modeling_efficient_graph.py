@@ -30,12 +30,14 @@ from ...attention.inputs import (
     normalize_padding_mask,
 )
 from ...modeling.blocks import (
+    CompactDropout,
     EfficientAttention,
     EfficientEncoder,
     EfficientIntermediate,
     EfficientLayer,
     EfficientOutput,
     EfficientSelfAttention,
+    feed_forward,
 )
 from ...modeling.checks import (
     check_float_input,
@@ -73,7 +75,7 @@ class EfficientGraphEmbeddings(nn.Module):
         self.de_encoder = nn.Linear(config.de_dim, hidden) if config.de_dim else None
         self.virtual_token = nn.Embedding(1, hidden) if config.add_virtual_token else None
         self.LayerNorm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = CompactDropout(config.hidden_dropout_prob)
 
     def _node_features(self, node_feat: torch.Tensor) -> torch.Tensor:
         """(b, n, F) node features (checked by ``EfficientGraphModel.check_inputs``) -> (b, n, D)."""
@@ -169,7 +171,7 @@ class EfficientGraphHybridLayer(GradientCheckpointingLayer):
         local, _ = self.local_attention(hidden_states, local_inputs)
         global_, weights = self.attention(hidden_states, inputs_for(self.attention.self.core, inputs))
         summed = local + global_  # (b, n', D)
-        return self.output(self.intermediate(summed), summed), weights
+        return feed_forward(self, summed, summed), weights
 
 
 class EfficientGraphPreTrainedModel(EfficientPreTrainedModel):

@@ -25,7 +25,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
 from ...attention.cache import EfficientCache
-from ...modeling.blocks import EfficientEncoder
+from ...modeling.blocks import CompactDropout, EfficientEncoder
 from ...modeling.checks import (
     check_class_labels,
     check_float_input,
@@ -57,7 +57,7 @@ class EfficientBertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.token_type_embeddings = nn.Embedding(config.type_vocab_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = CompactDropout(config.hidden_dropout_prob)
 
     def forward(
         self, input_ids, token_type_ids, position_ids, inputs_embeds, past_length: int = 0

@@ -27,7 +27,7 @@ from transformers.models.vit_mae.modeling_vit_mae import (
 from transformers.utils.generic import can_return_tuple
 
 from ...attention.inputs import AttentionInputs
-from ...modeling.blocks import EfficientEncoder, EfficientPreNormLayer
+from ...modeling.blocks import CompactDropout, EfficientEncoder, EfficientPreNormLayer
 from ...modeling.checks import check_float_input, check_not_empty, checking_values
 from ...modeling.heads import classification_loss
 from ...modeling.pretrained import EfficientPreTrainedModel
@@ -101,7 +101,7 @@ class EfficientViTEmbeddings(nn.Module):
         table = torch.zeros(1, config.max_position_embeddings, config.hidden_size)
         self.position_embeddings = nn.Parameter(table, requires_grad=not fixed_positions)
         # ViT-MAE's embeddings have no dropout (its layers do).
-        self.dropout = nn.Identity() if fixed_positions else nn.Dropout(config.hidden_dropout_prob)
+        self.dropout = nn.Identity() if fixed_positions else CompactDropout(config.hidden_dropout_prob)
 
     def position_table(self, grid: tuple[int, int]) -> torch.Tensor:
         """(1, 1 + h * w, D) positions for a grid: the stored table at the config's size; otherwise the
