@@ -71,6 +71,12 @@ class EdgeAttentionConfig(AttentionConfig):
             raise ValueError(f"attention_config['edge_dim'] must be None or >= 1, got {self.edge_dim}.")
 
 
+# Bytes of the dense operand per column block of a CSR x dense product (see EdgePattern._blocked_product):
+# about an L2 and a half of this machine (2 MiB L2 per core, 32 MiB shared L3); 8 blocks of 6.4 MB were the
+# fastest cut of a 51 MB operand.
+COLUMN_BLOCK_BYTES = 8 * 2**20
+
+
 def _index_dtype(largest: int) -> torch.dtype:
     """int32 indices while they fit (half the memory and bandwidth of int64), else int64."""
     return torch.int32 if largest < 2**31 - 1 else torch.int64
@@ -233,6 +239,67 @@ class EdgePattern:
         """The transpose: (N h, N h) CSR matrix M[source slot, target slot] = values (entry order)."""
         entries, crow_t, col_t = self.transpose
         return _csr(crow_t, col_t, values.index_select(0, entries), self.num_nodes * self.num_heads)
+
+    def target_product(self, values: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """``by_target(values) @ dense``: (E h,) entry values, (N h, d) -> (N h, d), column-blocked when
+        ``dense`` is large (see :meth:`_blocked_product`)."""
+        return self._blocked_product("target", values, dense)
+
+    def source_product(self, values: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """``by_source(values) @ dense``: the transpose's product, blocked as :meth:`target_product`."""
+        return self._blocked_product("source", values, dense)
+
+    def _blocked_product(self, side: str, values: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+        """The CSR x dense product, its columns cut into blocks whose rows of ``dense`` fit in cache.
+
+        Each entry reads the ``dense`` row of its column; on a graph without locality those reads are
+        random, and once ``dense`` outgrows the cache every one is a DRAM miss. Cut into column blocks of
+        about ``COLUMN_BLOCK_BYTES`` of ``dense``, out = sum_b A[:, b] @ dense[b] reads each block's rows
+        from cache (measured on 200k nodes x 4 heads, d = 16, one thread: 214 ms in one product, 82 ms in
+        8 blocks, 135 ms in 16, where the output's extra passes start to cost). Below one block, the plain
+        product."""
+        rows = self.num_nodes * self.num_heads
+        count = -(-dense.numel() * dense.element_size() // COLUMN_BLOCK_BYTES)  # ceil
+        if count <= 1:
+            matrix = self.by_target(values) if side == "target" else self.by_source(values)
+            return matrix @ dense
+        out = dense.new_zeros(rows, dense.shape[1])
+        for entries, crow, col, start, stop in self._column_blocks(side, count):
+            block = _csr_rect(crow, col, values.index_select(0, entries), rows, stop - start)
+            out.addmm_(block, dense[start:stop])
+        return out
+
+    def _column_blocks(self, side: str, count: int) -> list:
+        """[(entry indices in entry order (e_b,), row pointers (N h + 1,), local columns (e_b,), first column,
+        end column)] of the pattern (``side="target"``) or its transpose cut into ``count`` column blocks;
+        built once per pattern, side and count."""
+        cache = self.__dict__.setdefault("_column_block_cache", {})
+        if (side, count) not in cache:
+            rows = self.num_nodes * self.num_heads
+            if side == "target":
+                entries = torch.arange(self.num_entries, device=self.slot_col.device)
+                crow, col = self.slot_crow, self.slot_col
+            else:
+                entries, crow, col = self.transpose
+                entries = entries.long()
+            row_of = torch.arange(rows, device=col.device).repeat_interleave(crow.diff().long())  # (E h,)
+            width = -(-rows // count)
+            blocks = []
+            for start in range(0, rows, width):
+                stop = min(start + width, rows)
+                keep = (col >= start) & (col < stop)  # entries of this block, still in row order
+                local_rows = row_of[keep]
+                blocks.append(
+                    (
+                        entries[keep],
+                        _row_pointers(local_rows, rows).to(col.dtype),
+                        (col[keep] - start).to(col.dtype),
+                        start,
+                        stop,
+                    )
+                )
+            cache[(side, count)] = blocks
+        return cache[(side, count)]
 
     def segment(self, values: torch.Tensor, reduce: str) -> torch.Tensor:
         """Reduce (E h,) entry values over each target slot's entries -> (N h,)."""
@@ -407,9 +474,13 @@ def _row_pointers_from_lengths(lengths: torch.Tensor) -> torch.Tensor:
 
 
 def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, n: int) -> torch.Tensor:
+    return _csr_rect(crow, col, values, n, n)
+
+
+def _csr_rect(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, rows: int, cols: int):
     with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
         warnings.simplefilter("ignore")
-        return torch.sparse_csr_tensor(crow, col, values, (n, n), check_invariants=False)
+        return torch.sparse_csr_tensor(crow, col, values, (rows, cols), check_invariants=False)
 
 
 def to_slots(x: torch.Tensor) -> torch.Tensor:
@@ -438,8 +509,9 @@ class _EdgeScores(torch.autograd.Function):
     def backward(ctx, grad_scores):
         query, key = ctx.saved_tensors
         pattern, grad_scores = ctx.pattern, (grad_scores * ctx.scale).contiguous()
-        grad_query = pattern.by_target(grad_scores) @ key if ctx.needs_input_grad[0] else None  # sum_j g k_j
-        grad_key = pattern.by_source(grad_scores) @ query if ctx.needs_input_grad[1] else None  # sum_i g q_i
+        needs_query, needs_key = ctx.needs_input_grad[:2]
+        grad_query = pattern.target_product(grad_scores, key) if needs_query else None  # sum_j g k_j
+        grad_key = pattern.source_product(grad_scores, query) if needs_key else None  # sum_i g q_i
         return grad_query, grad_key, None, None
 
 
@@ -474,7 +546,7 @@ class _EdgeAggregate(torch.autograd.Function):
         probs, value = probs.contiguous(), value.contiguous()
         ctx.save_for_backward(probs, value)
         ctx.pattern = pattern
-        return pattern.by_target(probs) @ value
+        return pattern.target_product(probs, value)
 
     @staticmethod
     @once_differentiable
@@ -482,7 +554,8 @@ class _EdgeAggregate(torch.autograd.Function):
         probs, value = ctx.saved_tensors
         pattern, grad_out = ctx.pattern, grad_out.contiguous()
         grad_probs = pattern.sampled_dot(grad_out, value) if ctx.needs_input_grad[0] else None  # g_i . v_j
-        grad_value = pattern.by_source(probs) @ grad_out if ctx.needs_input_grad[1] else None  # sum_i p g_i
+        needs_value = ctx.needs_input_grad[1]
+        grad_value = pattern.source_product(probs, grad_out) if needs_value else None  # sum_i p g_i
         return grad_probs, grad_value, None
 
 

@@ -247,3 +247,34 @@ def test_edge_feature_errors():
         make_core("graph_sparse", edge_feature_mode="concat")
     with pytest.raises(ValueError, match="edge_dim"):
         make_core("graph_sparse", edge_dim=0)
+
+
+@pytest.mark.parametrize("block_bytes", [2_000, 700])
+def test_column_blocked_products_equal_the_plain_ones(monkeypatch, block_bytes):
+    """Large dense operands go through column blocks (EdgePattern._blocked_product); forced here on a small
+    graph: the pattern's and its transpose's products, and the core's gradients, equal the one-block path."""
+    import hf_efficient.attention._edge_attention as edges
+
+    torch.manual_seed(0)
+    n, h, d = 60, 2, 4
+    edge_index = torch.randint(0, n, (2, 400))
+    pattern = EdgePattern.of(edge_index, n, h, None)
+    values = torch.rand(pattern.num_entries, dtype=torch.float64)
+    dense = torch.randn(n * h, d, dtype=torch.float64)
+    plain_target, plain_source = pattern.by_target(values) @ dense, pattern.by_source(values) @ dense
+    monkeypatch.setattr(edges, "COLUMN_BLOCK_BYTES", block_bytes)  # 3-6 blocks of the 3,840-byte operand
+    assert len(pattern._column_blocks("target", -(-dense.numel() * 8 // block_bytes))) > 1
+    torch.testing.assert_close(pattern.target_product(values, dense), plain_target, rtol=0, atol=1e-12)
+    torch.testing.assert_close(pattern.source_product(values, dense), plain_source, rtol=0, atol=1e-12)
+
+    query, key, value = (torch.randn(n * h, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
+
+    def gradients():
+        probs = _EdgeSoftmax.apply(_EdgeScores.apply(query, key, pattern, 0.5), pattern)
+        out = _EdgeAggregate.apply(probs, value, pattern)
+        return torch.autograd.grad(out.pow(2).sum(), (query, key, value))
+
+    blocked = gradients()
+    monkeypatch.setattr(edges, "COLUMN_BLOCK_BYTES", 10**9)
+    for got, expected in zip(blocked, gradients(), strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
