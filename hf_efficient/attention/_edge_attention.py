@@ -277,11 +277,10 @@ class EdgePattern:
         if (side, count) not in cache:
             rows = self.num_nodes * self.num_heads
             if side == "target":
-                entries = torch.arange(self.num_entries, device=self.slot_col.device)
                 crow, col = self.slot_crow, self.slot_col
+                entries = torch.arange(self.num_entries, device=col.device, dtype=col.dtype)
             else:
-                entries, crow, col = self.transpose
-                entries = entries.long()
+                entries, crow, col = self.transpose  # int32 while they fit, as every index here
             row_of = torch.arange(rows, device=col.device).repeat_interleave(crow.diff().long())  # (E h,)
             width = -(-rows // count)
             blocks = []
