@@ -77,6 +77,12 @@ class EdgeAttentionConfig(AttentionConfig):
 COLUMN_BLOCK_BYTES = 8 * 2**20
 
 
+def _column_block_count(dense: torch.Tensor) -> int:
+    """How many column blocks a product reading rows of ``dense`` at random is cut into: ceil(bytes of
+    ``dense`` / ``COLUMN_BLOCK_BYTES``); 1 means the plain, unblocked product."""
+    return -(-dense.numel() * dense.element_size() // COLUMN_BLOCK_BYTES)
+
+
 def _index_dtype(largest: int) -> torch.dtype:
     """int32 indices while they fit (half the memory and bandwidth of int64), else int64."""
     return torch.int32 if largest < 2**31 - 1 else torch.int64
@@ -259,7 +265,7 @@ class EdgePattern:
         8 blocks, 135 ms in 16, where the output's extra passes start to cost). Below one block, the plain
         product."""
         rows = self.num_nodes * self.num_heads
-        count = -(-dense.numel() * dense.element_size() // COLUMN_BLOCK_BYTES)  # ceil
+        count = _column_block_count(dense)
         if count <= 1:
             matrix = self.by_target(values) if side == "target" else self.by_source(values)
             return matrix @ dense
@@ -313,9 +319,21 @@ class EdgePattern:
         return slot_values.index_select(0, self.slot_col)
 
     def sampled_dot(self, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-        """(E h,) dot products left[target slot] . right[source slot] for (N h, d) slot matrices."""
-        template = self.by_target(self._zeros(left.dtype))  # beta=0 still reads the values: they must be 0
-        return torch.sparse.sampled_addmm(template, left, right.T, beta=0.0).values()
+        """(E h,) dot products left[target slot] . right[source slot] for (N h, d) slot matrices.
+
+        The reads of ``right`` follow the entries' source slots, at random on a graph without locality: when
+        ``right`` is large they go through the pattern's column blocks as :meth:`_blocked_product`'s do (each
+        block's dot products from cache, written back to their entries' places)."""
+        count = _column_block_count(right)
+        if count <= 1:
+            template = self.by_target(self._zeros(left.dtype))  # beta=0 still reads the values: they must be 0
+            return torch.sparse.sampled_addmm(template, left, right.T, beta=0.0).values()
+        rows = self.num_nodes * self.num_heads
+        out = left.new_empty(self.num_entries)  # every entry lies in exactly one block
+        for entries, crow, col, start, stop in self._column_blocks("target", count):
+            template = _csr_rect(crow, col, left.new_zeros(entries.shape[0]), rows, stop - start)
+            out[entries] = torch.sparse.sampled_addmm(template, left, right[start:stop].T, beta=0.0).values()
+        return out
 
     def dot_scores(self, query: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
         """(E h,) scale * query[target slot] . key[source slot] for (N h, d) slot matrices."""

@@ -261,11 +261,14 @@ def test_column_blocked_products_equal_the_plain_ones(monkeypatch, block_bytes):
     pattern = EdgePattern.of(edge_index, n, h, None)
     values = torch.rand(pattern.num_entries, dtype=torch.float64)
     dense = torch.randn(n * h, d, dtype=torch.float64)
+    left = torch.randn(n * h, d, dtype=torch.float64)
     plain_target, plain_source = pattern.by_target(values) @ dense, pattern.by_source(values) @ dense
+    plain_dots = pattern.sampled_dot(left, dense)
     monkeypatch.setattr(edges, "COLUMN_BLOCK_BYTES", block_bytes)  # 3-6 blocks of the 3,840-byte operand
     assert len(pattern._column_blocks("target", -(-dense.numel() * 8 // block_bytes))) > 1
     torch.testing.assert_close(pattern.target_product(values, dense), plain_target, rtol=0, atol=1e-12)
     torch.testing.assert_close(pattern.source_product(values, dense), plain_source, rtol=0, atol=1e-12)
+    torch.testing.assert_close(pattern.sampled_dot(left, dense), plain_dots, rtol=0, atol=1e-12)
 
     query, key, value = (torch.randn(n * h, d, dtype=torch.float64, requires_grad=True) for _ in range(3))
 
