@@ -326,7 +326,7 @@ class EdgePattern:
         block's dot products from cache, written back to their entries' places)."""
         count = _column_block_count(right)
         if count <= 1:
-            template = self.by_target(self._zeros(left.dtype))  # beta=0 still reads the values: they must be 0
+            template = self.by_target(self._zeros(left.dtype))  # beta=0 still reads them: zeros
             return torch.sparse.sampled_addmm(template, left, right.T, beta=0.0).values()
         rows = self.num_nodes * self.num_heads
         out = left.new_empty(self.num_entries)  # every entry lies in exactly one block
