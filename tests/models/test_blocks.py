@@ -54,25 +54,30 @@ def test_recomputed_activation_gives_the_plain_gradients(make):
     assert_same_gradients(parameter_gradients(model, loss), parameter_gradients(model, plain(loss)))
 
 
-@pytest.mark.parametrize("make", [text_model_and_loss, vision_model_and_loss], ids=["post_norm", "pre_norm"])
-def test_activation_output_is_not_kept_for_backward(make):
-    model, loss = make()
+def activations_alive_after_forward(model, run) -> tuple[int, int]:
+    """(how many layers' act(pre) outputs are still alive after ``run()``'s forward, how many there were);
+    then the backward, so the gradients are checked to flow."""
     outputs = []  # weak references to each layer's act(pre), (b, n, intermediate_size)
-    for layer in model.base_model.encoder.layer:
+    handles = [
         layer.intermediate.intermediate_act_fn.register_forward_hook(
             lambda module, args, out: outputs.append(weakref.ref(out))
         )
+        for layer in model.base_model.encoder.layer
+    ]
+    value = run()
+    gc.collect()
+    alive = sum(ref() is not None for ref in outputs)
+    value.backward()
+    for handle in handles:
+        handle.remove()
+    return alive, len(outputs)
 
-    def alive_after_forward(run):
-        outputs.clear()
-        value = run()
-        gc.collect()
-        alive = sum(ref() is not None for ref in outputs)
-        value.backward()  # and the gradients still flow
-        return alive, len(outputs)
 
-    assert alive_after_forward(loss)[0] == 0  # recomputed in backward
-    alive, count = alive_after_forward(plain(loss))
+@pytest.mark.parametrize("make", [text_model_and_loss, vision_model_and_loss], ids=["post_norm", "pre_norm"])
+def test_activation_output_is_not_kept_for_backward(make):
+    model, loss = make()
+    assert activations_alive_after_forward(model, loss)[0] == 0  # recomputed in backward
+    alive, count = activations_alive_after_forward(model, plain(loss))
     assert count == alive == model.config.num_hidden_layers  # the plain path keeps every one
 
 
@@ -111,15 +116,7 @@ def test_small_tensors_keep_the_plain_ops(monkeypatch):
     """Below the size threshold (where the plain ops were measured faster) nothing changes."""
     monkeypatch.setattr(blocks, "MIN_ELEMENTS_TO_SAVE_MEMORY", 10**9)
     model, loss = text_model_and_loss()
-    outputs = []
-    for layer in model.bert.encoder.layer:
-        layer.intermediate.intermediate_act_fn.register_forward_hook(
-            lambda module, args, out: outputs.append(weakref.ref(out))
-        )
-    value = loss()
-    gc.collect()
-    assert sum(ref() is not None for ref in outputs) == model.config.num_hidden_layers
-    value.backward()
+    assert activations_alive_after_forward(model, loss) == (model.config.num_hidden_layers,) * 2
     saved = []
     x = torch.randn(64, 64, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.dtype) or t, lambda t: t):
