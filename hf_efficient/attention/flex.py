@@ -39,6 +39,9 @@ except ImportError:  # torch without FlexAttention
     BlockMask = flex_attention = None
 
 FLEX_BLOCK = 128  # tokens per BlockMask block (FlexAttention's default tile)
+# The smallest head size FlexAttention's compiled CUDA kernel takes (torch's Inductor lowering refuses fewer
+# with "NYI: embedding dimension ... must be at least 16"); "auto" takes the native path below it.
+MIN_CUDA_HEAD_DIM = 16
 IMPLEMENTATIONS = ("auto", "native", "flex")
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -61,11 +64,19 @@ def check_implementation(name: str, implementation: str) -> None:
 def use_flex(implementation: str, query: torch.Tensor, dropout: float) -> bool:
     """Whether a core configured with ``implementation`` runs this call on FlexAttention.
 
-    Raises where "flex" is forced but cannot serve the call (dropout, or a backward on CPU)."""
+    Raises where "flex" is forced but cannot serve the call (dropout, a backward on CPU, or a head size
+    under ``MIN_CUDA_HEAD_DIM`` on CUDA)."""
     if implementation == "native" or flex_attention is None:
         return False
+    head_dim = query.shape[-1]
     if implementation == "auto":
-        return query.is_cuda and dropout == 0.0
+        return query.is_cuda and dropout == 0.0 and head_dim >= MIN_CUDA_HEAD_DIM
+    if query.is_cuda and head_dim < MIN_CUDA_HEAD_DIM:
+        raise ValueError(
+            f"implementation='flex': FlexAttention's CUDA kernel needs a head size of at least "
+            f"{MIN_CUDA_HEAD_DIM}, got head_dim={head_dim} (hidden_size / num_attention_heads). Use fewer, "
+            "larger heads, or implementation='auto' (the native path for small heads)."
+        )
     if dropout > 0.0:
         raise ValueError(
             "implementation='flex': FlexAttention has no attention dropout. Set "

@@ -9,6 +9,7 @@ allowed (query, key) pair is kept, and blocks marked full hold only allowed pair
 from __future__ import annotations
 
 import contextlib
+import types
 
 import pytest
 import torch
@@ -175,6 +176,19 @@ def test_path_choice():
         use_flex("flex", q.requires_grad_(), 0.0)
     with pytest.raises(ValueError, match="implementation must be one of"):
         build_attention("longformer", AttentionSpec(2, 8), {"implementation": "triton"})
+
+
+def test_small_heads_on_cuda_take_the_native_path():
+    """FlexAttention's CUDA kernel needs head_dim >= 16 (Inductor refuses fewer): "auto" takes the native
+    path there, a forced "flex" says so at the call instead of failing inside the compiler."""
+
+    def cuda_query(head_dim: int):  # what use_flex reads of a CUDA query (none exists on a CPU machine)
+        return types.SimpleNamespace(is_cuda=True, shape=(1, 2, 8, head_dim), requires_grad=False)
+
+    assert not use_flex("auto", cuda_query(8), 0.0)
+    assert use_flex("auto", cuda_query(16), 0.0)
+    with pytest.raises(ValueError, match="head size of at least 16, got head_dim=8"):
+        use_flex("flex", cuda_query(8), 0.0)
 
 
 @pytest.mark.gpu

@@ -24,16 +24,26 @@ def save_memory_on_every_size(monkeypatch):
     monkeypatch.setattr(blocks, "MIN_ELEMENTS_TO_SAVE_MEMORY", 0)
 
 
-def text_model_and_loss():
-    model = EfficientBertForMaskedLM(text_config("full", hidden_dropout_prob=0.1)).train()
-    ids, mask = batch()
+def text_model_and_loss(device: str = "cpu"):
+    model = EfficientBertForMaskedLM(text_config("full", hidden_dropout_prob=0.1)).train().to(device)
+    ids, mask = (t.to(device) for t in batch())
     return model, lambda: model(ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss
 
 
-def vision_model_and_loss():
-    model = EfficientViTForImageClassification(vision_config("full", hidden_dropout_prob=0.1)).train()
-    pixels, labels = images(), torch.tensor([0, 1])
+def vision_model_and_loss(device: str = "cpu"):
+    model = (
+        EfficientViTForImageClassification(vision_config("full", hidden_dropout_prob=0.1)).train().to(device)
+    )
+    pixels, labels = images().to(device), torch.tensor([0, 1], device=device)
     return model, lambda: model(pixel_values=pixels, labels=labels).loss
+
+
+def under_bfloat16_autocast(loss):
+    def run():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return loss()
+
+    return run
 
 
 def plain(loss):
@@ -54,31 +64,37 @@ def test_recomputed_activation_gives_the_plain_gradients(make):
     assert_same_gradients(parameter_gradients(model, loss), parameter_gradients(model, plain(loss)))
 
 
-@pytest.mark.parametrize("make", [text_model_and_loss, vision_model_and_loss], ids=["post_norm", "pre_norm"])
-def test_activation_output_is_not_kept_for_backward(make):
-    model, loss = make()
+def activations_alive_after_forward(model, run) -> tuple[int, int]:
+    """(how many layers' act(pre) outputs are still alive after ``run()``'s forward, how many there were);
+    then the backward, so the gradients are checked to flow."""
     outputs = []  # weak references to each layer's act(pre), (b, n, intermediate_size)
-    for layer in model.base_model.encoder.layer:
+    handles = [
         layer.intermediate.intermediate_act_fn.register_forward_hook(
             lambda module, args, out: outputs.append(weakref.ref(out))
         )
+        for layer in model.base_model.encoder.layer
+    ]
+    value = run()
+    gc.collect()
+    alive = sum(ref() is not None for ref in outputs)
+    value.backward()
+    for handle in handles:
+        handle.remove()
+    return alive, len(outputs)
 
-    def alive_after_forward(run):
-        outputs.clear()
-        value = run()
-        gc.collect()
-        alive = sum(ref() is not None for ref in outputs)
-        value.backward()  # and the gradients still flow
-        return alive, len(outputs)
 
-    assert alive_after_forward(loss)[0] == 0  # recomputed in backward
-    alive, count = alive_after_forward(plain(loss))
+@pytest.mark.parametrize("make", [text_model_and_loss, vision_model_and_loss], ids=["post_norm", "pre_norm"])
+def test_activation_output_is_not_kept_for_backward(make):
+    model, loss = make()
+    assert activations_alive_after_forward(model, loss)[0] == 0  # recomputed in backward
+    alive, count = activations_alive_after_forward(model, plain(loss))
     assert count == alive == model.config.num_hidden_layers  # the plain path keeps every one
 
 
-def test_compact_dropout_keeps_a_bool_mask_and_the_dropout_maths():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_compact_dropout_keeps_a_bool_mask_and_the_dropout_maths(device):
     dropout = CompactDropout(0.25).train()
-    x = torch.randn(200, 500, requires_grad=True)
+    x = torch.randn(200, 500, device=device, requires_grad=True)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         y = dropout(x)
@@ -89,6 +105,17 @@ def test_compact_dropout_keeps_a_bool_mask_and_the_dropout_maths():
     y.sum().backward()
     torch.testing.assert_close(x.grad, kept.float() / 0.75)
     assert torch.equal(dropout.eval()(x), x)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("make", [text_model_and_loss, vision_model_and_loss], ids=["post_norm", "pre_norm"])
+def test_savings_on_cuda_under_bfloat16_autocast(make):
+    """The recompute and the 1-byte masks on a GPU in mixed precision (Trainer's --bf16): the same gradients
+    as the plain path, and no activation output kept."""
+    model, loss = make("cuda")
+    loss = under_bfloat16_autocast(loss)
+    assert_same_gradients(parameter_gradients(model, loss), parameter_gradients(model, plain(loss)))
+    assert activations_alive_after_forward(model, loss)[0] == 0
 
 
 def test_double_backward_through_the_recomputed_activation():
@@ -111,15 +138,7 @@ def test_small_tensors_keep_the_plain_ops(monkeypatch):
     """Below the size threshold (where the plain ops were measured faster) nothing changes."""
     monkeypatch.setattr(blocks, "MIN_ELEMENTS_TO_SAVE_MEMORY", 10**9)
     model, loss = text_model_and_loss()
-    outputs = []
-    for layer in model.bert.encoder.layer:
-        layer.intermediate.intermediate_act_fn.register_forward_hook(
-            lambda module, args, out: outputs.append(weakref.ref(out))
-        )
-    value = loss()
-    gc.collect()
-    assert sum(ref() is not None for ref in outputs) == model.config.num_hidden_layers
-    value.backward()
+    assert activations_alive_after_forward(model, loss) == (model.config.num_hidden_layers,) * 2
     saved = []
     x = torch.randn(64, 64, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.dtype) or t, lambda t: t):

@@ -384,7 +384,9 @@ def test_script_errors_are_clear(pretrain_mlm, finetune_glue, data, tmp_path):
     with pytest.raises(ValueError, match=r"no column 'body'.*\['text'\]"):
         pretrain_mlm.main(pretrain_args(data, tmp_path / "b", "full", {}, "--text_column", "body"))
     with pytest.raises(ValueError, match=r"Unknown task_name 'sst-2'. Valid task names: cola, sst2"):
-        finetune_glue.main(["--task_name", "sst-2", "--model_name_or_path", str(MINILM), "--output_dir", "x"])
+        finetune_glue.main(
+            ["--task_name", "sst-2", "--model_name_or_path", str(MINILM), "--output_dir", str(tmp_path / "c")]
+        )
     long_inputs = ["--task_name", "rotten_tomatoes", "--model_name_or_path", str(MINILM)]
     with pytest.raises(ValueError, match=r"max_seq_length=1024 is larger than .*=512"):
         finetune_glue.main([*long_inputs, "--max_seq_length", "1024", "--output_dir", str(tmp_path)])

