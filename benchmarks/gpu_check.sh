@@ -6,11 +6,12 @@
 #   benchmarks/gpu_check.sh [OUT_DIR]            # on a CUDA machine (default OUT_DIR: benchmarks/results/gpu)
 #   benchmarks/gpu_check.sh --dry-run [OUT_DIR]  # on a CPU: the same code at tiny sizes (CI runs this)
 #
-# Needs: python3 with torch (>= 2.5, FlexAttention), transformers, accelerate, safetensors, tokenizers, scipy,
-# Pillow, matplotlib and pytest; the GPU images of this project's device machines have them. hf_efficient
-# runs from this checkout (PYTHONPATH), so nothing is installed and no network is needed. Each step has its
-# own time limit, the benchmark first (it writes results.json after every point), so a stuck step cannot
-# take the whole budget and the check ends within about 8 minutes.
+# Needs: python3 with torch (>= 2.5, FlexAttention), transformers (the version pyproject.toml asks for),
+# accelerate, safetensors, tokenizers, scipy, Pillow, matplotlib and pytest; the GPU images of this project's
+# device machines have them (an older transformers there: put the wheel of ours first on PYTHONPATH).
+# hf_efficient runs from this checkout (PYTHONPATH), so nothing is installed and no network is needed. Each
+# step has its own time limit, the benchmark first (it writes results.json after every point), so a stuck
+# step cannot take the whole budget and the check ends within about 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
