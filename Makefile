@@ -23,7 +23,7 @@ lint: install
 	$(PY) -m ruff format --check .
 
 # The full suite, what CI runs (.ci/run): lint, then every test, the `slow` and `distributed` ones included
-# (about 3.5 minutes on a quiet 2-core machine; tests marked `gpu` are skipped without CUDA).
+# (about 25 minutes on a quiet 2-core machine; tests marked `gpu` are skipped without CUDA).
 test: lint
 	$(PY) -m pytest -q
 
