@@ -79,7 +79,10 @@ COLUMN_BLOCK_BYTES = 8 * 2**20
 
 def _column_block_count(dense: torch.Tensor) -> int:
     """How many column blocks a product reading rows of ``dense`` at random is cut into: ceil(bytes of
-    ``dense`` / ``COLUMN_BLOCK_BYTES``); 1 means the plain, unblocked product."""
+    ``dense`` / ``COLUMN_BLOCK_BYTES``) on a CPU; 1 (the plain, unblocked product) below one block and on
+    other devices, whose sparse kernels and caches the block size was not measured for."""
+    if dense.device.type != "cpu":
+        return 1
     return -(-dense.numel() * dense.element_size() // COLUMN_BLOCK_BYTES)
 
 
