@@ -73,9 +73,10 @@ def use_flex(implementation: str, query: torch.Tensor, dropout: float) -> bool:
         return query.is_cuda and dropout == 0.0 and head_dim >= MIN_CUDA_HEAD_DIM
     if query.is_cuda and head_dim < MIN_CUDA_HEAD_DIM:
         raise ValueError(
-            f"implementation='flex': FlexAttention's CUDA kernel needs a head size of at least "
-            f"{MIN_CUDA_HEAD_DIM}, got head_dim={head_dim} (hidden_size / num_attention_heads). Use fewer, "
-            "larger heads, or implementation='auto' (the native path for small heads)."
+            f"FlexAttention's CUDA kernel needs a head size of at least {MIN_CUDA_HEAD_DIM}, got "
+            f"head_dim={head_dim} (hidden_size / num_attention_heads). Use fewer, larger heads, or the "
+            "native path: attention_config implementation='auto' or 'native' (for `full`, "
+            "attn_implementation='sdpa')."
         )
     if dropout > 0.0:
         raise ValueError(
