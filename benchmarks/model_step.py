@@ -1,19 +1,21 @@
 """A whole training step (forward, backward, AdamW step): tokens/s, model FLOPs utilisation, peak memory and
-where the time goes.
+where the time goes, for the text, vision and graph encoders (``--encoder``).
 
-The model is ``benchmarks.text_model``'s (a 4-layer, hidden-256, 4-head, intermediate-1024
+The text model is ``benchmarks.text_model``'s (a 4-layer, hidden-256, 4-head, intermediate-1024
 ``EfficientBertForMaskedLM`` with BERT's 30,522-token vocabulary, ``max_position_embeddings`` = n, hidden
-dropout 0.1) on one batch of random tokens, 15% of them masked for the MLM loss. One step is
+dropout 0.1) on one batch of random tokens, 15% of them masked for the MLM loss; the vision and graph
+encoders take the same sizes for ViT image classification on n patches and node classification on a graph
+of n nodes (``benchmarks.step_models``, where each one's batch and FLOPs are defined). One step is
 ``model(**batch).loss.backward(); optimizer.step(); optimizer.zero_grad()`` with ``torch.optim.AdamW``.
 
 Each (type, length, variant) point runs in a fresh process (``benchmarks.harness``). A *variant* changes how
 the same model trains:
 
 ==================  ====================================================================================
-default             the model's defaults (``sparse_prediction=None``: the masked positions only, through
-                    the chunked loss, no vocabulary-sized tensor)
-sparse_logits       ``sparse_prediction=True``: the (M, V) logits of the masked positions are built
-dense_head          ``sparse_prediction=False``: BERT's head, (b, n, V) logits
+default             the model's defaults (text: ``sparse_prediction=None``, the masked positions only,
+                    through the chunked loss, no vocabulary-sized tensor)
+sparse_logits       text: ``sparse_prediction=True``: the (M, V) logits of the masked positions are built
+dense_head          text: ``sparse_prediction=False``: BERT's head, (b, n, V) logits
 checkpointing       ``model.gradient_checkpointing_enable()``: each layer recomputed in backward
 core_checkpointing  ``model.attention_checkpointing_enable()``: each attention core recomputed in backward
 compile             ``torch.compile(model)`` (inductor; what Trainer's ``torch_compile=True`` does)
@@ -21,11 +23,12 @@ compile             ``torch.compile(model)`` (inductor; what Trainer's ``torch_c
 
 Model FLOPs utilisation (MFU) = the step's model FLOPs / its median time / the machine's sgemm peak measured
 in the same run (an S x S float32 matmul, S = --sgemm_size, the points' thread count, before and after the
-points; the higher of the two). Model FLOPs count the
-matrix products of one forward + backward (3 x forward): every linear map of the encoder (2 x rows x in x
-out), the attention core's from the registry's FLOP model (``benchmarks.flops``), the MLM head on the
-positions it scores; recomputation (checkpointing) is not counted, as MFU's definition asks. Peak memory is
-the process's peak resident size during the steps minus its size before them (parameters and inputs).
+points; the higher of the two). Model FLOPs count the matrix products of one forward + backward (3 x
+forward): every linear map of the encoder (2 x rows x in x out), the attention core's from the registry's
+FLOP model (``benchmarks.flops``), the input map and the head on the positions it scores
+(``benchmarks.step_models``); recomputation (checkpointing) is not counted, as MFU's definition asks. Peak
+memory is the process's peak resident size during the steps minus its size before them (parameters and
+inputs).
 
 After the timed steps, one more step runs under ``torch.profiler`` with a scope per component
 (``benchmarks.breakdown``): embeddings, projections, attention core, feed-forward, norms/activations/
@@ -34,6 +37,8 @@ dropout, head + loss, optimizer step; the summary gives each one's share of the 
 
     python -m benchmarks.model_step --types full_sdpa linear --lengths 512 8192
     python -m benchmarks.model_step --types linear --lengths 16384 --variants default dense_head
+    python -m benchmarks.model_step --encoder vision --types full_sdpa swin_window --lengths 1024 4096
+    python -m benchmarks.model_step --encoder graph --types graph_sparse gat --lengths 10000 50000
     python -m benchmarks.model_step --preset smoke               # tiny, for tests
 
 Writes ``<out>/results.json``, ``<out>/summary.md``, ``<out>/throughput.png``, ``<out>/mfu.png``,
@@ -47,7 +52,7 @@ import functools
 import json
 from pathlib import Path
 
-from benchmarks import breakdown, flops
+from benchmarks import breakdown, flops, step_models
 from benchmarks.harness import (
     ProcessOptions,
     add_point_arguments,
@@ -61,23 +66,34 @@ from benchmarks.harness import (
 from benchmarks.mechanisms import BASELINE, bench_configs, is_exact
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, pyplot, status_cell, write_report
-from benchmarks.text_model import MASK_PROBABILITY, MODEL, add_model_arguments, mlm_model_and_batch
+from benchmarks.text_model import MASK_PROBABILITY, MODEL, add_model_arguments
 
+SMOKE_MODEL = dict(
+    num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=512
+)
+# Per preset: each encoder's (types, lengths); lengths count tokens, patches (a square) or nodes.
 PRESETS = {
     "full": dict(
-        types=["full_sdpa", "linear", "performer", "longformer", "nystromformer"],
-        lengths=[512, 8192, 16384],
+        points={
+            "text": (["full_sdpa", "linear", "performer", "longformer", "nystromformer"], [512, 8192, 16384]),
+            "vision": (
+                ["full_sdpa", "linear", "performer", "swin_window", "nystromformer"],
+                [1024, 4096, 16384],
+            ),
+            "graph": (["graph_sparse", "gat", "full_sdpa"], [1000, 10000]),
+        },
         repeats=3,
         model=MODEL,
         sgemm_size=4096,
     ),
     "smoke": dict(
-        types=["full_sdpa", "linear"],
-        lengths=[64],
+        points={
+            "text": (["full_sdpa", "linear"], [64]),
+            "vision": (["full_sdpa", "linear"], [64]),
+            "graph": (["graph_sparse", "full_sdpa"], [64]),
+        },
         repeats=1,
-        model=dict(
-            num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=512
-        ),
+        model=SMOKE_MODEL,
         sgemm_size=256,
     ),
 }
@@ -89,43 +105,13 @@ VARIANTS = {
     "core_checkpointing": {"attention_checkpointing": True},
     "compile": {"compile": True},
 }
-POINT_SETTINGS = "batch threads warmup repeats hidden_dropout model config".split()
-
-
-def linear_flops(model, rows: int) -> dict[str, float]:
-    """Forward FLOPs of the encoder's linear maps on ``rows`` tokens, per component (projections,
-    feed-forward), from the modules' own shapes (shared query/key has no key projection to count)."""
-    from torch import nn
-
-    totals = {breakdown.PROJECTIONS: 0.0, breakdown.FEED_FORWARD: 0.0}
-    for label, module in breakdown.component_modules(model):
-        if isinstance(module, nn.Linear) and label in totals:
-            totals[label] += 2.0 * rows * module.in_features * module.out_features
-    return totals
-
-
-def mlm_step_flops(model, batch: dict, point: argparse.Namespace, attention_config: dict) -> dict[str, float]:
-    """Forward + backward FLOPs of one MLM step per component: linear maps, the core's FLOP model (every
-    layer), the head on the positions it scores (the masked ones unless the head is dense)."""
-    config = model.config
-    b, n = batch["input_ids"].shape
-    per_layer_core = flops.forward_flops(
-        point.type,
-        n,
-        heads=config.num_attention_heads,
-        head_dim=config.hidden_size // config.num_attention_heads,
-        config=attention_config,
-        batch=b,
-    )
-    dense_head = config.sparse_prediction is False
-    scored = b * n if dense_head else int((batch["labels"] != -100).sum())
-    head = 2.0 * scored * config.hidden_size * (config.hidden_size + config.vocab_size)
-    forward = {
-        **linear_flops(model, b * n),
-        breakdown.CORE: None if per_layer_core is None else per_layer_core * config.num_hidden_layers,
-        breakdown.HEAD: head,
-    }
-    return {k: None if v is None else flops.BACKWARD_FACTOR * v for k, v in forward.items()}
+# Per encoder: (the step's task, what n counts)
+STEP_NAMES = {
+    "text": ("MLM", "tokens"),
+    "vision": ("image classification", "patches"),
+    "graph": ("node classification", "nodes"),
+}
+POINT_SETTINGS = "encoder batch threads warmup repeats hidden_dropout model config".split()
 
 
 def run_point(point: argparse.Namespace) -> dict:
@@ -138,12 +124,14 @@ def run_point(point: argparse.Namespace) -> dict:
     settings = dict(VARIANTS[point.variant])
     compiled, checkpointing = settings.pop("compile", False), settings.pop("gradient_checkpointing", False)
     core_checkpointing = settings.pop("attention_checkpointing", False)
-    model, batch, (attention_type, implementation, attention_config) = mlm_model_and_batch(point, **settings)
+    model, batch, (attention_type, implementation, attention_config) = step_models.model_and_batch(
+        point, **settings
+    )
     if checkpointing:
         model.gradient_checkpointing_enable()
     if core_checkpointing:
         model.attention_checkpointing_enable()
-    step_flops = mlm_step_flops(model, batch, point, attention_config)
+    step_flops = step_models.step_flops(model, batch, point, attention_config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     forward = torch.compile(model) if compiled else model
     losses = []
@@ -159,9 +147,10 @@ def run_point(point: argparse.Namespace) -> dict:
     timing = measure(step, point.warmup, point.repeats)
     # A compiled model runs its modules inside one graph: no per-module scopes to read.
     profiled, profiled_wall_ms = (None, None) if compiled else breakdown.profile_step(model, step)
-    b, n = batch["input_ids"].shape
+    b, n = point.batch, point.length  # n tokens, patches or nodes
     known = [v for v in step_flops.values() if v is not None]
     return {
+        "encoder": point.encoder,
         "type": point.type,
         "attention_type": attention_type,
         "attn_implementation": implementation,
@@ -203,12 +192,15 @@ def summarize(records: list[dict], meta: dict) -> str:
         mfu = "?" if r["mfu"] is None else f"{100 * r['mfu']:.0f}%"
         return f"{r['tokens_per_s']:,.0f}{speed} / {mfu} / {r['peak_mib']:,.0f}"
 
-    model, sgemm = meta["model"], meta["sgemm"]
+    model, sgemm, encoder = meta["model"], meta["sgemm"], meta["encoder"]
     peak = f"sgemm peak {sgemm['gflops']:.1f} GFLOP/s" if sgemm else "sgemm peak not measured"
+    task, unit = STEP_NAMES[encoder]
+    vocab = f", vocab {model['vocab_size']}" if encoder == "text" else ""
     lines = [
-        f"### training step (MLM forward + backward + AdamW), {model['num_hidden_layers']} layers, hidden "
-        f"{model['hidden_size']}, {model['num_attention_heads']} heads, vocab {model['vocab_size']}, batch "
-        f"{meta['batch']}, {meta['threads']} threads, {peak}: tokens/s (x vs {BASELINE}) / MFU / peak MiB",
+        f"### {encoder} training step ({task} forward + backward + AdamW), "
+        f"{model['num_hidden_layers']} layers, hidden {model['hidden_size']}, "
+        f"{model['num_attention_heads']} heads{vocab}, batch {meta['batch']}, "
+        f"{meta['threads']} threads, {peak}: {unit}/s (x vs {BASELINE}) / MFU / peak MiB; n = {unit}",
         "",
     ]
     rows = [[t, v, *(status_cell(by_point.get((t, n, v)), cell) for n in lengths)] for t, v in series]
@@ -262,9 +254,12 @@ def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
+    parser.add_argument("--encoder", choices=step_models.ENCODERS, default="text")
     parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
     parser.add_argument("--types", nargs="+", help="benchmark type names (default: the preset's)")
-    parser.add_argument("--lengths", nargs="+", type=int, help="sequence lengths (default: the preset's)")
+    parser.add_argument(
+        "--lengths", nargs="+", type=int, help="tokens, patches (a square) or nodes (default: the preset's)"
+    )
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["default"])
     add_model_arguments(parser)
     parser.add_argument("--sgemm_size", type=int, help="S of the S x S sgemm peak (0: not measured)")
@@ -277,7 +272,8 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args_with_plugins(make_parser, argv)
     preset = PRESETS[args.preset]
-    types, lengths = args.types or preset["types"], sorted(args.lengths or preset["lengths"])
+    preset_types, preset_lengths = preset["points"][args.encoder]
+    types, lengths = args.types or preset_types, sorted(args.lengths or preset_lengths)
     args.repeats = args.repeats or preset["repeats"]
     args.model = args.model or json.dumps(preset["model"])
     sgemm_size = preset["sgemm_size"] if args.sgemm_size is None else args.sgemm_size
@@ -300,11 +296,12 @@ def main(argv: list[str] | None = None) -> dict:
     records = [add_utilisation(record, sgemm) for record in records]
     meta = {
         **machine_meta(args.threads),
+        "encoder": args.encoder,
         "sgemm": sgemm,
         "batch": args.batch,
         "model": json.loads(args.model),
         "hidden_dropout": args.hidden_dropout,
-        "mask_probability": MASK_PROBABILITY,
+        "mask_probability": MASK_PROBABILITY if args.encoder == "text" else None,
         "optimizer": "AdamW",
         "warmup": args.warmup,
         "repeats": args.repeats,
@@ -316,7 +313,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     results = {"meta": meta, "records": records}
     plots = {
-        "throughput.png": functools.partial(plot_series, records, "tokens_per_s", "tokens / second"),
+        "throughput.png": functools.partial(
+            plot_series, records, "tokens_per_s", f"{STEP_NAMES[args.encoder][1]} / second"
+        ),
         "mfu.png": functools.partial(plot_series, records, "mfu", "model FLOPs utilisation"),
         "memory.png": functools.partial(plot_series, records, "peak_mib", "peak MiB"),
         "breakdown.png": functools.partial(plot_breakdown, records),

@@ -1,12 +1,14 @@
 """The whole-training-step benchmark: its FLOP count, its per-component breakdown and its report."""
 
 import json
+import types
 
 import pytest
 import torch
 
-from benchmarks import breakdown, model_step
+from benchmarks import breakdown, model_step, step_models
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+from hf_efficient.attention import get_attention_class
 
 from .cli import run_module
 
@@ -61,15 +63,62 @@ def test_step_flops_count_every_linear_map_the_core_and_the_scored_head():
     labels = torch.full((1, 64), -100)
     labels[0, :5] = 7
     batch = {"input_ids": torch.ones(1, 64, dtype=torch.long), "labels": labels}
-    point = type("Point", (), {"type": "full_sdpa"})()
-    counted = model_step.mlm_step_flops(model, batch, point, {})
+    point = types.SimpleNamespace(type="full_sdpa", encoder="text")
+    counted = step_models.step_flops(model, batch, point, {})
     D, inner, n, layers, vocab = 32, 64, 64, 2, 512
     assert counted[breakdown.PROJECTIONS] == 3 * layers * 4 * 2 * n * D * D
     assert counted[breakdown.FEED_FORWARD] == 3 * layers * 2 * 2 * n * D * inner
     assert counted[breakdown.CORE] == 3 * layers * 4 * n * n * D  # QK^T and PV over both heads
     assert counted[breakdown.HEAD] == 3 * 2 * 5 * D * (D + vocab)  # the 5 masked positions
     config.sparse_prediction = False  # BERT's head scores every position
-    assert model_step.mlm_step_flops(model, batch, point, {})[breakdown.HEAD] == 3 * 2 * n * D * (D + vocab)
+    assert step_models.step_flops(model, batch, point, {})[breakdown.HEAD] == 3 * 2 * n * D * (D + vocab)
+
+
+def point_of(encoder: str, attention_type: str, length: int) -> types.SimpleNamespace:
+    sizes = json.dumps(SIZES)
+    return types.SimpleNamespace(
+        encoder=encoder,
+        type=attention_type,
+        config=None,
+        model=sizes,
+        batch=1,
+        length=length,
+        hidden_dropout=0.0,
+    )
+
+
+def test_vision_step_flops_count_patch_embedding_encoder_on_cls_and_patches_and_head():
+    point = point_of("vision", "full_sdpa", 16)  # a 16 x 16 image of 4 x 4 patches
+    model, batch, _ = step_models.model_and_batch(point)
+    assert batch["pixel_values"].shape == (1, 3, 16, 16)
+    counted = step_models.step_flops(model, batch, point, {})
+    D, inner, layers, tokens = 32, 64, 2, 17  # [CLS] + 16 patches
+    assert counted[breakdown.EMBEDDINGS] == 3 * 2 * 16 * (3 * 4 * 4) * D
+    assert counted[breakdown.PROJECTIONS] == 3 * layers * 4 * 2 * tokens * D * D
+    assert counted[breakdown.FEED_FORWARD] == 3 * layers * 2 * 2 * tokens * D * inner
+    assert counted[breakdown.CORE] == 3 * layers * 4 * tokens * tokens * D
+    assert counted[breakdown.HEAD] == 3 * 2 * D * step_models.NUM_CLASSES
+    model(**batch).loss.backward()  # the batch trains the model
+
+
+def test_graph_step_flops_count_the_attended_edges():
+    point = point_of("graph", "graph_sparse", 50)
+    model, batch, (_, _, config) = step_models.model_and_batch(point)
+    attended = batch["edge_index"].shape[1]
+    assert attended >= 50 * step_models.EDGES_PER_NODE  # the random in-edges, plus self loops where missing
+    counted = step_models.step_flops(model, batch, point, config)
+    per_head = get_attention_class("graph_sparse").forward_flops(50, 16, None, num_edges=attended)
+    assert counted[breakdown.CORE] == pytest.approx(3 * 2 * 2 * per_head)  # backward x layers x heads
+    assert counted[breakdown.PROJECTIONS] == 3 * 2 * 4 * 2 * 50 * 32 * 32
+    assert counted[breakdown.EMBEDDINGS] == 3 * 2 * 50 * step_models.GRAPH_FEATURES * 32
+    model(**batch).loss.backward()
+
+
+def test_encoder_settings_that_do_not_apply_are_refused():
+    with pytest.raises(ValueError, match="perfect square, e.g. 9 or 16"):
+        step_models.model_and_batch(point_of("vision", "full_sdpa", 10))
+    with pytest.raises(ValueError, match="sparse_prediction is a setting of the text model's MLM head"):
+        step_models.model_and_batch(point_of("graph", "graph_sparse", 20), sparse_prediction=False)
 
 
 @pytest.mark.slow  # a subprocess per point and the sgemm peak (about 40 s)
@@ -107,3 +156,32 @@ def test_model_step_benchmark_smoke(tmp_path):
     assert "| full_sdpa | default |" in summary and "(x1.00)" in summary and "optimizer step" in summary
     for name in ("throughput.png", "mfu.png", "memory.png", "breakdown.png"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+@pytest.mark.slow  # a subprocess per point (about 30 s)
+@pytest.mark.parametrize("encoder", ["vision", "graph"])
+def test_model_step_benchmark_smoke_for_vision_and_graph(tmp_path, encoder):
+    run_module(
+        "model_step",
+        "--encoder",
+        encoder,
+        "--preset",
+        "smoke",
+        "--threads",
+        "1",
+        "--sgemm_size",
+        "0",
+        "--out",
+        str(tmp_path),
+    )
+    results = json.loads((tmp_path / "results.json").read_text())
+    records = results["records"]
+    assert {r["status"] for r in records} == {"ok"}, records
+    assert results["meta"]["encoder"] == encoder and {r["encoder"] for r in records} == {encoder}
+    assert {r["type"] for r in records} == set(model_step.PRESETS["smoke"]["points"][encoder][0])
+    for r in records:
+        assert r["length"] == 64 and r["tokens_per_s"] == pytest.approx(64 / r["median_s"])
+        assert r["breakdown_ms"][breakdown.CORE] > 0 and r["breakdown_ms"][breakdown.OPTIMIZER] > 0
+        assert r["flops_by_component"][breakdown.EMBEDDINGS] > 0  # the patch embedding / node encoder
+    unit = {"vision": "patches", "graph": "nodes"}[encoder]
+    assert f"{unit}/s" in (tmp_path / "summary.md").read_text()

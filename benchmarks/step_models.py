@@ -1,0 +1,189 @@
+"""The model, batch and matrix FLOPs of one training-step point of ``benchmarks.model_step``, per encoder.
+
+A point's ``length`` n is what grows with the input in each encoder:
+
+==========  ==========================================================================================
+text        n tokens: ``benchmarks.text_model``'s masked-LM model and batch (15% of the tokens masked)
+vision      n patches (a perfect square): ``EfficientViTForImageClassification`` on one random image of
+            sqrt(n) x sqrt(n) patches of ``PATCH`` pixels (n + 1 tokens with [CLS]), 10 classes
+graph       n nodes: ``EfficientGraphForNodeClassification`` on one random graph with
+            ``EDGES_PER_NODE`` random in-edges per node plus a self loop (``benchmarks.graph_scale``'s
+            graphs), a label per node
+==========  ==========================================================================================
+
+Every encoder takes the sizes of ``--model`` (layers, hidden size, heads, intermediate size; the text
+model's vocabulary) and the attention type's benchmark settings. Matrix FLOPs of one forward, per
+component of ``benchmarks.breakdown``: every linear map of the encoder (2 x rows x in x out), the core's
+FLOP model (``benchmarks.flops``) times the layers, the input map (patch embedding; node encoder) and the
+head on the positions it scores; forward + backward = ``flops.BACKWARD_FACTOR`` x forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from benchmarks import breakdown, flops
+from benchmarks.mechanisms import resolve
+from benchmarks.text_model import mlm_model_and_batch
+
+ENCODERS = ("text", "vision", "graph")
+PATCH = 4  # pixels per patch side: n = 16,384 patches is a 512 x 512 image
+NUM_CLASSES = 10
+EDGES_PER_NODE = 10
+GRAPH_FEATURES = 16  # node feature width of the synthetic graphs
+TEXT_ONLY_FIELDS = ("sparse_prediction",)  # config fields of the MLM head (model_step's variants)
+
+
+def linear_flops(model, rows: int) -> dict[str, float]:
+    """Forward FLOPs of the encoder's linear maps on ``rows`` tokens, per component (projections,
+    feed-forward), from the modules' own shapes (shared query/key has no key projection to count)."""
+    from torch import nn
+
+    totals = {breakdown.PROJECTIONS: 0.0, breakdown.FEED_FORWARD: 0.0}
+    for label, module in breakdown.component_modules(model):
+        if isinstance(module, nn.Linear) and label in totals:
+            totals[label] += 2.0 * rows * module.in_features * module.out_features
+    return totals
+
+
+def core_flops(benchmark_type: str, model, b: int, n: int, attention_config: dict, degree: float = 16):
+    """Forward FLOPs of the attention core in every layer on b x n tokens (or nodes of in-degree
+    ``degree``), None where the type has no FLOP model."""
+    config = model.config
+    per_layer = flops.forward_flops(
+        benchmark_type,
+        n,
+        heads=config.num_attention_heads,
+        head_dim=config.hidden_size // config.num_attention_heads,
+        config=attention_config,
+        batch=b,
+        graph_degree=degree,
+    )
+    return None if per_layer is None else per_layer * config.num_hidden_layers
+
+
+def _encoder_config_fields(point: argparse.Namespace, config_fields: dict) -> dict:
+    """The sizes of --model (less the text vocabulary) and the dropout settings, for vision and graph."""
+    for name in config_fields:
+        if name in TEXT_ONLY_FIELDS:
+            raise ValueError(
+                f"model_step: {name} is a setting of the text model's MLM head; the {point.encoder} encoder "
+                "has none. Use the variants default, checkpointing, core_checkpointing or compile."
+            )
+    sizes = {k: v for k, v in json.loads(point.model).items() if k != "vocab_size"}
+    return dict(sizes, hidden_dropout_prob=point.hidden_dropout, attention_probs_dropout_prob=0.0)
+
+
+def vision_model_and_batch(point: argparse.Namespace, **config_fields):
+    """(model, batch of pixel_values (b, 3, s, s) / labels (b,), (type, implementation, attention_config))."""
+    import torch
+
+    from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
+
+    side = math.isqrt(point.length)
+    if side * side != point.length:
+        raise ValueError(
+            f"model_step: the vision encoder's length counts patches of a square image, got {point.length}; "
+            f"give a perfect square, e.g. {side * side} or {(side + 1) ** 2}."
+        )
+    attention_type, implementation, attention_config = resolve(point.type, point.config)
+    config = EfficientViTConfig(
+        **_encoder_config_fields(point, config_fields),
+        image_size=side * PATCH,
+        patch_size=PATCH,
+        num_labels=NUM_CLASSES,
+        attention_type=attention_type,
+        attention_config=attention_config or None,
+    )
+    model = EfficientViTForImageClassification._from_config(config, attn_implementation=implementation)
+    pixels = torch.randn(point.batch, config.num_channels, side * PATCH, side * PATCH)
+    batch = {"pixel_values": pixels, "labels": torch.randint(0, NUM_CLASSES, (point.batch,))}
+    return model.train(), batch, (attention_type, implementation, attention_config)
+
+
+def graph_model_and_batch(point: argparse.Namespace, **config_fields):
+    """(model, collated batch of one graph of n nodes, (type, implementation, attention_config))."""
+    from hf_efficient.models.graph import (
+        EfficientGraphConfig,
+        EfficientGraphForNodeClassification,
+        GraphCollator,
+    )
+
+    from .graph_scale import synthetic_graph
+
+    if point.batch != 1:
+        raise ValueError(
+            f"model_step: the graph encoder trains on one graph per step, got --batch {point.batch}."
+        )
+    attention_type, implementation, attention_config = resolve(point.type, point.config)
+    config = EfficientGraphConfig(
+        **_encoder_config_fields(point, config_fields),
+        node_feature_dim=GRAPH_FEATURES,
+        num_labels=NUM_CLASSES,
+        attention_type=attention_type,
+        attention_config=attention_config or None,
+    )
+    model = EfficientGraphForNodeClassification._from_config(config, attn_implementation=implementation)
+    n = point.length
+    record = synthetic_graph(n, n * EDGES_PER_NODE, GRAPH_FEATURES, NUM_CLASSES, seed=0)
+    collator = GraphCollator.for_config(config, label_level="node", add_self_loops=config.needs_edges())
+    batch = collator([record])
+    if not config.needs_edges():
+        batch.pop("edge_index")  # dense attention: the structure is not read
+    return model.train(), batch, (attention_type, implementation, attention_config)
+
+
+def text_step_flops(model, batch: dict, point: argparse.Namespace, attention_config: dict) -> dict:
+    """Forward FLOPs of the MLM step: encoder, core, and the head on the positions it scores (the masked
+    ones unless the head is dense)."""
+    config = model.config
+    b, n = batch["input_ids"].shape
+    dense_head = config.sparse_prediction is False
+    scored = b * n if dense_head else int((batch["labels"] != -100).sum())
+    return {
+        **linear_flops(model, b * n),
+        breakdown.CORE: core_flops(point.type, model, b, n, attention_config),
+        breakdown.HEAD: 2.0 * scored * config.hidden_size * (config.hidden_size + config.vocab_size),
+    }
+
+
+def vision_step_flops(model, batch: dict, point: argparse.Namespace, attention_config: dict) -> dict:
+    """Forward FLOPs of the classification step: patch embedding, encoder on n + 1 tokens, head on [CLS]."""
+    config = model.config
+    b, n = batch["pixel_values"].shape[0], point.length
+    patch_inputs = config.num_channels * config.patch_size**2
+    return {
+        breakdown.EMBEDDINGS: 2.0 * b * n * patch_inputs * config.hidden_size,
+        **linear_flops(model, b * (n + 1)),
+        breakdown.CORE: core_flops(point.type, model, b, n + 1, attention_config),
+        breakdown.HEAD: 2.0 * b * config.hidden_size * config.num_labels,
+    }
+
+
+def graph_step_flops(model, batch: dict, point: argparse.Namespace, attention_config: dict) -> dict:
+    """Forward FLOPs of the node-classification step: node encoder, encoder, core over the attended edges
+    (self loops included), head on every node."""
+    config = model.config
+    n = point.length
+    attended = batch["edge_index"].shape[1] if "edge_index" in batch else EDGES_PER_NODE * n
+    return {
+        breakdown.EMBEDDINGS: 2.0 * n * GRAPH_FEATURES * config.hidden_size,
+        **linear_flops(model, n),
+        breakdown.CORE: core_flops(point.type, model, 1, n, attention_config, degree=attended / n),
+        breakdown.HEAD: 2.0 * n * config.hidden_size * config.num_labels,
+    }
+
+
+def model_and_batch(point: argparse.Namespace, **config_fields):
+    """The point's encoder model in training mode, its batch, and (type, implementation, attention_config)."""
+    build = {"text": mlm_model_and_batch, "vision": vision_model_and_batch, "graph": graph_model_and_batch}
+    return build[point.encoder](point, **config_fields)
+
+
+def step_flops(model, batch: dict, point: argparse.Namespace, attention_config: dict) -> dict:
+    """Forward + backward matrix FLOPs of the point's step per component (None where unknown)."""
+    count = {"text": text_step_flops, "vision": vision_step_flops, "graph": graph_step_flops}[point.encoder]
+    forward = count(model, batch, point, attention_config)
+    return {k: None if v is None else flops.BACKWARD_FACTOR * v for k, v in forward.items()}
