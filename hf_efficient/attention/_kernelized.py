@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from .base import AttentionCore, AttentionOutput
 from .cache import RecurrentStateLayer
 from .inputs import AttentionInputs, is_tracing
-from .utils import CHUNK_BYTES, rows_per_chunk
+from .utils import CHUNK_BYTES, feature_chunk_budget, rows_per_chunk
 
 # Chunk budget for (chunk x m) feature tensors. Well below utils.CHUNK_BYTES: forward+backward of the
 # performer at n=4096..16384 ran ~20% faster with 4-8 MiB chunks than with 24 MiB ones (cache reuse), and
@@ -148,7 +148,8 @@ def kernelized_attention(
         rows = rows_per_chunk(b * h * itemsize * widest, n, budget or CHUNK_BYTES)
         rows = max(block, rows // block * block)
     else:
-        rows = rows_per_chunk(b * h * num_features * itemsize, n, budget or FEATURE_CHUNK_BYTES)
+        budget = budget or feature_chunk_budget(FEATURE_CHUNK_BYTES, value.device)
+        rows = rows_per_chunk(b * h * num_features * itemsize, n, budget)
     if is_tracing():  # one chunk: a traced graph (torch.export / torch.compile) has no loop over chunks
         chunks = [(query, key, value, keep, key_maxima)]
         block = (

@@ -46,7 +46,7 @@ from ._kernelized import FEATURE_CHUNK_BYTES, KernelizedAttentionCore
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
 from .registry import register_attention
-from .utils import orthogonal_gaussian_features, row_slices, rows_per_chunk
+from .utils import feature_chunk_budget, orthogonal_gaussian_features, row_slices, rows_per_chunk
 
 RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical_stabilizer
 # Exponents are floored here (features >= e^-80 ~ 2e-35 of a row's largest, 0 in every float32 sum) before
@@ -177,7 +177,8 @@ class PerformerAttention(KernelizedAttentionCore):
     def _key_maxima(self, key: torch.Tensor, mask: torch.Tensor | None, w_t: torch.Tensor) -> torch.Tensor:
         """max over features f of (W k'_j)_f - |k'_j|^2/2 for each key j, -inf at padded keys: (b, h, n)."""
         b, h, n, _ = key.shape
-        rows = rows_per_chunk(b * h * w_t.shape[1] * key.element_size(), n, FEATURE_CHUNK_BYTES)
+        budget = feature_chunk_budget(FEATURE_CHUNK_BYTES, key.device)
+        rows = rows_per_chunk(b * h * w_t.shape[1] * key.element_size(), n, budget)
         maxima = []
         for piece in row_slices(n, rows):  # one slice of everything while tracing
             x = key[:, :, piece]  # (b, h, c, d)

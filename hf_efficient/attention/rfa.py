@@ -67,6 +67,7 @@ from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
 from .utils import (
     extend_padding_mask,
+    feature_chunk_budget,
     orthogonal_gaussian_features,
     pad_to_multiple,
     row_slices,
@@ -175,7 +176,8 @@ class _NonCausalRFA(torch.autograd.Function):
         b, h, n, d = query.shape
         m = base.shape[1]
         weight_t = (sigma * base).transpose(1, 2)  # (h, d, m): W^T with W = sigma * W~
-        rows = rows_per_chunk(b * h * 2 * m * query.element_size(), n, _FEATURE_CHUNK_BYTES)
+        budget = feature_chunk_budget(_FEATURE_CHUNK_BYTES, query.device)
+        rows = rows_per_chunk(b * h * 2 * m * query.element_size(), n, budget)
         state_sin, state_cos = (query.new_zeros(b * h, m, d + 1) for _ in range(2))
         for piece in row_slices(n, rows):
             sin_k, cos_k = _sin_cos(_unit(key[:, :, piece])[0], weight_t)  # (b, h, c, m) each

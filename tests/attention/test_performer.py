@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention import AttentionSpec, _kernelized, build_attention
 from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONENT_FLOOR
 from hf_efficient.attention.performer import RELU_FEATURE_FLOOR
-from hf_efficient.attention.utils import orthogonal_gaussian_features
+from hf_efficient.attention.utils import CUDA_CHUNK_FACTOR, feature_chunk_budget, orthogonal_gaussian_features
 
 from .helpers import kernel_quadratic_form, make_core, make_qkv, reference_attention
 
@@ -187,3 +187,27 @@ def test_causal_outputs_do_not_depend_on_later_keys():
         steps.append(out)
     torch.testing.assert_close(torch.stack(steps, dim=2), whole, atol=1e-5, rtol=1e-5)
     assert state.shift.shape == (1, 2, 1, 1) and state.sums.shape == (1, 2, 64, 9)
+
+
+def test_feature_chunks_are_larger_on_cuda():
+    """CPU-sized feature chunks left performer and rfa bound by per-chunk launch work on a GPU; on CUDA the
+    budget is CUDA_CHUNK_FACTOR times the CPU one, on every other device unchanged."""
+    budget = 8 * 2**20
+    assert feature_chunk_budget(budget, torch.device("cpu")) == budget
+    assert feature_chunk_budget(budget, torch.device("cuda")) == CUDA_CHUNK_FACTOR * budget == 16 * budget
+
+
+@pytest.mark.gpu
+def test_performer_on_cuda_uses_the_larger_feature_chunks(monkeypatch):
+    budgets = []
+    plain = _kernelized.rows_per_chunk
+
+    def recording(bytes_per_row, total_rows, budget):
+        budgets.append(budget)
+        return plain(bytes_per_row, total_rows, budget)
+
+    monkeypatch.setattr(_kernelized, "rows_per_chunk", recording)
+    core = make_core("performer").cuda()
+    q, k, v = (t.cuda() for t in make_qkv(b=1, n=64, d=8))
+    core(q, k, v)
+    assert budgets == [CUDA_CHUNK_FACTOR * _kernelized.FEATURE_CHUNK_BYTES]
