@@ -264,12 +264,11 @@ def test_train_listops_script_two_types(tmp_path):
             + ["--output_dir", str(tmp_path / attention_type), *COMMON]
         )
         saved = json.loads((tmp_path / attention_type / "listops_results.json").read_text())
-        # accuracies count whole sequences: of the 16 test and 8 validation ones
-        assert saved["attention_type"] == attention_type and (saved["test_accuracy"] * 16).is_integer()
-        assert (saved["eval_accuracy"] * 8).is_integer() and 0 <= saved["eval_accuracy"] <= 1
+        # accuracies count whole sequences: 0..16 of the 16 test ones, 0..8 of the 8 validation ones
+        assert saved["attention_type"] == attention_type and saved["test_accuracy"] * 16 in range(17)
+        assert saved["eval_accuracy"] * 8 in range(9)
         assert saved["steps"] == 2 and saved["seconds_per_step"] > 0
-        assert (saved["test_outer_operator_baseline"] * 16).is_integer()
-        assert 0 <= saved["test_accuracy"] <= 1 and 0 <= saved["test_outer_operator_baseline"] <= 1
+        assert saved["test_outer_operator_baseline"] * 16 in range(17)
         assert [step for step, _ in saved["eval_curve"]] == [1, 2]  # --eval_steps 1, then the final model
         assert saved["eval_curve"][-1][1] == saved["eval_accuracy"]
         assert saved["padded_to"] == (61 if attention_type == "linformer" else None)  # fixed length: padded

@@ -196,7 +196,8 @@ def test_finetune_a_transformers_vit_checkpoint_on_an_imagefolder(finetune_image
     args += ["--per_device_train_batch_size", "8"]
     args += ["--attention_type", "nystromformer", "--max_steps", "2", "--validation_split_percentage", "25"]
     metrics = finetune_image_classification.main(args)
-    assert metrics["eval_samples_per_second"] > 0 and 0 <= metrics["eval_accuracy"] <= 1
+    # accuracy counts whole images: 0..6 of the 6 held out (25% of 24)
+    assert metrics["eval_samples_per_second"] > 0 and metrics["eval_accuracy"] * 6 in range(7)
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["model_type"] == "efficient_vit" and config["num_channels"] == 3
     assert config["id2label"] == {"0": "even", "1": "odd"} and config["attention_type"] == "nystromformer"
