@@ -31,6 +31,10 @@ import torch  # noqa: E402
 from .script_loader import SCRIPT_NAMES, load_script  # noqa: E402
 
 torch.set_num_threads(1)
+# The GPU tests compile FlexAttention for many (core, dtype, shape, mask) kinds in one process; past torch's
+# default recompile limit (8) it would fall back to its unfused kernel and those tests would no longer check
+# the compiled one (pyproject.toml turns that fallback's warning into an error).
+torch._dynamo.config.recompile_limit = 256
 
 
 @pytest.fixture(autouse=True)
