@@ -271,6 +271,13 @@ def make_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args_with_plugins(make_parser, argv)
+    head_variants = [v for v in args.variants if set(VARIANTS[v]) & set(step_models.TEXT_ONLY_FIELDS)]
+    if args.encoder != "text" and head_variants:
+        make_parser().error(
+            f"--variants {' '.join(head_variants)} set the text model's MLM head; the {args.encoder} encoder "
+            "has none: use default, checkpointing, core_checkpointing or compile with --encoder "
+            f"{args.encoder}, or --encoder text"
+        )
     preset = PRESETS[args.preset]
     preset_types, preset_lengths = preset["points"][args.encoder]
     types, lengths = args.types or preset_types, sorted(args.lengths or preset_lengths)

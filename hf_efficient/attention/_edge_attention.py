@@ -334,7 +334,8 @@ class EdgePattern:
         rows = self.num_nodes * self.num_heads
         out = left.new_empty(self.num_entries)  # every entry lies in exactly one block
         for entries, crow, col, start, stop in self._column_blocks("target", count):
-            template = _csr_rect(crow, col, left.new_zeros(entries.shape[0]), rows, stop - start)
+            zeros = self._zeros(left.dtype)[: entries.shape[0]]  # a view of the cached zeros: only read
+            template = _csr_rect(crow, col, zeros, rows, stop - start)
             out[entries] = torch.sparse.sampled_addmm(template, left, right[start:stop].T, beta=0.0).values()
         return out
 

@@ -121,6 +121,15 @@ def test_encoder_settings_that_do_not_apply_are_refused():
         step_models.model_and_batch(point_of("graph", "graph_sparse", 20), sparse_prediction=False)
 
 
+def test_head_variants_for_other_encoders_are_refused_before_any_point_runs(tmp_path, capsys):
+    arguments = ["--encoder", "vision", "--variants", "default", "dense_head", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit) as exit_info:
+        model_step.main(arguments)
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "--variants dense_head set the text model's MLM head" in error
+    assert "--encoder text" in error and not list(tmp_path.iterdir())
+
+
 @pytest.mark.slow  # a subprocess per point and the sgemm peak (about 40 s)
 def test_model_step_benchmark_smoke(tmp_path):
     options = [

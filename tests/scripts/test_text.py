@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -31,9 +32,14 @@ def pretrained(pretrain_mlm, data, tmp_path_factory) -> Path:
     """Longformer MLM pretrained for 8 steps on IMDB text with a WordPiece tokenizer trained on it."""
     output_dir = tmp_path_factory.mktemp("mlm_longformer")
     window = {"attention_window": 8, "global_token_indices": [0]}
-    args = pretrain_args(data, output_dir, "longformer", window, "--max_steps", "8", "--save_steps", "4")
+    fast = ("--max_steps", "8", "--save_steps", "4", "--learning_rate", "1e-2")
+    args = pretrain_args(data, output_dir, "longformer", window, *fast)
     metrics = pretrain_mlm.main([*args, "--validation_split_percentage", "10", "--warmup_steps", "0.25"])
-    assert metrics["perplexity"] > 1 and metrics["train_loss"] > 0 and 0 <= metrics["eval_accuracy"] <= 1
+    assert metrics["train_loss"] > 0
+    assert metrics["perplexity"] == pytest.approx(math.exp(metrics["eval_loss"]))
+    # 8 steps at a high learning rate learn which tokens are frequent: clearly better than a uniform guess
+    # over the 500-token vocabulary (perplexity 500; about 400 here), and some masked tokens right (~2.6%)
+    assert metrics["perplexity"] < 450 and metrics["eval_accuracy"] > 0
     return output_dir
 
 
