@@ -99,9 +99,28 @@ def test_gradcheck(causal):
     q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, n=9))
     mask = torch.ones(1, 9, dtype=torch.bool)
     mask[0, 7:] = False
-    assert torch.autograd.gradcheck(
-        lambda a, b, c: core(a, b, c, attention_mask=mask, is_causal=causal).output, (q, k, v)
-    )
+    attend = lambda a, b, c: core(a, b, c, attention_mask=mask, is_causal=causal).output  # noqa: E731
+    assert torch.autograd.gradcheck(attend, (q, k, v))
+    assert torch.autograd.gradgradcheck(attend, (q, k, v))
+
+
+def test_feature_map_keeps_its_output_not_the_queries_and_keys():
+    """phi = elu + 1 keeps phi for backward (phi' = min(phi, 1)): queries and keys are free after forward."""
+    core = make_core("linear")
+    q, k, v = (t.requires_grad_() for t in make_qkv(b=1, n=16))
+    query, key = q * 1.0, k * 1.0  # non-leaf, like the projections' outputs
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.append(t.untyped_storage().data_ptr()) or t, lambda t: t
+    ):
+        core(query, key, v, is_causal=False).output.sum().backward()
+    assert query.untyped_storage().data_ptr() not in saved and key.untyped_storage().data_ptr() not in saved
+    x = torch.tensor([-30.0, -1.0, 0.0, 0.5, 3.0], dtype=torch.float64, requires_grad=True)
+    keep = torch.tensor([True, True, True, True, False])
+    masked_elu_feature_map(x, keep).sum().backward()
+    expected = torch.tensor([-30.0, -1.0, 0.0, 0.5, 3.0], dtype=torch.float64).exp().clamp(max=1.0)
+    # 0 at the padded key; atol: elu(x) + 1 itself loses digits to cancellation at x = -30 (phi ~ 1e-13)
+    torch.testing.assert_close(x.grad, expected * keep, rtol=1e-12, atol=1e-15)
 
 
 def test_config_validation():
