@@ -45,6 +45,7 @@ import torch
 from ._kernelized import FEATURE_CHUNK_BYTES, KernelizedAttentionCore
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
+from .inputs import is_tracing
 from .registry import register_attention
 from .utils import feature_chunk_budget, orthogonal_gaussian_features, row_slices, rows_per_chunk
 
@@ -53,6 +54,38 @@ RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical
 # exp: below about -87 exp underflows into denormals, which are ~100x slower on CPU, and a checkpoint's
 # large-norm keys put many features there (fine-tuning MiniLM with Performer ran 2-3x slower without it).
 EXPONENT_FLOOR = -80.0
+
+
+def floored_exp(exponent: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+    """exp(max(exponent, EXPONENT_FLOOR)), 0 where ``keep`` is False; overwrites ``exponent``.
+
+    While recording gradients it keeps only its output for backward (see :class:`_FlooredExp`): the in-place
+    clamp_min_ of the plain form would keep a copy of its input, one (b, h, n, m) tensor per feature map."""
+    if torch.is_grad_enabled() and exponent.requires_grad and not is_tracing():
+        return _FlooredExp.apply(exponent, keep)
+    exponent = exponent.clamp_min_(EXPONENT_FLOOR)
+    if keep is not None:
+        exponent = exponent.masked_fill_(~keep, float("-inf"))  # exp -> exactly 0 (exp_ keeps its result)
+    return exponent.exp_()
+
+
+class _FlooredExp(torch.autograd.Function):
+    """phi = exp(max(e, floor)) (0 at padded keys), keeping phi only: d phi / d e = phi where e was above the
+    floor (where phi > exp(floor)), 0 where it was floored or padded. The products that read phi keep it
+    anyway, so nothing of size (b, h, n, m) is kept twice."""
+
+    @staticmethod
+    def forward(ctx, exponent: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+        phi = exponent.clamp_min(EXPONENT_FLOOR).exp_()
+        if keep is not None:
+            phi.masked_fill_(~keep, 0.0)
+        ctx.save_for_backward(phi)
+        return phi
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (phi,) = ctx.saved_tensors
+        return grad * phi * (phi > math.exp(EXPONENT_FLOOR)), None
 
 
 @dataclass
@@ -150,17 +183,13 @@ class PerformerAttention(KernelizedAttentionCore):
             # exp(W x' - |x'|^2/2 - shift) with the row's own shift max_f (W x')_f - |x'|^2/2: the
             # |x'|^2/2 terms cancel, and with them a per-row factor that out_i does not depend on.
             proj = x @ w_t  # (b, h, c, m)
-            proj = proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m)
-            return proj.clamp_min_(EXPONENT_FLOOR).exp_()
+            return floored_exp(proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m))
 
         def key_features(x: torch.Tensor, keep: torch.Tensor | None, shift: torch.Tensor) -> torch.Tensor:
             # exp(W x' - |x'|^2/2 - shift) / sqrt(m); shift (b, h, c | 1, 1) from _kernelized (see there)
             proj = x @ w_t  # (b, h, c, m)
             proj = proj.add_(-(self._half_sq_norm(x) + (shift + log_sqrt_m)))  # add: no negated copy
-            proj = proj.clamp_min_(EXPONENT_FLOOR)
-            if keep is not None:
-                proj = proj.masked_fill_(~keep, float("-inf"))  # exp -> exactly 0
-            return proj.exp_()
+            return floored_exp(proj, keep)  # exactly 0 at padded keys
 
         return {
             **arguments,
