@@ -82,6 +82,40 @@ class KernelState(NamedTuple):
     shift: torch.Tensor | None
 
 
+def feature_map_keeping_output(
+    x: torch.Tensor,
+    keep: torch.Tensor | None,
+    apply: Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor],
+    slope: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
+    """phi = apply(x, keep) for an elementwise feature map whose derivative is a function of its output,
+    d phi / d x = slope(phi) (0 where ``keep`` is False, since phi is 0 there).
+
+    While recording gradients (outside tracing) only phi is kept for backward: the products that read phi keep
+    it anyway, so x (the queries or keys, or a temporary the map's plain ops would copy) is freed after
+    forward. Otherwise ``apply`` runs as plain ops (torch.export / ONNX see those). ``apply`` may overwrite x
+    only where x is a temporary of the caller's."""
+    if torch.is_grad_enabled() and x.requires_grad and not is_tracing():
+        return _OutputKeepingMap.apply(x, keep, apply, slope)
+    return apply(x, keep)
+
+
+class _OutputKeepingMap(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, keep, apply, slope):
+        phi = apply(x, keep)  # not recorded: apply's in-place ops are free here
+        if phi.data_ptr() == x.data_ptr():  # computed in x's place: autograd must know (double backward)
+            ctx.mark_dirty(x)
+        ctx.slope = slope
+        ctx.save_for_backward(phi)
+        return phi
+
+    @staticmethod
+    def backward(ctx, grad):
+        (phi,) = ctx.saved_tensors
+        return grad * ctx.slope(phi), None, None, None  # differentiable in phi: double backward works
+
+
 def append_ones(value: torch.Tensor) -> torch.Tensor:
     """(b, h, n, d) -> (b, h, n, d + 1): the extra column of ones accumulates the normaliser z."""
     return F.pad(value, (0, 1), value=1.0)

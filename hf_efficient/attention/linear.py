@@ -25,10 +25,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ._kernelized import KernelizedAttentionCore
+from ._kernelized import KernelizedAttentionCore, feature_map_keeping_output
 from .base import AttentionCapabilities
 from .config import AttentionConfig
-from .inputs import is_tracing
 from .registry import register_attention
 
 
@@ -57,33 +56,16 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 
 
 def masked_elu_feature_map(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-    """phi(x) for keys, exactly 0 at padded positions (``keep`` (b, 1, c, 1) False)."""
-    if torch.is_grad_enabled() and x.requires_grad and not is_tracing():
-        return _EluPlusOne.apply(x, keep)
+    """phi(x) for keys, exactly 0 at padded positions (``keep`` (b, 1, c, 1) False).
+
+    Keeps only phi for backward: phi' = min(phi, 1) (exp(x) = phi for x <= 0, 1 above; 0 at padded keys), so
+    the queries and keys (32 MiB per layer at 16k tokens and hidden 256) are freed after forward."""
+    return feature_map_keeping_output(x, keep, _elu_plus_one, lambda phi: phi.clamp(max=1.0))
+
+
+def _elu_plus_one(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     phi = F.elu(x).add_(1.0)
     return phi if keep is None else phi.masked_fill_(~keep, 0.0)
-
-
-class _EluPlusOne(torch.autograd.Function):
-    """phi = elu(x) + 1 (0 where ``keep`` is False) that keeps its output, not its input, for backward.
-
-    phi' = min(phi, 1): exp(x) = phi for x <= 0, 1 for x > 0, and 0 at padded keys (phi = 0 there). The
-    products that read phi keep it anyway, so the queries and keys themselves (2 n x hidden floats per
-    layer, 32 MiB at 16k tokens and hidden 256) need not stay alive until backward. Used while recording
-    gradients outside tracing (torch.export / ONNX see plain ops)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-        phi = F.elu(x).add_(1.0)
-        if keep is not None:
-            phi.masked_fill_(~keep, 0.0)
-        ctx.save_for_backward(phi)
-        return phi
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (phi,) = ctx.saved_tensors
-        return grad * phi.clamp(max=1.0), None  # differentiable in phi: double backward works
 
 
 @register_attention("linear")

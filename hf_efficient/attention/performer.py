@@ -42,10 +42,9 @@ from typing import Literal
 
 import torch
 
-from ._kernelized import FEATURE_CHUNK_BYTES, KernelizedAttentionCore
+from ._kernelized import FEATURE_CHUNK_BYTES, KernelizedAttentionCore, feature_map_keeping_output
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
-from .inputs import is_tracing
 from .registry import register_attention
 from .utils import feature_chunk_budget, orthogonal_gaussian_features, row_slices, rows_per_chunk
 
@@ -57,35 +56,23 @@ EXPONENT_FLOOR = -80.0
 
 
 def floored_exp(exponent: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
-    """exp(max(exponent, EXPONENT_FLOOR)), 0 where ``keep`` is False; overwrites ``exponent``.
+    """exp(max(exponent, EXPONENT_FLOOR)), 0 where ``keep`` is False; overwrites ``exponent`` (a temporary).
 
-    While recording gradients it keeps only its output for backward (see :class:`_FlooredExp`): the in-place
-    clamp_min_ of the plain form would keep a copy of its input, one (b, h, n, m) tensor per feature map."""
-    if torch.is_grad_enabled() and exponent.requires_grad and not is_tracing():
-        return _FlooredExp.apply(exponent, keep)
+    Keeps only its output for backward (d phi = phi where the exponent was above the floor, i.e. where
+    phi > exp(floor); 0 where floored or padded): recorded as plain ops, the in-place clamp_min_ would keep a
+    copy of its input, one (b, h, n, m) tensor per feature map."""
+    return feature_map_keeping_output(exponent, keep, _floored_exp, _floored_exp_slope)
+
+
+def _floored_exp(exponent: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     exponent = exponent.clamp_min_(EXPONENT_FLOOR)
     if keep is not None:
         exponent = exponent.masked_fill_(~keep, float("-inf"))  # exp -> exactly 0 (exp_ keeps its result)
     return exponent.exp_()
 
 
-class _FlooredExp(torch.autograd.Function):
-    """phi = exp(max(e, floor)) (0 at padded keys), keeping phi only: d phi / d e = phi where e was above the
-    floor (where phi > exp(floor)), 0 where it was floored or padded. The products that read phi keep it
-    anyway, so nothing of size (b, h, n, m) is kept twice."""
-
-    @staticmethod
-    def forward(ctx, exponent: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
-        phi = exponent.clamp_min(EXPONENT_FLOOR).exp_()
-        if keep is not None:
-            phi.masked_fill_(~keep, 0.0)
-        ctx.save_for_backward(phi)
-        return phi
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (phi,) = ctx.saved_tensors
-        return grad * phi * (phi > math.exp(EXPONENT_FLOOR)), None
+def _floored_exp_slope(phi: torch.Tensor) -> torch.Tensor:
+    return phi * (phi > math.exp(EXPONENT_FLOOR))
 
 
 @dataclass
