@@ -28,8 +28,8 @@ test: lint
 	$(PY) -m pytest -q
 
 # While developing: the tests not marked `slow` or `distributed` (multi-process launches, fresh interpreters,
-# real checkpoints, data downloads), under 2 minutes on a quiet 2-core machine, no lint. Not a substitute
-# for `make test` before a commit. Markers: pyproject.toml [tool.pytest.ini_options].
+# real checkpoints, data downloads), about 4 minutes on a quiet 2-core machine (3 min 43 s of pytest), no
+# lint. Not a substitute for `make test` before a commit. Markers: pyproject.toml [tool.pytest.ini_options].
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not distributed"
 
