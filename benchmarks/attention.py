@@ -21,6 +21,12 @@ with the points' thread count, median of a few after a warm-up, in its own proce
 FLOPs from the mechanism's FLOP model (``benchmarks.flops``: matrix products only, the pattern's pairs,
 forward + backward = 3 x forward), its achieved GFLOP/s (FLOPs / median time) and that as a fraction of the
 sgemm peak; a type without a model records null.
+
+Roofline (``benchmarks.roofline``): the machine's copy bandwidth is measured once per run too
+(``--bandwidth_gib``; 0 skips both), and every point runs its timed call once more while counting each aten
+op's FLOPs and bytes: its *roofline time*, the sum over ops of max(FLOPs / sgemm peak, bytes / bandwidth),
+is the least time the machine allows for the ops the core runs. ``roofline_fraction`` (that over the
+measured time) is how close the core comes; ``memory_bound_share`` says which limit binds.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from benchmarks.harness import (
     launch,
     machine_meta,
     measure,
+    measure_bandwidth,
     measure_sgemm_peak,
     set_up_torch,
     sweep,
@@ -57,18 +64,25 @@ from benchmarks.report import (
 PRESETS = {
     "full": dict(lengths=[1024, 2048, 4096, 8192, 16384], modes=["fwd", "fwd_bwd"], repeats=3),
     "demo": dict(lengths=[256, 1024, 2048], modes=["fwd_bwd"], repeats=2),
-    "smoke": dict(lengths=[64, 128], modes=["fwd_bwd"], repeats=1, heads=2, head_dim=16, sgemm_size=512),
+    "smoke": dict(
+        lengths=[64, 128],
+        modes=["fwd_bwd"],
+        repeats=1,
+        heads=2,
+        head_dim=16,
+        sgemm_size=512,
+        bandwidth_gib=1 / 32,
+    ),
 }
 # What a point process needs besides its (type, length, mode).
-POINT_SETTINGS = "batch heads head_dim threads warmup repeats graph_degree error_max_length".split()
+POINT_SETTINGS = (
+    "batch heads head_dim threads warmup repeats graph_degree error_max_length peak_gflops bandwidth_gbps"
+).split()
 
 
-def time_forward(
-    forward: Callable, leaves: list, upstream, grad: bool, warmup: int, repeats: int
-) -> Measurement:
-    """Time ``forward()`` (its output times ``upstream``, summed and back-propagated when ``grad``; the
-    leaves' gradients dropped after each call) with autograd enabled iff ``grad``."""
-    import torch
+def timed_call(forward: Callable, leaves: list, upstream, grad: bool) -> Callable[[], None]:
+    """The call a point times: ``forward()``, and when ``grad`` its output times ``upstream`` summed and
+    back-propagated, the leaves' gradients dropped after."""
 
     def call():
         out = forward()
@@ -77,8 +91,31 @@ def time_forward(
             for t in leaves:
                 t.grad = None
 
+    return call
+
+
+def time_forward(
+    forward: Callable, leaves: list, upstream, grad: bool, warmup: int, repeats: int
+) -> Measurement:
+    """Time :func:`timed_call` with autograd enabled iff ``grad``."""
+    import torch
+
     with torch.set_grad_enabled(grad):
-        return measure(call, warmup, repeats)
+        return measure(timed_call(forward, leaves, upstream, grad), warmup, repeats)
+
+
+def count_roofline(point: argparse.Namespace, call: Callable[[], None], grad: bool) -> dict | None:
+    """The roofline of ``call`` (``benchmarks.roofline``) against the run's measured limits, or None when
+    the run measured none (``--sgemm_size 0`` or ``--bandwidth_gib 0``)."""
+    import torch
+
+    from benchmarks.roofline import Traffic
+
+    if not (getattr(point, "peak_gflops", None) and getattr(point, "bandwidth_gbps", None)):
+        return None
+    with torch.set_grad_enabled(grad), Traffic(point.peak_gflops, point.bandwidth_gbps) as traffic:
+        call()
+    return traffic.summary()
 
 
 def run_point(point: argparse.Namespace) -> dict:
@@ -108,6 +145,7 @@ def run_point(point: argparse.Namespace) -> dict:
         return core(q, keys, v, edges=edges).output
 
     timing = time_forward(forward, [q, k, v], upstream, grad, point.warmup, point.repeats)
+    roofline = count_roofline(point, timed_call(forward, [q, k, v], upstream, grad), grad)
     rel_error = None  # measured after the timing: its n x n reference must not count in the peak
     if attention_type != EXACT and not caps.requires_edges and n <= point.error_max_length:
         # Approximation quality on these very inputs: ||out - exact|| / ||exact||, exact in float64. Graph
@@ -121,6 +159,8 @@ def run_point(point: argparse.Namespace) -> dict:
         "length": n,
         "mode": point.mode,
         **timing.fields(),
+        "roofline": roofline,
+        "roofline_fraction": roofline["seconds"] / timing.median_s if roofline else None,
         "rel_error": rel_error,
         "hf_efficient": hf_efficient.__version__,
     }
@@ -166,9 +206,11 @@ def _axes(records: list[dict], mode: str) -> tuple[list[int], list[str]]:
     return sorted({r["length"] for r in of_mode}), sorted({r["type"] for r in of_mode})
 
 
-def summarize(records: list[dict], modes: list[str], sgemm: dict | None = None) -> str:
+def summarize(
+    records: list[dict], modes: list[str], sgemm: dict | None = None, bandwidth: dict | None = None
+) -> str:
     """Markdown tables: time and memory per type and length (ratios against full_sdpa), achieved GFLOP/s,
-    relative error against exact attention."""
+    the roofline, relative error against exact attention."""
     by_point = _by_point(records)
     lines = []
     for mode in modes:
@@ -185,6 +227,7 @@ def summarize(records: list[dict], modes: list[str], sgemm: dict | None = None) 
         lines += [f"\n### {mode}: seconds (x speed-up vs {BASELINE}) / peak MiB", ""]
         lines += markdown_table(["type", *(f"n={n}" for n in lengths)], rows)
     lines += throughput_tables(records, modes, sgemm)
+    lines += roofline_tables(records, modes, sgemm, bandwidth)
     errors = {
         (r["type"], r["length"]): r["rel_error"]
         for r in records
@@ -223,6 +266,51 @@ def throughput_tables(records: list[dict], modes: list[str], sgemm: dict | None)
         ]
         lines += [f"\n### {mode}: achieved GFLOP/s (% of the {peak}), FLOPs from benchmarks.flops", ""]
         lines += markdown_table(["type", *(f"n={n}" for n in lengths), "FLOP model (fwd, per head)"], rows)
+    return lines
+
+
+def roofline_tables(
+    records: list[dict], modes: list[str], sgemm: dict | None, bandwidth: dict | None
+) -> list[str]:
+    """Per mode: each point's roofline fraction and memory-bound share, and at the longest length the ops
+    that take most of each type's roofline time."""
+    counted = [r for r in records if r["status"] == "ok" and r.get("roofline")]
+    if not counted:
+        return []
+    by_point = _by_point(counted)
+    limits = f"sgemm {sgemm['gflops']:.1f} GFLOP/s, copy {bandwidth['copy_gbps']:.1f} GB/s, same run"
+
+    def fraction(r: dict) -> str:
+        return (
+            f"{100 * r['roofline_fraction']:.0f}% (memory {100 * r['roofline']['memory_bound_share']:.0f}%)"
+        )
+
+    def top_ops(r: dict) -> str:
+        return ", ".join(
+            f"{o['op']} {100 * o['seconds'] / r['roofline']['seconds']:.0f}% ({o['bound']})"
+            for o in r["roofline"]["ops"][:3]
+        )
+
+    lines = []
+    for mode in modes:
+        lengths, types = _axes(counted, mode)
+        if not lengths:
+            continue
+        longest = lengths[-1]
+        rows = [
+            [t, *(status_cell(by_point.get((t, n, mode)), fraction) for n in lengths)]
+            + [status_cell(by_point.get((t, longest, mode)), top_ops)]
+            for t in types
+        ]
+        lines += [
+            f"\n### {mode}: roofline time / measured time (share of the roofline time bound by memory); "
+            f"limits: {limits}",
+            "",
+        ]
+        lines += markdown_table(
+            ["type", *(f"n={n}" for n in lengths), f"largest ops at n={longest} (share of roofline time)"],
+            rows,
+        )
     return lines
 
 
@@ -271,6 +359,11 @@ def make_parser() -> argparse.ArgumentParser:
         type=int,
         help="side of the float32 matmul that measures the peak GFLOP/s (0: skip; default 4096, smoke 512)",
     )
+    parser.add_argument(
+        "--bandwidth_gib",
+        type=float,
+        help="GiB copied to measure the memory bandwidth for the roofline (0: no roofline; default 1)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/attention"))
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0)
     return parser
@@ -286,12 +379,25 @@ def main(argv: list[str] | None = None) -> dict:
     args.head_dim = args.head_dim or preset.get("head_dim", 64)
     if args.sgemm_size is None:
         args.sgemm_size = preset.get("sgemm_size", 4096)
+    if args.bandwidth_gib is None:
+        args.bandwidth_gib = preset.get("bandwidth_gib", 1.0)
 
     options = ProcessOptions.from_args(args)
     sgemm = measure_sgemm_peak(args.sgemm_size, options)
     if sgemm is not None:
         print(f"sgemm peak ({sgemm['size']}^3, {sgemm['threads']} threads): {sgemm['gflops']:.1f} GFLOP/s")
-    settings = {name: getattr(args, name) for name in POINT_SETTINGS} | {"config": args.config}
+    bandwidth = measure_bandwidth(args.bandwidth_gib, options)
+    if bandwidth is not None:
+        print(
+            f"copy bandwidth ({bandwidth['copy_gib']:g} GiB, {bandwidth['threads']} threads): "
+            f"{bandwidth['copy_gbps']:.1f} GB/s"
+        )
+    limits = {
+        "peak_gflops": sgemm["gflops"] if sgemm else None,
+        "bandwidth_gbps": bandwidth["copy_gbps"] if bandwidth else None,
+    }
+    settings = {name: getattr(args, name) for name in POINT_SETTINGS if name not in limits}
+    settings |= limits | {"config": args.config}
 
     def run(base: dict) -> dict:
         return add_throughput(launch(run_point, {**settings, **base}, base, options), args, sgemm)
@@ -305,13 +411,14 @@ def main(argv: list[str] | None = None) -> dict:
         **attention_meta(args),
         "bench_configs": bench_configs(),
         "sgemm": sgemm,
+        "bandwidth": bandwidth,
         "flop_convention": flops.CONVENTION,
         "graph_degree": args.graph_degree,
         "plugins": args.plugin,
     }
     results = {"meta": meta, "records": records}
     plots = time_and_memory_plots(functools.partial(plot_metric, records))
-    write_report(args.out, results, summarize(records, args.modes, sgemm), plots)
+    write_report(args.out, results, summarize(records, args.modes, sgemm, bandwidth), plots)
     return results
 
 

@@ -58,9 +58,11 @@ import torch
 from benchmarks.harness import (
     ProcessOptions,
     add_point_arguments,
+    keep_freed_memory,
     launch,
     machine_meta,
     measure,
+    measure_bandwidth,
     set_up_torch,
     sweep,
 )
@@ -115,19 +117,6 @@ def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels
         "num_nodes": num_nodes,
         "y": rng.integers(0, num_labels, size=num_nodes, dtype=np.int64),  # (N,)
     }
-
-
-def keep_freed_memory() -> None:
-    """glibc: serve every allocation from the heap and keep freed memory for reuse (``mallopt``
-    M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2^31 - 1), as the environment ``MALLOC_MMAP_MAX_=0
-    MALLOC_TRIM_THRESHOLD_=2147483647`` would: tensors above 32 MiB then stop being mapped and page-faulted
-    anew at every use."""
-    import ctypes
-
-    libc = ctypes.CDLL("libc.so.6")
-    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
-    if not (libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1)):
-        raise RuntimeError("mallopt refused M_MMAP_MAX / M_TRIM_THRESHOLD")
 
 
 class PygAttention(torch.nn.Module):
@@ -299,30 +288,6 @@ def summarize(records: list[dict], bandwidth: dict | None = None) -> str:
     return "\n".join(lines)
 
 
-def bandwidth_point(point: argparse.Namespace) -> dict:
-    """Point function: the machine's memory bandwidth with ``point.threads`` threads: a copy of
-    ``point.gib`` GiB (bytes read + written over the time), and a gather of random rows of 64 floats (256
-    bytes, the rows edge kernels read at a graph's sources) from a table of that size into a reused buffer."""
-    if point.allocator == "keep":
-        keep_freed_memory()
-    set_up_torch(point.threads)
-    floats = int(point.gib * 2**30) // 4
-    source, target = torch.ones(floats), torch.empty(floats)
-    copy = measure(lambda: target.copy_(source), warmup=1, repeats=5)
-    table = source.view(-1, 64)  # (rows, 64): 256-byte rows
-    rows = torch.randint(0, table.shape[0], (2**20,))
-    out = torch.empty(rows.numel(), 64)
-    gather = measure(lambda: torch.index_select(table, 0, rows, out=out), warmup=1, repeats=5)
-    return {
-        "status": "ok",
-        "threads": point.threads,
-        "copy_gib": point.gib,
-        "copy_gbps": 2 * floats * 4 / copy.median_s / 1e9,
-        "table_gib": point.gib,
-        "gather_gbps": rows.numel() * 256 / gather.median_s / 1e9,
-    }
-
-
 def plot(records: list[dict], path: Path) -> None:
     """Seconds per step and peak MiB against node count, log-log; where a type stopped, and why."""
     types = _in_setup_order(records)
@@ -392,11 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
     records = sweep(
         bases, run, lambda p: p["type"], desc="graph scale benchmark", skipped="skipped (failed at smaller n)"
     )
-    bandwidth = None
-    if args.bandwidth_gib > 0:
-        point = {"threads": args.threads, "gib": args.bandwidth_gib, "allocator": args.allocator}
-        bandwidth = launch(bandwidth_point, point, {"gib": args.bandwidth_gib}, options)
-        bandwidth = bandwidth if bandwidth["status"] == "ok" else None
+    bandwidth = measure_bandwidth(args.bandwidth_gib, options, allocator=args.allocator)
     table = setups()
     run_meta = {
         "command": "python -m benchmarks.graph_scale " + " ".join(sys.argv[1:] if argv is None else argv),

@@ -278,3 +278,54 @@ def measure_sgemm_peak(size: int, options: ProcessOptions) -> dict | None:
     sgemm = ProcessOptions(options.threads, options.timeout)  # no cap, no plugins: a matmul only
     record = launch(sgemm_point, {"size": size, "threads": options.threads}, {"size": size}, sgemm)
     return {key: value for key, value in record.items() if key != "status"} if "gflops" in record else None
+
+
+def keep_freed_memory() -> None:
+    """glibc: serve every allocation from the heap and keep freed memory for reuse (``mallopt``
+    M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2^31 - 1), as the environment ``MALLOC_MMAP_MAX_=0
+    MALLOC_TRIM_THRESHOLD_=2147483647`` would: tensors above 32 MiB then stop being mapped and page-faulted
+    anew at every use."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    if not (libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1)):
+        raise RuntimeError("mallopt refused M_MMAP_MAX / M_TRIM_THRESHOLD")
+
+
+def bandwidth_point(point: argparse.Namespace) -> dict:
+    """Point function: the machine's memory bandwidth with ``point.threads`` threads: a copy of
+    ``point.gib`` GiB (bytes read + written over the time: what streaming eager ops get), and a gather of
+    random rows of 64 floats (256 bytes, the rows edge kernels read at a graph's sources) from a table of
+    that size into a reused buffer. ``point.allocator`` "keep": :func:`keep_freed_memory` first."""
+    import torch
+
+    if getattr(point, "allocator", "glibc") == "keep":
+        keep_freed_memory()
+    set_up_torch(point.threads)
+    floats = int(point.gib * 2**30) // 4
+    source, target = torch.ones(floats), torch.empty(floats)
+    copy = measure(lambda: target.copy_(source), warmup=1, repeats=5)
+    table = source.view(-1, 64)  # (rows, 64): 256-byte rows
+    rows = torch.randint(0, table.shape[0], (2**20,))
+    out = torch.empty(rows.numel(), 64)
+    gather = measure(lambda: torch.index_select(table, 0, rows, out=out), warmup=1, repeats=5)
+    return {
+        "status": "ok",
+        "threads": point.threads,
+        "copy_gib": point.gib,
+        "copy_gbps": 2 * floats * 4 / copy.median_s / 1e9,
+        "table_gib": point.gib,
+        "gather_gbps": rows.numel() * 256 / gather.median_s / 1e9,
+    }
+
+
+def measure_bandwidth(gib: float, options: ProcessOptions, allocator: str = "glibc") -> dict | None:
+    """The machine's copy and gather bandwidth (:func:`bandwidth_point`) with the points' thread count, in
+    a fresh process; None when ``gib`` is 0 or the measurement failed."""
+    if gib <= 0:
+        return None
+    plain = ProcessOptions(options.threads, options.timeout)  # no cap, no plugins: a copy only
+    point = {"threads": options.threads, "gib": gib, "allocator": allocator}
+    record = launch(bandwidth_point, point, {"gib": gib}, plain)
+    return record if record["status"] == "ok" else None

@@ -31,9 +31,15 @@ def test_attention_benchmark_point_runs_in_process(attention_type):
         graph_degree=4,
         memory_cap_gib=0,
         error_max_length=64,
+        peak_gflops=100.0,
+        bandwidth_gbps=10.0,
     )
     record = bench.run_point(args)
     assert record["status"] == "ok" and record["median_s"] > 0 and record["peak_mib"] >= 0
+    # Every core's forward + backward is counted: it moves bytes and runs matrix products of some kind.
+    roofline = record["roofline"]
+    assert roofline["bytes"] > 3 * 48 * 2 * 8 * 4 and roofline["flops"] > 0, roofline
+    assert record["roofline_fraction"] == pytest.approx(roofline["seconds"] / record["median_s"])
     over_edges = (
         not attention_type.startswith("full")
         and get_attention_class(attention_type).capabilities.requires_edges
@@ -54,6 +60,9 @@ def test_attention_benchmark_cli_writes_json_and_plots(tmp_path):
     assert len(results["records"]) == 4  # 2 types x 2 lengths
     assert (tmp_path / "time.png").stat().st_size > 1000 and (tmp_path / "memory.png").stat().st_size > 1000
     assert "full_eager" in (tmp_path / "summary.md").read_text()
+    assert results["meta"]["bandwidth"]["copy_gbps"] > 0
+    assert all(0 < r["roofline_fraction"] for r in results["records"])
+    assert "roofline time / measured time" in (tmp_path / "summary.md").read_text()
 
 
 def test_pattern_plot_covers_every_type(tmp_path):

@@ -1,0 +1,186 @@
+"""Roofline of eager code: the aten ops a call runs, their matrix FLOPs and the bytes they read and write,
+and the time the machine's two limits allow for them.
+
+Eager PyTorch runs one op after another and every op streams its operands from memory (the tensors of long
+inputs do not fit in cache), so an op cannot take less than ``max(FLOPs / sgemm peak, bytes / bandwidth)``;
+the call's *roofline time* is the sum over its ops, both limits measured in the same run. The measured time
+over it (``roofline_fraction``) says how close the code runs to the machine *for the ops it runs*; the share
+of the roofline time spent in ops whose bytes, not FLOPs, set their bound (``memory_bound_share``) says
+which limit binds. A fused kernel that keeps intermediates in cache could go below this time: the roofline
+is of the code as written, which is what a faster kernel of the same ops could reach.
+
+What counts, per op (``Traffic``, a ``TorchDispatchMode`` that sees the forward and the backward):
+- bytes: every distinct tensor argument read (an ``out=`` buffer, and what ``copy_`` / ``fill_`` / ``zero_``
+  overwrite, is only written) plus every output written;
+  a tensor counts the bytes of the elements it spans, at most its storage (an expanded tensor reads its
+  storage once). Ops that only make views (all outputs alias an input, nothing mutated) and ``empty`` move
+  nothing.
+- FLOPs: ``torch.utils.flop_counter``'s formulas (2 per multiply-add of matrix products and attention
+  kernels; elementwise ops count 0), plus CPU's fused attention kernel, which that registry lacks, and
+  products with a sparse operand (2 per stored entry per column, where the registry counts them dense).
+- the limits: sgemm's peak, and the bandwidth of a large copy; random gathers (graph attention's rows)
+  run below the copy bandwidth, so for them the roofline is a bound the machine cannot reach.
+
+    with Traffic(peak_gflops=170.0, bandwidth_gbps=18.0) as traffic:
+        call()
+    traffic.summary()  # {"seconds", "memory_bound_share", "bytes", "flops", "ops": the top ones}
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+
+aten = torch.ops.aten
+NO_TRAFFIC = {aten.empty, aten.empty_strided, aten.empty_like, aten.new_empty, aten.new_empty_strided}
+OVERWRITE_FIRST = {aten.copy_, aten.fill_, aten.zero_}  # write their first argument without reading it
+
+
+def _cpu_sdpa_flops(func, args, out) -> int | None:
+    """FLOPs of CPU's fused attention kernel (forward and backward), which torch's registry lacks."""
+    packet = func._overloadpacket
+    if packet is aten._scaled_dot_product_flash_attention_for_cpu:
+        return sdpa_flop_count(args[0].shape, args[1].shape, args[2].shape)
+    if packet is aten._scaled_dot_product_flash_attention_for_cpu_backward:
+        return sdpa_backward_flop_count(args[0].shape, args[1].shape, args[2].shape, args[3].shape)
+    return None
+
+
+def _sparse_product_flops(func, args: tuple, out) -> int | None:
+    """FLOPs of a product with a sparse operand: 2 per stored entry per column it meets (torch's registry
+    would count the dense product); None when no input is sparse."""
+    sparse = [t for t in args if isinstance(t, torch.Tensor) and t.layout != torch.strided]
+    if not sparse:
+        return None
+    if func._overloadpacket is aten.sparse_sampled_addmm:  # (self: the pattern, mat1 (n, k), mat2 (k, m))
+        return 2 * sparse[0]._nnz() * args[1].shape[-1]
+    dense_out = isinstance(out, torch.Tensor) and out.layout == torch.strided
+    if func._overloadpacket in flop_registry and dense_out:  # sparse (n, m) @ dense (m, d): out (n, d)
+        return 2 * sparse[0]._nnz() * out.shape[-1]
+    return 0  # elementwise work on the stored entries
+
+
+def op_flops(func, args: tuple, kwargs: dict, out) -> int:
+    """Matrix FLOPs of one op call (0 for ops without a formula: elementwise, reductions, copies)."""
+    sparse = _sparse_product_flops(func, args, out)
+    if sparse is not None:
+        return sparse
+    formula = flop_registry.get(func._overloadpacket)
+    if formula is not None:
+        return int(formula(*args, **kwargs, out_val=out))
+    return int(_cpu_sdpa_flops(func, args, out) or 0)
+
+
+def _parts(t: torch.Tensor) -> list[torch.Tensor]:
+    """A sparse tensor's dense parts (indices and values); a dense tensor itself."""
+    if t.layout == torch.sparse_coo:
+        return [t._indices(), t._values()]
+    if t.layout == torch.sparse_csr:
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    if t.layout == torch.sparse_csc:
+        return [t.ccol_indices(), t.row_indices(), t.values()]
+    return [t]
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes an op reads or writes for ``t``: its elements, at most its storage (an expanded tensor); a
+    sparse tensor's indices and values."""
+    if t.layout != torch.strided:
+        return sum(map(tensor_bytes, _parts(t)))
+    storage = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+    return min(t.numel() * t.element_size(), max(storage, 0))
+
+
+def _distinct(tensors) -> list[torch.Tensor]:
+    """The tensors of a flattened argument list, each counted once (the same tensor passed twice)."""
+    seen, kept = set(), []
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            key = (t.data_ptr(), t.numel(), t.stride()) if t.layout == torch.strided else id(t)
+            if key not in seen:
+                seen.add(key)
+                kept.append(t)
+    return kept
+
+
+def op_bytes(func, args: tuple, kwargs: dict, out) -> int:
+    """Bytes one op call reads and writes (0 for views and ``empty``)."""
+    outputs = _distinct(tree_flatten(out)[0])
+    inputs = args[1:] if func._overloadpacket in OVERWRITE_FIRST else args
+    read = _distinct(tree_flatten((inputs, {k: v for k, v in kwargs.items() if k != "out"}))[0])
+    if func._overloadpacket in NO_TRAFFIC:
+        return 0
+    if not func._schema.is_mutable and all(t.layout == torch.strided for t in read + outputs):
+        storages = {t.untyped_storage().data_ptr() for t in read}
+        if outputs and all(t.untyped_storage().data_ptr() in storages for t in outputs):
+            return 0  # a view (or detach, _unsafe_view...): no data moves
+    return sum(map(tensor_bytes, read)) + sum(map(tensor_bytes, outputs))
+
+
+@dataclass
+class OpTally:
+    """One aten op's calls in a counted region, summed."""
+
+    calls: int = 0
+    flops: int = 0
+    bytes: int = 0
+    seconds: float = 0.0  # its roofline time: sum over calls of max(flops / peak, bytes / bandwidth)
+    memory_bound_seconds: float = 0.0  # the part of it in calls whose bytes set the bound
+
+
+class Traffic(TorchDispatchMode):
+    """Counts every aten op run inside it (forward and backward): FLOPs, bytes and its roofline time
+    against ``peak_gflops`` (GFLOP/s) and ``bandwidth_gbps`` (GB/s)."""
+
+    def __init__(self, peak_gflops: float, bandwidth_gbps: float):
+        super().__init__()
+        if peak_gflops <= 0 or bandwidth_gbps <= 0:
+            raise ValueError(
+                f"Traffic needs the machine's limits measured: got peak_gflops={peak_gflops}, "
+                f"bandwidth_gbps={bandwidth_gbps}; measure both (benchmarks.harness) and pass them"
+            )
+        self.flops_per_s = peak_gflops * 1e9
+        self.bytes_per_s = bandwidth_gbps * 1e9
+        self.ops: dict[str, OpTally] = defaultdict(OpTally)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        flops, moved = op_flops(func, args, kwargs, out), op_bytes(func, args, kwargs, out)
+        compute_s, memory_s = flops / self.flops_per_s, moved / self.bytes_per_s
+        tally = self.ops[str(func._overloadpacket).removeprefix("aten.")]
+        tally.calls += 1
+        tally.flops += flops
+        tally.bytes += moved
+        tally.seconds += max(compute_s, memory_s)
+        tally.memory_bound_seconds += memory_s if memory_s > compute_s else 0.0
+        return out
+
+    def summary(self, top: int = 5) -> dict:
+        """The region's roofline: seconds, the memory-bound share of them, bytes, FLOPs, and its ``top``
+        ops by roofline time (name, calls, seconds, GB moved, memory-bound or not)."""
+        seconds = sum(t.seconds for t in self.ops.values())
+        ranked = sorted(self.ops.items(), key=lambda item: -item[1].seconds)[:top]
+        return {
+            "seconds": seconds,
+            "memory_bound_share": sum(t.memory_bound_seconds for t in self.ops.values()) / seconds
+            if seconds
+            else 0.0,
+            "bytes": sum(t.bytes for t in self.ops.values()),
+            "flops": sum(t.flops for t in self.ops.values()),
+            "ops": [
+                {
+                    "op": name,
+                    "calls": t.calls,
+                    "seconds": t.seconds,
+                    "gb": t.bytes / 1e9,
+                    "bound": "memory" if t.memory_bound_seconds > t.seconds / 2 else "compute",
+                }
+                for name, t in ranked
+            ],
+        }

@@ -1,0 +1,76 @@
+"""benchmarks.roofline: what each aten op is counted to move and compute, and the roofline it adds up to."""
+
+import warnings
+
+import pytest
+import torch
+
+from benchmarks.roofline import Traffic
+
+FLOAT = 4  # bytes
+
+
+def counted(call, peak_gflops=1.0, bandwidth_gbps=1.0) -> dict:
+    with Traffic(peak_gflops, bandwidth_gbps) as traffic:
+        call()
+    return traffic.ops
+
+
+def test_elementwise_ops_read_their_inputs_and_write_their_output():
+    a, b = torch.randn(1000), torch.randn(1000)
+    assert counted(lambda: a + b)["add"].bytes == 3 * 1000 * FLOAT
+    assert counted(lambda: a.add_(b))["add_"].bytes == 3 * 1000 * FLOAT  # read, modify, write
+    assert counted(lambda: a.copy_(b))["copy_"].bytes == 2 * 1000 * FLOAT  # the target is not read
+    assert counted(lambda: a.zero_())["zero_"].bytes == 1000 * FLOAT
+    assert counted(lambda: a * a)["mul"].bytes == 2 * 1000 * FLOAT  # one tensor passed twice is read once
+    # An expanded row is read once, not once per row it stands for.
+    row, full = torch.randn(1, 1000), torch.randn(50, 1000)
+    assert counted(lambda: full + row.expand(50, 1000))["add"].bytes == (50 + 1 + 50) * 1000 * FLOAT
+
+
+def test_views_and_empty_move_nothing():
+    a = torch.randn(10, 100)
+    ops = counted(lambda: (a.t(), a.view(100, 10), a[2:5], a.detach(), torch.empty(10**6)))
+    assert ops and all(tally.bytes == 0 for tally in ops.values()), dict(ops)
+
+
+def test_matrix_products_and_cpu_attention_have_flops():
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    mm = counted(lambda: a @ b)["mm"]
+    assert mm.flops == 2 * 64 * 32 * 16 and mm.bytes == (64 * 32 + 32 * 16 + 64 * 16) * FLOAT
+    q = torch.randn(1, 2, 128, 8)
+    sdpa = counted(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    (name,) = [n for n in sdpa if "attention" in n]
+    assert sdpa[name].flops == 2 * 4 * 128 * 128 * 8  # heads x (QK^T + PV), 2 per multiply-add
+    # A product with a sparse operand: 2 per stored entry per column, not the dense n x n x d.
+    with warnings.catch_warnings():  # "Sparse CSR tensor support is in beta state"
+        warnings.simplefilter("ignore", UserWarning)
+        pattern = torch.eye(100).to_sparse_csr()  # 100 stored entries
+    dense = torch.randn(100, 8)
+    sparse_mm = sum(t.flops for t in counted(lambda: pattern @ dense).values())
+    assert sparse_mm == 2 * 100 * 8
+
+
+def test_each_op_is_bound_by_the_slower_of_its_two_limits():
+    a, b = torch.randn(256, 256), torch.randn(256, 256)
+    # 1 GFLOP/s and 1 GB/s: the product's 33.5 MFLOP take longer than its 0.8 MB; the add is all bytes.
+    with Traffic(peak_gflops=1.0, bandwidth_gbps=1.0) as traffic:
+        (a @ b) + a
+    summary = traffic.summary()
+    mm, add = 2 * 256**3 / 1e9, 3 * 256 * 256 * FLOAT / 1e9
+    assert summary["seconds"] == pytest.approx(mm + add)
+    assert summary["memory_bound_share"] == pytest.approx(add / (mm + add))
+    assert [(op["op"], op["bound"]) for op in summary["ops"]] == [("mm", "compute"), ("add", "memory")]
+
+
+def test_backward_ops_are_counted():
+    w = torch.randn(32, 32, requires_grad=True)
+    x = torch.randn(64, 32)
+    with Traffic(1.0, 1.0) as traffic:
+        (x @ w).sum().backward()
+    assert traffic.ops["mm"].calls == 2 and traffic.ops["mm"].flops == 2 * (2 * 64 * 32 * 32)
+
+
+def test_limits_must_be_measured():
+    with pytest.raises(ValueError, match="peak_gflops=0.*measure both"):
+        Traffic(peak_gflops=0.0, bandwidth_gbps=10.0)
