@@ -36,7 +36,7 @@ import functools
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import flops
+from benchmarks import flops, roofline
 from benchmarks.harness import (
     Measurement,
     ProcessOptions,
@@ -75,9 +75,7 @@ PRESETS = {
     ),
 }
 # What a point process needs besides its (type, length, mode).
-POINT_SETTINGS = (
-    "batch heads head_dim threads warmup repeats graph_degree error_max_length peak_gflops bandwidth_gbps"
-).split()
+POINT_SETTINGS = "batch heads head_dim threads warmup repeats graph_degree error_max_length count_ops".split()
 
 
 def timed_call(forward: Callable, leaves: list, upstream, grad: bool) -> Callable[[], None]:
@@ -104,18 +102,15 @@ def time_forward(
         return measure(timed_call(forward, leaves, upstream, grad), warmup, repeats)
 
 
-def count_roofline(point: argparse.Namespace, call: Callable[[], None], grad: bool) -> dict | None:
-    """The roofline of ``call`` (``benchmarks.roofline``) against the run's measured limits, or None when
-    the run measured none (``--sgemm_size 0`` or ``--bandwidth_gib 0``)."""
+def count_ops(call: Callable[[], None], grad: bool) -> list[list]:
+    """Every aten op ``call`` runs, counted (``benchmarks.roofline.Traffic.records``)."""
     import torch
 
     from benchmarks.roofline import Traffic
 
-    if not (getattr(point, "peak_gflops", None) and getattr(point, "bandwidth_gbps", None)):
-        return None
-    with torch.set_grad_enabled(grad), Traffic(point.peak_gflops, point.bandwidth_gbps) as traffic:
+    with torch.set_grad_enabled(grad), Traffic() as traffic:
         call()
-    return traffic.summary()
+    return traffic.records()
 
 
 def run_point(point: argparse.Namespace) -> dict:
@@ -145,7 +140,7 @@ def run_point(point: argparse.Namespace) -> dict:
         return core(q, keys, v, edges=edges).output
 
     timing = time_forward(forward, [q, k, v], upstream, grad, point.warmup, point.repeats)
-    roofline = count_roofline(point, timed_call(forward, [q, k, v], upstream, grad), grad)
+    op_counts = count_ops(timed_call(forward, [q, k, v], upstream, grad), grad) if point.count_ops else None
     rel_error = None  # measured after the timing: its n x n reference must not count in the peak
     if attention_type != EXACT and not caps.requires_edges and n <= point.error_max_length:
         # Approximation quality on these very inputs: ||out - exact|| / ||exact||, exact in float64. Graph
@@ -159,8 +154,7 @@ def run_point(point: argparse.Namespace) -> dict:
         "length": n,
         "mode": point.mode,
         **timing.fields(),
-        "roofline": roofline,
-        "roofline_fraction": roofline["seconds"] / timing.median_s if roofline else None,
+        "op_counts": op_counts,
         "rel_error": rel_error,
         "hf_efficient": hf_efficient.__version__,
     }
@@ -187,6 +181,16 @@ def add_throughput(record: dict, args: argparse.Namespace, sgemm: dict | None) -
             fields["gflops"] = fields["flops"] / record["median_s"] / 1e9
             if sgemm is not None:
                 fields["peak_fraction"] = fields["gflops"] / sgemm["gflops"]
+    return {**record, **fields}
+
+
+def add_roofline(record: dict, sgemm: dict | None, bandwidth: dict | None) -> dict:
+    """Add the roofline of a point's counted ops against the run's limits, and its measured time's fraction
+    of it; null without counts or limits."""
+    fields = {"roofline": None, "roofline_fraction": None}
+    if record.get("status") == "ok" and record.get("op_counts") and sgemm and bandwidth:
+        fields["roofline"] = roofline.roofline(record["op_counts"], sgemm["gflops"], bandwidth["copy_gbps"])
+        fields["roofline_fraction"] = fields["roofline"]["seconds"] / record["median_s"]
     return {**record, **fields}
 
 
@@ -392,15 +396,12 @@ def main(argv: list[str] | None = None) -> dict:
             f"copy bandwidth ({bandwidth['copy_gib']:g} GiB, {bandwidth['threads']} threads): "
             f"{bandwidth['copy_gbps']:.1f} GB/s"
         )
-    limits = {
-        "peak_gflops": sgemm["gflops"] if sgemm else None,
-        "bandwidth_gbps": bandwidth["copy_gbps"] if bandwidth else None,
-    }
-    settings = {name: getattr(args, name) for name in POINT_SETTINGS if name not in limits}
-    settings |= limits | {"config": args.config}
+    args.count_ops = sgemm is not None and bandwidth is not None
+    settings = {name: getattr(args, name) for name in POINT_SETTINGS} | {"config": args.config}
 
     def run(base: dict) -> dict:
-        return add_throughput(launch(run_point, {**settings, **base}, base, options), args, sgemm)
+        record = add_throughput(launch(run_point, {**settings, **base}, base, options), args, sgemm)
+        return add_roofline(record, sgemm, bandwidth)
 
     types = args.types or benchmark_types()
     points = [

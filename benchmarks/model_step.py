@@ -35,6 +35,13 @@ After the timed steps, one more step runs under ``torch.profiler`` with a scope 
 dropout, head + loss, optimizer step; the summary gives each one's share of the profiled step (not for
 ``compile``, whose modules run inside one compiled graph).
 
+Roofline (``benchmarks.roofline``): one more step runs counting every aten op's bytes and matrix FLOPs, and
+with the machine's copy bandwidth (measured once per run, ``--bandwidth_gib``) and the sgemm peak its
+*roofline time* is the least time the machine allows for the ops the step runs (the sum over ops of
+max(FLOPs / peak, bytes / bandwidth)). The summary gives the measured time's fraction of it, the share of
+it in memory-bound ops, and the MFU the step would reach at its roofline: what faster kernels of the same
+ops could give, where fusing ops (fewer bytes) is what would raise it (not for ``compile``).
+
     python -m benchmarks.model_step --types full_sdpa linear --lengths 512 8192
     python -m benchmarks.model_step --types linear --lengths 16384 --variants default dense_head
     python -m benchmarks.model_step --encoder vision --types full_sdpa swin_window --lengths 1024 4096
@@ -52,13 +59,14 @@ import functools
 import json
 from pathlib import Path
 
-from benchmarks import breakdown, flops, step_models
+from benchmarks import breakdown, flops, roofline, step_models
 from benchmarks.harness import (
     ProcessOptions,
     add_point_arguments,
     launch,
     machine_meta,
     measure,
+    measure_bandwidth,
     measure_sgemm_peak,
     set_up_torch,
     sweep,
@@ -85,6 +93,7 @@ PRESETS = {
         repeats=3,
         model=MODEL,
         sgemm_size=4096,
+        bandwidth_gib=1.0,
     ),
     "smoke": dict(
         points={
@@ -95,6 +104,7 @@ PRESETS = {
         repeats=1,
         model=SMOKE_MODEL,
         sgemm_size=256,
+        bandwidth_gib=1 / 32,
     ),
 }
 VARIANTS = {
@@ -111,7 +121,7 @@ STEP_NAMES = {
     "vision": ("image classification", "patches"),
     "graph": ("node classification", "nodes"),
 }
-POINT_SETTINGS = "encoder batch threads warmup repeats hidden_dropout model config".split()
+POINT_SETTINGS = "encoder batch threads warmup repeats hidden_dropout model config count_ops".split()
 
 
 def run_point(point: argparse.Namespace) -> dict:
@@ -145,8 +155,13 @@ def run_point(point: argparse.Namespace) -> dict:
         losses.append(loss.detach())
 
     timing = measure(step, point.warmup, point.repeats)
-    # A compiled model runs its modules inside one graph: no per-module scopes to read.
+    # A compiled model runs its modules inside one graph: no per-module scopes to read, no aten ops to count.
     profiled, profiled_wall_ms = (None, None) if compiled else breakdown.profile_step(model, step)
+    op_counts = None
+    if point.count_ops and not compiled:
+        with roofline.Traffic() as traffic:
+            step()
+        op_counts = traffic.records()
     b, n = point.batch, point.length  # n tokens, patches or nodes
     known = [v for v in step_flops.values() if v is not None]
     return {
@@ -163,6 +178,7 @@ def run_point(point: argparse.Namespace) -> dict:
         "flops_by_component": step_flops,
         "breakdown_ms": profiled,
         "profiled_wall_ms": profiled_wall_ms,
+        "op_counts": op_counts,
         "base_rss_mib": timing.base_mib,
         "parameters": sum(p.numel() for p in model.parameters()),
         "loss": float(losses[-1]),
@@ -170,13 +186,19 @@ def run_point(point: argparse.Namespace) -> dict:
     }
 
 
-def add_utilisation(record: dict, sgemm: dict | None) -> dict:
-    """Achieved GFLOP/s of the step and its fraction of the sgemm peak (MFU); null when unknown."""
-    gflops = mfu = None
+def add_utilisation(record: dict, sgemm: dict | None, bandwidth: dict | None = None) -> dict:
+    """Achieved GFLOP/s of the step and its fraction of the sgemm peak (MFU); the roofline of its counted
+    ops, the measured time's fraction of it and the MFU at it; null when unknown."""
+    fields = dict.fromkeys(["gflops", "mfu", "roofline", "roofline_fraction", "roofline_mfu"])
     if record["status"] == "ok" and record["model_flops"]:
-        gflops = record["model_flops"] / record["median_s"] / 1e9
-        mfu = gflops / sgemm["gflops"] if sgemm else None
-    return {**record, "gflops": gflops, "mfu": mfu}
+        fields["gflops"] = record["model_flops"] / record["median_s"] / 1e9
+        fields["mfu"] = fields["gflops"] / sgemm["gflops"] if sgemm else None
+    if record["status"] == "ok" and record.get("op_counts") and sgemm and bandwidth:
+        limits = roofline.roofline(record["op_counts"], sgemm["gflops"], bandwidth["copy_gbps"])
+        fields["roofline"], fields["roofline_fraction"] = limits, limits["seconds"] / record["median_s"]
+        if fields["mfu"] is not None:
+            fields["roofline_mfu"] = fields["mfu"] * record["median_s"] / limits["seconds"]
+    return {**record, **fields}
 
 
 def summarize(records: list[dict], meta: dict) -> str:
@@ -214,7 +236,45 @@ def summarize(records: list[dict], meta: dict) -> str:
             shares = [f"{100 * r['breakdown_ms'][c] / total:.0f}%" for c in breakdown.COMPONENTS]
             rows.append([r["type"], r["variant"], str(r["length"]), *shares, f"{total:,.0f}"])
     lines += markdown_table(header, rows)
+    lines += roofline_table(records, meta)
     return "\n".join(lines)
+
+
+def roofline_table(records: list[dict], meta: dict) -> list[str]:
+    """Per point: the measured time's fraction of the step's roofline time, the memory-bound share of that
+    time, the MFU at the roofline, and the ops that take most of it."""
+    counted = [r for r in records if r["status"] == "ok" and r.get("roofline")]
+    if not counted:
+        return []
+    sgemm, bandwidth = meta["sgemm"], meta["bandwidth"]
+    lines = [
+        "",
+        f"### roofline of the step's aten ops (sgemm {sgemm['gflops']:.1f} GFLOP/s, copy "
+        f"{bandwidth['copy_gbps']:.1f} GB/s, same run): roofline time / measured, share bound by memory, "
+        "MFU at the roofline, largest ops (share of roofline time)",
+        "",
+    ]
+    rows = []
+    for r in counted:
+        limits = r["roofline"]
+        at_roofline = "?" if r["roofline_mfu"] is None else f"{100 * r['roofline_mfu']:.0f}%"
+        largest = ", ".join(
+            f"{o['op']} {100 * o['seconds'] / limits['seconds']:.0f}% ({o['bound']})"
+            for o in limits["ops"][:4]
+        )
+        rows.append(
+            [
+                r["type"],
+                r["variant"],
+                str(r["length"]),
+                f"{100 * r['roofline_fraction']:.0f}%",
+                f"{100 * limits['memory_bound_share']:.0f}%",
+                at_roofline,
+                largest,
+            ]
+        )
+    header = ["type", "variant", "n", "roofline / measured", "memory-bound", "MFU at roofline", "largest ops"]
+    return lines + markdown_table(header, rows)
 
 
 def plot_series(records: list[dict], key: str, label: str, path: Path) -> None:
@@ -263,6 +323,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=["default"])
     add_model_arguments(parser)
     parser.add_argument("--sgemm_size", type=int, help="S of the S x S sgemm peak (0: not measured)")
+    parser.add_argument(
+        "--bandwidth_gib", type=float, help="GiB copied to measure the memory bandwidth (0: no roofline)"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/model_step"))
     parser.add_argument("--in_process", action="store_true", help="tests: run points in this process")
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0)
@@ -286,6 +349,9 @@ def main(argv: list[str] | None = None) -> dict:
     sgemm_size = preset["sgemm_size"] if args.sgemm_size is None else args.sgemm_size
     options = ProcessOptions.from_args(args)
     sgemm_before = measure_sgemm_peak(sgemm_size, options)
+    bandwidth_gib = preset["bandwidth_gib"] if args.bandwidth_gib is None else args.bandwidth_gib
+    bandwidth = measure_bandwidth(bandwidth_gib, options)
+    args.count_ops = bandwidth is not None and sgemm_before is not None
     settings = {name: getattr(args, name) for name in POINT_SETTINGS}
 
     def run(base: dict) -> dict:
@@ -300,11 +366,12 @@ def main(argv: list[str] | None = None) -> dict:
     sgemm = max(measured, key=lambda s: s["gflops"]) if measured else None
     if sgemm is not None:
         sgemm = {**sgemm, "gflops_before_after": [s["gflops"] for s in measured]}
-    records = [add_utilisation(record, sgemm) for record in records]
+    records = [add_utilisation(record, sgemm, bandwidth) for record in records]
     meta = {
         **machine_meta(args.threads),
         "encoder": args.encoder,
         "sgemm": sgemm,
+        "bandwidth": bandwidth,
         "batch": args.batch,
         "model": json.loads(args.model),
         "hidden_dropout": args.hidden_dropout,

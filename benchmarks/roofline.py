@@ -10,26 +10,28 @@ which limit binds. A fused kernel that keeps intermediates in cache could go bel
 is of the code as written, which is what a faster kernel of the same ops could reach.
 
 What counts, per op (``Traffic``, a ``TorchDispatchMode`` that sees the forward and the backward):
-- bytes: every distinct tensor argument read (an ``out=`` buffer, and what ``copy_`` / ``fill_`` / ``zero_``
-  overwrite, is only written) plus every output written;
-  a tensor counts the bytes of the elements it spans, at most its storage (an expanded tensor reads its
-  storage once). Ops that only make views (all outputs alias an input, nothing mutated) and ``empty`` move
-  nothing.
+- bytes: every distinct tensor argument read (an ``out=`` buffer, and what ``copy_`` / ``fill_`` /
+  ``zero_`` overwrite, is only written) plus every output written; a tensor counts the bytes of the
+  elements it spans, at most its storage (an expanded tensor reads its storage once). Ops that only make
+  views (all outputs alias an input, nothing mutated) and ``empty`` move nothing.
 - FLOPs: ``torch.utils.flop_counter``'s formulas (2 per multiply-add of matrix products and attention
   kernels; elementwise ops count 0), plus CPU's fused attention kernel, which that registry lacks, and
   products with a sparse operand (2 per stored entry per column, where the registry counts them dense).
 - the limits: sgemm's peak, and the bandwidth of a large copy; random gathers (graph attention's rows)
   run below the copy bandwidth, so for them the roofline is a bound the machine cannot reach.
 
-    with Traffic(peak_gflops=170.0, bandwidth_gbps=18.0) as traffic:
+    with Traffic() as traffic:
         call()
-    traffic.summary()  # {"seconds", "memory_bound_share", "bytes", "flops", "ops": the top ones}
+    counts = traffic.records()  # JSON: [op, flops, bytes, calls] per distinct call
+    roofline(counts, peak_gflops=170.0, bandwidth_gbps=18.0)  # {"seconds", "memory_bound_share", ...}
+
+Counting runs in a point's process; the roofline is computed where the limits are known (after the run's
+last sgemm measurement).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter, defaultdict
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -70,7 +72,12 @@ def op_flops(func, args: tuple, kwargs: dict, out) -> int:
     sparse = _sparse_product_flops(func, args, out)
     if sparse is not None:
         return sparse
-    formula = flop_registry.get(func._overloadpacket)
+    packet = func._overloadpacket
+    formula = flop_registry.get(packet)
+    if formula is None and packet.__name__.endswith(
+        "_"
+    ):  # in place (addmm_, baddbmm_): as its functional form
+        formula = flop_registry.get(getattr(aten, packet.__name__.removesuffix("_"), None))
     if formula is not None:
         return int(formula(*args, **kwargs, out_val=out))
     return int(_cpu_sdpa_flops(func, args, out) or 0)
@@ -122,65 +129,58 @@ def op_bytes(func, args: tuple, kwargs: dict, out) -> int:
     return sum(map(tensor_bytes, read)) + sum(map(tensor_bytes, outputs))
 
 
-@dataclass
-class OpTally:
-    """One aten op's calls in a counted region, summed."""
-
-    calls: int = 0
-    flops: int = 0
-    bytes: int = 0
-    seconds: float = 0.0  # its roofline time: sum over calls of max(flops / peak, bytes / bandwidth)
-    memory_bound_seconds: float = 0.0  # the part of it in calls whose bytes set the bound
-
-
 class Traffic(TorchDispatchMode):
-    """Counts every aten op run inside it (forward and backward): FLOPs, bytes and its roofline time
-    against ``peak_gflops`` (GFLOP/s) and ``bandwidth_gbps`` (GB/s)."""
+    """Counts every aten op run inside it, forward and backward: per distinct (op, FLOPs, bytes), how many
+    calls. Repeated layers make the same calls, so a training step has a few hundred distinct ones."""
 
-    def __init__(self, peak_gflops: float, bandwidth_gbps: float):
+    def __init__(self):
         super().__init__()
-        if peak_gflops <= 0 or bandwidth_gbps <= 0:
-            raise ValueError(
-                f"Traffic needs the machine's limits measured: got peak_gflops={peak_gflops}, "
-                f"bandwidth_gbps={bandwidth_gbps}; measure both (benchmarks.harness) and pass them"
-            )
-        self.flops_per_s = peak_gflops * 1e9
-        self.bytes_per_s = bandwidth_gbps * 1e9
-        self.ops: dict[str, OpTally] = defaultdict(OpTally)
+        self.calls: Counter[tuple[str, int, int]] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        flops, moved = op_flops(func, args, kwargs, out), op_bytes(func, args, kwargs, out)
-        compute_s, memory_s = flops / self.flops_per_s, moved / self.bytes_per_s
-        tally = self.ops[str(func._overloadpacket).removeprefix("aten.")]
-        tally.calls += 1
-        tally.flops += flops
-        tally.bytes += moved
-        tally.seconds += max(compute_s, memory_s)
-        tally.memory_bound_seconds += memory_s if memory_s > compute_s else 0.0
+        name = str(func._overloadpacket).removeprefix("aten.")
+        self.calls[name, op_flops(func, args, kwargs, out), op_bytes(func, args, kwargs, out)] += 1
         return out
 
-    def summary(self, top: int = 5) -> dict:
-        """The region's roofline: seconds, the memory-bound share of them, bytes, FLOPs, and its ``top``
-        ops by roofline time (name, calls, seconds, GB moved, memory-bound or not)."""
-        seconds = sum(t.seconds for t in self.ops.values())
-        ranked = sorted(self.ops.items(), key=lambda item: -item[1].seconds)[:top]
-        return {
-            "seconds": seconds,
-            "memory_bound_share": sum(t.memory_bound_seconds for t in self.ops.values()) / seconds
-            if seconds
-            else 0.0,
-            "bytes": sum(t.bytes for t in self.ops.values()),
-            "flops": sum(t.flops for t in self.ops.values()),
-            "ops": [
-                {
-                    "op": name,
-                    "calls": t.calls,
-                    "seconds": t.seconds,
-                    "gb": t.bytes / 1e9,
-                    "bound": "memory" if t.memory_bound_seconds > t.seconds / 2 else "compute",
-                }
-                for name, t in ranked
-            ],
-        }
+    def records(self) -> list[list]:
+        """The counts as JSON: ``[op, flops, bytes, calls]`` per distinct call, largest traffic first."""
+        return [[*key, count] for key, count in sorted(self.calls.items(), key=lambda kv: -kv[0][2] * kv[1])]
+
+
+def roofline(records: list[list], peak_gflops: float, bandwidth_gbps: float, top: int = 5) -> dict:
+    """The roofline of counted calls (:meth:`Traffic.records`) against the machine's limits (GFLOP/s, GB/s):
+    its seconds, the share of them in calls bound by bytes, bytes, FLOPs, and the ``top`` ops by roofline
+    time (name, calls, seconds, GB moved, the bound of most of its time)."""
+    if not (peak_gflops and peak_gflops > 0 and bandwidth_gbps and bandwidth_gbps > 0):
+        raise ValueError(
+            f"roofline needs the machine's limits measured: got peak_gflops={peak_gflops}, "
+            f"bandwidth_gbps={bandwidth_gbps}; measure both (benchmarks.harness) and pass them"
+        )
+    per_op: dict[str, dict] = defaultdict(lambda: {"calls": 0, "seconds": 0.0, "bytes": 0, "memory_s": 0.0})
+    for op, flops, moved, calls in records:
+        compute_s, memory_s = calls * flops / (peak_gflops * 1e9), calls * moved / (bandwidth_gbps * 1e9)
+        tally = per_op[op]
+        tally["calls"] += calls
+        tally["seconds"] += max(compute_s, memory_s)
+        tally["bytes"] += calls * moved
+        tally["memory_s"] += memory_s if memory_s > compute_s else 0.0
+    seconds = sum(t["seconds"] for t in per_op.values())
+    ranked = sorted(per_op.items(), key=lambda item: -item[1]["seconds"])[:top]
+    return {
+        "seconds": seconds,
+        "memory_bound_share": sum(t["memory_s"] for t in per_op.values()) / seconds if seconds else 0.0,
+        "bytes": sum(calls * moved for _, _, moved, calls in records),
+        "flops": sum(calls * flops for _, flops, _, calls in records),
+        "ops": [
+            {
+                "op": op,
+                "calls": t["calls"],
+                "seconds": t["seconds"],
+                "gb": t["bytes"] / 1e9,
+                "bound": "memory" if t["memory_s"] > t["seconds"] / 2 else "compute",
+            }
+            for op, t in ranked
+        ],
+    }

@@ -31,10 +31,9 @@ def test_attention_benchmark_point_runs_in_process(attention_type):
         graph_degree=4,
         memory_cap_gib=0,
         error_max_length=64,
-        peak_gflops=100.0,
-        bandwidth_gbps=10.0,
+        count_ops=True,
     )
-    record = bench.run_point(args)
+    record = bench.add_roofline(bench.run_point(args), {"gflops": 100.0}, {"copy_gbps": 10.0})
     assert record["status"] == "ok" and record["median_s"] > 0 and record["peak_mib"] >= 0
     # Every core's forward + backward is counted: it moves bytes and runs matrix products of some kind.
     roofline = record["roofline"]

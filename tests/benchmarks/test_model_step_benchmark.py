@@ -153,9 +153,13 @@ def test_model_step_benchmark_smoke(tmp_path):
         ("linear", "default"),
         ("linear", "dense_head"),
     ]
-    assert results["meta"]["sgemm"]["gflops"] > 0
+    assert results["meta"]["sgemm"]["gflops"] > 0 and results["meta"]["bandwidth"]["copy_gbps"] > 0
     for r in records:
         assert 0 < r["mfu"] <= 1 and r["tokens_per_s"] == pytest.approx(48 / r["median_s"])
+        # The counted aten ops' matrix FLOPs agree with the step's FLOP model (torch counts sdpa's backward
+        # as 5 products where the model's 3 x forward counts 4: a little more, never less).
+        assert 0.99 < r["roofline"]["flops"] / r["model_flops"] < 1.3, (r["type"], r["variant"])
+        assert r["roofline_mfu"] == pytest.approx(r["mfu"] / r["roofline_fraction"])
         assert r["model_flops"] == pytest.approx(sum(r["flops_by_component"].values()))
         assert sum(r["breakdown_ms"].values()) == pytest.approx(r["profiled_wall_ms"], rel=0.1)
         assert r["breakdown_ms"][breakdown.OPTIMIZER] > 0 and r["loss"] > 0
@@ -163,6 +167,7 @@ def test_model_step_benchmark_smoke(tmp_path):
     assert heads["dense_head"] > 2 * heads["default"]  # the default head scores the masked 15% only
     summary = (tmp_path / "summary.md").read_text()
     assert "| full_sdpa | default |" in summary and "(x1.00)" in summary and "optimizer step" in summary
+    assert "roofline of the step's aten ops" in summary
     for name in ("throughput.png", "mfu.png", "memory.png", "breakdown.png"):
         assert (tmp_path / name).stat().st_size > 1000
 

@@ -5,15 +5,29 @@ import warnings
 import pytest
 import torch
 
-from benchmarks.roofline import Traffic
+from benchmarks.roofline import Traffic, roofline
 
 FLOAT = 4  # bytes
 
 
-def counted(call, peak_gflops=1.0, bandwidth_gbps=1.0) -> dict:
-    with Traffic(peak_gflops, bandwidth_gbps) as traffic:
+class Tally:
+    def __init__(self):
+        self.calls = self.flops = self.bytes = 0
+
+
+def counted(call) -> dict[str, Tally]:
+    """Per op: calls, FLOPs and bytes of everything ``call`` runs."""
+    with Traffic() as traffic:
         call()
-    return traffic.ops
+    ops = {}
+    for op, flops, moved, calls in traffic.records():
+        tally = ops.setdefault(op, Tally())
+        tally.calls, tally.flops, tally.bytes = (
+            tally.calls + calls,
+            tally.flops + calls * flops,
+            tally.bytes + calls * moved,
+        )
+    return ops
 
 
 def test_elementwise_ops_read_their_inputs_and_write_their_output():
@@ -31,13 +45,16 @@ def test_elementwise_ops_read_their_inputs_and_write_their_output():
 def test_views_and_empty_move_nothing():
     a = torch.randn(10, 100)
     ops = counted(lambda: (a.t(), a.view(100, 10), a[2:5], a.detach(), torch.empty(10**6)))
-    assert ops and all(tally.bytes == 0 for tally in ops.values()), dict(ops)
+    assert ops and all(tally.bytes == 0 for tally in ops.values()), list(ops)
 
 
 def test_matrix_products_and_cpu_attention_have_flops():
     a, b = torch.randn(64, 32), torch.randn(32, 16)
     mm = counted(lambda: a @ b)["mm"]
     assert mm.flops == 2 * 64 * 32 * 16 and mm.bytes == (64 * 32 + 32 * 16 + 64 * 16) * FLOAT
+    c = torch.zeros(64, 16)
+    in_place = counted(lambda: c.addmm_(a, b))["addmm_"]  # as a chunked loss accumulates a weight's gradient
+    assert in_place.flops == 2 * 64 * 32 * 16 and in_place.bytes == (2 * 64 * 16 + 64 * 32 + 32 * 16) * FLOAT
     q = torch.randn(1, 2, 128, 8)
     sdpa = counted(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
     (name,) = [n for n in sdpa if "attention" in n]
@@ -54,9 +71,9 @@ def test_matrix_products_and_cpu_attention_have_flops():
 def test_each_op_is_bound_by_the_slower_of_its_two_limits():
     a, b = torch.randn(256, 256), torch.randn(256, 256)
     # 1 GFLOP/s and 1 GB/s: the product's 33.5 MFLOP take longer than its 0.8 MB; the add is all bytes.
-    with Traffic(peak_gflops=1.0, bandwidth_gbps=1.0) as traffic:
+    with Traffic() as traffic:
         (a @ b) + a
-    summary = traffic.summary()
+    summary = roofline(traffic.records(), peak_gflops=1.0, bandwidth_gbps=1.0)
     mm, add = 2 * 256**3 / 1e9, 3 * 256 * 256 * FLOAT / 1e9
     assert summary["seconds"] == pytest.approx(mm + add)
     assert summary["memory_bound_share"] == pytest.approx(add / (mm + add))
@@ -66,11 +83,18 @@ def test_each_op_is_bound_by_the_slower_of_its_two_limits():
 def test_backward_ops_are_counted():
     w = torch.randn(32, 32, requires_grad=True)
     x = torch.randn(64, 32)
-    with Traffic(1.0, 1.0) as traffic:
-        (x @ w).sum().backward()
-    assert traffic.ops["mm"].calls == 2 and traffic.ops["mm"].flops == 2 * (2 * 64 * 32 * 32)
+    mm = counted(lambda: (x @ w).sum().backward())["mm"]
+    assert mm.calls == 2 and mm.flops == 2 * (2 * 64 * 32 * 32)
 
 
 def test_limits_must_be_measured():
     with pytest.raises(ValueError, match="peak_gflops=0.*measure both"):
-        Traffic(peak_gflops=0.0, bandwidth_gbps=10.0)
+        roofline([["mm", 10, 10, 1]], peak_gflops=0.0, bandwidth_gbps=10.0)
+
+
+def test_repeated_calls_are_counted_once_with_their_number():
+    a = torch.randn(100)
+    with Traffic() as traffic:
+        for _ in range(4):
+            a + a
+    assert traffic.records() == [["add", 0, 2 * 100 * FLOAT, 4]]
