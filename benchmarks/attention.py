@@ -11,10 +11,10 @@ core's ``benchmark_config``; ``--plugin`` adds types registered outside the pack
     python -m benchmarks.attention --types longformer bigbird --lengths 4096 16384 --modes fwd_bwd
     python -m benchmarks.attention --preset smoke --plugin my_attention.py   # its types run too
 
-Writes ``<out>/results.json``, ``<out>/summary.md``, ``<out>/time.png``, ``<out>/memory.png`` and prints
-the tables. Peak memory is the process's peak resident set size (VmHWM, reset just before the first call)
-minus its size at that moment (inputs and parameters already allocated), i.e. what the mechanism itself
-needs on top of its inputs.
+Writes ``<out>/results.json``, ``<out>/summary.md``, ``<out>/time.png``, ``<out>/memory.png`` (and
+``<out>/roofline.png`` when the roofline was counted) and prints the tables. Peak memory is the process's
+peak resident set size (VmHWM, reset just before the first call) minus its size at that moment (inputs and
+parameters already allocated), i.e. what the mechanism itself needs on top of its inputs.
 
 Throughput: once per run the machine's float32 matmul peak is measured (an S x S sgemm, S = --sgemm_size,
 with the points' thread count, median of a few after a warm-up, in its own process). Every point gets its
@@ -318,6 +318,17 @@ def roofline_tables(
     return lines
 
 
+def plot_roofline(records: list[dict], path: Path) -> None:
+    """Each type's roofline fraction at the longest length counted, per mode (``roofline.plot_fractions``)."""
+    longest = max(r["length"] for r in records)
+    points = [
+        (f"{r['type']} ({r['mode']})", r["roofline"], r["median_s"])
+        for r in sorted(records, key=lambda r: (r["mode"], r["type"]))
+        if r["length"] == longest
+    ]
+    roofline.plot_fractions(points, f"attention cores at n={longest}: how close to the machine", path)
+
+
 def plot_metric(records: list[dict], key: str, label: str, path: Path) -> None:
     """``records[key]`` against n for every type, log-log, a panel per mode; exact attention dashed."""
     types = sorted({r["type"] for r in records})
@@ -419,6 +430,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     results = {"meta": meta, "records": records}
     plots = time_and_memory_plots(functools.partial(plot_metric, records))
+    counted = [r for r in records if r["status"] == "ok" and r.get("roofline")]
+    if counted:
+        plots["roofline.png"] = functools.partial(plot_roofline, counted)
     write_report(args.out, results, summarize(records, args.modes, sgemm, bandwidth), plots)
     return results
 

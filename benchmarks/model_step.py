@@ -49,7 +49,8 @@ ops could give, where fusing ops (fewer bytes) is what would raise it (not for `
     python -m benchmarks.model_step --preset smoke               # tiny, for tests
 
 Writes ``<out>/results.json``, ``<out>/summary.md``, ``<out>/throughput.png``, ``<out>/mfu.png``,
-``<out>/memory.png`` and ``<out>/breakdown.png``, and prints the tables.
+``<out>/memory.png``, ``<out>/breakdown.png`` (and ``<out>/roofline.png`` when the roofline was counted), and
+prints the tables.
 """
 
 from __future__ import annotations
@@ -394,6 +395,13 @@ def main(argv: list[str] | None = None) -> dict:
         "memory.png": functools.partial(plot_series, records, "peak_mib", "peak MiB"),
         "breakdown.png": functools.partial(plot_breakdown, records),
     }
+    counted = [r for r in records if r["status"] == "ok" and r.get("roofline")]
+    if counted:
+        points = [
+            (f"{r['type']} {r['variant']} n={r['length']}", r["roofline"], r["median_s"]) for r in counted
+        ]
+        title = f"{args.encoder} training step: how close to the machine"
+        plots["roofline.png"] = functools.partial(roofline.plot_fractions, points, title)
     write_report(args.out, results, summarize(records, meta), plots)
     return results
 

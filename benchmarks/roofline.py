@@ -74,9 +74,7 @@ def op_flops(func, args: tuple, kwargs: dict, out) -> int:
         return sparse
     packet = func._overloadpacket
     formula = flop_registry.get(packet)
-    if formula is None and packet.__name__.endswith(
-        "_"
-    ):  # in place (addmm_, baddbmm_): as its functional form
+    if formula is None and packet.__name__.endswith("_"):  # in place (addmm_, baddbmm_): as functional
         formula = flop_registry.get(getattr(aten, packet.__name__.removesuffix("_"), None))
     if formula is not None:
         return int(formula(*args, **kwargs, out_val=out))
@@ -184,3 +182,27 @@ def roofline(records: list[list], peak_gflops: float, bandwidth_gbps: float, top
             for op, t in ranked
         ],
     }
+
+
+def plot_fractions(points: list[tuple[str, dict, float]], title: str, path) -> None:
+    """Horizontal bars, one per ``(label, roofline, measured seconds)``: the measured time's fraction of the
+    roofline time, split into its compute-bound and memory-bound parts; lines at 100% (the machine's limit
+    for those ops) and 50% (within 2x of it)."""
+    from benchmarks.report import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 0.35 * len(points) + 1.6))
+    labels = [label for label, _, _ in points]
+    fractions = [limits["seconds"] / measured for _, limits, measured in points]
+    memory = [f * limits["memory_bound_share"] for f, (_, limits, _) in zip(fractions, points, strict=True)]
+    compute = [f - m for f, m in zip(fractions, memory, strict=True)]
+    ax.barh(labels, compute, label="bound by the sgemm peak")
+    ax.barh(labels, memory, left=compute, label="bound by the copy bandwidth")
+    for x, style in ((1.0, "-"), (0.5, ":")):
+        ax.axvline(x, color="black", linestyle=style, linewidth=1)
+    ax.invert_yaxis()
+    ax.set(xlabel="roofline time / measured time (1 = at the machine's limit for its ops)", title=title)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

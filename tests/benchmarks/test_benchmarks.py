@@ -62,6 +62,7 @@ def test_attention_benchmark_cli_writes_json_and_plots(tmp_path):
     assert results["meta"]["bandwidth"]["copy_gbps"] > 0
     assert all(0 < r["roofline_fraction"] for r in results["records"])
     assert "roofline time / measured time" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "roofline.png").stat().st_size > 1000
 
 
 def test_pattern_plot_covers_every_type(tmp_path):

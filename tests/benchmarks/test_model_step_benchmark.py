@@ -168,7 +168,7 @@ def test_model_step_benchmark_smoke(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "| full_sdpa | default |" in summary and "(x1.00)" in summary and "optimizer step" in summary
     assert "roofline of the step's aten ops" in summary
-    for name in ("throughput.png", "mfu.png", "memory.png", "breakdown.png"):
+    for name in ("throughput.png", "mfu.png", "memory.png", "breakdown.png", "roofline.png"):
         assert (tmp_path / name).stat().st_size > 1000
 
 
