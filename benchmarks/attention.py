@@ -102,15 +102,12 @@ def time_forward(
         return measure(timed_call(forward, leaves, upstream, grad), warmup, repeats)
 
 
-def count_ops(call: Callable[[], None], grad: bool) -> list[list]:
-    """Every aten op ``call`` runs, counted (``benchmarks.roofline.Traffic.records``)."""
+def count_ops(call: Callable[[], None], grad: bool) -> dict:
+    """Every aten op ``call`` runs, counted (``benchmarks.roofline.count_ops``) with autograd iff ``grad``."""
     import torch
 
-    from benchmarks.roofline import Traffic
-
-    with torch.set_grad_enabled(grad), Traffic() as traffic:
-        call()
-    return traffic.records()
+    with torch.set_grad_enabled(grad):
+        return roofline.count_ops(call)
 
 
 def run_point(point: argparse.Namespace) -> dict:
@@ -140,7 +137,9 @@ def run_point(point: argparse.Namespace) -> dict:
         return core(q, keys, v, edges=edges).output
 
     timing = time_forward(forward, [q, k, v], upstream, grad, point.warmup, point.repeats)
-    op_counts = count_ops(timed_call(forward, [q, k, v], upstream, grad), grad) if point.count_ops else None
+    counts = {"op_counts": None}
+    if point.count_ops:
+        counts = count_ops(timed_call(forward, [q, k, v], upstream, grad), grad)
     rel_error = None  # measured after the timing: its n x n reference must not count in the peak
     if attention_type != EXACT and not caps.requires_edges and n <= point.error_max_length:
         # Approximation quality on these very inputs: ||out - exact|| / ||exact||, exact in float64. Graph
@@ -154,7 +153,7 @@ def run_point(point: argparse.Namespace) -> dict:
         "length": n,
         "mode": point.mode,
         **timing.fields(),
-        "op_counts": op_counts,
+        **counts,
         "rel_error": rel_error,
         "hf_efficient": hf_efficient.__version__,
     }

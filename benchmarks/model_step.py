@@ -158,11 +158,7 @@ def run_point(point: argparse.Namespace) -> dict:
     timing = measure(step, point.warmup, point.repeats)
     # A compiled model runs its modules inside one graph: no per-module scopes to read, no aten ops to count.
     profiled, profiled_wall_ms = (None, None) if compiled else breakdown.profile_step(model, step)
-    op_counts = None
-    if point.count_ops and not compiled:
-        with roofline.Traffic() as traffic:
-            step()
-        op_counts = traffic.records()
+    counts = roofline.count_ops(step) if point.count_ops and not compiled else {"op_counts": None}
     b, n = point.batch, point.length  # n tokens, patches or nodes
     known = [v for v in step_flops.values() if v is not None]
     return {
@@ -179,7 +175,7 @@ def run_point(point: argparse.Namespace) -> dict:
         "flops_by_component": step_flops,
         "breakdown_ms": profiled,
         "profiled_wall_ms": profiled_wall_ms,
-        "op_counts": op_counts,
+        **counts,
         "base_rss_mib": timing.base_mib,
         "parameters": sum(p.numel() for p in model.parameters()),
         "loss": float(losses[-1]),

@@ -147,6 +147,18 @@ class Traffic(TorchDispatchMode):
         return [[*key, count] for key, count in sorted(self.calls.items(), key=lambda kv: -kv[0][2] * kv[1])]
 
 
+def count_ops(call) -> dict:
+    """``{"op_counts": Traffic.records()}`` of one ``call()``; a count that fails (an op this module cannot
+    read) gives ``{"op_counts": None, "op_counts_error": why}`` instead: it must not cost the point its
+    measurement."""
+    try:
+        with Traffic() as traffic:
+            call()
+    except Exception as error:
+        return {"op_counts": None, "op_counts_error": f"{type(error).__name__}: {error}"[:200]}
+    return {"op_counts": traffic.records()}
+
+
 def roofline(records: list[list], peak_gflops: float, bandwidth_gbps: float, top: int = 5) -> dict:
     """The roofline of counted calls (:meth:`Traffic.records`) against the machine's limits (GFLOP/s, GB/s):
     its seconds, the share of them in calls bound by bytes, bytes, FLOPs, and the ``top`` ops by roofline

@@ -5,7 +5,7 @@ import warnings
 import pytest
 import torch
 
-from benchmarks.roofline import Traffic, roofline
+from benchmarks.roofline import Traffic, count_ops, roofline
 
 FLOAT = 4  # bytes
 
@@ -98,3 +98,15 @@ def test_repeated_calls_are_counted_once_with_their_number():
         for _ in range(4):
             a + a
     assert traffic.records() == [["add", 0, 2 * 100 * FLOAT, 4]]
+
+
+def test_a_count_that_fails_costs_nothing_but_its_counts():
+    def call():
+        raise RuntimeError("an op the counter cannot read")
+
+    assert count_ops(call) == {
+        "op_counts": None,
+        "op_counts_error": "RuntimeError: an op the counter cannot read",
+    }
+    a = torch.ones(3)
+    assert count_ops(lambda: a + a)["op_counts"] == [["add", 0, 2 * 3 * FLOAT, 1]]
