@@ -12,6 +12,9 @@ show the median) and reads its peak memory: the kernel's peak resident set size 
 the first call, minus the resident size at that moment, i.e. what the calls need on top of what was already
 allocated (inputs, parameters, imports).
 
+The machine's limits are measured the same way, each in its own process: :func:`measure_sgemm_peak` (float32
+matmul GFLOP/s) and :func:`measure_bandwidth` (GB/s of a large copy and of random row gathers).
+
 The options every harness-based CLI shares come from :func:`add_point_arguments`, ``--plugin`` included
 (:mod:`benchmarks.plugins`: modules that register extra attention types, imported here and in every worker).
 """
