@@ -27,6 +27,12 @@ Roofline (``benchmarks.roofline``): the machine's copy bandwidth is measured onc
 op's FLOPs and bytes: its *roofline time*, the sum over ops of max(FLOPs / sgemm peak, bytes / bandwidth),
 is the least time the machine allows for the ops the core runs. ``roofline_fraction`` (that over the
 measured time) is how close the core comes; ``memory_bound_share`` says which limit binds.
+
+Allocator (``--allocator``): with glibc's defaults (the default here, as in a user's process) every freed
+block above its mmap threshold (at most 32 MiB) goes back to the system and the next one is page-faulted in
+anew; at 8 heads x 64 and 16,384 tokens a (b, h, n, d) float32 tensor is exactly 32 MiB, so cores with many
+such intermediates pay that per tensor. ``keep`` keeps freed memory in the heap (``benchmarks.harness``):
+what those cores cost without the page faults, at a higher peak.
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ from pathlib import Path
 
 from benchmarks import flops, roofline
 from benchmarks.harness import (
+    ALLOCATORS,
     Measurement,
     ProcessOptions,
     add_point_arguments,
+    keep_freed_memory,
     launch,
     machine_meta,
     measure,
@@ -75,7 +83,9 @@ PRESETS = {
     ),
 }
 # What a point process needs besides its (type, length, mode).
-POINT_SETTINGS = "batch heads head_dim threads warmup repeats graph_degree error_max_length count_ops".split()
+POINT_SETTINGS = (
+    "batch heads head_dim threads warmup repeats graph_degree error_max_length count_ops allocator".split()
+)
 
 
 def timed_call(forward: Callable, leaves: list, upstream, grad: bool) -> Callable[[], None]:
@@ -117,6 +127,8 @@ def run_point(point: argparse.Namespace) -> dict:
     import hf_efficient
     from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
 
+    if getattr(point, "allocator", "glibc") == "keep":
+        keep_freed_memory()
     set_up_torch(point.threads)
     b, h, n, d = point.batch, point.heads, point.length, point.head_dim
     attention_type, implementation, config = resolve(point.type, point.config)
@@ -378,6 +390,12 @@ def make_parser() -> argparse.ArgumentParser:
         type=float,
         help="GiB copied to measure the memory bandwidth for the roofline (0: no roofline; default 1)",
     )
+    parser.add_argument(
+        "--allocator",
+        choices=ALLOCATORS,
+        default="glibc",
+        help="glibc's defaults, or keep freed memory in the heap (no page faults for tensors above 32 MiB)",
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/attention"))
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0)
     return parser
@@ -400,7 +418,7 @@ def main(argv: list[str] | None = None) -> dict:
     sgemm = measure_sgemm_peak(args.sgemm_size, options)
     if sgemm is not None:
         print(f"sgemm peak ({sgemm['size']}^3, {sgemm['threads']} threads): {sgemm['gflops']:.1f} GFLOP/s")
-    bandwidth = measure_bandwidth(args.bandwidth_gib, options)
+    bandwidth = measure_bandwidth(args.bandwidth_gib, options, allocator=args.allocator)
     if bandwidth is not None:
         print(
             f"copy bandwidth ({bandwidth['copy_gib']:g} GiB, {bandwidth['threads']} threads): "
@@ -423,6 +441,7 @@ def main(argv: list[str] | None = None) -> dict:
         "bench_configs": bench_configs(),
         "sgemm": sgemm,
         "bandwidth": bandwidth,
+        "allocator": args.allocator,
         "flop_convention": flops.CONVENTION,
         "graph_degree": args.graph_degree,
         "plugins": args.plugin,

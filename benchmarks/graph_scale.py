@@ -56,6 +56,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.harness import (
+    ALLOCATORS,
     ProcessOptions,
     add_point_arguments,
     keep_freed_memory,
@@ -81,7 +82,6 @@ MODEL = dict(
 GPS = {"gps_performer": {"graph_layer_type": "gps", "attention_type": "performer"}}
 # PyG peers: benchmark name -> (our type they stand in for, torch_geometric.nn layer)
 PEERS = {"pyg_transformer_conv": ("graph_sparse", "TransformerConv"), "pyg_gat_conv": ("gat", "GATConv")}
-ALLOCATORS = ("keep", "glibc")
 PRESETS = {
     "full": dict(nodes=[1000, 10000, 50000, 200000], repeats=2, warmup=1, edges_per_node=10),
     "smoke": dict(nodes=[64], repeats=1, warmup=0, edges_per_node=4),

@@ -283,6 +283,9 @@ def measure_sgemm_peak(size: int, options: ProcessOptions) -> dict | None:
     return {key: value for key, value in record.items() if key != "status"} if "gflops" in record else None
 
 
+ALLOCATORS = ("keep", "glibc")  # a point's allocator setting: keep_freed_memory(), or glibc's defaults
+
+
 def keep_freed_memory() -> None:
     """glibc: serve every allocation from the heap and keep freed memory for reuse (``mallopt``
     M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2^31 - 1), as the environment ``MALLOC_MMAP_MAX_=0

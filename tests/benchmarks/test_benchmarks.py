@@ -52,9 +52,20 @@ def test_attention_benchmark_point_runs_in_process(attention_type):
 
 
 def test_attention_benchmark_cli_writes_json_and_plots(tmp_path):
-    options = ["--preset", "smoke", "--threads", "1", "--types", "full_sdpa", "full_eager"]
+    options = [
+        "--preset",
+        "smoke",
+        "--threads",
+        "1",
+        "--types",
+        "full_sdpa",
+        "full_eager",
+        "--allocator",
+        "keep",
+    ]
     run_module("attention", *options, "--lengths", "32", "64", "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
+    assert results["meta"]["allocator"] == "keep"  # every point and the bandwidth test kept freed memory
     assert {r["status"] for r in results["records"]} == {"ok"}
     assert len(results["records"]) == 4  # 2 types x 2 lengths
     assert (tmp_path / "time.png").stat().st_size > 1000 and (tmp_path / "memory.png").stat().st_size > 1000
