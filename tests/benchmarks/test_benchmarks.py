@@ -52,17 +52,7 @@ def test_attention_benchmark_point_runs_in_process(attention_type):
 
 
 def test_attention_benchmark_cli_writes_json_and_plots(tmp_path):
-    options = [
-        "--preset",
-        "smoke",
-        "--threads",
-        "1",
-        "--types",
-        "full_sdpa",
-        "full_eager",
-        "--allocator",
-        "keep",
-    ]
+    options = "--preset smoke --threads 1 --types full_sdpa full_eager --allocator keep".split()
     run_module("attention", *options, "--lengths", "32", "64", "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["meta"]["allocator"] == "keep"  # every point and the bandwidth test kept freed memory
