@@ -150,7 +150,7 @@ def run_point(point: argparse.Namespace) -> dict:
 
     timing = time_forward(forward, [q, k, v], upstream, grad, point.warmup, point.repeats)
     counts = {"op_counts": None}
-    if point.count_ops:
+    if getattr(point, "count_ops", False):  # callers that time a core without a roofline (peers) omit it
         counts = count_ops(timed_call(forward, [q, k, v], upstream, grad), grad)
     rel_error = None  # measured after the timing: its n x n reference must not count in the peak
     if attention_type != EXACT and not caps.requires_edges and n <= point.error_max_length:
