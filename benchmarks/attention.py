@@ -301,10 +301,7 @@ def roofline_tables(
         )
 
     def top_ops(r: dict) -> str:
-        return ", ".join(
-            f"{o['op']} {100 * o['seconds'] / r['roofline']['seconds']:.0f}% ({o['bound']})"
-            for o in r["roofline"]["ops"][:3]
-        )
+        return roofline.largest_ops(r["roofline"], 3)
 
     lines = []
     for mode in modes:

@@ -255,10 +255,7 @@ def roofline_table(records: list[dict], meta: dict) -> list[str]:
     for r in counted:
         limits = r["roofline"]
         at_roofline = "?" if r["roofline_mfu"] is None else f"{100 * r['roofline_mfu']:.0f}%"
-        largest = ", ".join(
-            f"{o['op']} {100 * o['seconds'] / limits['seconds']:.0f}% ({o['bound']})"
-            for o in limits["ops"][:4]
-        )
+        largest = roofline.largest_ops(limits, 4)
         rows.append(
             [
                 r["type"],

@@ -196,6 +196,15 @@ def roofline(records: list[list], peak_gflops: float, bandwidth_gbps: float, top
     }
 
 
+def largest_ops(limits: dict, count: int) -> str:
+    """A summary cell: the ``count`` ops that take most of a roofline's time, each with its share of it and
+    the limit that binds it, e.g. "bmm 39% (compute), mul 16% (memory)"."""
+    return ", ".join(
+        f"{o['op']} {100 * o['seconds'] / limits['seconds']:.0f}% ({o['bound']})"
+        for o in limits["ops"][:count]
+    )
+
+
 def plot_fractions(points: list[tuple[str, dict, float]], title: str, path) -> None:
     """Horizontal bars, one per ``(label, roofline, measured seconds)``: the measured time's fraction of the
     roofline time, split into its compute-bound and memory-bound parts; lines at 100% (the machine's limit
