@@ -48,7 +48,6 @@ from benchmarks.harness import (
     Measurement,
     ProcessOptions,
     add_point_arguments,
-    keep_freed_memory,
     launch,
     machine_meta,
     measure,
@@ -56,6 +55,7 @@ from benchmarks.harness import (
     measure_sgemm_peak,
     set_up_torch,
     sweep,
+    use_allocator,
 )
 from benchmarks.mechanisms import BASELINE, EXACT, bench_configs, benchmark_types, is_exact, resolve
 from benchmarks.plugins import parse_args_with_plugins
@@ -127,8 +127,7 @@ def run_point(point: argparse.Namespace) -> dict:
     import hf_efficient
     from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
 
-    if getattr(point, "allocator", "glibc") == "keep":
-        keep_freed_memory()
+    use_allocator(point)
     set_up_torch(point.threads)
     b, h, n, d = point.batch, point.heads, point.length, point.head_dim
     attention_type, implementation, config = resolve(point.type, point.config)

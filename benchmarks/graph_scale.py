@@ -59,13 +59,13 @@ from benchmarks.harness import (
     ALLOCATORS,
     ProcessOptions,
     add_point_arguments,
-    keep_freed_memory,
     launch,
     machine_meta,
     measure,
     measure_bandwidth,
     set_up_torch,
     sweep,
+    use_allocator,
 )
 from benchmarks.mechanisms import EXACT_KERNELS, is_exact, split_name
 from benchmarks.plugins import parse_args_with_plugins
@@ -187,8 +187,7 @@ def run_point(point: argparse.Namespace) -> dict:
         GraphCollator,
     )
 
-    if getattr(point, "allocator", "glibc") == "keep":
-        keep_freed_memory()
+    use_allocator(point)
     set_up_torch(point.threads)
     overrides, implementation = setups()[point.type]
     config = EfficientGraphConfig(

@@ -299,6 +299,13 @@ def keep_freed_memory() -> None:
         raise RuntimeError("mallopt refused M_MMAP_MAX / M_TRIM_THRESHOLD")
 
 
+def use_allocator(point: argparse.Namespace) -> None:
+    """Apply a point's ``allocator`` setting (one of :data:`ALLOCATORS`; glibc's defaults when it has none)
+    before it allocates anything."""
+    if getattr(point, "allocator", "glibc") == "keep":
+        keep_freed_memory()
+
+
 def bandwidth_point(point: argparse.Namespace) -> dict:
     """Point function: the machine's memory bandwidth with ``point.threads`` threads: a copy of
     ``point.gib`` GiB (bytes read + written over the time: what streaming eager ops get), and a gather of
@@ -306,8 +313,7 @@ def bandwidth_point(point: argparse.Namespace) -> dict:
     that size into a reused buffer. ``point.allocator`` "keep": :func:`keep_freed_memory` first."""
     import torch
 
-    if getattr(point, "allocator", "glibc") == "keep":
-        keep_freed_memory()
+    use_allocator(point)
     set_up_torch(point.threads)
     floats = int(point.gib * 2**30) // 4
     source, target = torch.ones(floats), torch.empty(floats)
