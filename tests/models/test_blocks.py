@@ -107,6 +107,18 @@ def test_compact_dropout_keeps_a_bool_mask_and_the_dropout_maths(device):
     assert torch.equal(dropout.eval()(x), x)
 
 
+def test_keep_mask_fills_every_element_across_chunks(monkeypatch):
+    """The mask is drawn a chunk at a time into an uninitialised tensor: every element, the last partial
+    chunk's included, is written, and each chunk keeps 1 - p of its elements."""
+    monkeypatch.setattr(blocks, "MASK_CHUNK", 1000)
+    shape = (300, 70)  # 21 chunks of 1,000, the last one short of 1,000 elements
+    assert blocks.keep_mask(shape, 0.0).all() and not blocks.keep_mask(shape, 1.0).any()
+    keep = blocks.keep_mask(shape, 0.25)
+    assert keep.shape == shape and keep.dtype == torch.bool
+    rates = keep.view(-1)[:20_000].float().view(20, 1000).mean(1)
+    assert (rates > 0.68).all() and (rates < 0.82).all()  # 1,000 draws each of Bernoulli(0.75): sd 0.014
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("make", [text_model_and_loss, vision_model_and_loss], ids=["post_norm", "pre_norm"])
 def test_savings_on_cuda_under_bfloat16_autocast(make):
