@@ -224,17 +224,38 @@ def summarize(records: list[dict], meta: dict) -> str:
     ]
     rows = [[t, v, *(status_cell(by_point.get((t, n, v)), cell) for n in lengths)] for t, v in series]
     lines += markdown_table(["type", "variant", *(f"n={n}" for n in lengths)], rows)
-    lines += ["", "### share of the profiled step per component (profiled step ms)", ""]
-    header = ["type", "variant", "n", *breakdown.COMPONENTS, "ms"]
+    lines += [
+        "",
+        "### share of the profiled step per component (profiled step ms); x vs "
+        f"{BASELINE} at most: with the attention core at the sgemm peak, the rest as measured",
+        "",
+    ]
+    header = ["type", "variant", "n", *breakdown.COMPONENTS, "ms", "x at most"]
     rows = []
     for r in records:
         if r["status"] == "ok" and r["breakdown_ms"]:
             total = sum(r["breakdown_ms"].values())
             shares = [f"{100 * r['breakdown_ms'][c] / total:.0f}%" for c in breakdown.COMPONENTS]
-            rows.append([r["type"], r["variant"], str(r["length"]), *shares, f"{total:,.0f}"])
+            bound = speedup_bound(r, by_point.get((BASELINE, r["length"], r["variant"])), sgemm)
+            cells = [*shares, f"{total:,.0f}", "?" if bound is None else f"x{bound:.2f}"]
+            rows.append([r["type"], r["variant"], str(r["length"]), *cells])
     lines += markdown_table(header, rows)
     lines += roofline_table(records, meta)
     return "\n".join(lines)
+
+
+def speedup_bound(record: dict, baseline: dict | None, sgemm: dict | None) -> float | None:
+    """The speed-up over ``baseline`` (the exact type's point, same length and variant) that ``record``'s step
+    would have if its attention core's matrix FLOPs ran at the sgemm peak and everything else took the time
+    it took: baseline time / (measured time x the non-core share of the profiled step + core FLOPs / peak).
+    No kernel work on the core alone can go past it; None where a number is missing."""
+    core_flops = record["flops_by_component"].get(breakdown.CORE)
+    ok = baseline and baseline["status"] == "ok" and sgemm and record["breakdown_ms"] and core_flops
+    if not ok:
+        return None
+    shares = record["breakdown_ms"]
+    rest_s = record["median_s"] * (1.0 - shares[breakdown.CORE] / sum(shares.values()))
+    return baseline["median_s"] / (rest_s + core_flops / (sgemm["gflops"] * 1e9))
 
 
 def roofline_table(records: list[dict], meta: dict) -> list[str]:

@@ -131,6 +131,18 @@ def test_head_variants_for_other_encoders_are_refused_before_any_point_runs(tmp_
 
 
 @pytest.mark.slow  # a subprocess per point and the sgemm peak (about 40 s)
+def test_speedup_bound_puts_the_core_at_the_sgemm_peak_and_keeps_the_rest():
+    shares = dict.fromkeys(breakdown.COMPONENTS, 0.0) | {breakdown.CORE: 250.0, breakdown.FEED_FORWARD: 750.0}
+    record = {"median_s": 2.0, "breakdown_ms": shares, "flops_by_component": {breakdown.CORE: 100e9}}
+    baseline, sgemm = {"status": "ok", "median_s": 8.0}, {"gflops": 100.0}
+    # The rest: 75% of 2 s; the core's 100 GFLOP at 100 GFLOP/s: 1 s; 8 s / 2.5 s.
+    assert model_step.speedup_bound(record, baseline, sgemm) == pytest.approx(3.2)
+    assert model_step.speedup_bound(record, None, sgemm) is None
+    assert model_step.speedup_bound(record, baseline, None) is None
+    no_core_model = dict(record, flops_by_component={breakdown.CORE: None})
+    assert model_step.speedup_bound(no_core_model, baseline, sgemm) is None
+
+
 def test_model_step_benchmark_smoke(tmp_path):
     options = [
         "--preset",
@@ -167,7 +179,7 @@ def test_model_step_benchmark_smoke(tmp_path):
     assert heads["dense_head"] > 2 * heads["default"]  # the default head scores the masked 15% only
     summary = (tmp_path / "summary.md").read_text()
     assert "| full_sdpa | default |" in summary and "(x1.00)" in summary and "optimizer step" in summary
-    assert "roofline of the step's aten ops" in summary
+    assert "roofline of the step's aten ops" in summary and "x at most" in summary
     for name in ("throughput.png", "mfu.png", "memory.png", "breakdown.png", "roofline.png"):
         assert (tmp_path / name).stat().st_size > 1000
 
