@@ -283,7 +283,16 @@ def measure_sgemm_peak(size: int, options: ProcessOptions) -> dict | None:
     return {key: value for key, value in record.items() if key != "status"} if "gflops" in record else None
 
 
-ALLOCATORS = ("keep", "glibc")  # a point's allocator setting: keep_freed_memory(), or glibc's defaults
+# A point's allocator setting: keep_freed_memory(), glibc's defaults, or map_large_blocks().
+ALLOCATORS = ("keep", "glibc", "lean")
+LEAN_MMAP_THRESHOLD = 16 * 2**20  # bytes: "lean" maps every block of 16 MiB and more on its own
+
+
+def _mallopt(option: int, value: int, name: str) -> None:
+    import ctypes
+
+    if not ctypes.CDLL("libc.so.6").mallopt(option, value):
+        raise RuntimeError(f"mallopt refused {name} = {value}")
 
 
 def keep_freed_memory() -> None:
@@ -291,19 +300,29 @@ def keep_freed_memory() -> None:
     M_MMAP_MAX = 0, M_TRIM_THRESHOLD = 2^31 - 1), as the environment ``MALLOC_MMAP_MAX_=0
     MALLOC_TRIM_THRESHOLD_=2147483647`` would: tensors above 32 MiB then stop being mapped and page-faulted
     anew at every use."""
-    import ctypes
-
-    libc = ctypes.CDLL("libc.so.6")
     m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
-    if not (libc.mallopt(m_mmap_max, 0) and libc.mallopt(m_trim_threshold, 2**31 - 1)):
-        raise RuntimeError("mallopt refused M_MMAP_MAX / M_TRIM_THRESHOLD")
+    _mallopt(m_mmap_max, 0, "M_MMAP_MAX")
+    _mallopt(m_trim_threshold, 2**31 - 1, "M_TRIM_THRESHOLD")
+
+
+def map_large_blocks() -> None:
+    """glibc: map every block of ``LEAN_MMAP_THRESHOLD`` bytes and more on its own and hand it back when
+    freed (``mallopt`` M_MMAP_THRESHOLD, as ``MALLOC_MMAP_THRESHOLD_=16777216`` in the environment would).
+    Setting the threshold also turns off glibc's dynamic one, which grows up to 32 MiB as large blocks are
+    freed and then serves them from a heap that fragments and is not handed back: the resident size stays
+    near what the live tensors need, and every large block is page-faulted in afresh."""
+    m_mmap_threshold = -3  # glibc's malloc.h
+    _mallopt(m_mmap_threshold, LEAN_MMAP_THRESHOLD, "M_MMAP_THRESHOLD")
 
 
 def use_allocator(point: argparse.Namespace) -> None:
     """Apply a point's ``allocator`` setting (one of :data:`ALLOCATORS`; glibc's defaults when it has none)
     before it allocates anything."""
-    if getattr(point, "allocator", "glibc") == "keep":
+    setting = getattr(point, "allocator", "glibc")
+    if setting == "keep":
         keep_freed_memory()
+    elif setting == "lean":
+        map_large_blocks()
 
 
 def bandwidth_point(point: argparse.Namespace) -> dict:

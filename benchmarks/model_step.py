@@ -19,6 +19,10 @@ dense_head          text: ``sparse_prediction=False``: BERT's head, (b, n, V) lo
 checkpointing       ``model.gradient_checkpointing_enable()``: each layer recomputed in backward
 core_checkpointing  ``model.attention_checkpointing_enable()``: each attention core recomputed in backward
 compile             ``torch.compile(model)`` (inductor; what Trainer's ``torch_compile=True`` does)
+keep_allocator      the default model; glibc keeps every freed block in its heap for reuse
+                    (``benchmarks.harness.keep_freed_memory``): no page faults, a higher peak
+lean_allocator      the default model; glibc maps every block of 16 MiB and more on its own and hands it
+                    back when freed (``benchmarks.harness.map_large_blocks``): a lower peak, page faults
 ==================  ====================================================================================
 
 Model FLOPs utilisation (MFU) = the step's model FLOPs / its median time / the machine's sgemm peak measured
@@ -71,6 +75,7 @@ from benchmarks.harness import (
     measure_sgemm_peak,
     set_up_torch,
     sweep,
+    use_allocator,
 )
 from benchmarks.mechanisms import BASELINE, bench_configs, is_exact
 from benchmarks.plugins import parse_args_with_plugins
@@ -115,6 +120,8 @@ VARIANTS = {
     "checkpointing": {"gradient_checkpointing": True},
     "core_checkpointing": {"attention_checkpointing": True},
     "compile": {"compile": True},
+    "keep_allocator": {"allocator": "keep"},
+    "lean_allocator": {"allocator": "lean"},
 }
 # Per encoder: (the step's task, what n counts)
 STEP_NAMES = {
@@ -131,8 +138,10 @@ def run_point(point: argparse.Namespace) -> dict:
 
     import hf_efficient
 
-    set_up_torch(point.threads)
     settings = dict(VARIANTS[point.variant])
+    point.allocator = settings.pop("allocator", "glibc")
+    use_allocator(point)  # before the model's tensors
+    set_up_torch(point.threads)
     compiled, checkpointing = settings.pop("compile", False), settings.pop("gradient_checkpointing", False)
     core_checkpointing = settings.pop("attention_checkpointing", False)
     model, batch, (attention_type, implementation, attention_config) = step_models.model_and_batch(

@@ -3,6 +3,8 @@
 import argparse
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 
@@ -202,3 +204,37 @@ def test_rfa_trained_attention_compares_with_the_kernel_it_estimates():
     few = build_attention("rfa", spec, {"num_features": 4, "sigma": 3.0}).eval()
     stats = rfa_trained_attention.layer_statistics(few, q, k)
     assert stats["l1_distance"] > 0.5 and stats["negative_share"] > 0.1
+
+
+ALLOCATOR_PROBE = """
+import ctypes, sys
+import torch
+from benchmarks import harness
+
+class MallInfo2(ctypes.Structure):  # glibc >= 2.33
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = MallInfo2
+harness.use_allocator(harness.argparse.Namespace(allocator=sys.argv[1]))
+mapped = []
+for _ in range(2):  # glibc's dynamic threshold rises to a mapped block's size once it is freed
+    block = torch.ones(5 * 2**20)  # 20 MiB
+    mapped.append(libc.mallinfo2().hblkhd >= 20 * 2**20)
+    del block
+print(mapped)
+"""
+
+
+@pytest.mark.parametrize(
+    "allocator, mapped",
+    [("glibc", [True, False]), ("lean", [True, True]), ("keep", [False, False])],
+)
+def test_allocator_settings_decide_which_blocks_are_mapped(allocator, mapped):
+    """glibc maps a 20 MiB block, then serves the next one from its heap (its threshold grew); "lean" maps
+    both (threshold fixed at 16 MiB); "keep" maps neither."""
+    probe = subprocess.run(
+        [sys.executable, "-c", ALLOCATOR_PROBE, allocator], capture_output=True, text=True, check=True
+    )
+    assert probe.stdout.strip() == str(mapped)
