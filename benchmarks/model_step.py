@@ -381,7 +381,9 @@ def main(argv: list[str] | None = None) -> dict:
     def run(base: dict) -> dict:
         return launch(run_point, {**settings, **base}, base, options)
 
-    bases = [{"type": t, "length": n, "variant": v} for v in args.variants for t in types for n in lengths]
+    # A type's variants run one after the other, so a machine whose speed drifts during the run (this VM's
+    # sgemm moved from 154 to 130 GFLOP/s within one 8-minute run) moves them together.
+    bases = [{"type": t, "length": n, "variant": v} for t in types for v in args.variants for n in lengths]
     records = sweep(bases, run, lambda p: (p["type"], p["variant"]), desc="model step benchmark")
     # The peak is measured before and after the points and the higher one kept: a machine busier at one of
     # the two moments would otherwise under-state the peak and over-state every MFU.
