@@ -154,16 +154,16 @@ def test_model_step_benchmark_smoke(tmp_path):
         "--variants",
         "default",
         "dense_head",
+        "lean_allocator",
     ]
     run_module("model_step", *options, "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     records = results["records"]
     assert {r["status"] for r in records} == {"ok"}, records
-    assert sorted((r["type"], r["variant"]) for r in records) == [
-        ("full_sdpa", "default"),
-        ("full_sdpa", "dense_head"),
-        ("linear", "default"),
-        ("linear", "dense_head"),
+    variants = ["default", "dense_head", "lean_allocator"]
+    # A type's variants run next to each other, so a drifting machine moves them together.
+    assert [(r["type"], r["variant"]) for r in records] == [
+        (t, v) for t in ("full_sdpa", "linear") for v in variants
     ]
     assert results["meta"]["sgemm"]["gflops"] > 0 and results["meta"]["bandwidth"]["copy_gbps"] > 0
     for r in records:
