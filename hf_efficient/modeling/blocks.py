@@ -54,7 +54,9 @@ class CompactDropout(nn.Dropout):
 
 class _MaskedScale(torch.autograd.Function):
     """input * keep * scale, keeping only the bool ``keep`` for backward, whose gradient is
-    ``native_dropout``'s own backward op: one pass and one new tensor (two with ``mul`` then ``mul_``)."""
+    ``native_dropout``'s own backward op: one pass and one new tensor. Written as ``mul`` then ``mul_``,
+    autograd's backward makes two, and the training step at 16k tokens peaked 20-140 MiB higher than with
+    ``native_dropout`` (five interleaved pairs); with this Function it does not."""
 
     @staticmethod
     def forward(ctx, input: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
@@ -70,8 +72,8 @@ class _MaskedScale(torch.autograd.Function):
 
 def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
     """A CPU bool tensor of ``shape``, each element True with probability 1 - p: ``rand >= p`` drawn
-    ``MASK_CHUNK`` elements at a time, so the float32 draws never take more than 4 MiB (one draw of the whole
-    shape was measured to raise the training step's peak by 50-140 MiB at 16k tokens)."""
+    ``MASK_CHUNK`` elements at a time, so the float32 draws take 4 MiB at most (a draw of the whole shape
+    would be 16 MiB at 16k tokens x 256, four times the mask itself)."""
     keep = torch.empty(shape, dtype=torch.bool)
     flat = keep.view(-1)
     for start in range(0, flat.numel(), MASK_CHUNK):
