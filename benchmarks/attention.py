@@ -390,7 +390,8 @@ def make_parser() -> argparse.ArgumentParser:
         "--allocator",
         choices=ALLOCATORS,
         default="glibc",
-        help="glibc's defaults, or keep freed memory in the heap (no page faults for tensors above 32 MiB)",
+        help="glibc's defaults, keep freed memory in the heap (no page faults above 32 MiB), or lean "
+        "(blocks of 16 MiB and more mapped on their own: less memory); see benchmarks.harness",
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/attention"))
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0)

@@ -325,7 +325,7 @@ def make_parser() -> argparse.ArgumentParser:
         "--allocator",
         choices=ALLOCATORS,
         default="keep",
-        help="keep freed memory (default) or glibc's defaults",
+        help="keep freed memory (default), glibc's defaults, or lean (see benchmarks.harness)",
     )
     parser.add_argument(
         "--bandwidth_gib", type=float, default=1.0, help="size of the bandwidth test (0: none)"

@@ -283,8 +283,6 @@ def measure_sgemm_peak(size: int, options: ProcessOptions) -> dict | None:
     return {key: value for key, value in record.items() if key != "status"} if "gflops" in record else None
 
 
-# A point's allocator setting: keep_freed_memory(), glibc's defaults, or map_large_blocks().
-ALLOCATORS = ("keep", "glibc", "lean")
 LEAN_MMAP_THRESHOLD = 16 * 2**20  # bytes: "lean" maps every block of 16 MiB and more on its own
 
 
@@ -315,21 +313,23 @@ def map_large_blocks() -> None:
     _mallopt(m_mmap_threshold, LEAN_MMAP_THRESHOLD, "M_MMAP_THRESHOLD")
 
 
+# A point's allocator setting: its name and what sets it up (None: glibc's defaults).
+ALLOCATORS = {"keep": keep_freed_memory, "glibc": None, "lean": map_large_blocks}
+
+
 def use_allocator(point: argparse.Namespace) -> None:
     """Apply a point's ``allocator`` setting (one of :data:`ALLOCATORS`; glibc's defaults when it has none)
     before it allocates anything."""
-    setting = getattr(point, "allocator", "glibc")
-    if setting == "keep":
-        keep_freed_memory()
-    elif setting == "lean":
-        map_large_blocks()
+    set_up = ALLOCATORS[getattr(point, "allocator", "glibc")]
+    if set_up is not None:
+        set_up()
 
 
 def bandwidth_point(point: argparse.Namespace) -> dict:
     """Point function: the machine's memory bandwidth with ``point.threads`` threads: a copy of
     ``point.gib`` GiB (bytes read + written over the time: what streaming eager ops get), and a gather of
     random rows of 64 floats (256 bytes, the rows edge kernels read at a graph's sources) from a table of
-    that size into a reused buffer. ``point.allocator`` "keep": :func:`keep_freed_memory` first."""
+    that size into a reused buffer, after the point's allocator setting (:func:`use_allocator`)."""
     import torch
 
     use_allocator(point)

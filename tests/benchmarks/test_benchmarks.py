@@ -207,7 +207,7 @@ def test_rfa_trained_attention_compares_with_the_kernel_it_estimates():
 
 
 ALLOCATOR_PROBE = """
-import ctypes, sys
+import argparse, ctypes, sys
 import torch
 from benchmarks import harness
 
@@ -217,7 +217,7 @@ class MallInfo2(ctypes.Structure):  # glibc >= 2.33
 
 libc = ctypes.CDLL("libc.so.6")
 libc.mallinfo2.restype = MallInfo2
-harness.use_allocator(harness.argparse.Namespace(allocator=sys.argv[1]))
+harness.use_allocator(argparse.Namespace(allocator=sys.argv[1]))
 mapped = []
 for _ in range(2):  # glibc's dynamic threshold rises to a mapped block's size once it is freed
     block = torch.ones(5 * 2**20)  # 20 MiB
@@ -227,6 +227,7 @@ print(mapped)
 """
 
 
+@pytest.mark.slow  # a fresh interpreter per setting
 @pytest.mark.parametrize(
     "allocator, mapped",
     [("glibc", [True, False]), ("lean", [True, True]), ("keep", [False, False])],

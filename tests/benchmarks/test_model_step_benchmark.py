@@ -130,7 +130,6 @@ def test_head_variants_for_other_encoders_are_refused_before_any_point_runs(tmp_
     assert "--encoder text" in error and not list(tmp_path.iterdir())
 
 
-@pytest.mark.slow  # a subprocess per point and the sgemm peak (about 40 s)
 def test_speedup_bound_puts_the_core_at_the_sgemm_peak_and_keeps_the_rest():
     shares = dict.fromkeys(breakdown.COMPONENTS, 0.0) | {breakdown.CORE: 250.0, breakdown.FEED_FORWARD: 750.0}
     record = {"median_s": 2.0, "breakdown_ms": shares, "flops_by_component": {breakdown.CORE: 100e9}}
@@ -143,6 +142,7 @@ def test_speedup_bound_puts_the_core_at_the_sgemm_peak_and_keeps_the_rest():
     assert model_step.speedup_bound(no_core_model, baseline, sgemm) is None
 
 
+@pytest.mark.slow  # a subprocess per point and the sgemm peak (about 40 s)
 def test_model_step_benchmark_smoke(tmp_path):
     options = [
         "--preset",
