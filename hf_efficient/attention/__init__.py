@@ -8,7 +8,7 @@ new variant is one new file.
 import importlib
 import pkgutil
 
-from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec, Kernel
 from .config import AttentionConfig
 from .inputs import AttentionInputs, GraphEdges
 from .registry import (
@@ -23,7 +23,7 @@ from .registry import (
     validate_attention_config,
 )
 
-_INFRASTRUCTURE = {"base", "cache", "config", "flex", "inputs", "registry", "utils"}
+_INFRASTRUCTURE = {"base", "cache", "config", "inputs", "kernels", "registry", "utils"}
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _INFRASTRUCTURE and not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")
@@ -37,6 +37,7 @@ __all__ = [
     "AttentionOutput",
     "AttentionSpec",
     "GraphEdges",
+    "Kernel",
     "attention_table",
     "build_attention",
     "causal_attention_types",

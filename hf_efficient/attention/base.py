@@ -17,13 +17,22 @@ Shapes (the whole package uses these names):
 
 Each core declares what it can honour in :class:`AttentionCapabilities`; :meth:`AttentionCore.forward`
 checks the inputs against them (:mod:`~hf_efficient.attention.inputs`) and raises a ``ValueError`` naming
-the problem and the fix, so nothing is silently ignored. Subclasses implement :meth:`AttentionCore._attend`
-and state their facts (paper, cost, FLOP model, settings for tiny models and benchmarks) as class
-attributes, which the registry, the docs table and the benchmarks read; nothing else names a type.
+the problem and the fix, so nothing is silently ignored.
+
+Reference and kernels: a mechanism's file (``attention/<name>.py``) holds its maths in one piece,
+:meth:`AttentionCore.reference` (the paper's equations, plain differentiable torch ops, the path that
+traces and exports). Faster ways to compute the same thing (chunked CPU forms, custom autograd functions,
+FlexAttention block masks, GPU kernels) live in ``attention/kernels/`` and are listed on the core as
+:class:`Kernel` s. The hyperparameter ``implementation`` (every type's ``attention_config`` has it) picks
+one: ``"auto"`` (default) the first kernel that suits the call (device, dropout, sizes), else the
+reference; ``"reference"`` always the reference; a kernel's name that kernel. Every kernel equals its
+reference (tests/attention/test_kernels.py). Subclasses state their facts (paper, cost, FLOP model,
+settings for tiny models) as class attributes, which the registry and the docs table read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, NamedTuple
@@ -113,12 +122,50 @@ class AttentionOutput(NamedTuple):
     weights: torch.Tensor | None  # (b, h, n, n) or None
 
 
+def _runs_every_call(core: AttentionCore, query: torch.Tensor, inputs: AttentionInputs) -> str | None:
+    return None
+
+
+def _always(core: AttentionCore, query: torch.Tensor, inputs: AttentionInputs) -> bool:
+    return True
+
+
+class Kernel(NamedTuple):
+    """A fast path of one mechanism: its reference's maths computed another way (a module of
+    ``attention/kernels/``). A core lists its kernels in ``AttentionCore.kernels``, in the order ``"auto"``
+    tries them.
+
+    Attributes:
+        name: the ``implementation`` value that forces this kernel (``"chunked"``, ``"flex"``, ...).
+        attend: ``(core, query, key, value, inputs) -> AttentionOutput``, equal to ``core.reference`` on
+            the same call (outputs, weights, gradients; checked for every kernel by the contract tests).
+        unsupported: ``(core, query, inputs) -> str | None``: why this kernel cannot serve the call (a
+            CPU without a backward, dropout it does not draw, a head size it does not take), or None. A
+            forced kernel raises with this reason; ``"auto"`` passes over it.
+        chosen: ``(core, query, inputs) -> bool``: whether ``"auto"`` takes it for a call it can serve (the
+            device and sizes where it is the faster path).
+        traces: whether it runs inside ``torch.export`` / ``torch.compile`` graphs. While tracing, ``"auto"``
+            only considers kernels that do, and a forced kernel that does not raises.
+    """
+
+    name: str
+    attend: Callable[..., AttentionOutput]
+    unsupported: Callable[[Any, torch.Tensor, AttentionInputs], str | None] = _runs_every_call
+    chosen: Callable[[Any, torch.Tensor, AttentionInputs], bool] = _always
+    traces: bool = False
+
+
+IMPLEMENTATION_CHOICES = ("auto", "reference")
+
+
 class AttentionCore(nn.Module):
-    """Base class of every attention mechanism. Subclasses set the class attributes and ``_attend``.
+    """Base class of every attention mechanism. Subclasses set the class attributes and ``reference`` (and
+    list their ``kernels``); a core that needs neither split may override ``_attend`` itself.
 
     Class attributes (the core's facts; the registry, docs table and benchmarks read them):
         attention_type: registry key (set by ``register_attention``).
         config_class: the dataclass of this core's hyperparameters.
+        kernels: its fast paths (:class:`Kernel`), in the order ``implementation="auto"`` tries them.
         capabilities: what the core can honour (inputs, modalities).
         paper: citation shown in errors, model cards and the docs table.
         cost: time complexity in n, as the docs table shows it (``"O(n·w)"``).
@@ -137,6 +184,7 @@ class AttentionCore(nn.Module):
 
     attention_type: ClassVar[str] = ""
     config_class: ClassVar[type[AttentionConfig]] = AttentionConfig
+    kernels: ClassVar[tuple[Kernel, ...]] = ()
     capabilities: ClassVar[AttentionCapabilities] = AttentionCapabilities()
     paper: ClassVar[str] = ""
     cost: ClassVar[str] = ""
@@ -160,6 +208,7 @@ class AttentionCore(nn.Module):
         super().__init__()
         self.spec = spec
         self.config = config if config is not None else self.config_class()
+        self.check_implementation(self.config.implementation)
         self.num_heads = spec.num_heads
         self.head_dim = spec.head_dim
         self.scaling = spec.head_dim**-0.5
@@ -178,16 +227,61 @@ class AttentionCore(nn.Module):
         """
         return None
 
+    @classmethod
+    def check_implementation(cls, implementation: str) -> None:
+        """Raise for an ``implementation`` that is neither "auto", "reference" nor one of this core's
+        kernels, listing the valid ones."""
+        valid = (*IMPLEMENTATION_CHOICES, *(kernel.name for kernel in cls.kernels))
+        if implementation not in valid:
+            name = cls.attention_type or cls.__name__
+            raise ValueError(
+                f"{name}: attention_config implementation must be one of {', '.join(map(repr, valid))} "
+                f"('auto': the fastest path for the call, 'reference': the mechanism's maths in one piece), "
+                f"got {implementation!r}."
+            )
+
     # ---- hooks for subclasses -------------------------------------------------------------------
-    def _attend(
+    def reference(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, inputs: AttentionInputs
     ) -> AttentionOutput:
-        """Compute attention on prepared inputs.
+        """The mechanism's maths in one piece: plain differentiable torch ops, what tracing and export see.
 
         ``inputs.attention_mask`` is bool (b, n) or None (nothing padded); ``inputs.global_attention_mask``
         bool (b, n) or None. Inputs the core does not declare in its capabilities are None/False here.
         """
         raise NotImplementedError
+
+    def kernel_for(self, query: torch.Tensor, inputs: AttentionInputs) -> Kernel | None:
+        """The kernel that computes this call under the configured ``implementation``; None: the reference."""
+        choice = self.config.implementation
+        if choice == "reference":
+            return None
+        tracing = is_tracing()
+        if choice == "auto":
+            for kernel in self.kernels:
+                if (kernel.traces or not tracing) and kernel.unsupported(self, query, inputs) is None:
+                    if kernel.chosen(self, query, inputs):
+                        return kernel
+            return None
+        kernel = next(k for k in self.kernels if k.name == choice)
+        reason = kernel.unsupported(self, query, inputs)
+        if reason is None and tracing and not kernel.traces:
+            reason = "it does not run inside torch.export / torch.compile graphs"
+        if reason is not None:
+            raise ValueError(
+                f"{self.attention_type or type(self).__name__}: implementation={choice!r} cannot compute this "
+                f"call: {reason}. Use implementation='auto' (it picks a path that can) or 'reference'."
+            )
+        return kernel
+
+    def _attend(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, inputs: AttentionInputs
+    ) -> AttentionOutput:
+        """Compute attention on prepared inputs: the chosen kernel, else the reference."""
+        kernel = self.kernel_for(query, inputs)
+        if kernel is None:
+            return self.reference(query, key, value, inputs)
+        return kernel.attend(self, query, key, value, inputs)
 
     def init_weights(self) -> None:
         """(Re)initialise the core's own parameters and persistent random state.
@@ -424,4 +518,6 @@ __all__ = [
     "AttentionCore",
     "AttentionOutput",
     "AttentionSpec",
+    "IMPLEMENTATION_CHOICES",
+    "Kernel",
 ]

@@ -44,7 +44,7 @@ import torch
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
-from .flex import (
+from .kernels.flex import (
     BlockMask,
     BlockMaskCache,
     blocks_all,
@@ -72,7 +72,7 @@ class BigBirdConfig(AttentionConfig):
         num_random_blocks: random key blocks per query block and head.
         seed: seeds the random layout together with the layer index and the number of blocks.
         implementation: ``"auto"`` (FlexAttention on CUDA without dropout, the native block-sparse path
-            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.flex`). On a GPU use
+            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.kernels.flex`). On a GPU use
             a block_size that is a multiple of 128 (FlexAttention's block): layout blocks are then whole flex
             blocks (73 TFLOP/s at 64k tokens on an H200, against 5 with 64-token blocks, whose flex blocks
             are all partial and look the layout up per score).

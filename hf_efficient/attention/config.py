@@ -16,7 +16,15 @@ from typing import Any
 
 @dataclass
 class AttentionConfig:
-    """Base of every core's hyperparameters (its ``attention_config``). Subclasses add fields."""
+    """Base of every core's hyperparameters (its ``attention_config``). Subclasses add fields.
+
+    Attributes:
+        implementation: how the core computes (see :mod:`hf_efficient.attention.base`): ``"auto"`` the
+            fastest path for each call, ``"reference"`` the mechanism's maths in one piece, or the name of
+            one of the core's kernels. Checked against the core's kernels when the core is built.
+    """
+
+    implementation: str = "auto"
 
     def validate(self) -> None:
         """Check value ranges; raise ValueError naming the field. Subclasses extend."""

@@ -21,7 +21,7 @@ from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .cache import KeyValueCacheLayer
-from .flex import BlockMask, BlockMaskCache, blocks_all, flex_attend, flex_block_mask, num_blocks, use_flex
+from .kernels.flex import BlockMask, BlockMaskCache, blocks_all, flex_attend, flex_block_mask, num_blocks, use_flex
 from .inputs import AttentionInputs
 from .registry import register_attention
 from .utils import additive_mask

@@ -44,7 +44,7 @@ from transformers.cache_utils import DynamicLayer
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .cache import SlidingWindowCacheLayer
 from .config import AttentionConfig
-from .flex import (
+from .kernels.flex import (
     FLEX_BLOCK,
     BlockMask,
     BlockMaskCache,
@@ -72,7 +72,7 @@ class LongformerAttentionConfig(AttentionConfig):
         global_token_indices: positions that are global in every example (e.g. [0] for CLS); per-example
             global tokens come through the ``global_attention_mask`` input instead.
         implementation: ``"auto"`` (FlexAttention on CUDA without dropout, the chunked native path
-            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.flex`).
+            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.kernels.flex`).
     """
 
     attention_window: int = 512

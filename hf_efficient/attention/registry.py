@@ -74,7 +74,10 @@ def validate_attention_config(
     attention_type: str, attention_config: dict[str, Any] | None
 ) -> AttentionConfig:
     """Parse and validate an ``attention_config`` dict for ``attention_type`` (unknown keys raise)."""
-    return get_attention_class(attention_type).config_class.from_dict(attention_type, attention_config)
+    cls = get_attention_class(attention_type)
+    config = cls.config_class.from_dict(attention_type, attention_config)
+    cls.check_implementation(config.implementation)
+    return config
 
 
 def build_attention(

@@ -41,7 +41,7 @@ from torch.nn import functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
-from .flex import (
+from .kernels.flex import (
     BlockMask,
     BlockMaskCache,
     check_implementation,
@@ -64,7 +64,7 @@ class SwinWindowConfig(AttentionConfig):
         shift_windows: shift the windows by half a window on odd layers (Swin's SW-MSA); False keeps every
             layer on the same windows.
         implementation: ``"auto"`` (FlexAttention on CUDA without dropout, the native windowed path
-            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.flex`).
+            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.kernels.flex`).
     """
 
     window_size: int | list = 7
