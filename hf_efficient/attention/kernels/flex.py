@@ -92,6 +92,31 @@ def use_flex(implementation: str, query: torch.Tensor, dropout: float) -> bool:
     return True
 
 
+def flex_unsupported(core, query: torch.Tensor, inputs) -> str | None:
+    """Why FlexAttention cannot compute this call of ``core``, or None: a FlexAttention
+    :class:`~hf_efficient.attention.base.Kernel`'s ``unsupported``."""
+    if flex_attention is None:
+        return "it needs torch.nn.attention.flex_attention (torch >= 2.5)"
+    if inputs is not None and inputs.output_attentions:
+        return "FlexAttention returns no attention weights"
+    if core.training and core.spec.dropout > 0.0:
+        return "FlexAttention has no attention dropout (set attention_probs_dropout_prob=0 to use it)"
+    if query.is_cuda and query.shape[-1] < MIN_CUDA_HEAD_DIM:
+        return (
+            f"FlexAttention's CUDA kernel needs a head size of at least {MIN_CUDA_HEAD_DIM}, got "
+            f"head_dim={query.shape[-1]} (hidden_size / num_attention_heads)"
+        )
+    if not query.is_cuda and torch.is_grad_enabled() and query.requires_grad:
+        return "FlexAttention has no CPU backward (run inference under torch.no_grad(), or train on CUDA)"
+    return None
+
+
+def flex_chosen(core, query: torch.Tensor, inputs) -> bool:
+    """``"auto"`` takes FlexAttention on CUDA (one fused kernel); on CPU its unfused fallback is slower than
+    the native paths."""
+    return query.is_cuda
+
+
 def num_blocks(n: int, block: int = FLEX_BLOCK) -> int:
     return -(-n // block)
 
@@ -253,6 +278,8 @@ __all__ = [
     "blocks_all",
     "blocks_holding",
     "check_implementation",
+    "flex_chosen",
+    "flex_unsupported",
     "coarsen",
     "dense_pattern",
     "flex_attend",
