@@ -98,8 +98,8 @@ def test_finite_zero_padding_and_each_row_as_if_alone(attention_type):
 
 
 # Settings in which a type computes exact softmax attention over every real key, for any length drawn
-# (Nystromformer's, one token per landmark, is exact once its pseudo-inverse iteration has converged: checked in
-# float64 in test_nystromformer.py, as float32 only reaches P's conditioning).
+# (Nystromformer's, one token per landmark, is exact once its pseudo-inverse iteration has converged:
+# checked in float64 in test_nystromformer.py, as float32 only reaches P's conditioning).
 EXACT = {
     "full": {},
     "longformer": {"attention_window": 2 * 70 + 2, "global_token_indices": []},
@@ -126,4 +126,3 @@ def test_exact_limit_equals_softmax_attention(attention_type):
             torch.testing.assert_close(out[i, :, :m], want[i, :, :m].float(), atol=1e-4, rtol=1e-4)
 
     check()
-
