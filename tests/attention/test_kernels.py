@@ -138,7 +138,7 @@ def test_kernel_equals_reference(attention_type, kernel):
 
 @pytest.mark.parametrize("attention_type", sorted(ATTENTION_REGISTRY))
 def test_reference_is_a_choice_of_every_type(attention_type):
-    """implementation='reference' builds for every type; a kernel name it lacks is refused with the choices."""
+    """implementation='reference' builds for every type; a kernel name it lacks is refused, listing them."""
     core = make_core(attention_type, implementation="reference")
     assert core.kernel_for(make_qkv()[0], None) is None
     with pytest.raises(ValueError, match="implementation must be one of 'auto', 'reference'"):
