@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import GATConv, GATv2Conv
 
 from hf_efficient.attention import GraphEdges
-from hf_efficient.attention._edge_attention import EdgePattern
+from hf_efficient.attention.kernels.edges import EdgePattern
 
 from .helpers import (
     adjacency_to_edges,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention
-from hf_efficient.attention._edge_attention import EdgePattern, _EdgeAggregate, _EdgeScores, _EdgeSoftmax
+from hf_efficient.attention.kernels.edges import EdgePattern, _EdgeAggregate, _EdgeScores, _EdgeSoftmax
 
 from .helpers import (
     adjacency_to_edges,
@@ -253,7 +253,7 @@ def test_edge_feature_errors():
 def test_column_blocked_products_equal_the_plain_ones(monkeypatch, block_bytes):
     """Large dense operands go through column blocks (EdgePattern._blocked_product); forced here on a small
     graph: the pattern's and its transpose's products, and the core's gradients, equal the one-block path."""
-    import hf_efficient.attention._edge_attention as edges
+    import hf_efficient.attention.kernels.edges as edges
 
     torch.manual_seed(0)
     n, h, d = 60, 2, 4
