@@ -58,7 +58,7 @@ class EdgeAttentionConfig(AttentionConfig):
             raise ValueError(f"attention_config['edge_dim'] must be None or >= 1, got {self.edge_dim}.")
 
 
-def _slots_of(nodes: torch.Tensor, h: int) -> torch.Tensor:
+def slots_of(nodes: torch.Tensor, h: int) -> torch.Tensor:
     """(E,) nodes -> (E h,) their slots node h + hh, (e, hh) at e h + hh."""
     return (nodes[:, None] * h + torch.arange(h, device=nodes.device)[None, :]).reshape(-1)
 
@@ -105,7 +105,7 @@ class EdgeScatter:
             source, target = torch.cat([source, nodes]), torch.cat([target, nodes])
         self.source, self.target = source, target
         self.num_entries = target.numel() * num_heads
-        self.target_slots, self.source_slots = _slots_of(target, num_heads), _slots_of(source, num_heads)
+        self.target_slots, self.source_slots = slots_of(target, num_heads), slots_of(source, num_heads)
 
     def edge_values(self, values: torch.Tensor, loops: str = "mean") -> torch.Tensor:
         """Per-edge values in the caller's order (E_given, ...) -> (E, ...), the loops' values appended:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
-from .._edge_attention import _slots_of
+from .._edge_attention import slots_of
 from ..base import AttentionOutput, Kernel
 from ..inputs import AttentionInputs
 from ..utils import CHUNK_BYTES, ChunkBuffers, rows_per_chunk
@@ -136,7 +136,7 @@ class EdgePattern:
         position = _entry_positions(sorted_edges, target, crow, in_degree, h)  # (E h,) entry of (e, hh)
         index_dtype = _index_dtype(max(self.num_nodes * h, num_edges * h))
         slot_col = torch.empty(num_edges * h, dtype=index_dtype, device=device)
-        slot_col[position] = _slots_of(source, h).to(index_dtype)
+        slot_col[position] = slots_of(source, h).to(index_dtype)
         slot_entry = torch.empty(num_edges * h, dtype=index_dtype, device=device)
         slot_entry[position] = torch.arange(num_edges * h, device=device, dtype=index_dtype)
         slot_crow = _row_pointers_from_lengths(in_degree.repeat_interleave(h))  # row (i, hh): i's in-edges
@@ -158,7 +158,7 @@ class EdgePattern:
         entries = torch.empty(num_edges * h, dtype=dtype, device=device)
         entries[position_t] = position.to(dtype)
         col_t = torch.empty(num_edges * h, dtype=dtype, device=device)
-        col_t[position_t] = _slots_of(target, h).to(dtype)
+        col_t[position_t] = slots_of(target, h).to(dtype)
         crow_slots_t = _row_pointers_from_lengths(out_degree.repeat_interleave(h))
         return entries, crow_slots_t.to(dtype), col_t
 
