@@ -39,7 +39,8 @@ from ..inputs import AttentionInputs
 from ..utils import CHUNK_BYTES, ChunkBuffers, rows_per_chunk
 
 # Bytes of the dense operand per column block of a CSR x dense product (see EdgePattern._blocked_product):
-# a little more than one core's L2 cache, so a block's rows are read from cache (docs/performance.md).
+# sized so that a block's rows are read from the CPU's caches (the measurement that chose it:
+# docs/performance.md).
 COLUMN_BLOCK_BYTES = 8 * 2**20
 # Bytes of one (C, h d) intermediate of GATv2Scores' chunks over edges (tests shrink it to get many chunks).
 GATV2_CHUNK_BYTES = CHUNK_BYTES
