@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
+import shutil
 from pathlib import Path
 
 import datasets
@@ -120,17 +122,29 @@ class EfficientTrainer(Trainer):
         """``Trainer``'s save (model, then processor), then the remote code with ``hub_remote_code``: after
         the processor, whose ``preprocessor_config.json`` must name the shipped image processor too.
 
+        The final save (into ``output_dir`` itself, over an earlier run's model, where checkpoints have their
+        own completeness marker) is written into ``output_dir/_saving`` first and moved into place once every
+        file is whole (:func:`publish_folder`), so a run killed while writing leaves the previous model as
+        it was.
+
         transformers' "Writing model shards" bar is off meanwhile: a save takes well under a second for the
         models these scripts train, and a bar per checkpoint would interleave with the training bar."""
+        target = Path(output_dir or self.args.output_dir)
+        final = target.resolve() == Path(self.args.output_dir).resolve()
+        folder = target / SAVING_FOLDER if final else target
+        if final:
+            shutil.rmtree(folder, ignore_errors=True)  # what a killed save left
         bars_were_on = transformers_logging.is_progress_bar_enabled()
         transformers_logging.disable_progress_bar()
         try:
-            super()._save(output_dir, state_dict)
+            super()._save(str(folder), state_dict)
         finally:
             if bars_were_on:
                 transformers_logging.enable_progress_bar()
         if self.args.should_save and getattr(self.args, "hub_remote_code", False):
-            export_remote_code(self.accelerator.unwrap_model(self.model), output_dir or self.args.output_dir)
+            export_remote_code(self.accelerator.unwrap_model(self.model), folder)
+        if final:
+            publish_folder(folder, target)
 
     def training_step(self, model: nn.Module, inputs, num_items_in_batch=None) -> torch.Tensor:
         """``Trainer``'s step (forward, backward), then the non-finite check (see the module's docstring)."""
@@ -231,3 +245,34 @@ class EfficientTrainer(Trainer):
         if self.args.should_save:
             mark_checkpoint_complete(folder, self.state.global_step)
             rotate_checkpoints(folder.parent, limit, self.state.best_model_checkpoint)
+
+
+# Where the final save is written before it replaces the model at the top of output_dir; a leading "_" keeps
+# it out of Trainer's hub uploads.
+SAVING_FOLDER = "_saving"
+WEIGHT_FILE_PREFIXES = ("model.safetensors", "model-", "pytorch_model")
+
+
+def publish_folder(staged: Path, target: Path) -> None:
+    """Move every file of ``staged`` (a complete save) into ``target``, replacing the files of the same name,
+    then remove weight files of ``target`` the new save does not have (the shards of a differently sharded
+    earlier model) and ``staged`` itself.
+
+    Each file is flushed to disk before a rename (``os.replace``, atomic per file) puts it in place: a kill
+    while the save was being written (seconds for large weights) leaves the previous model untouched; only
+    a kill inside the renames themselves (microseconds) can leave a mix of both saves."""
+    names = set()
+    for path in sorted(staged.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+    for path in sorted(staged.iterdir(), key=lambda p: p.name.startswith("model")):  # weights last
+        destination = target / path.name
+        if path.is_dir() and destination.is_dir():
+            shutil.rmtree(destination)
+        os.replace(path, destination)
+        names.add(path.name)
+    for path in target.iterdir():
+        if path.is_file() and path.name.startswith(WEIGHT_FILE_PREFIXES) and path.name not in names:
+            path.unlink()
+    shutil.rmtree(staged, ignore_errors=True)
