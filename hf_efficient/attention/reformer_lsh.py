@@ -222,7 +222,7 @@ class ReformerLSHAttention(AttentionCore):
         slot = order.argsort(-1)  # (B, R, N)
         # code_r(t) = bucket_r(t) (chunks + 1) + chunk_r(t): j is in i's window of round r (same bucket, same
         # or previous chunk) exactly when code_r(i) - code_r(j) is 0 or 1
-        code = buckets * (big_n // c + 1) + slot // c  # (B, R, N)
+        code = (buckets * (big_n // c + 1) + slot // c).int()  # (B, R, N)
 
         def in_slots(x):  # per token (B, N, ...) -> per round in sorted order, in chunks (B, R, G, c, ...)
             index = order.view(*order.shape, *[1] * (x.dim() - 2)).expand(-1, -1, -1, *x.shape[2:])
@@ -239,11 +239,12 @@ class ReformerLSHAttention(AttentionCore):
         query_codes = in_slots(code.transpose(1, 2))  # (B, R, G, c, R') the slot's codes in every round
         key_codes = windows(query_codes, -1)  # (B, R, G, 2c, R')
         # N_ij: the rounds in which j is in i's window (the paper's de-duplication)
-        count = sum(
-            ((gap := query_codes[..., r, None] - key_codes[..., None, :, r]) == 0) | (gap == 1)
-            for r in range(rounds)
-        )
-        bias = torch.where(same_bucket, -count.to(q.dtype).log(), -math.inf)  # (B, R, G, c, 2c)
+        # (counted from 1 across buckets, which the bias excludes anyway, so that the log never meets 0)
+        count = (~same_bucket).to(q.dtype)  # (B, R, G, c, 2c)
+        for r in range(rounds):
+            gap = query_codes[..., r, None] - key_codes[..., None, :, r]  # code_r(i) - code_r(j)
+            count += (gap == 0) | (gap == 1)
+        bias = torch.where(same_bucket, -count.log(), -math.inf)  # (B, R, G, c, 2c)
         scores = (q_sorted @ keys.transpose(-1, -2)) * self.scaling + bias  # (B, R, G, c, 2c)
         self_key = F.pad(torch.eye(c, dtype=torch.bool, device=q.device), (c, 0))  # query p is key c + p
         scores = scores.masked_fill(self_key, self.self_score(q.dtype))
