@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_efficient.attention import AttentionSpec, build_attention, long_short
+from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention.kernels import long_short as long_short_kernel
 
 from .helpers import make_core, make_qkv, reference_attention
 
@@ -115,27 +116,33 @@ def test_window_covering_sequence_with_landmarks_is_full_attention_over_extra_ke
 
 
 @pytest.mark.parametrize("budget", [1, 3000, 20000])
-def test_chunking_does_not_change_outputs_or_gradients(monkeypatch, budget):
-    core = randomise_parameters(make_core("long_short", heads=4, window_size=4, num_landmarks=3)).train()
-    q, k, v = make_qkv(b=3, h=4, n=29, requires_grad=True)
+def test_chunked_kernel_equals_reference_over_several_chunks(monkeypatch, budget):
+    """The kernel cuts rows and segments into chunks only past sizes the contract tests reach; small budgets
+    (1 byte: one (row, segment) per chunk) make several, and outputs and gradients stay the reference's."""
+    monkeypatch.setattr(long_short_kernel, "CHUNK_BYTES", budget)
+    q, k, v = make_qkv(b=3, h=4, n=29)
     mask = torch.arange(29)[None] < torch.tensor([[29], [20], [25]])
     grad = torch.randn(3, 4, 29, 8)
-
-    def run():
-        out = core(q, k, v, attention_mask=mask).output
-        tensors = (q, k, v, *core.parameters())
-        return out, torch.autograd.grad(out, tensors, grad)
-
-    whole, whole_grads = run()
-    monkeypatch.setattr(long_short, "CHUNK_BYTES", budget)  # 1 byte: one (row, segment) per chunk
-    chunked, chunked_grads = run()
-    torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-6)
-    for a, b in zip(chunked_grads, whole_grads, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    results = []
+    for implementation in ("reference", "chunked"):
+        config = {"window_size": 4, "num_landmarks": 3, "implementation": implementation}
+        core = randomise_parameters(make_core("long_short", heads=4, **config))
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = core(*leaves, attention_mask=mask).output
+        results.append([out, *torch.autograd.grad(out, (*leaves, *core.parameters()), grad)])
+    for got, want in zip(*results[::-1], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
-def test_gradcheck_float64():
-    core = randomise_parameters(make_core("long_short", window_size=4, num_landmarks=2)).double()
+def test_auto_runs_the_chunked_kernel_outside_tracing():
+    core = make_core("long_short")
+    assert core.kernel_for(make_qkv()[0], None) is long_short_kernel.CHUNKED
+
+
+@pytest.mark.parametrize("implementation", ["reference", "chunked"])
+def test_gradcheck_float64(implementation):
+    config = {"window_size": 4, "num_landmarks": 2, "implementation": implementation}
+    core = randomise_parameters(make_core("long_short", **config)).double()
     q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, n=11))
     mask = torch.arange(11)[None] < 9
     assert torch.autograd.gradcheck(
@@ -202,10 +209,12 @@ def test_bad_config_raises(config, field):
         build_attention("long_short", AttentionSpec(2, 8), config)
 
 
-def test_dropout_gradients_and_eval_determinism():
+@pytest.mark.parametrize("implementation", ["reference", "chunked"])
+def test_dropout_gradients_and_eval_determinism(implementation):
     """Training dropout drops probabilities; with the RNG pinned its backward matches finite differences."""
     spec = AttentionSpec(2, 8, dropout=0.3)
-    core = build_attention("long_short", spec, {"window_size": 4, "num_landmarks": 2}).double().train()
+    config = {"window_size": 4, "num_landmarks": 2, "implementation": implementation}
+    core = build_attention("long_short", spec, config).double().train()
     q, k, v = (t.double().requires_grad_() for t in make_qkv(b=1, n=10))
 
     def pinned(*qkv):

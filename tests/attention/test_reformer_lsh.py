@@ -7,8 +7,9 @@ import torch
 import torch.nn.functional as F
 
 from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention.kernels import reformer_lsh as lsh_kernel
 
-from .helpers import make_core, make_qkv, reference_attention
+from .helpers import make_core, make_qkv, padding_mask, reference_attention
 
 
 def not_self(n):
@@ -32,7 +33,7 @@ def union_of_windows(core, q, mask=None):
     rows = padded.reshape(b * h, big_n, -1)
     heads = torch.arange(b * h) % h
     row_mask = None if mask is None else full_mask.repeat_interleave(h, 0)
-    buckets = core._hash(rows, rotations, heads, num_buckets, row_mask).view(b, h, -1, big_n)
+    buckets = core.hash_buckets(rows, rotations, heads, num_buckets, row_mask).view(b, h, -1, big_n)
     allowed = torch.zeros(b, h, big_n, big_n, dtype=torch.bool)
     for bi in range(b):
         for hi in range(h):
@@ -92,7 +93,7 @@ def test_buckets_are_argmax_over_rotations_and_their_negation():
     core = make_core("reformer_lsh", num_buckets=6)
     q, _, _ = make_qkv(b=1, n=20)
     rotations = core.rotations(6, q.device, q.dtype)  # (h, d, R, 3)
-    buckets = core._hash(q[0], rotations, torch.arange(2), 6, None)  # (h, R, n)
+    buckets = core.hash_buckets(q[0], rotations, torch.arange(2), 6, None)  # (h, R, n)
     projected = torch.einsum("hnd,hdrk->hrnk", q[0], rotations)
     expected = torch.cat([projected, -projected], -1).argmax(-1)
     assert torch.equal(buckets, expected)
@@ -141,14 +142,43 @@ def test_training_draws_fresh_rotations_from_the_global_rng():
     assert not torch.allclose(first, lsh(q, v, core=core.eval()))
 
 
-def test_gradients_match_finite_differences():
-    core = make_core("reformer_lsh", chunk_length=3, num_buckets=4, num_hashes=2)
+@pytest.mark.parametrize("implementation", ["reference", "chunked"])
+def test_gradients_match_finite_differences(implementation):
+    config = {"chunk_length": 3, "num_buckets": 4, "num_hashes": 2}
+    core = make_core("reformer_lsh", implementation=implementation, **config)
     q, _, v = make_qkv(b=1, n=11, seed=1)
     q, v = q.double().requires_grad_(), v.double().requires_grad_()
     mask = torch.arange(11)[None] < 9
     assert torch.autograd.gradcheck(
         lambda q, v: core(q, q, v, attention_mask=mask).output, (q, v), fast_mode=True
     )
+
+
+@pytest.mark.parametrize("num_hashes", [1, 2, 3])
+@pytest.mark.parametrize("training", [False, True])
+def test_chunked_kernel_equals_reference_over_several_slices_and_tiles(monkeypatch, num_hashes, training):
+    """The kernel slices heads and tiles chunks only past sizes the contract tests reach: shrink both budgets
+    to one head per slice and one chunk per tile. Training draws the rotations from the pinned global RNG."""
+    monkeypatch.setattr(lsh_kernel, "CHUNK_BYTES", 1)
+    monkeypatch.setattr(lsh_kernel, "TILE_BYTES", 1)
+    config = {"num_hashes": num_hashes, "chunk_length": 3, "num_buckets": 4}
+    q, _, v = make_qkv(b=2, n=29, seed=2)
+    mask = padding_mask([29, 20], 29)
+    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(1))
+    results = []
+    for implementation in ("reference", "chunked"):
+        core = make_core("reformer_lsh", implementation=implementation, **config).train(training)
+        leaves = [t.clone().requires_grad_() for t in (q, v)]
+        torch.manual_seed(0)
+        out = core(leaves[0], leaves[0], leaves[1], attention_mask=mask).output
+        results.append([out, *torch.autograd.grad(out, leaves, grad)])
+    for got, want in zip(*results[::-1], strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_auto_runs_the_chunked_kernel_outside_tracing():
+    core = make_core("reformer_lsh")
+    assert core.kernel_for(make_qkv()[0], None) is lsh_kernel.CHUNKED
 
 
 def test_matches_transformers_lsh_self_attention_in_one_chunk():
