@@ -1,5 +1,5 @@
-"""The final save of a run replaces the model at the top of output_dir only once the new one is whole: a kill -9
-while it is being written leaves the previous model as it was, and the next save completes."""
+"""The final save of a run replaces the model at the top of output_dir only once the new one is whole: a
+kill -9 while it is being written leaves the previous model as it was, and the next save completes."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_a_kill_during_the_final_save_leaves_the_earlier_model(tmp_path):
     killed = _save(folder, "while_writing")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     earlier = load_file(tmp_path / "earlier.safetensors")
-    assert (folder / SAVING_FOLDER / "model.safetensors").exists()  # the torn file stayed where it was written
+    assert (folder / SAVING_FOLDER / "model.safetensors").exists()  # the torn file stayed where written
     torch.testing.assert_close(load_file(folder / "model.safetensors"), earlier, atol=0, rtol=0)
     EfficientBertForSequenceClassification.from_pretrained(folder)  # whole and loadable
 
