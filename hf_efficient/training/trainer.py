@@ -29,6 +29,7 @@ loads the model where hf_efficient is not installed. Everything else is ``Traine
 from __future__ import annotations
 
 import copy
+import errno
 import logging
 import os
 import shutil
@@ -239,6 +240,19 @@ class EfficientTrainer(Trainer):
         self.args.save_total_limit = None  # Trainer would rotate before the marker is written
         try:
             super()._save_checkpoint(model, trial)
+        except (OSError, RuntimeError) as error:  # torch.save reports a full disk as a RuntimeError
+            if not _out_of_space(error, folder.parent):
+                raise
+            if self.args.should_save:
+                discard_checkpoint(folder)  # the partial checkpoint: its space back, no half-written folder
+            kept = last_checkpoint(folder.parent)
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on the device while writing {folder} ({error}): the partial checkpoint was "
+                "removed" + (f", and {kept}, the last complete one, is kept" if kept else "") + ". Free "
+                "space there (or keep fewer checkpoints: --save_total_limit), then continue with "
+                "--resume_from_checkpoint last.",
+            ) from error
         finally:
             self.args.save_total_limit = limit
         self.accelerator.wait_for_everyone()  # every rank's files (RNG states) are written
@@ -247,6 +261,18 @@ class EfficientTrainer(Trainer):
             rotate_checkpoints(folder.parent, limit, self.state.best_model_checkpoint)
 
 
+def _out_of_space(error: Exception, folder: Path) -> bool:
+    """Whether a failed write was the device running out of space: an ENOSPC OSError, or (torch.save's
+    RuntimeError names no errno) less than FULL_DISK_BYTES left where it was writing."""
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return True
+    try:
+        return shutil.disk_usage(folder).free < FULL_DISK_BYTES
+    except OSError:
+        return False
+
+
+FULL_DISK_BYTES = 16 * 2**20
 # Where the final save is written before it replaces the model at the top of output_dir; a leading "_" keeps
 # it out of Trainer's hub uploads.
 SAVING_FOLDER = "_saving"

@@ -39,6 +39,7 @@ from hf_efficient.training.output_dir import (
 
 from ..models.text.helpers import batch, tiny_config
 from ..processes import ROOT, child_env, free_port, launch
+from .helpers import classification_examples
 
 # ---------------------------------------------------------------------------------------------------------
 # from_pretrained: missing folders, weights cut short
@@ -112,17 +113,11 @@ def test_a_missing_weight_shard_is_named(tmp_path):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _data():
-    ids, mask = batch(b=8, n=12, lengths=(12,) * 8)
-    rows = enumerate(zip(ids, mask, strict=True))
-    return [{"input_ids": i, "attention_mask": m, "labels": n % 2} for n, (i, m) in rows]
-
-
 def _trainer(output_dir, trainer_class=EfficientTrainer, **overrides) -> Trainer:
     arguments = dict(max_steps=4, save_steps=2, per_device_train_batch_size=2, report_to=[], use_cpu=True)
     args = TrainingArguments(output_dir=str(output_dir), **{**arguments, **overrides})
     model = EfficientBertForSequenceClassification(tiny_config(num_labels=2))
-    return trainer_class(model=model, args=args, train_dataset=_data())
+    return trainer_class(model=model, args=args, train_dataset=classification_examples())
 
 
 @pytest.fixture

@@ -13,15 +13,10 @@ from hf_efficient.training import EfficientTrainer, NonFiniteTrainingError, last
 from hf_efficient.training.run import EfficientTrainingArguments
 from hf_efficient.training.trainer import first_non_finite_gradient
 
-from ..models.text.helpers import batch, tiny_config
+from ..models.text.helpers import tiny_config
+from .helpers import classification_examples
 
 POISONED = "bert.encoder.layer.1.attention.self.query.weight"
-
-
-def _data():
-    ids, mask = batch(b=8, n=12, lengths=(12,) * 8)
-    rows = enumerate(zip(ids, mask, strict=True))
-    return [{"input_ids": i, "attention_mask": m, "labels": n % 2} for n, (i, m) in rows]
 
 
 class PoisonGradientAt(TrainerCallback):
@@ -50,7 +45,7 @@ def _trainer(tmp_path, step=3, **overrides):
         disable_tqdm=True,
         **overrides,
     )
-    trainer = EfficientTrainer(model=model, args=args, train_dataset=_data())
+    trainer = EfficientTrainer(model=model, args=args, train_dataset=classification_examples())
     trainer.add_callback(PoisonGradientAt(model, step))
     return trainer
 
