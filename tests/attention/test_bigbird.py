@@ -82,7 +82,7 @@ def test_backward_gradcheck_with_dropout_in_chunks(monkeypatch):
     """Both recomputing backwards against finite differences: seeded dropout masks, and chunks of 4 and 2
     query blocks (6 blocks) in the sparse rows and of 4 and 1 heads in the dense global rows, so each
     last chunk works in views of the first one's reused buffers."""
-    monkeypatch.setattr("hf_efficient.attention.bigbird.rows_per_chunk", lambda *args: 4)
+    monkeypatch.setattr("hf_efficient.attention.kernels.bigbird.rows_per_chunk", lambda *args: 4)
     spec = AttentionSpec(5, 3, dropout=0.3)
     core = build_attention("bigbird", spec, dict(block_size=3, num_random_blocks=1)).train()
     q, k, v = (t.double() for t in make_qkv(b=1, h=5, n=17, d=3))
