@@ -434,9 +434,9 @@ class OnnxRuntimeModel:
 
     def encode_texts(self, texts: list[str], max_length: int | None = None) -> dict[str, np.ndarray]:
         """Tokenize with the tokenizer saved beside the model (padding to the longest, truncation)."""
-        from transformers import AutoTokenizer
+        from .modeling.checkpoint_files import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(self.folder)
+        tokenizer = load_tokenizer(self.folder)
         limit = max_length or self.config().max_position_embeddings
         return dict(tokenizer(texts, padding=True, truncation=True, max_length=limit, return_tensors="np"))
 

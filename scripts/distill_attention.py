@@ -24,10 +24,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from transformers import AutoTokenizer, HfArgumentParser, default_data_collator
+from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientBertConfig, EfficientBertModel
 from hf_efficient.data import load_corpus_from_args
+from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
     AttentionDistillationTrainer,
     ConfigArguments,
@@ -80,7 +81,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_attention_changed(teacher.config, student.config)
 
     corpus = load_corpus_from_args(data_args)
-    tokenizer = AutoTokenizer.from_pretrained(teacher_path)
+    tokenizer = load_tokenizer(teacher_path)
     blocks, eval_blocks = language_model_blocks(corpus, tokenizer, data_args, student, training_args)
     # Full blocks, no padding: input_ids only, stacked by default_data_collator.
     blocks = blocks.remove_columns("special_tokens_mask")

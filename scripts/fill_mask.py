@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 
-from transformers import AutoTokenizer, pipeline
+from transformers import pipeline
 
 import hf_efficient  # noqa: F401  (registers the efficient_bert Auto classes)
-from hf_efficient.modeling.checkpoint_files import check_pretrained_path
+from hf_efficient.modeling.checkpoint_files import check_pretrained_path, load_tokenizer
 
 
 def fill_mask(model: str, texts: list[str], top_k: int = 5) -> list[list[dict]]:
@@ -22,7 +22,7 @@ def fill_mask(model: str, texts: list[str], top_k: int = 5) -> list[list[dict]]:
     check_pretrained_path(model, "--model")  # a missing folder, said as such (not as a hub lookup error)
     if top_k < 1:
         raise ValueError(f"--top_k must be >= 1 (the number of predictions per mask), got {top_k}.")
-    tokenizer = AutoTokenizer.from_pretrained(model)
+    tokenizer = load_tokenizer(model)
     for text in texts:
         if tokenizer.mask_token not in text:
             raise ValueError(

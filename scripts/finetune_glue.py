@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import AutoTokenizer, DataCollatorWithPadding, HfArgumentParser
+from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.data import (
@@ -34,6 +34,7 @@ from hf_efficient.data import (
     preprocess_task,
     write_predictions,
 )
+from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
     ConfigArguments,
     DataCacheArguments,
@@ -143,7 +144,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
         )
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source, **model_args.hub_kwargs())
+    tokenizer = load_tokenizer(tokenizer_source, **model_args.hub_kwargs())
     # Any BERT checkpoint loads; --attention_type / --attention_config swap its attention.
     model = model_args.load_model(
         EfficientBertForSequenceClassification, {**task.label_config(), **model_kwargs}

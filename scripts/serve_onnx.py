@@ -38,9 +38,9 @@ def describe(model: OnnxRuntimeModel, inputs: dict, outputs: dict) -> list[dict]
         return [{"label": config.id2label[int(p.argmax())], "score": round(float(p.max()), 6)} for p in probs]
     real = inputs.get("attention_mask", inputs.get("node_mask"))
     if architecture.endswith("ForMaskedLM"):
-        from transformers import AutoTokenizer
+        from hf_efficient.modeling.checkpoint_files import load_tokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model.folder)
+        tokenizer = load_tokenizer(model.folder)
         masked = inputs["input_ids"] == tokenizer.mask_token_id
         return [
             {"masks": tokenizer.convert_ids_to_tokens([int(p.argmax()) for p in row[where]])}

@@ -268,9 +268,10 @@ class AttentionCore(nn.Module):
         if reason is None and tracing and not kernel.traces:
             reason = "it does not run inside torch.export / torch.compile graphs"
         if reason is not None:
+            name = self.attention_type or type(self).__name__
             raise ValueError(
-                f"{self.attention_type or type(self).__name__}: implementation={choice!r} cannot compute this "
-                f"call: {reason}. Use implementation='auto' (it picks a path that can) or 'reference'."
+                f"{name}: implementation={choice!r} cannot compute this call: {reason}. Use "
+                "implementation='auto' (it picks a path that can) or 'reference'."
             )
         return kernel
 

@@ -16,9 +16,10 @@ on the query ("dynamic" attention, Brody et al.'s point). Against dot-product at
 the Transformer's q_i . k_j / sqrt(d)), GAT's score is additive and needs no scaling.
 
 Cost: O(E h) for GAT's scores (the two per-node products a . q and a . k are O(n h d), then one gather and
-add per edge) and O(E h d) for GATv2's (a d-vector per edge and head, computed in chunks of at most
-``CHUNK_BYTES`` and recomputed in the backward pass, so no (E, h, d) tensor is kept); the weighted sum is
-O(E h d) for both. Memory O(E h) beyond the inputs.
+add per edge) and O(E h d) for GATv2's (a d-vector per edge and head); the weighted sum is O(E h d) for both.
+Memory O(E h) beyond the inputs with the ``"csr"`` kernel (GATv2's vectors in chunks over edges, recomputed
+in the backward pass, so no (E, h, d) tensor is kept: ``kernels.edges.GATv2Scores``); the reference keeps
+the gathered (E, h d) rows.
 
 Mapping onto PyG (what the parity tests check, float32 to 1e-5, forward and gradients):
     * the encoder block owns the projections (BERT's names): ``query`` is the target-side W (PyG's
@@ -44,23 +45,24 @@ Mapping onto PyG (what the parity tests check, float32 to 1e-5, forward and grad
 Beyond PyG: positive edge weights (p_ij ∝ w_ij exp(e_ij)), padded batches, ``output_attentions`` as a
 sparse (b, h, n, n) tensor of per-edge probabilities (PyG's ``return_attention_weights``). Deviations from
 the papers: GAT's original model applies ELU between layers and averages heads in the output layer; here the
-encoder block (output projection, feed-forward) follows. The backward is once-differentiable. While tracing,
-the scores (GATv2's per-edge vectors unchunked) go through the shared ``EdgeScatter`` (``_edge_attention``).
+encoder block (output projection, feed-forward) follows. The ``"csr"`` kernel's backward is
+once-differentiable; while tracing, ``"auto"`` takes the reference (``_edge_attention``'s ``EdgeScatter``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 
-from ._edge_attention import EdgeAttention, EdgeAttentionConfig, EdgePattern
+from ._edge_attention import EdgeAttention, EdgeAttentionConfig
+from .base import Kernel
+from .kernels.edges import CSR_KERNEL, GATv2Scores, attend_csr
 from .registry import register_attention
-from .utils import ChunkBuffers, rows_per_chunk
 
 
 @dataclass
@@ -87,7 +89,7 @@ class GATConfig(EdgeAttentionConfig):
 def additive_scores(
     query: torch.Tensor,
     key: torch.Tensor,
-    pattern: EdgePattern,
+    pattern,
     att_dst: torch.Tensor,
     att_src: torch.Tensor,
     negative_slope: float,
@@ -109,67 +111,11 @@ def additive_scores(
     return F.leaky_relu(scores, negative_slope)
 
 
-class _GATv2Scores(torch.autograd.Function):
-    """scores[e, hh] = att[hh] . LeakyReLU(query[t_e, hh] + key[s_e, hh] + edge_term[e, hh]), (E, h) in the
-    pattern's edge order, from node-major (N, h d) query/key; chunked over edges, recomputed in backward."""
-
-    @staticmethod
-    def forward(ctx, query, key, edge_term, att, pattern: EdgePattern, negative_slope: float):
-        query, key, att = query.contiguous(), key.contiguous(), att.contiguous()
-        ctx.save_for_backward(query, key, edge_term, att)
-        ctx.pattern, ctx.negative_slope = pattern, negative_slope
-        h, d = att.shape
-        num_edges = pattern.target.numel()
-        scores = query.new_empty(num_edges, h)
-        buffers = ChunkBuffers(query)
-        for start, stop, z in _edge_sums(query, key, edge_term, pattern, buffers):
-            activated = F.leaky_relu_(z, negative_slope).view(-1, h, d)  # (C, h, d), in the buffer
-            torch.sum(activated.mul_(att), dim=-1, out=scores[start:stop])  # a . LeakyReLU(z)
-        return scores
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_scores):
-        query, key, edge_term, att = ctx.saved_tensors
-        pattern, slope = ctx.pattern, ctx.negative_slope
-        h, d = att.shape
-        grad_query, grad_key = torch.zeros_like(query), torch.zeros_like(key)
-        grad_edge = None if edge_term is None else torch.empty_like(edge_term)
-        grad_att = torch.zeros_like(att)
-        buffers = ChunkBuffers(query)
-        for start, stop, z in _edge_sums(query, key, edge_term, pattern, buffers):
-            g = grad_scores[start:stop, :, None]  # (C, h, 1)
-            slopes = torch.where(z > 0, 1.0, slope).view(-1, h, d)  # LeakyReLU'(z), (C, h, d)
-            activated = F.leaky_relu_(z, slope).view(-1, h, d)
-            grad_att += activated.mul_(g).sum(0)  # sum_e g_e LeakyReLU(z_e)
-            grad_z = slopes.mul_(att).mul_(g).view(-1, h * d)  # (C, h d): g a LeakyReLU'(z)
-            grad_query.index_add_(0, pattern.target[start:stop], grad_z)  # targets sorted: sequential
-            grad_key.index_add_(0, pattern.source[start:stop], grad_z)
-            if grad_edge is not None:
-                grad_edge[start:stop] = grad_z
-        return grad_query, grad_key, grad_edge, grad_att, None, None
-
-
-def _edge_sums(query, key, edge_term, pattern: EdgePattern, buffers: ChunkBuffers):
-    """Yield (start, stop, z) over chunks of the pattern's edges, z = query[t] + key[s] (+ edge_term):
-    (C, h d) in a reused buffer (chunks of at most CHUNK_BYTES per intermediate)."""
-    width = query.shape[1]
-    num_edges = pattern.target.numel()
-    chunk = rows_per_chunk(width * query.element_size(), num_edges)
-    for start in range(0, num_edges, chunk):
-        stop = min(num_edges, start + chunk)
-        rows = (stop - start, width)
-        z = torch.index_select(query, 0, pattern.target[start:stop], out=buffers("z", rows))
-        z += torch.index_select(key, 0, pattern.source[start:stop], out=buffers("key", rows))
-        if edge_term is not None:
-            z += edge_term[start:stop]
-        yield start, stop, z
-
-
 class _AdditiveEdgeAttention(EdgeAttention):
     """What GAT and GATv2 share: config, self loops, checks; only the score differs."""
 
     config_class = GATConfig
+    kernels = (CSR_KERNEL,)
     # GAT's scores gather per-node scalars only: the rows read are v_j (sum), and in backward g_i (grad v)
     # and v_j (grad p). GATv2 adds q_i and k_j twice (forward, recomputed in backward) and scatters the
     # gradient of z into q and k (read-modify-write: 2 more each).
@@ -217,10 +163,25 @@ class GATAttention(_AdditiveEdgeAttention):
         )
 
 
+def _chunked_scores(core: GATv2Attention, query, key, pattern, edge_attr) -> torch.Tensor:
+    """GATv2's scores through the chunked :class:`~hf_efficient.attention.kernels.edges.GATv2Scores`."""
+    nodes = query.shape[0] // core.num_heads
+    scores = GATv2Scores.apply(
+        query.reshape(nodes, -1),  # slots (N h, d) are node-major (N, h d) rows
+        key.reshape(nodes, -1),
+        core._edge_term(edge_attr, query.dtype),
+        core.att,
+        pattern,
+        core.config.negative_slope,
+    )  # (E, h) in the pattern's edge order
+    return pattern.to_entries(scores)
+
+
 @register_attention("gatv2")
 class GATv2Attention(_AdditiveEdgeAttention):
     """GATv2's dynamic attention over edges, O(E d); see the module docstring (and PyG's ``GATv2Conv``)."""
 
+    kernels = (Kernel("csr", partial(attend_csr, scores=_chunked_scores)),)
     paper = "Brody et al. 2022, How Attentive are Graph Attention Networks?"
     cost = "O(E)"
     edge_rows_read = 11
@@ -246,26 +207,20 @@ class GATv2Attention(_AdditiveEdgeAttention):
         if self.edge_projection is not None:
             nn.init.xavier_uniform_(self.edge_projection.weight)
 
+    def _edge_term(self, edge_attr: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+        """W_e x_ij, (E, h d) in the pattern's edge order; None without edge features."""
+        if edge_attr is None:
+            return None
+        return self.edge_projection(edge_attr.to(self.edge_projection.weight.dtype)).to(dtype)
+
     def _edge_scores(self, query, key, pattern, edge_attr):
+        """a . LeakyReLU(q_i + k_j + W_e x_ij) per edge and head, all edges at once: (E h,) entries."""
         h, d = self.num_heads, self.head_dim
-        edge_term = None
-        if edge_attr is not None:
-            weight = self.edge_projection.weight
-            edge_term = self.edge_projection(edge_attr.to(weight.dtype)).to(query.dtype)  # (E, h d)
         nodes = query.shape[0] // h
-        if pattern.traced:  # plain autograd over all edges at once, O(E h d) memory
-            z = query.reshape(nodes, h * d).index_select(0, pattern.target)
-            z = z + key.reshape(nodes, h * d).index_select(0, pattern.source)
-            if edge_term is not None:
-                z = z + edge_term
-            activated = F.leaky_relu(z, self.config.negative_slope).view(-1, h, d)
-            return pattern.to_entries((activated * self.att).sum(-1))  # (E h,)
-        scores = _GATv2Scores.apply(
-            query.reshape(nodes, h * d),  # slots (N h, d) are node-major (N, h d) rows
-            key.reshape(nodes, h * d),
-            edge_term,
-            self.att,
-            pattern,
-            self.config.negative_slope,
-        )  # (E, h) in the pattern's edge order
-        return pattern.to_entries(scores)
+        z = query.reshape(nodes, h * d).index_select(0, pattern.target)  # (E, h d): q_i
+        z = z + key.reshape(nodes, h * d).index_select(0, pattern.source)  # + k_j
+        edge_term = self._edge_term(edge_attr, query.dtype)
+        if edge_term is not None:
+            z = z + edge_term
+        activated = F.leaky_relu(z, self.config.negative_slope).view(-1, h, d)
+        return pattern.to_entries((activated * self.att).sum(-1))  # (E h,)

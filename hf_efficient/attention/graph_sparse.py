@@ -8,10 +8,11 @@ Each node (a query) attends only to the sources of its incoming edges. For targe
     p_ij = w_ij exp(s_ij) / sum_{k in N(i)} w_ik exp(s_ik)        (w = optional positive edge weights)
     out_i = sum_{j in N(i)} p_ij v_j
 
-Cost: O(E h d) time and O(E h) memory beyond the inputs. The pattern, the softmax over a target's edges,
-the weighted sum (one sparse kernel call for all heads, custom backward), the traced form and the returned
-weights are the edge machinery of :mod:`hf_efficient.attention._edge_attention`, which ``gat``, ``gatv2`` and
-``multi_hop`` share; this module gives the scores.
+Cost: O(E h d) time, O(E h) memory beyond the inputs with the ``"csr"`` kernel (O(E h d) for the
+reference). The softmax over a target's edges, the weighted sum and the returned weights are the edge
+machinery of :mod:`hf_efficient.attention._edge_attention` (reference) and
+:mod:`hf_efficient.attention.kernels.edges` (``"csr"``: one sparse kernel call for all heads, custom
+backward), which ``gat``, ``gatv2`` and ``multi_hop`` share; this module gives the scores.
 
 Deviations from the paper:
     * the edge projection W_E (``Linear(edge_dim, heads)``) gives one scalar per head and edge (the lecture's
@@ -30,7 +31,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._edge_attention import EdgeAttention, EdgeAttentionConfig, EdgePattern
+from ._edge_attention import EdgeAttention, EdgeAttentionConfig
+from .kernels.edges import CSR_KERNEL
 from .registry import register_attention
 
 EDGE_FEATURE_MODES = ("multiply", "add")
@@ -60,6 +62,7 @@ class GraphSparseAttention(EdgeAttention):
     """Attention restricted to graph edges, O(E) memory; see the module docstring for the maths."""
 
     config_class = GraphSparseConfig
+    kernels = (CSR_KERNEL,)
     paper = "Dwivedi & Bresson 2021, A Generalization of Transformer Networks to Graphs"
     cost = "O(E)"
     summary = "softmax over a graph's edges, edge weights and edge features"
@@ -93,13 +96,14 @@ class GraphSparseAttention(EdgeAttention):
 def dot_product_scores(
     query: torch.Tensor,
     key: torch.Tensor,
-    pattern: EdgePattern,
+    pattern,
     scale: float,
     edge_projection: nn.Linear | None = None,
     edge_attr: torch.Tensor | None = None,
     mode: str = "multiply",
 ) -> torch.Tensor:
-    """Scaled dot products q_i . k_j / sqrt(d) over the entries (E h,), times or plus (W_E e_ij)_h."""
+    """Scaled dot products q_i . k_j / sqrt(d) over the entries (E h,), times or plus (W_E e_ij)_h.
+    ``pattern``: the reference's ``EdgeScatter`` or the kernel's ``EdgePattern``."""
     scores = pattern.dot_scores(query, key, scale)  # (E h,)
     if edge_attr is not None:
         weight = edge_projection.weight

@@ -146,7 +146,8 @@ class LinformerAttention(AttentionCore):
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_seq_len={self.max_seq_len}"
 
-    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+    def reference(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        """softmax(Q (E K)^T / sqrt(d)) (F V), E and F sliced to the first n columns; (b, h, n, d)."""
         attention_mask = inputs.attention_mask
         n = query.shape[-2]
         if attention_mask is not None:

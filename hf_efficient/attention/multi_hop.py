@@ -23,10 +23,10 @@ diffusion alpha (I - (1 - alpha) A)^{-1} V. Limits: alpha = 1 gives V; K = 1 giv
 (1 - alpha) * one-hop attention + alpha V; K = 0 gives V.
 
 Cost: O(K E h d) time, O(E h) for the one-hop probabilities plus K copies of (b, h, n, d) saved for the
-backward (each hop is the shared edge machinery's CSR x dense product over all heads, with its custom
-backward). No (n x n) matrix, except on request: ``output_attentions=True`` returns the diffused attention
-T = sum_{k < K} theta_k A^k + (1 - alpha)^K A^K as a dense (b, h, n, n) tensor (O(K E h n) time,
-O(b h n^2) memory; for small graphs).
+backward (each hop is the shared edge machinery's weighted sum: with the ``"csr"`` kernel one CSR x dense
+product over all heads, with its custom backward). No (n x n) matrix, except on request:
+``output_attentions=True`` returns the diffused attention T = sum_{k < K} theta_k A^k + (1 - alpha)^K A^K
+as a dense (b, h, n, n) tensor (O(K E h n) time, O(b h n^2) memory; for small graphs).
 
 Deviations from the paper:
     * score "gat": the projections are the encoder block's (``query`` on the target, ``key`` on the source
@@ -48,9 +48,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._edge_attention import EdgeAttention, EdgePattern, edge_aggregate, from_slots, to_slots
+from ._edge_attention import EdgeAttention, from_slots, to_slots
 from .gat import additive_scores
 from .graph_sparse import GraphSparseConfig, dot_product_scores
+from .kernels.edges import CSR_KERNEL
 from .registry import register_attention
 
 SCORES = ("gat", "dot")
@@ -94,6 +95,7 @@ class MultiHopAttention(EdgeAttention):
     """Personalised-PageRank diffusion of one-hop attention over edges, O(K E); see the module docstring."""
 
     config_class = MultiHopConfig
+    kernels = (CSR_KERNEL,)
     paper = "Wang et al. 2021, Multi-hop Attention Graph Neural Networks (MAGNA)"
     cost = "O(K·E)"
     summary = "one-hop attention over edges (dot or GAT scores) diffused K hops (personalised PageRank)"
@@ -169,17 +171,17 @@ class MultiHopAttention(EdgeAttention):
             edge_term,
         )
 
-    def _propagate(self, probs: torch.Tensor, value: torch.Tensor, pattern: EdgePattern) -> torch.Tensor:
+    def _propagate(self, probs: torch.Tensor, value: torch.Tensor, pattern) -> torch.Tensor:
         """Diffusion of the one-hop attention A (computed once and shared by every hop):
         Z <- (1 - alpha) A Z + alpha V, K times (each hop O(E h d)); (N h, d) slots in and out."""
         alpha = self.config.alpha
         teleport = value * alpha  # (N h, d)
         z = value
         for _ in range(self.config.num_hops):
-            z = edge_aggregate(probs, z, pattern) * (1.0 - alpha) + teleport  # (N h, d)
+            z = pattern.aggregate(probs, z) * (1.0 - alpha) + teleport  # (N h, d)
         return z
 
-    def _attention_weights(self, probs, pattern: EdgePattern, b: int, n: int) -> torch.Tensor:
+    def _attention_weights(self, probs, pattern, b: int, n: int) -> torch.Tensor:
         """The diffused attention T (b, h, n, n) dense: the diffusion applied to one-hot values."""
         h = self.num_heads
         eye = torch.eye(n, dtype=probs.dtype, device=probs.device)  # (n, n): node i's one-hot row

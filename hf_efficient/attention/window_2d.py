@@ -13,6 +13,12 @@ image coordinates, row r of a layer with shift s falls into window floor((r - s)
 Cost in n: O(n · (M_h·M_w + P) · d) time and memory for n patches, P prefix tokens; O(P · n · d) for the
 prefix rows.
 
+The reference (:meth:`SwinWindowAttention.reference`) computes exactly this: the grid gathered into windows
+(:func:`window_plan`), one masked softmax per window. Its kernels
+(:mod:`~hf_efficient.attention.kernels.window_2d`): ``"flex"``, the same windows as a FlexAttention block
+mask (``"auto"`` takes it on CUDA where it can serve the call), and ``"native"``, the reference under the
+name saved configs use for it.
+
 How the grid reaches the core: the vision model passes ``grid_size = (H, W)`` and ``num_prefix_tokens``
 (1 for ViT's [CLS]) in the call's ``AttentionInputs``, for the size of the current images. The sequence is
 then ``num_prefix_tokens + H * W`` tokens: the prefix tokens first, then the patches in row-major order;
@@ -41,17 +47,9 @@ from torch.nn import functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
-from .kernels.flex import (
-    BlockMask,
-    BlockMaskCache,
-    check_implementation,
-    dense_pattern,
-    flex_attend,
-    flex_block_mask,
-    reduce_dense,
-    use_flex,
-)
 from .inputs import AttentionInputs, is_tracing
+from .kernels.flex import BlockMaskCache
+from .kernels.window_2d import WINDOW_KERNELS
 from .registry import register_attention
 
 
@@ -63,16 +61,12 @@ class SwinWindowConfig(AttentionConfig):
         window_size: window side M in patches (int), or [M_h, M_w].
         shift_windows: shift the windows by half a window on odd layers (Swin's SW-MSA); False keeps every
             layer on the same windows.
-        implementation: ``"auto"`` (FlexAttention on CUDA without dropout, the native windowed path
-            otherwise), ``"native"`` or ``"flex"`` (see :mod:`hf_efficient.attention.kernels.flex`).
     """
 
     window_size: int | list = 7
     shift_windows: bool = True
-    implementation: str = "auto"
 
     def validate(self) -> None:
-        check_implementation("swin_window", self.implementation)
         sizes = self.window_size if isinstance(self.window_size, list | tuple) else [self.window_size]
         if len(sizes) not in (1, 2) or not all(isinstance(s, int) and s >= 1 for s in sizes):
             raise ValueError(
@@ -124,6 +118,7 @@ def window_plan(height: int, width: int, window: tuple[int, int], shift: tuple[i
 @register_attention("swin_window")
 class SwinWindowAttention(AttentionCore):
     config_class = SwinWindowConfig
+    kernels = WINDOW_KERNELS
     capabilities = AttentionCapabilities(
         output_attentions=True, patch_grid=True, modalities=frozenset({"vision"})
     )
@@ -165,24 +160,23 @@ class SwinWindowAttention(AttentionCore):
         )
         return window, shift
 
-    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
-        attention_mask = inputs.attention_mask
-        output_attentions = inputs.output_attentions
-        b, h, n, d = query.shape
+    def plan(self, n: int, inputs: AttentionInputs, device):
+        """This call's prefix P, (H, W, window, shift), and :func:`window_plan`'s maps on ``device``."""
         prefix, height, width = self.layout(n, inputs)
         window, shift = self.window_and_shift(height, width)
         # While tracing, not through the cache: tensors made inside a trace are placeholders of that trace.
-        plan = window_plan.__wrapped__ if is_tracing() else window_plan
-        slot_token, token_slot, same_region = (t.to(query.device) for t in plan(height, width, window, shift))
+        make = window_plan.__wrapped__ if is_tracing() else window_plan
+        maps = tuple(t.to(device) for t in make(height, width, window, shift))
+        return prefix, (height, width, window, shift), maps
+
+    def reference(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        """softmax(Q_w K_w^T / sqrt(d) + M) V_w in every window w (prefix tokens global); weights (b, h, n, n)
+        scattered from the windows when asked for."""
+        attention_mask = inputs.attention_mask
+        b, h, n, d = query.shape
+        prefix, _, (slot_token, token_slot, same_region) = self.plan(n, inputs, query.device)
         num_windows, m = slot_token.shape
         dropout = self.spec.dropout if self.training else 0.0
-        if not output_attentions and use_flex(self.config.implementation, query, dropout):
-            layout = (n, prefix, height, width, window, shift, str(query.device))
-            mask = self.flex_masks.get(
-                layout if attention_mask is None else None,  # unpadded: one mask per grid
-                lambda: self._flex_mask(n, attention_mask, prefix, token_slot, same_region),
-            )
-            return AttentionOutput(flex_attend(query, key, value, mask, self.scaling), None)
         real = attention_mask if attention_mask is not None else query.new_ones(b, n, dtype=torch.bool)
 
         def to_windows(x):  # (b, h, n, d) -> (b, h, num_windows, M, d), the inner padding slots zero
@@ -216,28 +210,9 @@ class SwinWindowAttention(AttentionCore):
             out_pre = pre_probs @ value  # (b, h, P, d)
         output = out_grid if out_pre is None else torch.cat([out_pre, out_grid], dim=2)  # (b, h, n, d)
         weights = None
-        if output_attentions:
+        if inputs.output_attentions:
             weights = self.dense_weights(probs, pre_probs, slot_token, prefix, n)
         return AttentionOutput(output, weights)
-
-    def _flex_mask(self, n, real, prefix, token_slot, same_region) -> BlockMask:
-        """The same windows as one FlexAttention block mask (batch dimension: real's, or 1).
-
-        Patch p sits in window token_slot[p] // M at position token_slot[p] % M; two patches attend to each
-        other when they share a window and (shifted layers) an image region; prefix tokens are global. The
-        block-level pattern comes from the token pattern (images have at most a few thousand patches).
-        """
-        b, m = 1 if real is None else real.shape[0], same_region.shape[-1]
-        window_of, position = token_slot // m, token_slot % m  # (H*W,) each
-
-        def mask_mod(batch, head, q, k):
-            qp, kp = (q - prefix).clamp(min=0), (k - prefix).clamp(min=0)  # grid indices (prefix: unused)
-            same = (window_of[qp] == window_of[kp]) & same_region[window_of[qp], position[qp], position[kp]]
-            allowed = same | (q < prefix) | (k < prefix)
-            return allowed & real[batch, k] if real is not None else allowed
-
-        partial, full = reduce_dense(dense_pattern(mask_mod, b, 1, n, same_region.device))
-        return flex_block_mask(partial, mask_mod, n, full=full)
 
     @staticmethod
     def dense_weights(probs, pre_probs, slot_token, prefix: int, n: int) -> torch.Tensor:

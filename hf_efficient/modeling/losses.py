@@ -142,4 +142,27 @@ def chunked_cross_entropy(
         zero = hidden.sum() * 0.0 + weight.sum() * 0.0  # connected to the inputs: backward gives zeros
         return (zero if bias is None else zero + bias.sum() * 0.0).float()
     rows = chunk_size or rows_per_chunk(4 * vocab, count)
-    return _FusedLinearCrossEntropy.apply(hidden, weight, bias, labels.long(), count, rows)
+    hidden, weight, bias = _in_one_dtype(hidden, weight, bias)
+    with torch.autocast(hidden.device.type, enabled=False):  # the products' dtype is settled above
+        return _FusedLinearCrossEntropy.apply(hidden, weight, bias, labels.long(), count, rows)
+
+
+def _in_one_dtype(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None):
+    """hidden, weight and bias in the dtype the projection computes in, cast (differentiably) where needed.
+
+    Under autocast that is the autocast dtype, as for ``F.linear`` (hidden states come out of the head's
+    transform in it while the decoder weight stays float32): the casts are outside the fused function, so
+    autograd returns each gradient in its input's dtype (float32 for float32 parameters). Outside autocast the
+    three must already agree: ``F.linear`` would refuse a mix as well."""
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        return hidden.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
+    dtypes = {hidden.dtype, weight.dtype} | ({bias.dtype} if bias is not None else set())
+    if len(dtypes) > 1:
+        raise ValueError(
+            f"{OWNER}: hidden ({hidden.dtype}), weight ({weight.dtype}) and bias "
+            f"({None if bias is None else bias.dtype}) must share one dtype. Cast the model as a whole "
+            "(model.to(torch.bfloat16)), or run it under torch.autocast, which casts them for the projection."
+        )
+    return hidden, weight, bias

@@ -57,7 +57,7 @@ from .run import (
     setup_run,
     train_and_save,
 )
-from .trainer import EfficientTrainer, no_weight_decay_parameter_names
+from .trainer import EfficientTrainer, NonFiniteTrainingError, no_weight_decay_parameter_names
 
 __all__ = [
     "METRICS",
@@ -70,6 +70,7 @@ __all__ = [
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",
+    "NonFiniteTrainingError",
     "EfficientTrainingArguments",
     "LanguageModelArguments",
     "LanguageModelDataArguments",

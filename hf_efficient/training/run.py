@@ -27,7 +27,8 @@ PRETRAINED_PATH_FLAGS = ("model_name_or_path", "config_name", "tokenizer_name", 
 
 @dataclass
 class EfficientTrainingArguments(TrainingArguments):
-    """transformers' ``TrainingArguments`` plus the flag that lets a run replace an earlier one's output."""
+    """transformers' ``TrainingArguments`` plus the flags that let a run replace an earlier one's output, ship
+    the modeling code, and carry on past a non-finite loss."""
 
     overwrite_output_dir: bool = field(
         default=False,
@@ -41,6 +42,14 @@ class EfficientTrainingArguments(TrainingArguments):
         metadata={
             "help": "Save (and push) the modeling code with the model, so that trust_remote_code=True loads "
             "it where hf_efficient is not installed (the image processor too, for vision models)."
+        },
+    )
+    allow_non_finite: bool = field(
+        default=False,
+        metadata={
+            "help": "Carry on when a training step's loss or gradients are not finite (transformers' "
+            "behaviour). Without it the run stops at that step, naming the first parameter whose gradient is "
+            "not finite; the checkpoints saved before it stay as they were."
         },
     )
 

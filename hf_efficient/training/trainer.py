@@ -11,6 +11,12 @@ Checkpoints: each ``checkpoint-N`` is marked complete once written, old ones are
 resuming with ``resume_from_checkpoint=True`` (or ``"last"``) takes the newest complete one
 (:mod:`hf_efficient.training.checkpoints`).
 
+Non-finite training: a step whose loss or gradients are not finite (inf, NaN) stops the run with a
+:class:`NonFiniteTrainingError` naming the step and the first parameter (in model order) whose gradient is
+not finite, before the optimiser applies it, so no checkpoint holds it (``Trainer`` would carry on and save
+NaN weights). ``allow_non_finite=True`` (``--allow_non_finite``) keeps ``Trainer``'s behaviour; with a
+float16 loss scaler, whose skipped steps are how it finds its scale, only the loss is checked.
+
 Progress: one bar, the training bar (:class:`~hf_efficient.training.OneProgressBarCallback`); saves draw
 no bar of their own.
 
@@ -40,12 +46,29 @@ from ..hub import export_remote_code
 from .callbacks import OneProgressBarCallback
 from .checkpoints import (
     discard_checkpoint,
+    last_checkpoint,
     mark_checkpoint_complete,
     resolve_resume_checkpoint,
     rotate_checkpoints,
 )
 
 logger = logging.getLogger(__name__)
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """A training step's loss or gradient is not finite; the run stopped before applying it."""
+
+
+def first_non_finite_gradient(model: nn.Module) -> str | None:
+    """The name of the first parameter (in ``named_parameters`` order: input side first) whose gradient holds
+    an inf or NaN, or None. One reduction per parameter and one host sync when all are finite."""
+    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
+    if not named:
+        return None
+    sums = torch.stack([grad.detach().float().sum() for _, grad in named])  # inf / NaN if any element is
+    if bool(torch.isfinite(sums).all()):
+        return None
+    return next((name for name, grad in named if not bool(torch.isfinite(grad).all())), named[0][0])
 
 
 def no_weight_decay_parameter_names(model: nn.Module) -> set[str]:
@@ -108,6 +131,31 @@ class EfficientTrainer(Trainer):
                 transformers_logging.enable_progress_bar()
         if self.args.should_save and getattr(self.args, "hub_remote_code", False):
             export_remote_code(self.accelerator.unwrap_model(self.model), output_dir or self.args.output_dir)
+
+    def training_step(self, model: nn.Module, inputs, num_items_in_batch=None) -> torch.Tensor:
+        """``Trainer``'s step (forward, backward), then the non-finite check (see the module's docstring)."""
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        if getattr(self.args, "allow_non_finite", False):
+            return loss
+        if not bool(torch.isfinite(loss).all()):
+            raise self._non_finite(f"the loss is {loss.item()}")
+        if getattr(self.accelerator, "scaler", None) is None:  # a loss scaler skips such steps itself
+            name = first_non_finite_gradient(self.accelerator.unwrap_model(model))
+            if name is not None:
+                raise self._non_finite(
+                    f"the gradient of {name} (the first parameter, in model order, whose gradient is not "
+                    "finite) holds inf or NaN"
+                )
+        return loss
+
+    def _non_finite(self, what: str) -> NonFiniteTrainingError:
+        last = last_checkpoint(self.args.output_dir) if Path(self.args.output_dir).is_dir() else None
+        kept = f" The last checkpoint, {last}, holds the model before this step." if last else ""
+        return NonFiniteTrainingError(
+            f"Training stopped at step {self.state.global_step + 1}: {what}.{kept} Lower --learning_rate, "
+            "set --max_grad_norm, or train in float32 / bfloat16 rather than float16, then resume "
+            "(--resume_from_checkpoint last); --allow_non_finite carries on regardless."
+        )
 
     def get_decay_parameter_names(self, model: nn.Module) -> list[str]:
         spared = no_weight_decay_parameter_names(model)

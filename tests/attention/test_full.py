@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention import AttentionInputs, AttentionSpec, build_attention
 
 from .helpers import assert_dropout_only_in_training, make_qkv, reference_attention
 
@@ -54,3 +54,30 @@ def test_unknown_kernel_raises():
 def test_training_dropout_applies():
     core = build_attention("full", AttentionSpec(2, 8, dropout=0.5))
     assert_dropout_only_in_training(core, *make_qkv(n=12))
+
+
+def test_auto_takes_flex_for_flex_attention_only():
+    """ "auto": this core's FlexAttention kernel for attn_implementation="flex_attention" where it can serve
+    the call, else HF's function (sdpa in place of transformers' flex function, eager for weights)."""
+    q, k, v = make_qkv(b=2, n=9)
+    plain = AttentionInputs()
+    sdpa = build_attention("full", AttentionSpec(2, 8)).eval()
+    flex = build_attention("full", AttentionSpec(2, 8, attn_implementation="flex_attention")).eval()
+    assert sdpa.kernel_for(q, plain).name == "hf"
+    assert flex.kernel_for(q, plain).name == "flex"
+    assert flex.kernel_for(q, AttentionInputs(output_attentions=True)).name == "hf"
+    grad_q = q.clone().requires_grad_()
+    assert flex.kernel_for(grad_q, plain).name == "hf"  # FlexAttention has no CPU backward
+    torch.testing.assert_close(flex(grad_q, k, v).output, sdpa(q, k, v).output)
+
+
+def test_reference_is_the_eager_function():
+    """implementation="reference" computes BERT's eager attention op for op (outputs and weights)."""
+    q, k, v = make_qkv(b=2, n=11)
+    mask = torch.ones(2, 11, dtype=torch.bool)
+    mask[1, 7:] = False
+    extra = dict(attention_mask=mask, attention_bias=torch.randn(2, 2, 11, 11), output_attentions=True)
+    eager = build_attention("full", AttentionSpec(2, 8, attn_implementation="eager")).eval()
+    reference = build_attention("full", AttentionSpec(2, 8), {"implementation": "reference"}).eval()
+    for want, got in zip(eager(q, k, v, **extra), reference(q, k, v, **extra), strict=True):
+        torch.testing.assert_close(got, want, atol=0, rtol=0)

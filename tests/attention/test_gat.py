@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import GATConv, GATv2Conv
 
 from hf_efficient.attention import GraphEdges
-from hf_efficient.attention._edge_attention import EdgePattern
+from hf_efficient.attention.kernels.edges import EdgePattern
 
 from .helpers import (
     adjacency_to_edges,
@@ -353,3 +353,50 @@ def test_traced_form_matches_eager_with_loops_features_weights_and_shuffled_edge
     torch.testing.assert_close(got[1], expected[1], atol=1e-5, rtol=1e-5)
     for g_got, g_expected in zip(got[2], expected[2], strict=True):
         torch.testing.assert_close(g_got, g_expected, atol=1e-5, rtol=1e-4)
+
+
+def _reference_and_csr(attention_type: str, **config):
+    """(reference core, forced "csr" core) with the same parameters."""
+    torch.manual_seed(0)
+    reference = make_core(attention_type, implementation="reference", **config)
+    fast = make_core(attention_type, implementation="csr", **config)
+    fast.load_state_dict(reference.state_dict())
+    return reference, fast
+
+
+def test_gatv2_kernel_over_many_chunks_equals_reference(monkeypatch):
+    """GATv2Scores cuts the edges into chunks of GATV2_CHUNK_BYTES, far more edges than the contract tests
+    reach: shrunk here to a few edges per chunk, the csr kernel still equals the reference (outputs, weights,
+    gradients of q, k, v, the attention vector and the edge projection), with edge features, weights,
+    padding and self loops."""
+    import hf_efficient.attention.kernels.edges as kernels
+
+    monkeypatch.setattr(kernels, "GATV2_CHUNK_BYTES", 3 * 2 * 8 * 4)  # 3 edges of (h d) float32 per chunk
+    lengths, n = [20, 29], 29
+    mask = padding_mask(lengths, n)
+    edge_index = adjacency_to_edges(random_adjacency(2, n, mask=mask, isolate_first=True)).edge_index
+    g = torch.Generator().manual_seed(5)
+    edges = GraphEdges(
+        edge_index,
+        edge_weight=torch.rand(edge_index.shape[1], generator=g) + 0.1,
+        edge_attr=torch.randn(edge_index.shape[1], 3, generator=g),
+    )
+    results = []
+    for core in _reference_and_csr("gatv2", edge_dim=3):
+        q, k, v = make_qkv(b=2, n=n, requires_grad=True)
+        out = core(q, k, v, attention_mask=mask, edges=edges, output_attentions=True)
+        leaves = [q, k, v, core.att, core.edge_projection.weight]
+        grads = torch.autograd.grad((out.output * torch.cos(out.output)).sum(), leaves)
+        results.append([out.output, out.weights.to_dense(), *grads])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attention_type", ["graph_sparse", "gat", "gatv2", "multi_hop"])
+def test_auto_takes_csr_in_eager_mode_and_the_reference_while_tracing(attention_type, monkeypatch):
+    """implementation="auto" runs the csr kernel outside traced graphs, the reference inside them."""
+    core = make_core(attention_type)
+    q = make_qkv(b=1, n=9)[0]
+    assert core.kernel_for(q, None).name == "csr"
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # what is_tracing() asks
+    assert core.kernel_for(q, None) is None

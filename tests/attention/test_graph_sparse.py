@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention
-from hf_efficient.attention._edge_attention import EdgePattern, _EdgeAggregate, _EdgeScores, _EdgeSoftmax
+from hf_efficient.attention.kernels.edges import EdgePattern, _EdgeAggregate, _EdgeScores, _EdgeSoftmax
 
 from .helpers import (
     adjacency_to_edges,
@@ -253,7 +253,7 @@ def test_edge_feature_errors():
 def test_column_blocked_products_equal_the_plain_ones(monkeypatch, block_bytes):
     """Large dense operands go through column blocks (EdgePattern._blocked_product); forced here on a small
     graph: the pattern's and its transpose's products, and the core's gradients, equal the one-block path."""
-    import hf_efficient.attention._edge_attention as edges
+    import hf_efficient.attention.kernels.edges as edges
 
     torch.manual_seed(0)
     n, h, d = 60, 2, 4
@@ -281,3 +281,24 @@ def test_column_blocked_products_equal_the_plain_ones(monkeypatch, block_bytes):
     monkeypatch.setattr(edges, "COLUMN_BLOCK_BYTES", 10**9)
     for got, expected in zip(blocked, gradients(), strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("attention_type", ["graph_sparse", "multi_hop"])
+def test_csr_kernel_over_column_blocks_equals_reference(monkeypatch, attention_type):
+    """With COLUMN_BLOCK_BYTES shrunk, every product of the csr kernel runs over several column blocks (as
+    large graphs do): outputs, weights and gradients still equal the reference's."""
+    import hf_efficient.attention.kernels.edges as edges
+
+    monkeypatch.setattr(edges, "COLUMN_BLOCK_BYTES", 700)  # (48 h, 8) float32 operands: 5 blocks
+    adj = random_graph(2, 24, seed=25)
+    graph = adjacency_to_edges(adj)
+    weight = torch.rand(graph.num_edges, generator=torch.Generator().manual_seed(26)) + 0.1
+    results = []
+    for implementation in ("reference", "csr"):
+        core = make_core(attention_type, implementation=implementation, add_self_loops=True)
+        q, k, v = make_qkv(b=2, n=24, seed=27, requires_grad=True)
+        out = core(q, k, v, edges=GraphEdges(graph.edge_index, edge_weight=weight), output_attentions=True)
+        weights = out.weights.to_dense() if out.weights.is_sparse else out.weights
+        results.append([out.output, weights, *torch.autograd.grad(out.output.square().sum(), [q, k, v])])
+    for got, want in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)

@@ -1,5 +1,7 @@
-"""Adding a mechanism is one registered class: a toy core (exact softmax attention written by hand, 30 lines)
-registered inside this test goes through the contract matrix and the three encoders (export included),
+"""Adding a mechanism is one registered class: a toy core (exact softmax attention written by hand, 30 lines,
+with a kernel of its own that computes the queries a chunk at a time, as in docs/contributing.md)
+registered inside this test goes through the contract matrix, the kernel-against-reference checks and the
+three encoders (export included),
 shows in the attention table, and runs through the attention benchmark's smoke preset (as a ``--plugin``,
 since every benchmark point runs in a fresh process), with no other file changed. The fixture unregisters
 it, so the rest of the suite (which compares the registry with the docs' attention table and the config
@@ -19,6 +21,7 @@ from hf_efficient.attention import (
     AttentionCapabilities,
     AttentionCore,
     AttentionOutput,
+    Kernel,
     register_attention,
     unregister_attention,
 )
@@ -31,8 +34,24 @@ from ..models.text.checks import check_text_encoder
 from ..models.vision import checks as vision_checks
 from ..models.vision.checks import check_vision_encoder
 from .contract import run_contract_matrix
+from .test_kernels import check_kernel_equals_reference
 
 NAME = "handwritten_softmax"
+
+
+def softmax_attention(core, query, key, value, mask):
+    """softmax(Q K^T / sqrt(d)) V over the real keys: (b, h, q, d) queries against (b, h, n, d) keys."""
+    scores = query @ key.transpose(-1, -2) * core.scaling  # (b, h, q, n)
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.nn.functional.dropout(probs, core.spec.dropout, core.training) @ value
+
+
+def query_chunks(core, query, key, value, inputs, rows=16):
+    """The toy's kernel: the same maths, ``rows`` queries at a time."""
+    parts = [softmax_attention(core, q, key, value, inputs.attention_mask) for q in query.split(rows, dim=2)]
+    return AttentionOutput(torch.cat(parts, dim=2), None)
 
 
 class HandwrittenSoftmaxAttention(AttentionCore):
@@ -43,19 +62,15 @@ class HandwrittenSoftmaxAttention(AttentionCore):
     cost = "O(n²)"
     summary = "exact softmax written out by hand (a test's toy)"
     small_config = {}
+    kernels = (Kernel("query_chunks", query_chunks, chosen=lambda core, query, inputs: query.shape[2] > 64),)
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
         """4 n^2 d: Q K^T and P V over all n x n pairs."""
         return 4.0 * n * n * head_dim
 
-    def _attend(self, query, key, value, inputs):
-        scores = query @ key.transpose(-1, -2) * self.scaling  # (b, h, n, n)
-        if inputs.attention_mask is not None:
-            scores = scores.masked_fill(~inputs.attention_mask[:, None, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        probs = torch.nn.functional.dropout(probs, self.spec.dropout, self.training)
-        return AttentionOutput(probs @ value, None)
+    def reference(self, query, key, value, inputs):
+        return AttentionOutput(softmax_attention(self, query, key, value, inputs.attention_mask), None)
 
 
 @pytest.fixture
@@ -74,6 +89,7 @@ def test_a_registered_toy_passes_the_contract_and_every_encoder(handwritten_soft
     row = f"| `{NAME}` | {HandwrittenSoftmaxAttention.paper} | O(n²) | text, vision, graph |"
     assert row in hf_efficient.attention_table()
     run_contract_matrix(handwritten_softmax, tmp_path / "core")
+    assert check_kernel_equals_reference(handwritten_softmax, "query_chunks")
     check_text_encoder(handwritten_softmax, tmp_path / "text")
     check_vision_encoder(handwritten_softmax, tmp_path / "vision")
     check_graph_encoder(handwritten_softmax, tmp_path / "graph")
@@ -92,12 +108,12 @@ def test_the_toy_is_gone_after_its_test():
 def test_the_toy_runs_through_the_attention_benchmark(tmp_path):
     """The same class, written to a module that registers it, is measured beside exact attention."""
     plugin = tmp_path / "handwritten_softmax_plugin.py"
-    source = inspect.getsource(HandwrittenSoftmaxAttention)
+    source = [inspect.getsource(f) for f in (softmax_attention, query_chunks, HandwrittenSoftmaxAttention)]
     plugin.write_text(
         "import torch\n\n"
-        "from hf_efficient.attention import AttentionCapabilities, AttentionCore, AttentionOutput, "
+        "from hf_efficient.attention import AttentionCapabilities, AttentionCore, AttentionOutput, Kernel, "
         "register_attention\n\n\n"
-        + textwrap.dedent(source)
+        + "\n\n".join(textwrap.dedent(part) for part in source)
         + f"\n\nregister_attention({NAME!r})(HandwrittenSoftmaxAttention)\n"
     )
     out = tmp_path / "bench"

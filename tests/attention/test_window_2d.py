@@ -135,3 +135,23 @@ def test_backward_and_dropout_in_training():
     out = core(q, k, v, grid).output
     out.sum().backward()
     assert all(torch.isfinite(t.grad).all() and t.grad.abs().sum() > 0 for t in (q, k, v))
+
+
+@pytest.mark.parametrize("implementation", ["auto", "reference", "native", "flex"])
+def test_saved_implementations_load(implementation):
+    """Configs saved before the reference/kernel split name "native" or "flex"; both still load."""
+    core = build_attention("swin_window", AttentionSpec(2, 8), {"implementation": implementation}, "vision")
+    assert core.config.implementation == implementation
+    assert "implementation" in core.config.to_dict()
+
+
+def test_auto_computes_the_windowed_reference_on_cpu():
+    """On the CPU "auto" runs the windowed softmax itself (FlexAttention only on CUDA), with or without
+    gradients; a forced "flex" there runs forward only."""
+    q = make_qkv(b=1, n=17)[0]
+    grid = AttentionInputs(grid_size=(4, 4), num_prefix_tokens=1)
+    core = build_attention("swin_window", AttentionSpec(2, 8), {"window_size": 2}, "vision").eval()
+    assert core.kernel_for(q, grid) is None and core.kernel_for(q.requires_grad_(), grid) is None
+    flex = build_attention("swin_window", AttentionSpec(2, 8), {"implementation": "flex"}, "vision")
+    with pytest.raises(ValueError, match="no CPU backward"):
+        flex.kernel_for(q, grid)

@@ -100,3 +100,25 @@ def test_bad_arguments_are_named(change, message):
         chunked_cross_entropy(*change(*inputs(vocab=300, ignored=0.0)))
     with pytest.raises(ValueError, match="chunk_size must be a positive"):
         chunked_cross_entropy(*inputs(), chunk_size=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_under_autocast_hidden_in_half_and_float32_decoder(dtype):
+    """A model under torch.autocast hands half-precision hidden states to a float32 decoder: the loss and
+    gradients are those of F.linear + F.cross_entropy under the same autocast, each gradient in its input's
+    dtype (this raised "Expected out tensor to have dtype float" before the casts left the fused op)."""
+    h, weight, bias, labels = inputs()
+    h = h.to(dtype).detach().requires_grad_()
+    with torch.autocast("cpu", dtype=dtype):
+        got, got_grads = loss_and_grads(chunked_cross_entropy, h, weight, bias, labels)
+        want, want_grads = loss_and_grads(dense, h, weight, bias, labels)
+    torch.testing.assert_close(got, want.float(), atol=2e-2, rtol=2e-2)
+    for g, w, t in zip(got_grads, want_grads, (h, weight, bias), strict=True):
+        assert g.dtype == t.dtype
+        torch.testing.assert_close(g.float(), w.float(), atol=2e-2, rtol=5e-2)
+
+
+def test_mixed_dtypes_outside_autocast_name_the_fix():
+    h, weight, bias, labels = inputs()
+    with pytest.raises(ValueError, match=r"must share one dtype.*torch.autocast"):
+        chunked_cross_entropy(h.to(torch.bfloat16), weight, bias, labels)
