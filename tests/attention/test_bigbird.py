@@ -1,6 +1,9 @@
-"""BigBird (ITC) block-sparse attention: exact limits, the block pattern, the layout, upstream parity."""
+"""BigBird (ITC) block-sparse attention: exact limits, the block pattern, the layout, the kernels against the
+reference, upstream parity."""
 
 from __future__ import annotations
+
+import types
 
 import numpy as np
 import pytest
@@ -9,6 +12,7 @@ from transformers import BigBirdConfig as HFBigBirdConfig
 from transformers.models.big_bird.modeling_big_bird import BigBirdBlockSparseAttention, BigBirdModel
 
 from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention.kernels import bigbird as kernels
 from hf_efficient.attention.utils import ChunkBuffers
 
 from .helpers import make_core, make_qkv, reference_attention
@@ -82,7 +86,7 @@ def test_backward_gradcheck_with_dropout_in_chunks(monkeypatch):
     """Both recomputing backwards against finite differences: seeded dropout masks, and chunks of 4 and 2
     query blocks (6 blocks) in the sparse rows and of 4 and 1 heads in the dense global rows, so each
     last chunk works in views of the first one's reused buffers."""
-    monkeypatch.setattr("hf_efficient.attention.bigbird.rows_per_chunk", lambda *args: 4)
+    monkeypatch.setattr("hf_efficient.attention.kernels.bigbird.rows_per_chunk", lambda *args: 4)
     spec = AttentionSpec(5, 3, dropout=0.3)
     core = build_attention("bigbird", spec, dict(block_size=3, num_random_blocks=1)).train()
     q, k, v = (t.double() for t in make_qkv(b=1, h=5, n=17, d=3))
@@ -97,6 +101,55 @@ def test_backward_gradcheck_with_dropout_in_chunks(monkeypatch):
     assert not torch.equal(run(q, k, v), core.eval()(q, k, v, attention_mask=mask).output), (
         "dropout must act in training"
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "budget"),
+    [({}, 11000), (dict(block_size=3, num_window_blocks=5, num_global_blocks_end=0), 4000)],
+)
+def test_native_kernel_equals_reference_over_several_chunks(config, budget, monkeypatch):
+    """The native kernels chunk only past CHUNK_BUDGET bytes, which the shared kernel tests' lengths do not
+    reach: with a small budget both functions run several chunks (the dense rows' last one shorter) against
+    the reference's one piece, with padding, on outputs and gradients."""
+    steps, rows_per_chunk = [], kernels.rows_per_chunk
+
+    def recorded(*args):
+        steps.append(rows_per_chunk(*args))
+        return steps[-1]
+
+    monkeypatch.setattr(kernels, "CHUNK_BUDGET", budget)
+    monkeypatch.setattr(kernels, "rows_per_chunk", recorded)
+    lengths = [61, 44, 9]
+    q, k, v = make_qkv(b=3, n=61)
+    mask = torch.arange(61)[None] < torch.tensor(lengths)[:, None]
+    results = []
+    for implementation in ("reference", "native"):
+        core = make_core("bigbird", implementation=implementation, **config)
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = core(*leaves, attention_mask=mask).output
+        grad_out = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+        results.append([out, *torch.autograd.grad((out * grad_out).sum(), leaves)])
+    nb = -(-61 // config.get("block_size", 4))
+    assert len(steps) == 2 and steps[0] < nb and steps[1] < 3 * 2, steps  # query blocks, (example, head)s
+    for want, got in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_auto_takes_flex_on_cuda_and_native_elsewhere():
+    """implementation="auto": FlexAttention on CUDA (head size >= 16, no dropout), the native kernels
+    elsewhere; while tracing the reference (the native kernels do not trace; test_contract compiles it)."""
+
+    def query(is_cuda: bool, head_dim: int = 16):  # what the kernels' predicates read of a query
+        return types.SimpleNamespace(is_cuda=is_cuda, shape=(1, 2, 8, head_dim), requires_grad=True)
+
+    core = make_core("bigbird")
+    assert [kernel.name for kernel in core.kernels] == ["flex", "native"]
+    assert core.kernel_for(query(False), None).name == "native"
+    assert core.kernel_for(query(True), None).name == "flex"
+    assert core.kernel_for(query(True, head_dim=8), None).name == "native"
+    training = build_attention("bigbird", AttentionSpec(2, 16, dropout=0.1)).train()
+    assert training.kernel_for(query(True), None).name == "native"
+    assert not kernels.NATIVE.traces and kernels.FLEX.traces
 
 
 def test_layout_window_global_and_random_blocks():
