@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from hf_efficient.attention import AttentionSpec, _kernelized, build_attention
+from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention.kernels import kernelized as chunked_engine
 from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONENT_FLOOR
 from hf_efficient.attention.performer import RELU_FEATURE_FLOOR
 from hf_efficient.attention.utils import CUDA_CHUNK_FACTOR, feature_chunk_budget, orthogonal_gaussian_features
@@ -225,14 +226,14 @@ def test_feature_chunks_are_larger_on_cuda():
 @pytest.mark.gpu
 def test_performer_on_cuda_uses_the_larger_feature_chunks(monkeypatch):
     budgets = []
-    plain = _kernelized.rows_per_chunk
+    plain = chunked_engine.rows_per_chunk
 
     def recording(bytes_per_row, total_rows, budget):
         budgets.append(budget)
         return plain(bytes_per_row, total_rows, budget)
 
-    monkeypatch.setattr(_kernelized, "rows_per_chunk", recording)
+    monkeypatch.setattr(chunked_engine, "rows_per_chunk", recording)
     core = make_core("performer").cuda()
     q, k, v = (t.cuda() for t in make_qkv(b=1, n=64, d=8))
     core(q, k, v)
-    assert budgets == [CUDA_CHUNK_FACTOR * _kernelized.FEATURE_CHUNK_BYTES]
+    assert set(budgets) == {CUDA_CHUNK_FACTOR * chunked_engine.FEATURE_CHUNK_BYTES}  # key maxima, features
