@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_efficient.attention import rfa
-from hf_efficient.attention.rfa import RandomFeatureAttention, _NonCausalRFA
+from hf_efficient.attention.kernels import rfa as rfa_kernel
+from hf_efficient.attention.kernels.rfa import _NonCausalRFA
+from hf_efficient.attention.rfa import RandomFeatureAttention
 
 from .helpers import make_core, make_qkv, padding_mask, reference_attention
 
@@ -56,7 +57,7 @@ def quadratic_rfa(core, q, k, v, mask=None, causal=False) -> torch.Tensor:
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 4 rows (non-causal) / groups of one block (causal), so tiny inputs cross boundaries."""
-    monkeypatch.setattr(rfa, "rows_per_chunk", lambda bytes_per_row, rows, budget=None: min(4, rows))
+    monkeypatch.setattr(rfa_kernel, "rows_per_chunk", lambda bytes_per_row, rows, budget=None: min(4, rows))
 
 
 @pytest.mark.parametrize("with_mask", [False, True])
@@ -249,3 +250,43 @@ def test_gate_exists_only_in_causal_models():
         plain(q, k, v, is_causal=True).output,
         make_core("rfa", causal=True, gate=False)(q, k, v, is_causal=True).output,
     )
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunked_kernel_equals_reference_over_many_chunks(causal, small_chunks):
+    """Chunks of 4 rows / groups of one block of 5: outputs and gradients (sigma and the gate included)
+    against the reference, and, causal, a prefill from a carried state (the contract test's lengths fit in
+    one chunk at the real budgets)."""
+    torch.manual_seed(0)
+    reference = make_core("rfa", causal=causal, causal_chunk=5, implementation="reference").train()
+    chunked = make_core("rfa", causal=causal, causal_chunk=5, implementation="chunked").train()
+    chunked.load_state_dict(reference.state_dict())
+    q, k, v = make_qkv(b=2, n=23)
+    mask = padding_mask([23, 17], 23)
+    mask[0, 6:9] = False
+    results = []
+    for core in (reference, chunked):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = core(*leaves, attention_mask=mask, is_causal=causal).output
+        params = [p for _, p in sorted(core.named_parameters())]
+        results.append([out, *torch.autograd.grad((out * v.flip(2)).sum(), leaves + params)])
+    for want, got in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    if causal:  # prefill of 11 tokens, then of the other 12 from the state it left
+        from hf_efficient.attention.cache import EfficientCache
+
+        outs = []
+        for core in (reference, chunked):
+            cache, parts = EfficientCache([core.new_cache_layer()]), []
+            for s in (slice(0, 11), slice(11, 23)):
+                with torch.no_grad():
+                    out = core(
+                        *(t[:, :, s] for t in (q, k, v)),
+                        attention_mask=mask[:, s],
+                        is_causal=True,
+                        cache=cache,
+                    )
+                parts.append(out.output)
+            outs.append(torch.cat(parts, 2))
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(outs[0], results[0][0].detach(), atol=1e-5, rtol=1e-5)
