@@ -172,7 +172,7 @@ class RandomFeatureAttention(AttentionCore):
     def feature_map(self, x: torch.Tensor) -> torch.Tensor:
         """phi(x / |x|) = sqrt(1/m) [sin(W x^), cos(W x^)]: (b, h, n, d) -> (b, h, n, 2m)."""
         weight = self.projection().to(x.dtype)  # (h, m, d)
-        u = F.normalize(x, dim=-1) @ weight.transpose(1, 2)  # (b, h, n, m)
+        u = (x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)) @ weight.transpose(1, 2)  # (b, h, n, m)
         return torch.cat([u.sin(), u.cos()], -1) * self.config.num_features**-0.5
 
     def log_gates(self, key: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
