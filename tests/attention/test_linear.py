@@ -132,19 +132,23 @@ def test_config_validation():
     assert build_attention("linear", spec).config.eps == 1e-6
 
 
-@pytest.mark.parametrize("attention_type", ["linear", "performer"])
+@pytest.mark.parametrize("attention_type", ["linear", "performer", "rfa"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_chunked_kernel_equals_reference_over_many_chunks(attention_type, causal, monkeypatch):
-    """The kernelized family's chunked kernel with budgets so small that every chunk is one row (non-causal)
-    or one block (causal): outputs, gradients and, causal, a prefill from a carried state, against the
-    reference (the contract test's lengths fit in one chunk at the real budgets)."""
-    from hf_efficient.attention.kernels import kernelized as engine
+    """The kernelized family's chunked kernels with budgets so small that every chunk is a row or a few
+    (non-causal) or one block (causal): outputs, gradients (of RFA's sigma and gate too) and, causal, a
+    prefill from a carried state, against the reference (the contract test's lengths fit in one chunk at the
+    real budgets)."""
+    from hf_efficient.attention.cache import EfficientCache
+    from hf_efficient.attention.kernels import kernelized, rfa
 
-    monkeypatch.setattr(engine, "FEATURE_CHUNK_BYTES", 2**10)
-    monkeypatch.setattr(engine, "CHUNK_BYTES", 2**10)
+    monkeypatch.setattr(kernelized, "FEATURE_CHUNK_BYTES", 2**10)
+    monkeypatch.setattr(kernelized, "CHUNK_BYTES", 2**10)
+    monkeypatch.setattr(rfa, "rows_per_chunk", lambda bytes_per_row, rows, budget=None: min(4, rows))
+    config = {"causal_chunk": 5} if attention_type == "rfa" else {}
     torch.manual_seed(0)
-    reference = make_core(attention_type, implementation="reference")
-    chunked = make_core(attention_type, implementation="chunked")
+    reference = make_core(attention_type, causal=causal, implementation="reference", **config).train()
+    chunked = make_core(attention_type, causal=causal, implementation="chunked", **config).train()
     chunked.load_state_dict(reference.state_dict())
     q, k, v = make_qkv(b=2, n=41)
     mask = torch.ones(2, 41, dtype=torch.bool)
@@ -154,17 +158,14 @@ def test_chunked_kernel_equals_reference_over_many_chunks(attention_type, causal
     for core in (reference, chunked):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         out = core(*leaves, attention_mask=mask, is_causal=causal).output
-        grads = torch.autograd.grad((out * v.flip(2)).sum(), leaves)
-        results.append([out, *grads])
+        params = [p for _, p in sorted(core.named_parameters())]
+        results.append([out, *torch.autograd.grad((out * v.flip(2)).sum(), leaves + params)])
     for want, got in zip(*results, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     if causal:  # prefill of 20 tokens, then of the other 21 from the state it left
-        from hf_efficient.attention.cache import EfficientCache
-
         outs = []
         for core in (reference, chunked):
-            cache = EfficientCache([core.new_cache_layer()])
-            parts = []
+            cache, parts = EfficientCache([core.new_cache_layer()]), []
             for s in (slice(0, 20), slice(20, 41)):
                 with torch.no_grad():
                     out = core(
