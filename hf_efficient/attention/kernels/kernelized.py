@@ -2,9 +2,9 @@
 :mod:`hf_efficient.attention._kernelized` in O(n (m + d)) memory, as the kernel ``"chunked"``.
 
 - Features are computed by the core's feature maps on chunks of the sequence, so no (n x m) feature tensor
-  is ever built in one piece (glibc returns allocations over 32 MiB to the OS, so chunk-sized tensors stay
-  under :data:`~hf_efficient.attention.utils.CHUNK_BYTES`; see there). Non-causal: the state [S | z]
-  summed over the key chunks, then every query chunk against it.
+  is ever built in one piece (chunk-sized tensors stay under :data:`~hf_efficient.attention.utils.
+  CHUNK_BYTES`, below glibc's threshold for returning memory to the OS; see there). Non-causal: the state
+  [S | z] summed over the key chunks, then every query chunk against it.
 - The causal form is computed in parallel: the sequence is cut into blocks of ``block_size`` tokens;
   within a block the masked quadratic form phi_q phi_k^T (lower triangle) is used, across blocks an
   exclusive prefix sum of the per-block states S, z; groups of blocks are processed in turn carrying the
