@@ -12,9 +12,10 @@ auto-import. z rides along as an extra value column: values are extended to [v, 
 one product gives numerator and denominator together.
 
 This module holds the maths: the reference (:func:`kernelized_reference`: whole-sequence sums, and for the
-causal form the masked quadratic form tril(phi_q phi_k^T) [V, 1], plus a carried state), the recurrent step
-(:func:`kernelized_step`, token-by-token decoding) and the cores' base class. The chunked, block-parallel
-engine that computes the same in O(n) memory is :mod:`hf_efficient.attention.kernels.kernelized`.
+causal form the masked quadratic form tril(phi_q phi_k^T) [V, 1], plus a carried state's contribution),
+the recurrent step (:func:`kernelized_step`, token-by-token decoding) and the cores' base class. The
+chunked, block-parallel engine that computes the same in O(n) memory is
+:mod:`hf_efficient.attention.kernels.kernelized`.
 
 Half precision: with bfloat16 inputs, features and products run in bfloat16, while the sums S, z, the
 query-side products and the division run in float32 (over n tokens they lose bfloat16's 8-bit
@@ -29,7 +30,8 @@ shift of query i is the running maximum c_i = max_{j <= i} max_f a_jf: its outpu
 phi_q(q_i)^T S^(c_i) / (phi_q(q_i)^T z^(c_i) + eps), the sums expressed relative to c_i. Computed relative
 to any C >= c_i instead, S^(c_i) = exp(C - c_i) S^(C), so out_i = phi_q S^(C) / (phi_q z^(C) + eps
 exp(c_i - C)). The recurrent form keeps (S, z, c) and rescales S, z by exp(c_old - c_new) when a key raises
-the maximum; the reference takes C = the maximum over the whole call.
+the maximum; the reference computes key j's features relative to its own c_j and weighs them by
+exp(c_j - c_i) <= 1 in the sums of query i.
 """
 
 from __future__ import annotations
@@ -152,31 +154,31 @@ def kernelized_reference(
             key_features = lambda keys, keep: maps.key_features(keys, keep, shift)  # noqa: E731
         sums = (key_features(key, keep).transpose(-1, -2) @ value).to(work)  # (b, h, m, d + 1): [S | z]
         return normalise(maps.query_features(maps.query).to(work) @ sums, eps).to(query.dtype), None
-    b, h, n, _ = value.shape
-    phi_q = maps.query_features(maps.query)  # (b, h, n, m)
-    carried = None if state is None else state.sums  # (b, h, m, d + 1) of the earlier tokens
-    row_eps, top = eps, None
+    n = value.shape[2]
+    phi_q = maps.query_features(maps.query).to(work)  # (b, h, n, m)
+    causal_mask = torch.ones(n, n, dtype=torch.bool, device=value.device).tril()
+    weights = causal_mask.to(work)  # (n, n) | (b, h, n, n): the weight of key j in the sums of query i
+    shift, earlier, carried = None, 1.0, None if state is None else state.sums  # [S | z] of earlier tokens
     if maxima is None:
         phi_k = maps.key_features(key, keep)  # (b, h, n, m)
-    else:
+    else:  # sums of query i relative to its own shift c_i: key j's features exp(a_jf - c_j) exp(c_j - c_i)
         running = maxima.to(work).cummax(-1).values  # (b, h, n): c_i
         if state is not None:
             running = torch.maximum(running, state.shift[..., 0])
-        top = running[..., -1:, None]  # (b, h, 1, 1): C, the largest shift of the call
-        phi_k = maps.key_features(key, keep, finite_or_zero(top).to(key.dtype))  # (b, h, n, m), each <= 1
-        # eps exp(c_i - C); a row before any real key keeps eps (its 0 / eps stays finite in backward)
-        factor = torch.where(torch.isfinite(running), (running - finite_or_zero(top)[..., 0]).exp(), 1.0)
-        row_eps = eps * factor[..., None]  # (b, h, n, 1)
+        phi_k = maps.key_features(key, keep, finite_or_zero(running)[..., None].to(key.dtype))  # each <= 1
+        weights = rescale(running[..., None, :], running[..., :, None]).masked_fill(~causal_mask, 0.0)
+        shift = running[..., -1:, None]  # (b, h, 1, 1): the shift of the state after the call
         if state is not None:
-            carried = carried * rescale(state.shift, top)
-    causal_mask = torch.ones(n, n, dtype=torch.bool, device=value.device).tril()
-    scores = (phi_q @ phi_k.transpose(-1, -2)).masked_fill(~causal_mask, 0.0)  # (b, h, n, n)
-    result = (scores @ value).to(work)  # (b, h, n, d + 1)
-    sums = (phi_k.transpose(-1, -2) @ value).to(work)  # (b, h, m, d + 1): this call's keys
-    if carried is not None:
-        result = result + phi_q.to(work) @ carried
+            earlier = rescale(state.shift, running[..., None])  # (b, h, n, 1): exp(c_state - c_i)
+            carried = carried * rescale(state.shift, shift)  # relative to the new state's shift
+    phi_k = phi_k.to(work)
+    value = value.to(work)
+    result = ((phi_q @ phi_k.transpose(-1, -2)) * weights) @ value  # (b, h, n, d + 1)
+    sums = (phi_k * weights[..., -1, :, None]).transpose(-1, -2) @ value  # (b, h, m, d + 1) after the call
+    if state is not None:
+        result = result + earlier * (phi_q @ state.sums)
         sums = sums + carried
-    return normalise(result, row_eps).to(query.dtype), KernelState(sums, top)
+    return normalise(result, eps).to(query.dtype), KernelState(sums, shift)
 
 
 def kernelized_step(
