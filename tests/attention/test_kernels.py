@@ -90,7 +90,7 @@ def _compare_decoding(reference, fast, prompt: int, steps: int) -> bool:
 
     q, k, v = make_qkv(b=2, n=prompt + steps)
     mask = padding_mask([prompt + steps, prompt + steps - 2], prompt + steps)
-    caches = [EfficientCache([core.new_cache_layer()]) for core in (reference, fast)]  # layer_idx 0
+    caches = [EfficientCache.for_cores([reference]), EfficientCache.for_cores([fast])]
     bounds = [(0, prompt)] + [(i, i + 1) for i in range(prompt, prompt + steps)]
     for start, end in bounds:
         outs = []

@@ -165,7 +165,7 @@ def test_chunked_kernel_equals_reference_over_many_chunks(attention_type, causal
     if causal:  # prefill of 20 tokens, then of the other 21 from the state it left
         outs = []
         for core in (reference, chunked):
-            cache, parts = EfficientCache([core.new_cache_layer()]), []
+            cache, parts = EfficientCache.for_cores([core]), []
             for s in (slice(0, 20), slice(20, 41)):
                 with torch.no_grad():
                     out = core(
