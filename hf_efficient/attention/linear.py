@@ -5,10 +5,11 @@ Softmax similarity exp(q^T k) is replaced by a kernel phi(q)^T phi(k) with phi(x
 
     out_i = phi(q_i)^T (sum_j phi(k_j) v_j^T) / (phi(q_i)^T sum_j phi(k_j) + eps)
 
-Non-causal: the sums run over all keys. Causal (``is_causal=True``): over j <= i only; computed in parallel
-(masked quadratic form inside blocks of ``block_size`` tokens, prefix sums of the d x d states across
-blocks, see ``_kernelized``) and, for token-by-token decoding, by the recurrent form :meth:`step` with
-state (S, z), S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i). Cost O(n d^2) time, O(n d) memory;
+Non-causal: the sums run over all keys. Causal (``is_causal=True``): over j <= i only; the reference
+(``_kernelized``) computes it as the masked quadratic form tril(phi(Q) phi(K)^T) [V, 1], the kernel
+``"chunked"`` (``kernels.kernelized``) in blocks of ``block_size`` tokens with prefix sums of the d x d
+states across blocks, and token-by-token decoding by the recurrent form :meth:`step` with state (S, z),
+S_i = S_{i-1} + phi(k_i) v_i^T, z_i = z_{i-1} + phi(k_i). Cost O(n d^2) time, O(n d) memory;
 decoding keeps (S, z) per layer, h d (d + 1) numbers whatever the context (a
 :class:`~hf_efficient.attention.cache.RecurrentStateLayer`), and spends O(d^2) per token and head.
 
@@ -21,13 +22,15 @@ the raw projections).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from ._kernelized import KernelizedAttentionCore, feature_map_keeping_output
+from ._kernelized import FeatureMaps, KernelizedAttentionCore, Pointwise, plain
 from .base import AttentionCapabilities
 from .config import AttentionConfig
+from .kernels.kernelized import CHUNKED
 from .registry import register_attention
 
 
@@ -37,7 +40,7 @@ class LinearAttentionConfig(AttentionConfig):
 
     Attributes:
         eps: added to the denominator phi(q_i)^T z.
-        block_size: block length of the parallel causal form (speed only; results do not depend on it).
+        block_size: block length of the chunked kernel's causal form (speed only; no effect on results).
     """
 
     eps: float = 1e-6
@@ -55,12 +58,12 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     return masked_elu_feature_map(x, None)
 
 
-def masked_elu_feature_map(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+def masked_elu_feature_map(x: torch.Tensor, keep: torch.Tensor | None, pointwise: Pointwise = plain):
     """phi(x) for keys, exactly 0 at padded positions (``keep`` (b, 1, c, 1) False).
 
-    Keeps only phi for backward: phi' = min(phi, 1) (exp(x) = phi for x <= 0, 1 above; 0 at padded keys), so
-    the queries and keys (32 MiB per layer at 16k tokens and hidden 256) are freed after forward."""
-    return feature_map_keeping_output(x, keep, _elu_plus_one, lambda phi: phi.clamp(max=1.0))
+    Its derivative is a function of phi, phi' = min(phi, 1) (exp(x) = phi for x <= 0, 1 above; 0 at padded
+    keys): ``pointwise`` may keep only phi for backward (the chunked kernel does)."""
+    return pointwise(x, keep, _elu_plus_one, lambda phi: phi.clamp(max=1.0))
 
 
 def _elu_plus_one(x: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -73,6 +76,7 @@ class LinearAttention(KernelizedAttentionCore):
     """Kernelised attention with phi(x) = elu(x) + 1 (no parameters, no random state)."""
 
     config_class = LinearAttentionConfig
+    kernels = (CHUNKED,)
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
     paper = (
         "Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear "
@@ -90,11 +94,11 @@ class LinearAttention(KernelizedAttentionCore):
         """4 n d (d + 1): phi(K)^T [V, 1] and phi(Q) [S | z] with d features (elu + 1)."""
         return 4.0 * n * head_dim * (head_dim + 1)
 
-    def _kernel_arguments(self, query, key, attention_mask) -> dict:
-        return {
-            "query": query,
-            "query_features": elu_feature_map,
-            "key_features": masked_elu_feature_map,
-            "num_features": self.head_dim,
-            "key_maxima": None,  # elu + 1 needs no stabilising shift
-        }
+    def feature_maps(self, query, attention_mask, pointwise: Pointwise = plain) -> FeatureMaps:
+        return FeatureMaps(
+            query,
+            query_features=partial(masked_elu_feature_map, keep=None, pointwise=pointwise),
+            key_features=partial(masked_elu_feature_map, pointwise=pointwise),
+            num_features=self.head_dim,
+            key_maxima=None,  # elu + 1 needs no stabilising shift
+        )

@@ -9,9 +9,9 @@ x' = x d^{-1/4} (so q'^T k' = q^T k / sqrt(d)) and rows w_1..w_m of W,
 (``kernel="relu"``: phi(x) = relu(W x) / sqrt(m) + 1e-3, the paper's generalised ReLU kernel.) W is built
 from orthogonal blocks: QR of d x d Gaussian matrices (signs fixed so each block is Haar-distributed), rows
 rescaled by chi_d-distributed norms ("regular" scaling, so each row is marginally N(0, I)). Non-causal and
-causal (blocks + prefix sums, see ``_kernelized``). Cost O(n m d) time; memory O(n m) when training
-(autograd keeps the features), O(n d + m d) beyond the inputs in inference (features are computed chunk by
-chunk, never as one (n x m) tensor).
+causal (see ``_kernelized``; the kernel ``"chunked"`` computes features chunk by chunk and the causal form
+in blocks, ``kernels.kernelized``). Cost O(n m d) time; memory with the chunked kernel O(n m) when training
+(autograd keeps the features), O(n d + m d) beyond the inputs in inference.
 
 Numerical stabilisation (as the official code): exponents are shifted before exp. A query row may use its
 own shift (its max exponent): phi(q_i) appears in both numerator and denominator of out_i, so a per-row factor
@@ -21,7 +21,7 @@ shift is the max over the keys that query i sums over and features f of (W k'_j)
 keys in the non-causal form; in the causal form the keys j <= i only (the running maximum), so no later key
 can change an earlier output (through eps or underflow), and incremental decoding, which sees keys one at a
 time, computes exactly the same thing: its state keeps the sums and their shift and rescales them when a new
-key raises the maximum (``_kernelized`` gives the block-parallel form of this). The shifts are constants
+key raises the maximum (``_kernelized``). The shifts are constants
 (detached); padded keys are left out of the maxima and their features are exactly 0.
 
 Deviations: eps is added to the denominator instead of 1e-6 to every softmax feature; exponents are
@@ -42,26 +42,27 @@ from typing import Literal
 
 import torch
 
-from ._kernelized import FEATURE_CHUNK_BYTES, KernelizedAttentionCore, feature_map_keeping_output
+from ._kernelized import FeatureMaps, KernelizedAttentionCore, Pointwise, plain
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
+from .kernels.kernelized import CHUNKED
 from .registry import register_attention
-from .utils import feature_chunk_budget, orthogonal_gaussian_features, row_slices, rows_per_chunk
+from .utils import orthogonal_gaussian_features
 
 RELU_FEATURE_FLOOR = 1e-3  # the official relu_kernel_transformation's numerical_stabilizer
 # Exponents are floored here (features >= e^-80 ~ 2e-35 of a row's largest, 0 in every float32 sum) before
-# exp: below about -87 exp underflows into denormals, which are ~100x slower on CPU, and a checkpoint's
-# large-norm keys put many features there (fine-tuning MiniLM with Performer ran 2-3x slower without it).
+# exp: below about -87 exp underflows into denormals, which are much slower on CPU, and a checkpoint's
+# large-norm keys put many features there.
 EXPONENT_FLOOR = -80.0
 
 
-def floored_exp(exponent: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+def floored_exp(exponent: torch.Tensor, keep: torch.Tensor | None = None, pointwise: Pointwise = plain):
     """exp(max(exponent, EXPONENT_FLOOR)), 0 where ``keep`` is False; overwrites ``exponent`` (a temporary).
 
-    Keeps only its output for backward (d phi = phi where the exponent was above the floor, i.e. where
-    phi > exp(floor); 0 where floored or padded): recorded as plain ops, the in-place clamp_min_ would keep a
-    copy of its input, one (b, h, n, m) tensor per feature map."""
-    return feature_map_keeping_output(exponent, keep, _floored_exp, _floored_exp_slope)
+    Its derivative is a function of its output (d phi = phi where the exponent was above the floor, i.e.
+    where phi > exp(floor); 0 where floored or padded): ``pointwise`` may keep only phi for backward (the
+    chunked kernel does; recorded as plain ops, the in-place clamp_min_ keeps a copy of its input)."""
+    return pointwise(exponent, keep, _floored_exp, _floored_exp_slope)
 
 
 def _floored_exp(exponent: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -84,7 +85,7 @@ class PerformerConfig(AttentionConfig):
         kernel: "softmax" (positive random features, FAVOR+) or "relu".
         eps: added to the denominator.
         seed: seeds the initial features with the layer index (redraws use their own seeds).
-        block_size: block length of the parallel causal form (speed only).
+        block_size: block length of the chunked kernel's causal form (speed only).
     """
 
     num_features: int = 256
@@ -114,6 +115,7 @@ class PerformerAttention(KernelizedAttentionCore):
     """FAVOR+ with a persistent (m, d) random feature buffer ``projection_matrix``."""
 
     config_class = PerformerConfig
+    kernels = (CHUNKED,)
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
     paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
     cost = "O(n·m·d)"
@@ -122,7 +124,7 @@ class PerformerAttention(KernelizedAttentionCore):
     export_note = "random features: the saved buffer, as in eager mode; one piece: O(n m) features"
     small_config = {"num_features": 64, "block_size": 4}
     # float16: 1 / normaliser gradients overflow (see _kernelized); bfloat16: exp of the rounded projections
-    # w.x (|w.x| grows with sqrt(d)) missed float32 by 0.06 at head size 64, over the 0.05 of other types.
+    # w.x (|w.x| grows with sqrt(d)) missed float32 by more than the bfloat16 tolerance of the other types.
     float32_for = (torch.float16, torch.bfloat16)
 
     @classmethod
@@ -150,7 +152,7 @@ class PerformerAttention(KernelizedAttentionCore):
     def resample_random_state(self, seed: int) -> None:
         self.redraw_features(seeded_generator(seed, self.spec.layer_idx))
 
-    def _kernel_arguments(self, query, key, attention_mask) -> dict:
+    def feature_maps(self, query, attention_mask, pointwise: Pointwise = plain) -> FeatureMaps:
         """The query (padded rows zeroed), the feature maps and, for the softmax kernel, the keys' largest
         log-features (the stabilising shift: see the module docstring and ``_kernelized``)."""
         m = self.config.num_features
@@ -160,49 +162,32 @@ class PerformerAttention(KernelizedAttentionCore):
         # Fold scalings into W: W x' = (W d^{-1/4}) x; relu(W x) / sqrt(m) = relu((W / sqrt(m)) x).
         scale = m**-0.5 if relu else self.head_dim**-0.25
         w_t = self.projection_matrix.to(query.dtype).t() * scale  # (d, m)
-        arguments = {"query": query, "num_features": m}
         if relu:
             features = partial(self._relu_features, w_t=w_t)
-            return {**arguments, "query_features": features, "key_features": features, "key_maxima": None}
+            return FeatureMaps(query, features, features, m, key_maxima=None)
         log_sqrt_m = 0.5 * math.log(m)  # the 1/sqrt(m) factor, applied inside exp
 
         def query_features(x: torch.Tensor) -> torch.Tensor:
             # exp(W x' - |x'|^2/2 - shift) with the row's own shift max_f (W x')_f - |x'|^2/2: the
             # |x'|^2/2 terms cancel, and with them a per-row factor that out_i does not depend on.
             proj = x @ w_t  # (b, h, c, m)
-            return floored_exp(proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m))
+            return floored_exp(proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m), None, pointwise)
 
         def key_features(x: torch.Tensor, keep: torch.Tensor | None, shift: torch.Tensor) -> torch.Tensor:
-            # exp(W x' - |x'|^2/2 - shift) / sqrt(m); shift (b, h, c | 1, 1) from _kernelized (see there)
+            # exp(W x' - |x'|^2/2 - shift) / sqrt(m); shift (b, h, c | 1, 1) (see _kernelized)
             proj = x @ w_t  # (b, h, c, m)
             proj = proj.add_(-(self._half_sq_norm(x) + (shift + log_sqrt_m)))  # add: no negated copy
-            return floored_exp(proj, keep)  # exactly 0 at padded keys
+            return floored_exp(proj, keep, pointwise)  # exactly 0 at padded keys
 
-        return {
-            **arguments,
-            "query_features": query_features,
-            "key_features": key_features,
-            "key_maxima": self._key_maxima(key, attention_mask, w_t),
-        }
+        def key_maxima(x: torch.Tensor) -> torch.Tensor:
+            # max over features f of (W k'_j)_f - |k'_j|^2/2 for each key j: (b, h, c, d) -> (b, h, c)
+            return (x @ w_t).amax(-1) - self._half_sq_norm(x)[..., 0]
+
+        return FeatureMaps(query, query_features, key_features, m, key_maxima)
 
     def _half_sq_norm(self, x: torch.Tensor) -> torch.Tensor:
         """|x'|^2 / 2 with x' = x d^{-1/4}: (b, h, c, d) -> (b, h, c, 1)."""
         return x.square().sum(-1, keepdim=True) * (0.5 * self.head_dim**-0.5)
-
-    @torch.no_grad()
-    def _key_maxima(self, key: torch.Tensor, mask: torch.Tensor | None, w_t: torch.Tensor) -> torch.Tensor:
-        """max over features f of (W k'_j)_f - |k'_j|^2/2 for each key j, -inf at padded keys: (b, h, n)."""
-        b, h, n, _ = key.shape
-        budget = feature_chunk_budget(FEATURE_CHUNK_BYTES, key.device)
-        rows = rows_per_chunk(b * h * w_t.shape[1] * key.element_size(), n, budget)
-        maxima = []
-        for piece in row_slices(n, rows):  # one slice of everything while tracing
-            x = key[:, :, piece]  # (b, h, c, d)
-            per_key = (x @ w_t).amax(-1) - self._half_sq_norm(x)[..., 0]  # (b, h, c)
-            if mask is not None:
-                per_key.masked_fill_(~mask[:, None, piece], float("-inf"))
-            maxima.append(per_key)
-        return torch.cat(maxima, dim=2) if len(maxima) > 1 else maxima[0]
 
     @staticmethod
     def _relu_features(

@@ -16,19 +16,17 @@ normalised Gaussian kernel exp(-|sigma o (q^ - k^)|^2 / 2) (the key factor exp(-
 cancels). Either way the logits span at most about 2 max(sigma)^2, and the sin/cos estimate has an absolute
 error of about 1/sqrt(2m) however small the kernel is, so sharp attention needs large sigma and many features
 (``benchmarks/rfa_trained_attention.py`` measures both in a trained model).
-Cost O(n m d) time, O(n d + m d) memory. The non-causal form runs in chunks of the sequence with a
-hand-written backward that recomputes the features, so no (n x 2m) tensor is stored or built in one piece.
-The causal form runs in blocks of ``causal_chunk`` tokens: masked quadratic form inside a block, decays in
-log space (exp(L_t - L_j) <= 1 with L the cumulative log gate, so no overflow however small the gates),
-the state carried across blocks; groups of blocks are recomputed in backward (activation checkpointing).
-:meth:`step` is the same recurrence one token at a time (decoding), tested equal to the parallel form.
+The reference computes the non-causal form from whole-sequence sums and the causal one as its masked
+quadratic form, out = (A o (phi(Q) phi(K)^T)) [V, 1] (then divided), with A_tj = (1 - g_j) prod_{j < l <= t}
+g_l = exp(sum_{j < l <= t} log g_l + log(1 - g_j)) for j <= t (sums of log gates: no overflow however small
+the gates). :meth:`step` is the same recurrence one token at a time (decoding). Cost O(n m d) time; the
+kernel ``"chunked"`` (``kernels.rfa``) computes both forms in O(n d + m d) memory.
 
 Choices and deviations (following the authors' released code where the paper is silent):
 - sigma is learned per head and dimension, W = sigma * W~ with W~ ~ N(0, I) fixed (the authors'
   ``reparam_proj``); ``sigma`` sets its initial value (a temperature), ``learn_sigma=False`` freezes it.
-  sigma is listed in ``no_weight_decay``: transformers' Trainer would decay it toward 0 (uniform attention);
-  with weight decay 0.05 over 18,000 Fashion-MNIST steps it ended at 0.64-0.78 of its start, 0.64 being
-  the decay alone. Train with :class:`hf_efficient.training.EfficientTrainer` (the scripts do).
+  sigma is listed in ``no_weight_decay``: transformers' Trainer would decay it toward 0 (uniform
+  attention). Train with :class:`hf_efficient.training.EfficientTrainer` (the scripts do).
 - Normalisation is exact (x / max(|x|, 1e-12)); the released code divides by |x| + 1e-3.
 - The sin/cos denominator can be zero or negative. It is replaced by max(|den|, eps) (the released
   ``normalize_attn_weights``: ``.abs().clamp(eps)``).
@@ -39,14 +37,12 @@ Choices and deviations (following the authors' released code where the paper is 
   ignored). ``gate=False`` gives plain causal RFA. Padded steps leave S, z unchanged (g = 1, no contribution).
 - Decoding keeps (S, z) per layer, 2m (d + 1) numbers per head whatever the context.
 - ``orthogonal_features=True`` draws each head's W~ in orthogonal blocks with chi_d row norms (as Performer):
-  every row is still N(0, I), so the estimate stays unbiased, and its variance drops. Measured on 50 unit
-  queries/keys, d = 32, m = 64: relative output error against softmax(sigma^2 q^ . k^) 0.026 vs 0.079 (iid) at
-  sigma = 0.7, 0.10 vs 0.19 at sigma = 1. Off by default (the rows are iid, as in the paper).
+  every row is still N(0, I), so the estimate stays unbiased, and its variance drops. Off by default (the
+  rows are iid, as in the paper).
 - W~ is a persistent buffer drawn from (seed, layer_idx); the paper redraws per training step from a
-  pool: here :meth:`resample_random_state` redraws it, called explicitly by the training loop. Kept for the
-  whole run instead (the scripts' ``--random_state_redraw_steps 0``), 128 features reached 88.78% on
-  Fashion-MNIST (exact attention 88.03%); 64 features 86.20% kept, 85.70% redrawn every 1,000 steps. A model
-  trained on one draw is tied to it (75% with another draw of its 128 features): never redraw after training.
+  pool: here :meth:`resample_random_state` redraws it, called explicitly by the training loop, or it is
+  kept for the whole run (the scripts' ``--random_state_redraw_steps 0``). A model trained on one draw is
+  tied to it: never redraw after training.
 - Attention-probability dropout has no counterpart (no probabilities are formed) and is not applied.
 """
 
@@ -54,27 +50,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.checkpoint import checkpoint
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .cache import RecurrentStateLayer
 from .config import AttentionConfig
-from .inputs import AttentionInputs, is_tracing
+from .inputs import AttentionInputs
+from .kernels.rfa import CHUNKED, causal_in_blocks
 from .registry import register_attention
-from .utils import (
-    extend_padding_mask,
-    feature_chunk_budget,
-    orthogonal_gaussian_features,
-    pad_to_multiple,
-    row_slices,
-    rows_per_chunk,
-)
-
-_FEATURE_CHUNK_BYTES = 4 * 2**20  # per-chunk (b, h, rows, 2m) features (measured: 4 MiB <= 8, 16 MiB)
+from .utils import orthogonal_gaussian_features
 
 
 @dataclass
@@ -88,7 +76,7 @@ class RFAConfig(AttentionConfig):
         gate: use the learned recency gate in the causal form (RFA-Gate); built in causal models only.
         gate_bias_init: initial b_g; sigmoid(2) = 0.88 keeps about 8 tokens of memory at the start.
         eps: floor of |denominator|.
-        causal_chunk: block length of the parallel causal form (speed only; no effect on the maths).
+        causal_chunk: block length of the chunked kernel's causal form (speed only; no effect on the maths).
         seed: seed of the random vectors, combined with the layer index.
         orthogonal_features: draw the random vectors of each head in orthogonal blocks (lower variance).
     """
@@ -113,142 +101,10 @@ class RFAConfig(AttentionConfig):
             raise ValueError(f"rfa: eps must be > 0, got {self.eps}")
 
 
-def _unit(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(..., d) -> (x / |x|, |x| floored) with the floor of F.normalize."""
-    norm = x.norm(dim=-1, keepdim=True).clamp_min(1e-12)  # (..., 1)
-    return x / norm, norm
-
-
-def _sin_cos(unit: torch.Tensor, weight_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sin(W x), cos(W x)) without the sqrt(1/m), each (b, h, c, m) and contiguous.
-
-    Kept as two tensors rather than one [sin, cos] row: writing halves of rows in place ran 5x slower
-    with two threads here, and a concatenation costs a copy.
-    """
-    u = torch.matmul(unit, weight_t)  # (b, h, c, d) @ (h, d, m) -> (b, h, c, m)
-    return u.sin(), u.cos_()
-
-
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    """(b, h, c, f) -> (b * h, c, f) for batched matmuls."""
-    return x.reshape(-1, *x.shape[2:])
-
-
-def _values_and_ones(value, mask, piece):
-    """[v, 1] of keys in ``piece``, (b * h, c, d + 1); zero rows (ones column included) where padded.
-
-    The column of ones accumulates z beside S, so one matmul gives numerator and denominator, and zero
-    rows remove padded keys from both without masking the features.
-    """
-    v_one = F.pad(value[:, :, piece], (0, 1), value=1.0)  # (b, h, c, d + 1)
-    return _flat(v_one if mask is None else v_one.masked_fill(~mask[:, None, piece, None], 0.0))
-
-
-def _non_causal_whole(query, key, value, base, sigma, mask, eps: float) -> torch.Tensor:
-    """What :class:`_NonCausalRFA` computes, in one piece with plain autograd (for traced graphs, which
-    cannot loop over chunks): (b, h, n, d). Memory O(n m) per head for the features."""
-    b, h, n, d = query.shape
-    m = base.shape[1]
-    weight_t = (sigma * base).transpose(1, 2)  # (h, d, m)
-
-    def sin_cos(x):  # not _sin_cos: its in-place cos would break plain autograd
-        u = _unit(x)[0] @ weight_t  # (b, h, n, m)
-        return u.sin(), u.cos()
-
-    sin_k, cos_k = sin_cos(key)  # (b, h, n, m) each
-    v_one = _values_and_ones(value, mask, slice(None))  # (b * h, n, d + 1)
-    state_sin = torch.bmm(_flat(sin_k).transpose(1, 2), v_one) / m  # (b * h, m, d + 1)
-    state_cos = torch.bmm(_flat(cos_k).transpose(1, 2), v_one) / m
-    sin_q, cos_q = sin_cos(query)
-    result = (torch.bmm(_flat(sin_q), state_sin) + torch.bmm(_flat(cos_q), state_cos)).view(b, h, n, d + 1)
-    return result[..., :d] / result[..., d:].abs().clamp_min(eps)
-
-
-class _NonCausalRFA(torch.autograd.Function):
-    """Chunked non-causal RFA; backward recomputes the features chunk by chunk (memory O(n d)).
-
-    The state is kept as two halves, S_sin and S_cos = (1/m) sum_j {sin, cos}(W k^_j) [v_j, 1]^T, each
-    (b * h, m, d + 1); phi(q)^T [S | z] = sin(W q^) S_sin + cos(W q^) S_cos.
-    """
-
-    @staticmethod
-    def forward(ctx, query, key, value, base, sigma, mask, eps: float):
-        b, h, n, d = query.shape
-        m = base.shape[1]
-        weight_t = (sigma * base).transpose(1, 2)  # (h, d, m): W^T with W = sigma * W~
-        budget = feature_chunk_budget(_FEATURE_CHUNK_BYTES, query.device)
-        rows = rows_per_chunk(b * h * 2 * m * query.element_size(), n, budget)
-        state_sin, state_cos = (query.new_zeros(b * h, m, d + 1) for _ in range(2))
-        for piece in row_slices(n, rows):
-            sin_k, cos_k = _sin_cos(_unit(key[:, :, piece])[0], weight_t)  # (b, h, c, m) each
-            v_one = _values_and_ones(value, mask, piece)  # (b * h, c, d + 1)
-            state_sin.baddbmm_(_flat(sin_k).transpose(1, 2), v_one)
-            state_cos.baddbmm_(_flat(cos_k).transpose(1, 2), v_one)
-        state_sin.div_(m), state_cos.div_(m)
-        # same memory layout as the query: with heads split off (b, n, h, d) projections, merging heads
-        # back afterwards is a free view, and the gradients below need no copy either
-        out, den = torch.empty_like(query), query.new_empty(b, h, n)
-        for piece in row_slices(n, rows):
-            sin_q, cos_q = _sin_cos(_unit(query[:, :, piece])[0], weight_t)
-            result = torch.bmm(_flat(sin_q), state_sin).baddbmm_(_flat(cos_q), state_cos)  # (b*h, c, d+1)
-            result = result.view(b, h, -1, d + 1)  # (b, h, c, d + 1)
-            den[:, :, piece] = result[..., d]
-            torch.div(result[..., :d], result[..., d:].abs().clamp_min(eps), out=out[:, :, piece])
-        ctx.save_for_backward(query, key, value, base, sigma, mask, state_sin, state_cos, out, den)
-        ctx.eps, ctx.rows = eps, rows
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        query, key, value, base, sigma, mask, state_sin, state_cos, out, den = ctx.saved_tensors
-        b, h, n, d = query.shape
-        m, rows, eps = base.shape[1], ctx.rows, ctx.eps
-        weight_t = (sigma * base).transpose(1, 2)  # (h, d, m)
-        grad_q, grad_k, grad_v = torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
-        grad_sigma = sigma.new_zeros(b, h, 1, d) if ctx.needs_input_grad[4] else None
-        grad_sin, grad_cos = (query.new_zeros(b * h, m, d + 1) for _ in range(2))  # d loss / d (m * state)
-
-        def through_features(grad_of_sin, grad_of_cos, sin, cos, unit, norm):
-            # d sin(u) / du = cos(u), d cos(u) / du = -sin(u)
-            grad_u = grad_of_sin.view_as(sin).mul_(cos).addcmul_(grad_of_cos.view_as(sin), sin, value=-1.0)
-            # u = (x^ * sigma) @ W~^T: with t = grad_u @ W~, d/dx^ = t * sigma and d/dsigma = sum x^ * t
-            grad_unit = grad_u @ base  # (b, h, c, d)
-            if grad_sigma is not None:
-                grad_sigma.add_((grad_unit * unit).sum(2, keepdim=True))
-            grad_unit.mul_(sigma)  # through x -> x / |x|: (g - x^ (x^ . g)) / |x|
-            return grad_unit.sub_(unit * (unit * grad_unit).sum(-1, keepdim=True)).div_(norm)
-
-        for piece in row_slices(n, rows):
-            unit, norm = _unit(query[:, :, piece])  # (b, h, c, d), (b, h, c, 1)
-            sin_q, cos_q = _sin_cos(unit, weight_t)  # (b, h, c, m) each
-            den_c = den[:, :, piece, None]  # (b, h, c, 1)
-            grad_result = grad_out.new_empty(*unit.shape[:-1], d + 1)  # d loss / d [numerator, denominator]
-            torch.div(grad_out[:, :, piece], den_c.abs().clamp_min(eps), out=grad_result[..., :d])
-            grad_den = (grad_result[..., :d] * out[:, :, piece]).sum(-1, keepdim=True)  # (b, h, c, 1)
-            grad_result[..., d:] = grad_den.mul_(-den_c.sign() * (den_c.abs() > eps))
-            grad_result = _flat(grad_result)  # (b * h, c, d + 1)
-            grad_sin.baddbmm_(_flat(sin_q).transpose(1, 2), grad_result)
-            grad_cos.baddbmm_(_flat(cos_q).transpose(1, 2), grad_result)
-            grad_of_sin = grad_result @ state_sin.transpose(1, 2)  # (b * h, c, m)
-            grad_of_cos = grad_result @ state_cos.transpose(1, 2)
-            grad_q[:, :, piece] = through_features(grad_of_sin, grad_of_cos, sin_q, cos_q, unit, norm)
-        grad_sin.div_(m), grad_cos.div_(m)
-        for piece in row_slices(n, rows):
-            unit, norm = _unit(key[:, :, piece])
-            sin_k, cos_k = _sin_cos(unit, weight_t)
-            grad_value = torch.bmm(_flat(sin_k), grad_sin[..., :d]).baddbmm_(_flat(cos_k), grad_cos[..., :d])
-            grad_v[:, :, piece] = grad_value.view(b, h, -1, d)
-            v_one = _values_and_ones(value, mask, piece)  # zero rows where padded: no key gradient there
-            grad_of_sin, grad_of_cos = v_one @ grad_sin.transpose(1, 2), v_one @ grad_cos.transpose(1, 2)
-            grad_k[:, :, piece] = through_features(grad_of_sin, grad_of_cos, sin_k, cos_k, unit, norm)
-        if mask is not None:
-            grad_v.masked_fill_(~mask[:, None, :, None], 0.0)
-        return grad_q, grad_k, grad_v, None, None if grad_sigma is None else grad_sigma.sum(0), None, None
-
-
 @register_attention("rfa")
 class RandomFeatureAttention(AttentionCore):
     config_class = RFAConfig
+    kernels = (CHUNKED,)
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
     paper = "Peng et al. 2021, Random Feature Attention (ICLR)"
     cost = "O(n·m·d)"
@@ -316,7 +172,7 @@ class RandomFeatureAttention(AttentionCore):
     def feature_map(self, x: torch.Tensor) -> torch.Tensor:
         """phi(x / |x|) = sqrt(1/m) [sin(W x^), cos(W x^)]: (b, h, n, d) -> (b, h, n, 2m)."""
         weight = self.projection().to(x.dtype)  # (h, m, d)
-        u = _unit(x)[0] @ weight.transpose(1, 2)  # (b, h, n, m)
+        u = (x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)) @ weight.transpose(1, 2)  # (b, h, n, m)
         return torch.cat([u.sin(), u.cos()], -1) * self.config.num_features**-0.5
 
     def log_gates(self, key: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -330,43 +186,71 @@ class RandomFeatureAttention(AttentionCore):
             log_g = log_g.masked_fill(~mask[:, None], 0.0)
         return log_g, log_keep
 
-    def _attend(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
-        attention_mask = inputs.attention_mask
+    def reference(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        mask = inputs.attention_mask
         if inputs.is_causal:
-            out, _ = self._causal_in_float32(query, key, value, attention_mask)
-            return AttentionOutput(out, None)
-        base, sigma = self.random_weights.to(query.dtype), self.scales().to(query.dtype)
-        attend = _non_causal_whole if is_tracing() else _NonCausalRFA.apply
-        out = attend(query, key, value, base, sigma, attention_mask, self.config.eps)
-        return AttentionOutput(out, None)
+            return AttentionOutput(self.causal_in_float32(self._causal, query, key, value, mask)[0], None)
+        keep = None if mask is None else mask[:, None, :, None]  # (b, 1, n, 1)
+        v_one = F.pad(value, (0, 1), value=1.0)  # (b, h, n, d + 1): the ones accumulate z beside S
+        v_one = v_one if keep is None else v_one.masked_fill(~keep, 0.0)  # padded keys: no contribution
+        sums = self.feature_map(key).transpose(-1, -2) @ v_one  # (b, h, 2m, d + 1): [S | z]
+        result = self.feature_map(query) @ sums  # (b, h, n, d + 1)
+        d = value.shape[-1]
+        return AttentionOutput(result[..., :d] / result[..., d:].abs().clamp_min(self.config.eps), None)
+
+    def _causal(self, query, key, value, mask, state=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gated causal form as its masked quadratic form, from ``state`` ([S | z] (b, h, 2m, d + 1) of
+        earlier tokens, or None). Returns (output (b, h, n, d), the [S | z] after the last token)."""
+        n, d = query.shape[2:]
+        value = F.pad(value, (0, 1), value=1.0)  # (b, h, n, d + 1)
+        if mask is not None:  # padded steps: no contribution, and g = 1 (log_gates)
+            keep = mask[:, None, :, None]  # (b, 1, n, 1)
+            key, value = key.masked_fill(~keep, 0.0), value.masked_fill(~keep, 0.0)
+        log_g, log_keep = self.log_gates(key, mask)  # (b, h, n)
+        phi_q, phi_k = self.feature_map(query), self.feature_map(key)  # (b, h, n, 2m)
+        # sum_{j < l <= t} log g_l for j <= t: log g_l placed at rows l > j, summed down the rows up to t
+        below = torch.ones(n, n, dtype=torch.bool, device=query.device).tril(-1)  # (t, j): t > j
+        between = log_g[..., :, None].expand(*log_g.shape, n).masked_fill(~below, 0.0).cumsum(-2)
+        decay = between.masked_fill(~torch.ones_like(below).tril(), -math.inf)  # (b, h, n, n)
+        weights = (decay + log_keep[..., None, :]).exp()  # A_tj = (1 - g_j) prod_{j < l <= t} g_l
+        result = ((phi_q @ phi_k.transpose(-1, -2)) * weights) @ value  # (b, h, n, d + 1)
+        sums = (phi_k * weights[..., -1, :, None]).transpose(-1, -2) @ value  # (b, h, 2m, d + 1)
+        if state is not None:  # the earlier tokens, decayed by every gate since: prod_{l <= t} g_l
+            through = log_g.cumsum(-1).exp()[..., None]  # (b, h, n, 1)
+            result = result + through * (phi_q @ state)
+            sums = sums + through[..., -1:, :] * state
+        return result[..., :d] / result[..., d:].abs().clamp_min(self.config.eps), sums
 
     def new_cache_layer(self) -> RecurrentStateLayer:
         return RecurrentStateLayer()
 
     def _attend_cached(self, query, key, value, inputs: AttentionInputs, layer) -> AttentionOutput:
-        """One token through :meth:`step`, several (the prompt) through the parallel causal form; the layer
-        keeps (S (b, h, 2m, d), z (b, h, 2m)) in float32 (or wider)."""
+        """One token through :meth:`step`, several (the prompt) through the causal form (the chosen
+        kernel's, else the reference); the layer keeps (S (b, h, 2m, d), z (b, h, 2m)) in float32 (or
+        wider)."""
         mask, n = inputs.attention_mask, query.shape[2]
         if n == 1:
             real = None if mask is None else mask[:, 0]
             out, state = self.step(query[:, :, 0], key[:, :, 0], value[:, :, 0], layer.state, real)
             out = out[:, :, None]
         else:
-            start = (
-                None if layer.state is None else torch.cat([layer.state[0], layer.state[1][..., None]], -1)
-            )
-            out, sums = self._causal_in_float32(query, key, value, mask, start)  # sums (b, h, 2m, d + 1)
+            s_z = layer.state
+            start = None if s_z is None else torch.cat([s_z[0], s_z[1][..., None]], -1)  # [S | z]
+            form = self._causal if self.kernel_for(query, inputs) is None else partial(causal_in_blocks, self)
+            out, sums = self.causal_in_float32(form, query, key, value, mask, start)  # sums (b, h, 2m, d + 1)
             state = (sums[..., :-1], sums[..., -1])
         layer.store(state, n)
         return AttentionOutput(out, None)
 
-    def _causal_in_float32(self, query, key, value, mask, state=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The parallel causal form; the gated recurrence (cumulative log gates, decayed states, normaliser)
-        runs in float32 for half-precision inputs: products of many gates leave float16's range and
-        bfloat16's precision. Returns (output, [S | z] after the last token)."""
+    def causal_in_float32(
+        self, form, query, key, value, mask, state=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A causal form ``form(query, key, value, mask, state) -> (output, [S | z])``; the gated recurrence
+        (cumulative log gates, decayed states, normaliser) runs in float32 for half-precision inputs:
+        products of many gates leave float16's range and bfloat16's precision."""
         self._check_gate_exists()
         work = torch.promote_types(query.dtype, torch.float32)
-        out, state = self._causal(query.to(work), key.to(work), value.to(work), mask, state)
+        out, state = form(query.to(work), key.to(work), value.to(work), mask, state)
         return out.to(query.dtype), state
 
     def _check_gate_exists(self) -> None:
@@ -376,71 +260,6 @@ class RandomFeatureAttention(AttentionCore):
                 "causal=False)), which has no recency gate. Build it for a causal model (AttentionSpec("
                 "causal=True); EfficientBertConfig(is_decoder=True)) or set gate=False for plain causal RFA."
             )
-
-    def _causal(self, query, key, value, mask, state=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Blocks of ``causal_chunk`` tokens, batched over a group of blocks; state carried across blocks,
-        starting from ``state`` ([S | z] (b, h, 2m, d + 1) of earlier tokens, or None). Returns (output, the
-        [S | z] after the last token)."""
-        if is_tracing():
-            raise ValueError(
-                "rfa: the causal (gated) form cannot be traced by torch.export / torch.compile: its state is "
-                "carried from block to block by a Python loop whose length follows n. The bidirectional form "
-                "(is_causal=False, what the encoders use) traces."
-            )
-        b, h, n, d = query.shape
-        size, m2 = min(self.config.causal_chunk, n), 2 * self.config.num_features
-        mask = extend_padding_mask(mask, b, n, size, query.device)
-        query, key, value = (pad_to_multiple(t, size) for t in (query, key, value))  # (b, h, N, d)
-        value = F.pad(value, (0, 1), value=1.0)  # (b, h, N, d + 1): ones accumulate z beside S
-        if mask is not None:
-            keep = mask[:, None, :, None]  # (b, 1, N, 1)
-            key, value = key.masked_fill(~keep, 0.0), value.masked_fill(~keep, 0.0)  # padded: no contribution
-        log_g, log_keep = self.log_gates(key, mask)  # (b, h, N); padded steps (the block's tail too): g = 1
-        tril = torch.ones(size, size, dtype=torch.bool, device=query.device).tril()
-        per_token = b * h * query.element_size() * (4 * m2 + 4 * size + 2 * m2 * (d + 1) // size)
-        blocks = max(1, rows_per_chunk(per_token, query.shape[2]) // size)  # blocks per group
-        if state is None:
-            state = query.new_zeros(b, h, m2, d + 1)  # [S | z] before the current group
-        state = state.to(query.dtype)
-        # split (not slice): in backward each piece's gradient is joined once, not zero-padded per group
-        pieces = zip(
-            *(t.split(blocks * size, dim=2) for t in (query, key, value, log_g, log_keep)), strict=True
-        )
-        # each group is recomputed in backward (checkpoint): autograd keeps O(n d) instead of all features
-        recompute = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value, log_g))
-        outputs = []
-        for part in pieces:
-            if recompute:
-                out, state = checkpoint(self._causal_group, state, *part, tril, use_reentrant=False)
-            else:
-                out, state = self._causal_group(state, *part, tril)
-            outputs.append(out)
-        return torch.cat(outputs, dim=2)[:, :, :n], state
-
-    def _causal_group(self, state, q_part, k_part, v_part, log_g_part, log_keep_part, tril):
-        """One group of g blocks of c tokens: outputs (b, h, g * c, d) and the [S | z] state after it."""
-        (b, h, rows, d), size = q_part.shape, tril.shape[0]
-        g, m2 = rows // size, state.shape[2]
-        phi_q = self.feature_map(q_part).view(b, h, g, size, m2)  # (b, h, g, c, 2m)
-        phi_k = self.feature_map(k_part).view(b, h, g, size, m2)  # (b, h, g, c, 2m)
-        v_one = v_part.reshape(b, h, g, size, d + 1)  # (b, h, g, c, d + 1)
-        cum = log_g_part.reshape(b, h, g, size).cumsum(-1)  # L_t within each block
-        keep_log = log_keep_part.reshape(b, h, g, size)  # log(1 - g_j)
-        # weight of key j at query t: (1 - g_j) prod_{j < l <= t} g_l = exp(L_t - L_j + log(1 - g_j))
-        logits = cum[..., :, None] - cum[..., None, :] + keep_log[..., None, :]  # (b, h, g, c, c)
-        scores = (phi_q @ phi_k.transpose(-1, -2)) * logits.masked_fill(~tril, -math.inf).exp()
-        tail = (cum[..., -1:] - cum + keep_log).exp()[..., None]  # (b, h, g, c, 1): weight at block end
-        local = (phi_k * tail).transpose(-1, -2) @ v_one  # (b, h, g, 2m, d + 1): each block's own state
-        through = cum[..., -1].exp()[..., None, None]  # (b, h, g, 1, 1): decay across a whole block
-        before = []
-        # states at block starts: a short scan over small tensors (unbind: one stack in backward)
-        for decay, own in zip(through.unbind(2), local.unbind(2), strict=True):
-            before.append(state)
-            state = decay * state + own
-        before = torch.stack(before, 2)  # (b, h, g, 2m, d + 1)
-        result = scores @ v_one + cum.exp()[..., None] * (phi_q @ before)  # (b, h, g, c, d + 1)
-        out = result[..., :d] / result[..., d:].abs().clamp_min(self.config.eps)
-        return out.reshape(b, h, g * size, d), state  # (b, h, g * c, d)
 
     def step(
         self,

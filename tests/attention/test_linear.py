@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_efficient.attention import AttentionSpec, build_attention
-from hf_efficient.attention._kernelized import kernelized_attention
+from hf_efficient.attention.kernels.kernelized import kernelized_attention
 from hf_efficient.attention.linear import elu_feature_map, masked_elu_feature_map
 
 from .helpers import kernel_quadratic_form, make_core, make_qkv
@@ -130,3 +130,51 @@ def test_config_validation():
     with pytest.raises(ValueError, match="block_size"):
         build_attention("linear", spec, {"block_size": 0})
     assert build_attention("linear", spec).config.eps == 1e-6
+
+
+@pytest.mark.parametrize("attention_type", ["linear", "performer", "rfa"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunked_kernel_equals_reference_over_many_chunks(attention_type, causal, monkeypatch):
+    """The kernelized family's chunked kernels with budgets so small that every chunk is a row or a few
+    (non-causal) or one block (causal): outputs, gradients (of RFA's sigma and gate too) and, causal, a
+    prefill from a carried state, against the reference (the contract test's lengths fit in one chunk at the
+    real budgets)."""
+    from hf_efficient.attention.cache import EfficientCache
+    from hf_efficient.attention.kernels import kernelized, rfa
+
+    monkeypatch.setattr(kernelized, "FEATURE_CHUNK_BYTES", 2**10)
+    monkeypatch.setattr(kernelized, "CHUNK_BYTES", 2**10)
+    monkeypatch.setattr(rfa, "rows_per_chunk", lambda bytes_per_row, rows, budget=None: min(4, rows))
+    config = {"causal_chunk": 5} if attention_type == "rfa" else {}
+    torch.manual_seed(0)
+    reference = make_core(attention_type, causal=causal, implementation="reference", **config).train()
+    chunked = make_core(attention_type, causal=causal, implementation="chunked", **config).train()
+    chunked.load_state_dict(reference.state_dict())
+    q, k, v = make_qkv(b=2, n=41)
+    mask = torch.ones(2, 41, dtype=torch.bool)
+    mask[1, 30:] = False
+    mask[1, 5:8] = False
+    results = []
+    for core in (reference, chunked):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = core(*leaves, attention_mask=mask, is_causal=causal).output
+        params = [p for _, p in sorted(core.named_parameters())]
+        results.append([out, *torch.autograd.grad((out * v.flip(2)).sum(), leaves + params)])
+    for want, got in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    if causal:  # prefill of 20 tokens, then of the other 21 from the state it left
+        outs = []
+        for core in (reference, chunked):
+            cache, parts = EfficientCache.for_cores([core]), []
+            for s in (slice(0, 20), slice(20, 41)):
+                with torch.no_grad():
+                    out = core(
+                        *(t[:, :, s] for t in (q, k, v)),
+                        attention_mask=mask[:, s],
+                        is_causal=True,
+                        cache=cache,
+                    )
+                parts.append(out.output)
+            outs.append(torch.cat(parts, 2))
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(outs[0], results[0][0].detach(), atol=1e-5, rtol=1e-5)

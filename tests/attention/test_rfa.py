@@ -6,8 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hf_efficient.attention import rfa
-from hf_efficient.attention.rfa import RandomFeatureAttention, _NonCausalRFA
+from hf_efficient.attention.kernels import rfa as rfa_kernel
+from hf_efficient.attention.kernels.rfa import _NonCausalRFA
+from hf_efficient.attention.rfa import RandomFeatureAttention
 
 from .helpers import make_core, make_qkv, padding_mask, reference_attention
 
@@ -56,7 +57,7 @@ def quadratic_rfa(core, q, k, v, mask=None, causal=False) -> torch.Tensor:
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of 4 rows (non-causal) / groups of one block (causal), so tiny inputs cross boundaries."""
-    monkeypatch.setattr(rfa, "rows_per_chunk", lambda bytes_per_row, rows, budget=None: min(4, rows))
+    monkeypatch.setattr(rfa_kernel, "rows_per_chunk", lambda bytes_per_row, rows, budget=None: min(4, rows))
 
 
 @pytest.mark.parametrize("with_mask", [False, True])
