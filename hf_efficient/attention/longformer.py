@@ -41,7 +41,7 @@ from .cache import SlidingWindowCacheLayer
 from .config import AttentionConfig
 from .inputs import AttentionInputs, is_tracing
 from .kernels.flex import BlockMaskCache
-from .kernels.longformer import KERNELS, chunk_size
+from .kernels.longformer import LONGFORMER_KERNELS, chunk_size
 from .registry import register_attention
 from .utils import pad_to_multiple, unpad
 
@@ -87,7 +87,7 @@ def band_pairs(n: int, half: int) -> int:
 @register_attention("longformer")
 class LongformerAttention(AttentionCore):
     config_class = LongformerAttentionConfig
-    kernels = KERNELS
+    kernels = LONGFORMER_KERNELS
     capabilities = AttentionCapabilities(global_attention_mask=True, causal=True)
     paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
     cost = "O(n·w)"

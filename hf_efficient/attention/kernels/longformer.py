@@ -357,6 +357,15 @@ def flex_mask(config, n, real, is_global, device, causal: bool = False) -> Block
 # (not while tracing: there the reference runs, as one graph without a loop over chunk groups).
 FLEX = Kernel("flex", flex_attend_window, flex_unsupported, flex_chosen, traces=True)
 NATIVE = Kernel("native", native_attend)
-KERNELS = (FLEX, NATIVE)
+LONGFORMER_KERNELS = (FLEX, NATIVE)
 
-__all__ = ["FLEX", "KERNELS", "MAX_CHUNK", "NATIVE", "chunk_size", "flex_attend_window", "flex_mask"]
+__all__ = [
+    "FLEX",
+    "LONGFORMER_KERNELS",
+    "MAX_CHUNK",
+    "NATIVE",
+    "chunk_size",
+    "flex_attend_window",
+    "flex_mask",
+    "native_attend",
+]
