@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from hf_efficient.attention import AttentionSpec, build_attention
-from hf_efficient.attention import longformer as longformer_module
 from hf_efficient.attention.kernels import bigbird as bigbird_module
 from hf_efficient.attention.kernels import full as full_module
+from hf_efficient.attention.kernels import longformer as longformer_module
 from hf_efficient.attention.kernels import window_2d as window_module
 from hf_efficient.attention.kernels.flex import FLEX_BLOCK, dense_pattern, use_flex
 

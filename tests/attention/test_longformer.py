@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hf_efficient.attention.longformer as longformer_module
+import hf_efficient.attention.kernels.longformer as longformer_kernels
 from hf_efficient.attention import AttentionSpec, build_attention
 from hf_efficient.attention.cache import EfficientCache
 
@@ -39,21 +39,26 @@ def assert_equals_pattern_reference(out, q, k, v, mask, allowed) -> None:
         torch.testing.assert_close(grad, expected_grad, atol=1e-5, rtol=1e-5)
 
 
-@pytest.fixture(params=[True, False], ids=["cpu_flash", "autograd_sdpa"])
-def kernel_path(request, monkeypatch):
-    """Run a test through the fused-kernel autograd Function and through the plain-autograd fallback."""
-    monkeypatch.setattr(longformer_module, "_HAS_CPU_FLASH", request.param)
-    return request.param
+@pytest.fixture(params=["cpu_flash", "autograd_sdpa", "reference"])
+def implementation(request, monkeypatch):
+    """Run a test through the native kernel's fused-kernel autograd Function, through its plain-autograd
+    fallback, and through the reference: the ``implementation`` to build the core with."""
+    monkeypatch.setattr(longformer_kernels, "HAS_CPU_FLASH", request.param == "cpu_flash")
+    return "reference" if request.param == "reference" else "native"
 
 
 @pytest.mark.parametrize(
     ("n", "window", "dilation"),
     [(17, 6, 1), (23, 4, 1), (37, 6, 1), (50, 8, 1), (50, 4, 2), (23, 6, 3), (45, 6, 4), (40, 600, 1)],
 )
-def test_matches_band_reference_with_padding_and_globals(kernel_path, n, window, dilation):
+def test_matches_band_reference_with_padding_and_globals(implementation, n, window, dilation):
     """Exact equality (outputs and gradients) with a dense oracle over the Longformer pattern."""
     core = make_core(
-        "longformer", attention_window=window, attention_dilation=dilation, global_token_indices=[0]
+        "longformer",
+        attention_window=window,
+        attention_dilation=dilation,
+        global_token_indices=[0],
+        implementation=implementation,
     )
     q, k, v, mask = padded_batch(n)
     global_mask = torch.zeros(2, n, dtype=torch.bool)
@@ -66,10 +71,12 @@ def test_matches_band_reference_with_padding_and_globals(kernel_path, n, window,
     assert_equals_pattern_reference(out, q, k, v, mask, longformer_pattern(n, window, dilation, is_global))
 
 
-def test_large_window_three_block_reach(kernel_path):
+def test_large_window_three_block_reach(implementation):
     """A half-window above the 256-query chunk splits into several key blocks per side (j = 2)."""
     n, window = 640, 600
-    core = make_core("longformer", attention_window=window, global_token_indices=[])
+    core = make_core(
+        "longformer", attention_window=window, global_token_indices=[], implementation=implementation
+    )
     q, k, v = make_qkv(b=1, n=n, requires_grad=True)
     out = core(q, k, v).output
     expected = reference_attention(
@@ -208,10 +215,16 @@ def causal_pattern(n: int, window: int, dilation: int) -> torch.Tensor:
 @pytest.mark.parametrize(
     ("n", "window", "dilation"), [(17, 6, 1), (37, 4, 1), (50, 4, 2), (45, 6, 4), (640, 300, 1)]
 )
-def test_causal_matches_reference_with_padding(kernel_path, n, window, dilation):
+def test_causal_matches_reference_with_padding(implementation, n, window, dilation):
     """The causal form: each token sees itself and the w earlier tokens of its residue, exactly (outputs and
     gradients), padding on the left and on the right; 300 keys behind a 256-query chunk need two blocks."""
-    core = make_core("longformer", causal=True, attention_window=window, attention_dilation=dilation)
+    core = make_core(
+        "longformer",
+        causal=True,
+        attention_window=window,
+        attention_dilation=dilation,
+        implementation=implementation,
+    )
     q, k, v, mask = padded_batch(n)
     mask[0, :3] = False  # left padding in row 0, right padding in row 1
     out = core(q, k, v, attention_mask=mask, is_causal=True).output
@@ -247,3 +260,40 @@ def test_decoding_keeps_only_the_window():
         assert cache.layers[0].keys.shape[2] == min(t + 1, 8)  # w r = 8 kept
     torch.testing.assert_close(torch.cat(steps, dim=2), expected, atol=1e-5, rtol=1e-5)
     assert cache.get_seq_length() == 30 and cache.nbytes == 2 * 8 * 2 * 8 * 4  # keys + values, float32
+
+
+@pytest.mark.parametrize("flash", [True, False], ids=["cpu_flash", "autograd_sdpa"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_native_equals_reference_over_several_chunk_groups(flash, causal, monkeypatch):
+    """The native kernel sends chunks to the attention kernel in groups under a byte budget; lowered so
+    that a short input spans several groups, its outputs and gradients (window keys accumulated across
+    group boundaries, global keys summed over groups) still equal the reference's."""
+    monkeypatch.setattr(longformer_kernels, "HAS_CPU_FLASH", flash)
+    # one chunk per group: 8 groups of 4 queries (two-sided), 4 of 8 (causal) per residue
+    monkeypatch.setattr(longformer_kernels, "GROUP_BYTES", 1)
+    n, config = 61, {"attention_window": 8, "attention_dilation": 2}
+    config["global_token_indices"] = [] if causal else [0, 33]
+    q, k, v, mask = padded_batch(n)
+    results = []
+    for implementation in ("reference", "native"):
+        core = make_core("longformer", causal=causal, implementation=implementation, **config)
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = core(*leaves, attention_mask=mask, is_causal=causal).output
+        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+        results.append([out, *torch.autograd.grad((out * weights).sum(), leaves)])
+    for want, got in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_auto_takes_the_native_kernel_on_cpu_and_the_reference_while_tracing(monkeypatch):
+    """Today's choice: FlexAttention on CUDA only, so on CPU the native kernel, and while torch.export /
+    torch.compile trace, the reference (one graph, no loop over chunk groups)."""
+    import hf_efficient.attention.base as base_module
+
+    core = make_core("longformer")
+    q = make_qkv()[0]
+    assert core.kernel_for(q, None) is longformer_kernels.NATIVE
+    monkeypatch.setattr(base_module, "is_tracing", lambda: True)
+    assert core.kernel_for(q, None) is None
+    with pytest.raises(ValueError, match="cannot compute this call"):
+        make_core("longformer", implementation="native").kernel_for(q, None)
