@@ -14,12 +14,12 @@ import types
 import pytest
 import torch
 
-from hf_efficient.attention import AttentionSpec, build_attention
+from hf_efficient.attention import AttentionInputs, AttentionSpec, build_attention
 from hf_efficient.attention.kernels import bigbird as bigbird_module
 from hf_efficient.attention.kernels import full as full_module
 from hf_efficient.attention.kernels import longformer as longformer_module
 from hf_efficient.attention.kernels import window_2d as window_module
-from hf_efficient.attention.kernels.flex import FLEX_BLOCK, dense_pattern, use_flex
+from hf_efficient.attention.kernels.flex import FLEX_BLOCK, dense_pattern
 
 from .helpers import make_qkv, padding_mask, reference_attention
 
@@ -165,15 +165,26 @@ def test_full_model_on_flex_attention_with_padding():
     torch.testing.assert_close(got[mask.bool()], expected[mask.bool()], atol=1e-5, rtol=1e-5)
 
 
+def _longformer(implementation: str = "auto", dropout: float = 0.0):
+    spec = AttentionSpec(2, 4, dropout=dropout)
+    return build_attention("longformer", spec, {"implementation": implementation})
+
+
+def _kernel(core, query) -> str | None:
+    kernel = core.kernel_for(query, AttentionInputs())
+    return None if kernel is None else kernel.name
+
+
 def test_path_choice():
     q = torch.randn(1, 2, 8, 4)
-    assert not use_flex("auto", q, 0.0)  # the native path stays the default on CPU
-    assert not use_flex("native", q, 0.0)
-    assert use_flex("flex", q, 0.0)
+    assert _kernel(_longformer("auto"), q) == "native"  # the native path stays the default on CPU
+    assert _kernel(_longformer("native"), q) == "native"
+    assert _kernel(_longformer("flex"), q) == "flex"
+    assert _kernel(_longformer("reference"), q) is None
     with pytest.raises(ValueError, match="no attention dropout"):
-        use_flex("flex", q, 0.1)
-    with pytest.raises(ValueError, match="forward only"):
-        use_flex("flex", q.requires_grad_(), 0.0)
+        _kernel(_longformer("flex", dropout=0.1).train(), q)
+    with pytest.raises(ValueError, match="no CPU backward"):
+        _kernel(_longformer("flex"), q.requires_grad_())
     with pytest.raises(ValueError, match="implementation must be one of"):
         build_attention("longformer", AttentionSpec(2, 8), {"implementation": "triton"})
 
@@ -182,13 +193,13 @@ def test_small_heads_on_cuda_take_the_native_path():
     """FlexAttention's CUDA kernel needs head_dim >= 16 (Inductor refuses fewer): "auto" takes the native
     path there, a forced "flex" says so at the call instead of failing inside the compiler."""
 
-    def cuda_query(head_dim: int):  # what use_flex reads of a CUDA query (none exists on a CPU machine)
+    def cuda_query(head_dim: int):  # what the kernels' predicates read of a CUDA query (none exists here)
         return types.SimpleNamespace(is_cuda=True, shape=(1, 2, 8, head_dim), requires_grad=False)
 
-    assert not use_flex("auto", cuda_query(8), 0.0)
-    assert use_flex("auto", cuda_query(16), 0.0)
+    assert _kernel(_longformer("auto"), cuda_query(8)) == "native"
+    assert _kernel(_longformer("auto"), cuda_query(16)) == "flex"
     with pytest.raises(ValueError, match="head size of at least 16, got head_dim=8"):
-        use_flex("flex", cuda_query(8), 0.0)
+        _kernel(_longformer("flex"), cuda_query(8))
 
 
 @pytest.mark.gpu

@@ -11,11 +11,11 @@ or a per-head bias; ``longformer``; ``bigbird``; ``swin_window``) describe their
   evaluating the token pattern n^2 times): ``partial`` (b|1, h|1, nq, nk), True where a block pair may hold
   an allowed pair, and optionally ``full`` where every pair is allowed (no mask_mod needed there).
 
-Which path a core takes: its ``attention_config["implementation"]`` ("auto", "native", "flex"); "auto"
-takes FlexAttention when the inputs are on CUDA, FlexAttention is available and no attention dropout is
-active (FlexAttention has none), the core's own (native) path otherwise; the native path stays the default
-on CPU. On CPU FlexAttention runs forward only (no backward): forcing "flex" there serves inference and the
-tests that check both paths agree.
+Each of those cores lists a ``Kernel("flex", ...)`` whose predicates are :func:`flex_unsupported` and
+:func:`flex_chosen`: ``implementation="auto"`` takes it when the inputs are on CUDA, FlexAttention is
+available and no attention dropout is active (FlexAttention has none), the core's other paths otherwise.
+On CPU FlexAttention runs forward only (no backward): forcing ``"flex"`` there serves inference and the
+tests that check it against the reference.
 
 Cost beyond the kernel: a block mask is built per call (a sort and a dozen small kernels), or once per
 length for unpadded inputs (:class:`BlockMaskCache`); each distinct pattern kind (core, dtype, batched or
@@ -42,54 +42,9 @@ FLEX_BLOCK = 128  # tokens per BlockMask block (FlexAttention's default tile)
 # The smallest head size FlexAttention's compiled CUDA kernel takes (torch's Inductor lowering refuses fewer
 # with "NYI: embedding dimension ... must be at least 16"); "auto" takes the native path below it.
 MIN_CUDA_HEAD_DIM = 16
-IMPLEMENTATIONS = ("auto", "native", "flex")
 
 MaskMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def check_implementation(name: str, implementation: str) -> None:
-    """Validate an ``implementation`` hyperparameter (for the cores' config ``validate``)."""
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(
-            f"{name}: implementation must be one of {IMPLEMENTATIONS} ('auto': FlexAttention on CUDA, the "
-            f"native path elsewhere), got {implementation!r}."
-        )
-    if implementation == "flex" and flex_attention is None:
-        raise ValueError(
-            f"{name}: implementation='flex' needs torch.nn.attention.flex_attention (torch >= 2.5)."
-        )
-
-
-def use_flex(implementation: str, query: torch.Tensor, dropout: float) -> bool:
-    """Whether a core configured with ``implementation`` runs this call on FlexAttention.
-
-    Raises where "flex" is forced but cannot serve the call (dropout, a backward on CPU, or a head size
-    under ``MIN_CUDA_HEAD_DIM`` on CUDA)."""
-    if implementation == "native" or flex_attention is None:
-        return False
-    head_dim = query.shape[-1]
-    if implementation == "auto":
-        return query.is_cuda and dropout == 0.0 and head_dim >= MIN_CUDA_HEAD_DIM
-    if query.is_cuda and head_dim < MIN_CUDA_HEAD_DIM:
-        raise ValueError(
-            f"FlexAttention's CUDA kernel needs a head size of at least {MIN_CUDA_HEAD_DIM}, got "
-            f"head_dim={head_dim} (hidden_size / num_attention_heads). Use fewer, larger heads, or the "
-            "native path: attention_config implementation='auto' or 'native' (for `full`, "
-            "attn_implementation='sdpa')."
-        )
-    if dropout > 0.0:
-        raise ValueError(
-            "implementation='flex': FlexAttention has no attention dropout. Set "
-            "attention_probs_dropout_prob=0 or use implementation='auto' (the native path runs training with "
-            "dropout)."
-        )
-    if not query.is_cuda and torch.is_grad_enabled() and query.requires_grad:
-        raise ValueError(
-            "implementation='flex' on CPU runs forward only (FlexAttention has no CPU backward). Train on "
-            "CUDA, run inference under torch.no_grad(), or use implementation='auto'."
-        )
-    return True
 
 
 def flex_unsupported(core, query: torch.Tensor, inputs) -> str | None:
@@ -273,11 +228,9 @@ class BlockMaskCache:
 __all__ = [
     "FLEX_BLOCK",
     "BlockMaskCache",
-    "IMPLEMENTATIONS",
     "block_ranges",
     "blocks_all",
     "blocks_holding",
-    "check_implementation",
     "flex_chosen",
     "flex_unsupported",
     "coarsen",
@@ -286,5 +239,4 @@ __all__ = [
     "flex_block_mask",
     "num_blocks",
     "reduce_dense",
-    "use_flex",
 ]
