@@ -18,7 +18,8 @@ It implements only what ``huggingface_hub`` 2.4's client calls for ``push_to_hub
 Errors carry the ``X-Error-Code`` header the client maps to exceptions (``RepoNotFound``,
 ``RevisionNotFound``, ``EntryNotFound``). Not covered: authentication (any token is accepted), LFS and Xet
 transfers (``lfsFile`` commit lines are refused), branches other than ``main``, pull requests, redirects.
-Every request is recorded in ``LocalHub.requests`` so tests can see what the client did.
+Every request is recorded in ``LocalHub.requests`` so tests can see what the client did; a commit upload can
+be made to fail halfway (``LocalHub.commits_to_drop``: the server reads half the body and hangs up).
 """
 
 from __future__ import annotations
@@ -146,6 +147,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if revision != "main":
             return self._error(400, "InvalidRevision", "The local test hub only commits to main")
+        if self.hub.commits_to_drop > 0:  # the connection dies mid-upload: nothing is committed
+            self.hub.commits_to_drop -= 1
+            self.rfile.read(int(self.headers.get("Content-Length") or 0) // 2)
+            self.close_connection = True
+            return None
         files = dict(repo.commits[repo.main])
         lines = [json.loads(line) for line in self._body().splitlines() if line.strip()]
         for line in lines:
@@ -206,6 +212,8 @@ class LocalHub:
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str]] = []
         self.commits: list[tuple[str, str, list[str]]] = []  # (repo_id, sha, files after the commit)
+        # Faults: the next this many commit uploads lose their connection halfway through the body.
+        self.commits_to_drop = 0
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"hub": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

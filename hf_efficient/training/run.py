@@ -190,4 +190,20 @@ def finish_run(
         save_model_card(model_card, args.output_dir)
         trainer.model_card = model_card
     if args.push_to_hub:
+        push_or_say_how(trainer)
+
+
+def push_or_say_how(trainer: Trainer) -> None:
+    """``trainer.push_to_hub`` at the end of a run; when the upload fails (network, hub, token), an error
+    that says what state things are in and the command that pushes the saved folder again."""
+    args = trainer.args
+    try:
         trainer.push_to_hub(commit_message="End of training")
+    except Exception as error:  # httpx / huggingface_hub errors of every kind: said, then re-raised
+        repo = getattr(trainer, "hub_model_id", None) or args.hub_model_id or "<your-name>/<model>"
+        raise RuntimeError(
+            f"--push_to_hub: uploading {args.output_dir} to {repo} failed ({type(error).__name__}: {error}). "
+            "The hub applies an upload as one commit, so the repository is as it was before it, and the "
+            f"trained model is saved in {args.output_dir}. Push it again with: hf upload {repo} "
+            f"{args.output_dir} --exclude 'checkpoint-*' --exclude '_*'"
+        ) from error
