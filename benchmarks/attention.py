@@ -4,7 +4,7 @@ Each (mechanism, length, mode) point runs in a fresh Python process (``benchmark
 memory is its own and no allocator state leaks between points. Exact attention is measured with two
 kernels, ``full_eager`` and ``full_sdpa``; ratios in the summary are against ``full_sdpa`` at the same
 length, measured in the same run. The types are the registry's (``benchmarks.mechanisms``), each with its
-core's ``benchmark_config``; ``--plugin`` adds types registered outside the package.
+benchmark settings; ``--plugin`` adds types registered outside the package.
 
     python -m benchmarks.attention                           # every type, 1k..16k, fwd and fwd+bwd
     python -m benchmarks.attention --preset demo             # small and quick

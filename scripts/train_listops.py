@@ -34,10 +34,10 @@ import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
-from hf_efficient.attention import ATTENTION_REGISTRY
 from hf_efficient.data import check_sequence_length
 from hf_efficient.data.listops import (
     LABEL_NAMES,
+    LRA_LISTOPS,
     VOCAB,
     ListOpsSpec,
     build_listops_tokenizer,
@@ -182,7 +182,7 @@ def main(args: list[str] | None = None) -> dict:
         metrics.update(evaluate_and_save(trainer, data["test"], "test"))
 
     steps = train_result.global_step
-    lra = ATTENTION_REGISTRY[attention].lra_listops  # (LRA model name, ListOps test accuracy %) or None
+    lra = LRA_LISTOPS.get(attention)  # (LRA model name, ListOps test accuracy %) or None
     result = {
         "attention_type": attention,
         "attention_config": config.attention_config,

@@ -77,6 +77,19 @@ def test_pattern_plot_covers_every_type(tmp_path):
     assert out.stat().st_size > 1000
 
 
+def test_benchmark_settings_are_registered_types_and_valid_configs():
+    """BENCHMARK_CONFIGS names registered types only, each entry a valid attention_config; every other type
+    (exact attention, plugins') runs with its defaults."""
+    from benchmarks.mechanisms import BENCHMARK_CONFIGS, bench_configs, benchmark_config, resolve
+
+    for attention_type, config in BENCHMARK_CONFIGS.items():
+        hf_efficient.validate_attention_config(attention_type, config)
+    assert bench_configs() == BENCHMARK_CONFIGS
+    assert benchmark_config("full_sdpa") == benchmark_config("not_a_registered_type") == {}
+    bigbird = {**BENCHMARK_CONFIGS["bigbird"], "num_random_blocks": 1}
+    assert resolve("bigbird", '{"num_random_blocks": 1}')[2] == bigbird  # --config over the settings
+
+
 def test_flop_models():
     n, h, d = 256, 8, 64
     for full in ("full_sdpa", "full_eager", "full"):
