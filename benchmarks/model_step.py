@@ -1,11 +1,11 @@
 """A whole training step (forward, backward, AdamW step): tokens/s, model FLOPs utilisation, peak memory and
 where the time goes, for the text, vision and graph encoders (``--encoder``).
 
-The text model is ``benchmarks.text_model``'s (a 4-layer, hidden-256, 4-head, intermediate-1024
-``EfficientBertForMaskedLM`` with BERT's 30,522-token vocabulary, ``max_position_embeddings`` = n, hidden
-dropout 0.1) on one batch of random tokens, 15% of them masked for the MLM loss; the vision and graph
-encoders take the same sizes for ViT image classification on n patches and node classification on a graph
-of n nodes (``benchmarks.step_models``, where each one's batch and FLOPs are defined). One step is
+The text model is a 4-layer, hidden-256, 4-head, intermediate-1024 ``EfficientBertForMaskedLM`` with
+BERT's 30,522-token vocabulary (``max_position_embeddings`` = n, hidden dropout 0.1) on one batch of random
+tokens, 15% of them masked for the MLM loss; the vision and graph encoders take the same sizes for ViT
+image classification on n patches and node classification on a graph of n nodes
+(``benchmarks.step_models``, where each one's batch and FLOPs are defined). One step is
 ``model(**batch).loss.backward(); optimizer.step(); optimizer.zero_grad()`` with ``torch.optim.AdamW``.
 
 Each (type, length, variant) point runs in a fresh process (``benchmarks.harness``). A *variant* changes how
@@ -80,7 +80,6 @@ from benchmarks.harness import (
 from benchmarks.mechanisms import BASELINE, bench_configs, is_exact
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, pyplot, status_cell, write_report
-from benchmarks.text_model import MASK_PROBABILITY, MODEL, add_model_arguments
 
 SMOKE_MODEL = dict(
     num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=512
@@ -97,7 +96,7 @@ PRESETS = {
             "graph": (["graph_sparse", "gat", "full_sdpa"], [1000, 10000]),
         },
         repeats=3,
-        model=MODEL,
+        model=step_models.MODEL,
         sgemm_size=4096,
         bandwidth_gib=1.0,
     ),
@@ -334,6 +333,15 @@ def plot_breakdown(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the model and batch a point builds (``benchmarks.step_models``), and --repeats."""
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--model", help="JSON of EfficientBertConfig sizes (default: the preset's)")
+    parser.add_argument("--hidden_dropout", type=float, default=0.1)
+    parser.add_argument("--config", help="JSON attention_config applied to the (single) benchmarked type")
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -401,7 +409,7 @@ def main(argv: list[str] | None = None) -> dict:
         "batch": args.batch,
         "model": json.loads(args.model),
         "hidden_dropout": args.hidden_dropout,
-        "mask_probability": MASK_PROBABILITY if args.encoder == "text" else None,
+        "mask_probability": step_models.MASK_PROBABILITY if args.encoder == "text" else None,
         "optimizer": "AdamW",
         "warmup": args.warmup,
         "repeats": args.repeats,

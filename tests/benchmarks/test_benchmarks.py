@@ -10,8 +10,9 @@ import pytest
 
 import hf_efficient
 from benchmarks import attention as bench
-from benchmarks import flops, patterns, peers, rfa_trained_attention
+from benchmarks import flops, patterns, peers
 from benchmarks.mechanisms import benchmark_types
+from benchmarks.studies import rfa_trained_attention
 from hf_efficient import get_attention_class
 
 from .cli import run_module

@@ -1,6 +1,6 @@
-"""benchmarks.listops: the table and plot of ListOps runs, on two runs saved as scripts/train_listops.py saves
-them (a model with its tokenizer and listops_results.json per output_dir; untrained tiny models here: the
-summary only reads what they answer)."""
+"""benchmarks.studies.listops: the table and plot of ListOps runs, on two runs saved as
+scripts/train_listops.py saves them (a model with its tokenizer and listops_results.json per output_dir;
+untrained tiny models here: the summary only reads what they answer)."""
 
 import json
 from dataclasses import asdict
@@ -10,7 +10,7 @@ import pytest
 from transformers import pipeline
 
 import hf_efficient
-from benchmarks import listops
+from benchmarks.studies import listops
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.data.listops import (
     LABEL_NAMES,

@@ -9,7 +9,10 @@ and training time. The validation curves of the runs go into one plot.
 
     python scripts/train_listops.py --attention_type full --output_dir runs/listops/full
     python scripts/train_listops.py --attention_type linear --output_dir runs/listops/linear
-    python -m benchmarks.listops --results runs/listops
+    python -m benchmarks.studies.listops --results runs/listops
+
+Reference results: ``benchmarks/results/reference/listops/`` (its settings and the loop over every type that
+regenerates it: ``benchmarks/results/reference/README.md``).
 
 Writes ``listops_summary.md``, ``listops_summary.json`` (the runs' results with the agreement added) and
 ``listops_curves.png`` into ``--out`` (default: the results folder), and prints the table.
