@@ -36,9 +36,6 @@ The families below cover the registry's text types; a text type without one (a n
 by ``--plugin``) runs with its defaults against exact attention (shared-QK exact attention if its keys are
 its queries).
 
-More Moore-Penrose iterations help Nystromformer only with a landmark per token: with fewer landmarks the
-converged pinv of the ill-conditioned landmark matrix amplifies the landmark error (float64 alike).
-
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/fidelity.png``, and prints the table.
 """
 

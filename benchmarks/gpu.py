@@ -234,12 +234,6 @@ def write(out: Path, meta: dict, records: list[dict]) -> None:
     write_report(out, {"meta": meta, "records": records}, summarize(records, meta), plots(records))
 
 
-def replot(out: Path) -> None:
-    """Rewrite summary.md and the plots of a finished run from its results.json."""
-    payload = json.loads((out / "results.json").read_text())
-    write(out, payload["meta"], payload["records"])
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)

@@ -25,26 +25,13 @@ lean_allocator      the default model; glibc maps every block of 16 MiB and more
                     back when freed (``benchmarks.harness.map_large_blocks``): a lower peak, page faults
 ==================  ====================================================================================
 
-Model FLOPs utilisation (MFU) = the step's model FLOPs / its median time / the machine's sgemm peak measured
-in the same run (an S x S float32 matmul, S = --sgemm_size, the points' thread count, before and after the
-points; the higher of the two). Model FLOPs count the matrix products of one forward + backward (3 x
-forward): every linear map of the encoder (2 x rows x in x out), the attention core's from the registry's
-FLOP model (``benchmarks.flops``), the input map and the head on the positions it scores
-(``benchmarks.step_models``); recomputation (checkpointing) is not counted, as MFU's definition asks. Peak
-memory is the process's peak resident size during the steps minus its size before them (parameters and
-inputs).
-
-After the timed steps, one more step runs under ``torch.profiler`` with a scope per component
-(``benchmarks.breakdown``): embeddings, projections, attention core, feed-forward, norms/activations/
-dropout, head + loss, optimizer step; the summary gives each one's share of the profiled step (not for
-``compile``, whose modules run inside one compiled graph).
-
-Roofline (``benchmarks.roofline``): one more step runs counting every aten op's bytes and matrix FLOPs, and
-with the machine's copy bandwidth (measured once per run, ``--bandwidth_gib``) and the sgemm peak its
-*roofline time* is the least time the machine allows for the ops the step runs (the sum over ops of
-max(FLOPs / peak, bytes / bandwidth)). The summary gives the measured time's fraction of it, the share of
-it in memory-bound ops, and the MFU the step would reach at its roofline: what faster kernels of the same
-ops could give, where fusing ops (fewer bytes) is what would raise it (not for ``compile``).
+Model FLOPs utilisation (MFU) = the step's model FLOPs (``benchmarks.step_models``; recomputation not
+counted) / its median time / the machine's sgemm peak (S x S, S = --sgemm_size, measured before and after
+the points, the higher). Peak memory is the process's peak resident size during the steps minus its size
+before them (parameters and inputs). Then, except for ``compile`` (one compiled graph), one more step runs
+under ``torch.profiler`` for each component's share (``benchmarks.breakdown``) and one counting its aten ops
+for the roofline (``benchmarks.roofline``, with the copy bandwidth of ``--bandwidth_gib``): the measured
+time's fraction of the roofline time, its memory-bound share and the MFU the step would reach there.
 
     python -m benchmarks.model_step --types full_sdpa linear --lengths 512 8192
     python -m benchmarks.model_step --types linear --lengths 16384 --variants default dense_head
@@ -389,8 +376,8 @@ def main(argv: list[str] | None = None) -> dict:
     def run(base: dict) -> dict:
         return launch(run_point, {**settings, **base}, base, options)
 
-    # A type's variants run one after the other, so a machine whose speed drifts during the run (this VM's
-    # sgemm moved from 154 to 130 GFLOP/s within one 8-minute run) moves them together.
+    # A type's variants run one after the other, so a machine whose speed drifts during the run (the sgemm
+    # peak is measured before and after for that reason) moves them together.
     bases = [{"type": t, "length": n, "variant": v} for t in types for v in args.variants for n in lengths]
     records = sweep(bases, run, lambda p: (p["type"], p["variant"]), desc="model step benchmark")
     # The peak is measured before and after the points and the higher one kept: a machine busier at one of
