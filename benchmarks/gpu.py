@@ -1,9 +1,9 @@
 """GPU benchmark: every text attention type against exact sdpa (FlashAttention backend) on one CUDA GPU.
 
 Forward + backward of the attention core alone, bfloat16, batch 1, 8 heads x 64, n = 4k .. 64k tokens,
-every type with its benchmark settings (``benchmark_config``; ``implementation="auto"``, so the structured
-types run on FlexAttention). All points run in one process (the CUDA caching allocator's peak counter is
-reset per point, so no fresh process is needed for memory) with CUDA events for time:
+every type with its benchmark settings (``benchmarks.mechanisms``; ``implementation="auto"``, so the
+structured types run on FlexAttention). All points run in one process (the CUDA caching allocator's peak
+counter is reset per point, so no fresh process is needed for memory) with CUDA events for time:
 
     python -m benchmarks.gpu --out benchmarks/results/reference/gpu
     python -m benchmarks.gpu --dry-run --out /tmp/gpu_dry   # CPU, tiny sizes: the same code paths
@@ -29,6 +29,7 @@ import torch
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, build_attention, get_attention_class
 
+from .mechanisms import benchmark_config
 from .report import (
     Panel,
     markdown_table,
@@ -41,7 +42,7 @@ from .report import (
 
 BASELINE = "full"  # exact attention through transformers' sdpa, FlashAttention on CUDA in bfloat16
 BIASED = ("full_bias_sdpa", "full_bias_flex")  # exact attention with a dense per-head bias (Graphormer)
-# Other settings of a registered type, measured beside its benchmark_config: BigBird with blocks of
+# Other settings of a registered type, measured beside its benchmark settings: BigBird with blocks of
 # FlexAttention's 128 tokens (the layout's blocks are then whole flex blocks, no token-level mask).
 VARIANTS = {"bigbird_block128": ("bigbird", {"block_size": 128})}
 GPU_SETTINGS = dict(lengths=[4096, 8192, 16384, 32768, 65536], heads=8, head_dim=64, warmup=2, repeats=5)
@@ -64,8 +65,8 @@ def build_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype
     cls = get_attention_class(base)
     kernel = "flex_attention" if name == "full_bias_flex" else "sdpa"
     spec = AttentionSpec(heads, head_dim, attn_implementation=kernel, max_seq_len=n)
-    settings = {**cls.benchmark_config, **overrides}
-    on_flex = name == "full_bias_flex" or "implementation" in cls.config_class.__dataclass_fields__
+    settings = {**benchmark_config(base), **overrides}
+    on_flex = name == "full_bias_flex" or any(kernel.name == "flex" for kernel in cls.kernels)
     forward_only = device == "cpu" and on_flex
     if forward_only and name != "full_bias_flex":
         settings["implementation"] = "flex"
@@ -231,12 +232,6 @@ def plots(records: list[dict]) -> dict:
 
 def write(out: Path, meta: dict, records: list[dict]) -> None:
     write_report(out, {"meta": meta, "records": records}, summarize(records, meta), plots(records))
-
-
-def replot(out: Path) -> None:
-    """Rewrite summary.md and the plots of a finished run from its results.json."""
-    payload = json.loads((out / "results.json").read_text())
-    write(out, payload["meta"], payload["records"])
 
 
 def main(argv: list[str] | None = None) -> dict:

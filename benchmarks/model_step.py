@@ -1,11 +1,11 @@
 """A whole training step (forward, backward, AdamW step): tokens/s, model FLOPs utilisation, peak memory and
 where the time goes, for the text, vision and graph encoders (``--encoder``).
 
-The text model is ``benchmarks.text_model``'s (a 4-layer, hidden-256, 4-head, intermediate-1024
-``EfficientBertForMaskedLM`` with BERT's 30,522-token vocabulary, ``max_position_embeddings`` = n, hidden
-dropout 0.1) on one batch of random tokens, 15% of them masked for the MLM loss; the vision and graph
-encoders take the same sizes for ViT image classification on n patches and node classification on a graph
-of n nodes (``benchmarks.step_models``, where each one's batch and FLOPs are defined). One step is
+The text model is a 4-layer, hidden-256, 4-head, intermediate-1024 ``EfficientBertForMaskedLM`` with
+BERT's 30,522-token vocabulary (``max_position_embeddings`` = n, hidden dropout 0.1) on one batch of random
+tokens, 15% of them masked for the MLM loss; the vision and graph encoders take the same sizes for ViT
+image classification on n patches and node classification on a graph of n nodes
+(``benchmarks.step_models``, where each one's batch and FLOPs are defined). One step is
 ``model(**batch).loss.backward(); optimizer.step(); optimizer.zero_grad()`` with ``torch.optim.AdamW``.
 
 Each (type, length, variant) point runs in a fresh process (``benchmarks.harness``). A *variant* changes how
@@ -25,26 +25,13 @@ lean_allocator      the default model; glibc maps every block of 16 MiB and more
                     back when freed (``benchmarks.harness.map_large_blocks``): a lower peak, page faults
 ==================  ====================================================================================
 
-Model FLOPs utilisation (MFU) = the step's model FLOPs / its median time / the machine's sgemm peak measured
-in the same run (an S x S float32 matmul, S = --sgemm_size, the points' thread count, before and after the
-points; the higher of the two). Model FLOPs count the matrix products of one forward + backward (3 x
-forward): every linear map of the encoder (2 x rows x in x out), the attention core's from the registry's
-FLOP model (``benchmarks.flops``), the input map and the head on the positions it scores
-(``benchmarks.step_models``); recomputation (checkpointing) is not counted, as MFU's definition asks. Peak
-memory is the process's peak resident size during the steps minus its size before them (parameters and
-inputs).
-
-After the timed steps, one more step runs under ``torch.profiler`` with a scope per component
-(``benchmarks.breakdown``): embeddings, projections, attention core, feed-forward, norms/activations/
-dropout, head + loss, optimizer step; the summary gives each one's share of the profiled step (not for
-``compile``, whose modules run inside one compiled graph).
-
-Roofline (``benchmarks.roofline``): one more step runs counting every aten op's bytes and matrix FLOPs, and
-with the machine's copy bandwidth (measured once per run, ``--bandwidth_gib``) and the sgemm peak its
-*roofline time* is the least time the machine allows for the ops the step runs (the sum over ops of
-max(FLOPs / peak, bytes / bandwidth)). The summary gives the measured time's fraction of it, the share of
-it in memory-bound ops, and the MFU the step would reach at its roofline: what faster kernels of the same
-ops could give, where fusing ops (fewer bytes) is what would raise it (not for ``compile``).
+Model FLOPs utilisation (MFU) = the step's model FLOPs (``benchmarks.step_models``; recomputation not
+counted) / its median time / the machine's sgemm peak (S x S, S = --sgemm_size, measured before and after
+the points, the higher). Peak memory is the process's peak resident size during the steps minus its size
+before them (parameters and inputs). Then, except for ``compile`` (one compiled graph), one more step runs
+under ``torch.profiler`` for each component's share (``benchmarks.breakdown``) and one counting its aten ops
+for the roofline (``benchmarks.roofline``, with the copy bandwidth of ``--bandwidth_gib``): the measured
+time's fraction of the roofline time, its memory-bound share and the MFU the step would reach there.
 
     python -m benchmarks.model_step --types full_sdpa linear --lengths 512 8192
     python -m benchmarks.model_step --types linear --lengths 16384 --variants default dense_head
@@ -80,7 +67,6 @@ from benchmarks.harness import (
 from benchmarks.mechanisms import BASELINE, bench_configs, is_exact
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, pyplot, status_cell, write_report
-from benchmarks.text_model import MASK_PROBABILITY, MODEL, add_model_arguments
 
 SMOKE_MODEL = dict(
     num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=512
@@ -97,7 +83,7 @@ PRESETS = {
             "graph": (["graph_sparse", "gat", "full_sdpa"], [1000, 10000]),
         },
         repeats=3,
-        model=MODEL,
+        model=step_models.MODEL,
         sgemm_size=4096,
         bandwidth_gib=1.0,
     ),
@@ -334,6 +320,15 @@ def plot_breakdown(records: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the model and batch a point builds (``benchmarks.step_models``), and --repeats."""
+    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--model", help="JSON of EfficientBertConfig sizes (default: the preset's)")
+    parser.add_argument("--hidden_dropout", type=float, default=0.1)
+    parser.add_argument("--config", help="JSON attention_config applied to the (single) benchmarked type")
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -381,8 +376,8 @@ def main(argv: list[str] | None = None) -> dict:
     def run(base: dict) -> dict:
         return launch(run_point, {**settings, **base}, base, options)
 
-    # A type's variants run one after the other, so a machine whose speed drifts during the run (this VM's
-    # sgemm moved from 154 to 130 GFLOP/s within one 8-minute run) moves them together.
+    # A type's variants run one after the other, so a machine whose speed drifts during the run (the sgemm
+    # peak is measured before and after for that reason) moves them together.
     bases = [{"type": t, "length": n, "variant": v} for t in types for v in args.variants for n in lengths]
     records = sweep(bases, run, lambda p: (p["type"], p["variant"]), desc="model step benchmark")
     # The peak is measured before and after the points and the higher one kept: a machine busier at one of
@@ -401,7 +396,7 @@ def main(argv: list[str] | None = None) -> dict:
         "batch": args.batch,
         "model": json.loads(args.model),
         "hidden_dropout": args.hidden_dropout,
-        "mask_probability": MASK_PROBABILITY if args.encoder == "text" else None,
+        "mask_probability": step_models.MASK_PROBABILITY if args.encoder == "text" else None,
         "optimizer": "AdamW",
         "warmup": args.warmup,
         "repeats": args.repeats,

@@ -22,7 +22,7 @@ peer divides it in place (transformers' Longformer query), which costs one (n x 
 Every (mechanism, implementation, length, mode) point runs in a fresh process (``benchmarks.harness``) with
 the timing of ``benchmarks.attention`` (ours through its very point function): float32, median of
 --repeats after --warmup, peak memory = peak RSS during the calls minus RSS before them (inputs allocated).
-The settings of both sides come from our core's config (its ``benchmark_config`` over the defaults); where a
+The settings of both sides come from our core's config (its benchmark settings over the defaults); where a
 peer cannot be set to the same thing, the record's ``note`` and the summary say what differs.
 
 Writes ``<out>/results.json``, ``<out>/time.png`` (time vs n, ours solid, peers dashed, one panel per
@@ -60,7 +60,7 @@ PROJECTIONS_NOTE = (
 
 
 def our_settings(mechanism: str) -> dict:
-    """Our core's full config for the comparison: its defaults with its ``benchmark_config`` applied."""
+    """Our core's full config for the comparison: its defaults with its benchmark settings applied."""
     return flops.resolved_config(mechanism, benchmark_config(mechanism))
 
 

@@ -3,12 +3,11 @@
 A point's ``length`` n is what grows with the input in each encoder:
 
 ==========  ==========================================================================================
-text        n tokens: ``benchmarks.text_model``'s masked-LM model and batch (15% of the tokens masked)
+text        n tokens: ``EfficientBertForMaskedLM`` on random token ids, ``MASK_PROBABILITY`` of them masked
 vision      n patches (a perfect square): ``EfficientViTForImageClassification`` on one random image of
             sqrt(n) x sqrt(n) patches of ``PATCH`` pixels (n + 1 tokens with [CLS]), 10 classes
 graph       n nodes: ``EfficientGraphForNodeClassification`` on one random graph with
-            ``EDGES_PER_NODE`` random in-edges per node plus a self loop (``benchmarks.graph_scale``'s
-            graphs), a label per node
+            ``EDGES_PER_NODE`` random in-edges per node plus a self loop, a label per node
 ==========  ==========================================================================================
 
 Every encoder takes the sizes of ``--model`` (layers, hidden size, heads, intermediate size; the text
@@ -26,7 +25,6 @@ import math
 
 from benchmarks import breakdown, flops
 from benchmarks.mechanisms import resolve
-from benchmarks.text_model import mlm_model_and_batch
 
 ENCODERS = ("text", "vision", "graph")
 PATCH = 4  # pixels per patch side: n = 16,384 patches is a 512 x 512 image
@@ -34,6 +32,12 @@ NUM_CLASSES = 10
 EDGES_PER_NODE = 10
 GRAPH_FEATURES = 16  # node feature width of the synthetic graphs
 TEXT_ONLY_FIELDS = ("sparse_prediction",)  # config fields of the MLM head (model_step's variants)
+# The text model (BERT's vocabulary, max_position_embeddings = n): 4 layers, hidden 256, 4 heads of 64.
+MODEL = dict(
+    num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024, vocab_size=30522
+)
+MASK_PROBABILITY = 0.15
+MASK_TOKEN_ID = 103  # BERT's [MASK]; smaller vocabularies use id 1
 
 
 def linear_flops(model, rows: int) -> dict[str, float]:
@@ -103,6 +107,55 @@ def vision_model_and_batch(point: argparse.Namespace, **config_fields):
     return model.train(), batch, (attention_type, implementation, attention_config)
 
 
+def mlm_model_and_batch(point: argparse.Namespace, **config_fields):
+    """The point's ``EfficientBertForMaskedLM`` in training mode and one MLM batch.
+
+    ``point`` has ``type``, ``config`` (JSON or None), ``model`` (JSON sizes), ``batch``, ``length`` and
+    ``hidden_dropout``; ``config_fields`` go to the config as well (``sparse_prediction``).
+
+    Returns:
+        (model, batch: dict of input_ids / attention_mask / labels (b, n), (attention_type,
+        attn_implementation, attention_config)).
+    """
+    import torch
+
+    from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+
+    b, n = point.batch, point.length
+    attention_type, implementation, attention_config = resolve(point.type, point.config)
+    config = EfficientBertConfig(
+        **json.loads(point.model),
+        max_position_embeddings=n,
+        attention_type=attention_type,
+        attention_config=attention_config or None,
+        hidden_dropout_prob=point.hidden_dropout,
+        attention_probs_dropout_prob=0.0,
+        **config_fields,
+    )
+    model = EfficientBertForMaskedLM._from_config(config, attn_implementation=implementation).train()
+    vocab = config.vocab_size
+    input_ids = torch.randint(5, vocab, (b, n))  # (b, n), clear of the special ids 0..4
+    masked = torch.rand(b, n) < MASK_PROBABILITY
+    labels = torch.where(masked, input_ids, -100)  # (b, n), the MLM collator's convention
+    input_ids = input_ids.masked_fill(masked, MASK_TOKEN_ID if vocab > MASK_TOKEN_ID else 1)
+    attention_mask = torch.ones(b, n, dtype=torch.long)  # what a tokenizer hands over
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    return model, batch, (attention_type, implementation, attention_config)
+
+
+def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels: int, seed: int) -> dict:
+    """An OGB-style record: uniformly random directed edges, Gaussian node features, random node labels."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {
+        "edge_index": rng.integers(0, num_nodes, size=(2, num_edges), dtype=np.int64),  # (2, E)
+        "node_feat": rng.standard_normal((num_nodes, feature_dim), dtype=np.float32),  # (N, F)
+        "num_nodes": num_nodes,
+        "y": rng.integers(0, num_labels, size=num_nodes, dtype=np.int64),  # (N,)
+    }
+
+
 def graph_model_and_batch(point: argparse.Namespace, **config_fields):
     """(model, collated batch of one graph of n nodes, (type, implementation, attention_config))."""
     from hf_efficient.models.graph import (
@@ -110,8 +163,6 @@ def graph_model_and_batch(point: argparse.Namespace, **config_fields):
         EfficientGraphForNodeClassification,
         GraphCollator,
     )
-
-    from .graph_scale import synthetic_graph
 
     if point.batch != 1:
         raise ValueError(

@@ -14,7 +14,7 @@ would (the shortcut a model finds first)::
 
     python scripts/train_listops.py --attention_type full --output_dir runs/listops/full
     python scripts/train_listops.py --attention_type linear --output_dir runs/listops/linear
-    python -m benchmarks.listops --results runs/listops
+    python -m benchmarks.studies.listops --results runs/listops
 
 Each run writes ``listops_results.json`` (test and validation accuracy, seconds per step, settings, LRA's
 number for the type, the validation curve) and the model with its tokenizer and a model card. LRA's numbers
@@ -34,10 +34,10 @@ import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
-from hf_efficient.attention import ATTENTION_REGISTRY
 from hf_efficient.data import check_sequence_length
 from hf_efficient.data.listops import (
     LABEL_NAMES,
+    LRA_LISTOPS,
     VOCAB,
     ListOpsSpec,
     build_listops_tokenizer,
@@ -182,7 +182,7 @@ def main(args: list[str] | None = None) -> dict:
         metrics.update(evaluate_and_save(trainer, data["test"], "test"))
 
     steps = train_result.global_step
-    lra = ATTENTION_REGISTRY[attention].lra_listops  # (LRA model name, ListOps test accuracy %) or None
+    lra = LRA_LISTOPS.get(attention)  # (LRA model name, ListOps test accuracy %) or None
     result = {
         "attention_type": attention,
         "attention_config": config.attention_config,
@@ -226,7 +226,9 @@ def main(args: list[str] | None = None) -> dict:
         results_path = Path(training_args.output_dir, RESULTS_FILE)
         results_path.write_text(json.dumps(result, indent=2))
         logger.info(
-            "ListOps %s: %s (table of all runs: python -m benchmarks.listops)", attention, results_path
+            "ListOps %s: %s (table of all runs: python -m benchmarks.studies.listops)",
+            attention,
+            results_path,
         )
     finish_run(
         trainer,

@@ -28,7 +28,7 @@ def test_the_page_has_the_commands_this_test_expects():
     bash = [command for block in blocks if block.language == "bash" for command in block.commands()]
     assert sum("scripts/pretrain_clm.py" in line for line in bash) == 5  # one run per causal type
     assert sum(all(text in line for text in SMALL_TOKENIZER) for line in bash) == 1
-    assert any("benchmarks.clm_perplexity" in line for line in bash)
+    assert any("benchmarks.studies.clm_perplexity" in line for line in bash)
     assert any("benchmarks.generation" in line for line in bash)
     assert [block.kind for block in blocks if block.language == "bash"] == ["budget", None, "budget"]
     assert sum(block.language == "python" for block in blocks) == 2

@@ -311,6 +311,15 @@ def test_docs_export_table_is_the_registry_table():
         assert f"| `{name}` |" in text
 
 
+def test_every_registered_type_has_an_export_note():
+    """The export table's last column comes from one table keyed by type; a type registered outside the
+    package (a plugin's) shows an empty note."""
+    from hf_efficient.export import EXPORT_NOTES
+
+    assert set(EXPORT_NOTES) == set(list_attention_types())
+    assert all(EXPORT_NOTES.values())
+
+
 def _export_and_serve(model, trained: Path, serving: Path, export, serve_onnx, inputs: list[str]) -> list:
     """Save ``model`` to ``trained``, export it with scripts/export.py, serve ``inputs`` (serve_onnx.py's
     arguments after --model_dir) and return the served lines."""

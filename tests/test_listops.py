@@ -1,6 +1,6 @@
 """ListOps (LRA): the evaluator on hand-worked expressions, the generator's bounds and determinism, the data
 and tokenizer, and scripts/train_listops.py end to end on tiny expressions (two attention types; the summary
-of runs is benchmarks.listops, tested in tests/benchmarks/test_listops_summary.py)."""
+of runs is benchmarks.studies.listops, tested in tests/benchmarks/test_listops_summary.py)."""
 
 from __future__ import annotations
 

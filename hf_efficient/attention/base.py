@@ -172,14 +172,14 @@ class AttentionCore(nn.Module):
         summary: one line on how it works, for the docs table.
         small_config: hyperparameters for tiny models (see below); causal_small_config: those of tiny causal
             models where they differ (Longformer's without global tokens).
-        benchmark_config: settings the attention benchmark runs the type with (its defaults otherwise).
-        lra_listops: (model name, ListOps test accuracy %) reported for this mechanism in the Long Range
-            Arena paper (Tay et al. 2020, table 1), or None; the ListOps results quote it.
         no_weight_decay: parameters weight decay must leave alone (see below).
         float32_for: half-precision input dtypes this core computes in float32 (see
             :meth:`_attend_in_precision`).
-        export_note: what an exported (traced) graph of this core bakes in or assumes, for the export
-            table of docs/serving.md (``python -m hf_efficient.export --update docs/serving.md``).
+
+    Facts only the benchmarks, the ListOps runs and the export table read live with them, keyed by
+    ``attention_type``: benchmark settings in ``benchmarks/mechanisms.py`` (``BENCHMARK_CONFIGS``), LRA's
+    ListOps accuracy in :mod:`hf_efficient.data.listops` (``LRA_LISTOPS``), export notes in
+    :mod:`hf_efficient.export` (``EXPORT_NOTES``).
     """
 
     attention_type: ClassVar[str] = ""
@@ -194,15 +194,12 @@ class AttentionCore(nn.Module):
     small_config: ClassVar[dict[str, Any]] = {}
     # Tiny causal models (decoders), where small_config does not suit the causal form; None: small_config.
     causal_small_config: ClassVar[dict[str, Any] | None] = None
-    benchmark_config: ClassVar[dict[str, Any]] = {}
-    lra_listops: ClassVar[tuple[str, float] | None] = None
     # Names of this core's own parameters that weight decay must leave alone: a learned temperature or a
     # normalisation gain decayed toward 0 flattens attention whatever the data says (RFA's sigma fell from
     # 1 to e^(-wd * sum lr) = 0.64 in a Fashion-MNIST run). transformers' Trainer only spares biases and
     # LayerNorm modules; hf_efficient.training.EfficientTrainer also spares these.
     no_weight_decay: ClassVar[tuple[str, ...]] = ()
     float32_for: ClassVar[tuple[torch.dtype, ...]] = ()
-    export_note: ClassVar[str] = ""
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()

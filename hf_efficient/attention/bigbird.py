@@ -144,13 +144,8 @@ class BigBirdAttention(AttentionCore):
     capabilities = AttentionCapabilities()
     paper = "Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences (ITC)"
     cost = "O(n·b·(w+r+g))"
-    lra_listops = ("BigBird", 36.05)
     summary = "blocks: window + global + seeded random blocks"
-    export_note = (
-        "random blocks drawn in the graph from each example's length (a hash of seed, layer, blocks)"
-    )
     small_config = {"block_size": 4, "num_window_blocks": 3, "num_random_blocks": 2}
-    benchmark_config = {"block_size": 64}
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

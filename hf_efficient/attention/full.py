@@ -40,12 +40,10 @@ class FullAttention(AttentionCore):
     )
     paper = "Vaswani et al. 2017, Attention Is All You Need"
     cost = "O(n²)"
-    lra_listops = ("Transformer", 36.37)
     summary = (
         "exact softmax through HF kernels (`attn_implementation`: eager, sdpa, flex...); additive bias; "
         "causal; weights"
     )
-    export_note = "eager or sdpa kernel (FlexAttention has no ONNX form); ONNX Runtime forms the n x n scores"
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

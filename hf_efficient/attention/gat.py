@@ -135,7 +135,6 @@ class GATAttention(_AdditiveEdgeAttention):
     paper = "Velickovic et al. 2018, Graph Attention Networks"
     cost = "O(E)"
     summary = "additive scores LeakyReLU(a . [W h_i ‖ W h_j]) over a graph's edges (PyG GATConv)"
-    export_note = "as graph_sparse, self loops on every node slot (padded slots' masked out)"
 
     def __init__(self, spec, config: GATConfig | None = None):
         super().__init__(spec, config)
@@ -185,7 +184,6 @@ class GATv2Attention(_AdditiveEdgeAttention):
     paper = "Brody et al. 2022, How Attentive are Graph Attention Networks?"
     cost = "O(E)"
     edge_rows_read = 11
-    export_note = "as gat, the (E, h d) sums unchunked (O(E h d) memory)"
     summary = "dynamic additive scores a . LeakyReLU(W [h_i ‖ h_j]) over a graph's edges (PyG GATv2Conv)"
 
     @classmethod

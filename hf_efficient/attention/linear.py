@@ -83,9 +83,7 @@ class LinearAttention(KernelizedAttentionCore):
         "Attention"
     )
     cost = "O(n·d²)"
-    lra_listops = ("Linear Trans.", 16.13)
     summary = "elu+1 features, causal prefix-sum and RNN step forms"
-    export_note = "one piece (no chunks): O(n d) features"
     small_config = {"block_size": 4}
     float32_for = (torch.float16,)  # see _kernelized: 1 / normaliser gradients overflow float16
 

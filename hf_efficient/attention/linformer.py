@@ -80,9 +80,7 @@ class LinformerAttention(AttentionCore):
     capabilities = AttentionCapabilities(fixed_max_length=True, modalities=frozenset({"text", "vision"}))
     paper = "Wang et al. 2020, Linformer: Self-Attention with Linear Complexity"
     cost = "O(n·k)"
-    lra_listops = ("Linformer", 35.7)
     summary = "learned length projections, head/key-value/layer sharing"
-    export_note = "sequence length up to max_position_embeddings (the projections' size)"
     small_config = {"projected_length": 8}
 
     @classmethod

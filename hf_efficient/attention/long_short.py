@@ -82,7 +82,6 @@ class LongShortAttention(AttentionCore):
     paper = "Zhu et al. 2021, Long-Short Transformer: Efficient Transformers for Language and Vision"
     cost = "O(n·(w+r))"
     summary = "segment-wise window + dynamic low-rank projection, dual LayerNorm"
-    export_note = "every segment at once: O(n (w + 2e + r)) scores per head"
     small_config = {"window_size": 6, "num_landmarks": 4}
     kernels = (CHUNKED,)
 

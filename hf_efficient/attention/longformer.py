@@ -91,15 +91,9 @@ class LongformerAttention(AttentionCore):
     capabilities = AttentionCapabilities(global_attention_mask=True, causal=True)
     paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
     cost = "O(n·w)"
-    lra_listops = ("Longformer", 35.63)
     summary = "sliding window (optional dilation) + global tokens by index or per-example mask; causal window"
-    export_note = (
-        "global tokens: the configured global_token_indices (a per-example global_attention_mask is no "
-        "serving input); every window chunk at once"
-    )
     small_config = {"attention_window": 6, "global_token_indices": [0]}
     causal_small_config = {"attention_window": 6}  # the causal form has no global tokens
-    benchmark_config = {"attention_window": 512}
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

@@ -99,7 +99,6 @@ class MultiHopAttention(EdgeAttention):
     paper = "Wang et al. 2021, Multi-hop Attention Graph Neural Networks (MAGNA)"
     cost = "O(K·E)"
     summary = "one-hop attention over edges (dot or GAT scores) diffused K hops (personalised PageRank)"
-    export_note = "as graph_sparse (gat score: as gat), K hops of scatters"
     small_config = {"alpha": 0.2, "num_hops": 3}
 
     @classmethod

@@ -130,7 +130,6 @@ class NystromformerAttention(AttentionCore):
     paper = "Xiong et al. 2021, Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention"
     cost = "O(n·m)"
     summary = "segment-mean landmarks, iterative pseudo-inverse"
-    export_note = "landmarks of each example's real tokens, computed in the graph"
     small_config = {"num_landmarks": 6, "conv_kernel_size": 3}
 
     @classmethod

@@ -119,9 +119,7 @@ class PerformerAttention(KernelizedAttentionCore):
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
     paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
     cost = "O(n·m·d)"
-    lra_listops = ("Performer", 18.01)
     summary = "FAVOR+ positive orthogonal random features, redraw callback"
-    export_note = "random features: the saved buffer, as in eager mode; one piece: O(n m) features"
     small_config = {"num_features": 64, "block_size": 4}
     # float16: 1 / normaliser gradients overflow (see _kernelized); bfloat16: exp of the rounded projections
     # w.x (|w.x| grows with sqrt(d)) missed float32 by more than the bfloat16 tolerance of the other types.

@@ -105,9 +105,7 @@ class ReformerLSHAttention(AttentionCore):
     )
     paper = "Kitaev et al. 2020, Reformer: The Efficient Transformer"
     cost = "O(n·c·rounds)"
-    lra_listops = ("Reformer", 37.27)
     summary = "shared query/key, random-rotation LSH, sorted chunks"
-    export_note = "needs attention_config num_buckets (the default follows the data); eval rotations baked in"
     small_config = {"num_hashes": 2, "chunk_length": 4, "num_buckets": 4}
     kernels = (CHUNKED,)
     # Half precision runs in float32: hashing rounded projections moves tokens between buckets (argmax

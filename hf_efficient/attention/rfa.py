@@ -109,9 +109,6 @@ class RandomFeatureAttention(AttentionCore):
     paper = "Peng et al. 2021, Random Feature Attention (ICLR)"
     cost = "O(n·m·d)"
     summary = "random Fourier features, gated causal form"
-    export_note = (
-        "random features: the saved buffer; the bidirectional form (the gated causal one does not trace)"
-    )
     small_config = {"num_features": 16, "causal_chunk": 8}
 
     @classmethod

@@ -125,7 +125,6 @@ class SwinWindowAttention(AttentionCore):
     paper = "Liu et al. 2021, Swin Transformer: Hierarchical Vision Transformer using Shifted Windows"
     cost = "O(n·M²)"
     summary = "2-D windows over the patch grid, shifted on odd layers, [CLS] global"
-    export_note = "the model's image size (the window plan is a constant of the graph)"
     small_config = {"window_size": 4}
 
     def __init__(self, spec, config=None):

@@ -306,7 +306,7 @@ def count(dataset: Dataset | IterableDataset) -> str:
 def write_data_settings(output_dir, data_args, model_args, train_blocks, eval_blocks, corpus) -> None:
     """``<output_dir>/data_settings.json``: what the model was trained and evaluated on (corpus, block size,
     tokenizer, held-out part and their sizes), so that runs can be compared on the same data
-    (``python -m benchmarks.clm_perplexity`` reads it)."""
+    (``python -m benchmarks.studies.clm_perplexity`` reads it)."""
     settings = {
         "corpus": data_args.source,
         "text_column": data_args.text_column,

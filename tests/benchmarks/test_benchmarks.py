@@ -10,8 +10,9 @@ import pytest
 
 import hf_efficient
 from benchmarks import attention as bench
-from benchmarks import flops, patterns, peers, rfa_trained_attention
+from benchmarks import flops, patterns, peers
 from benchmarks.mechanisms import benchmark_types
+from benchmarks.studies import rfa_trained_attention
 from hf_efficient import get_attention_class
 
 from .cli import run_module
@@ -75,6 +76,19 @@ def test_pattern_plot_covers_every_type(tmp_path):
     out = tmp_path / "p.png"
     run_module("patterns", "--length", "24", "--types", "full", "--out", str(out))
     assert out.stat().st_size > 1000
+
+
+def test_benchmark_settings_are_registered_types_and_valid_configs():
+    """BENCHMARK_CONFIGS names registered types only, each entry a valid attention_config; every other type
+    (exact attention, plugins') runs with its defaults."""
+    from benchmarks.mechanisms import BENCHMARK_CONFIGS, bench_configs, benchmark_config, resolve
+
+    for attention_type, config in BENCHMARK_CONFIGS.items():
+        hf_efficient.validate_attention_config(attention_type, config)
+    assert bench_configs() == BENCHMARK_CONFIGS
+    assert benchmark_config("full_sdpa") == benchmark_config("not_a_registered_type") == {}
+    bigbird = {**BENCHMARK_CONFIGS["bigbird"], "num_random_blocks": 1}
+    assert resolve("bigbird", '{"num_random_blocks": 1}')[2] == bigbird  # --config over the settings
 
 
 def test_flop_models():

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks import clm_perplexity
+from benchmarks.studies import clm_perplexity
 
 from .cli import run_module
 
@@ -66,7 +66,7 @@ def test_table_compares_every_type_with_full_on_one_budget(tmp_path):
 def test_runs_on_different_budgets_are_flagged(tmp_path):
     write_run(tmp_path / "full", "full", 5.0)
     write_run(tmp_path / "rfa", "rfa", 5.0, steps=80)
-    run_module("clm_perplexity", "--results", str(tmp_path))
+    run_module("studies.clm_perplexity", "--results", str(tmp_path))
     assert "Warning: these runs differ in budget" in (tmp_path / "summary.md").read_text()
 
 

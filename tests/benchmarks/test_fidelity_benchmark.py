@@ -24,7 +24,7 @@ def fidelity():
 @pytest.fixture(scope="module")
 def activations(fidelity):
     """MiniLM's (q, k, v) per layer on 2 IMDB reviews of 128 tokens: {128: [(q, k, v)] * 6}."""
-    model, tokenizer = fidelity.load_minilm(0)
+    model, tokenizer = fidelity.load_minilm()
     texts = fidelity.imdb_texts(tokenizer, 2, LENGTH, 0)
     return {LENGTH: fidelity.capture_activations(model, tokenizer, texts, LENGTH)}
 

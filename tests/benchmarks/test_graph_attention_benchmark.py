@@ -1,12 +1,12 @@
-"""benchmarks.graph_attention: the commands docs/graphs.md quotes (dry run, report only, a smoke run on
-solubility writing the table and the attention picture) and the picture's matrix on untrained models."""
+"""benchmarks.studies.graph_attention: the commands docs/graphs.md quotes (dry run, report only, a smoke run
+on solubility writing the table and the attention picture) and the picture's matrix on untrained models."""
 
 import json
 
 import numpy as np
 import pytest
 
-from benchmarks import graph_attention as bench
+from benchmarks.studies import graph_attention as bench
 from hf_efficient import EfficientGraphConfig, EfficientGraphForGraphClassification
 
 from .cli import run_module
@@ -28,7 +28,7 @@ def test_dry_run_prints_one_seeds_command_per_task_and_setting(tmp_path, capsys)
 @pytest.mark.slow
 def test_smoke_run_on_solubility_writes_the_table_and_the_attention_picture(tmp_path):
     options = ["--preset", "smoke", "--tasks", "solubility", "--settings", "gat", "graphormer", "gps"]
-    run_module("graph_attention", *options, "--out", str(tmp_path), timeout=1200)
+    run_module("studies.graph_attention", *options, "--out", str(tmp_path), timeout=1200)
     report = json.loads((tmp_path / "results.json").read_text())
     for setting in ("gat", "graphormer", "gps"):
         runs = report["results"]["solubility"][setting]

@@ -1,12 +1,12 @@
-"""Smoke runs of benchmarks.graph_scale: every setup in process at a tiny size, and the CLI end to end with
-a point that exceeds its address-space cap (recorded as a status, larger points skipped)."""
+"""Smoke runs of benchmarks.studies.graph_scale: every setup in process at a tiny size, and the CLI end to end
+with a point that exceeds its address-space cap (recorded as a status, larger points skipped)."""
 
 import argparse
 import json
 
 import pytest
 
-from benchmarks import graph_scale as bench
+from benchmarks.studies import graph_scale as bench
 
 from .cli import run_module
 
@@ -41,7 +41,7 @@ def test_graph_scale_cli_records_out_of_memory_and_writes_files(tmp_path):
     options = ["--preset", "smoke", "--threads", "1", "--types", "full_eager", "--memory_cap_gib", "3"]
     options += ["--bandwidth_gib", "0"]  # no bandwidth test
     nodes = ["--nodes", "64", "20000", "40000"]
-    run_module("graph_scale", *options, *nodes, "--out", str(tmp_path), timeout=600)
+    run_module("studies.graph_scale", *options, *nodes, "--out", str(tmp_path), timeout=600)
     records = json.loads((tmp_path / "results.json").read_text())["records"]
     status = {(r["type"], r["nodes"]): r["status"] for r in records}
     assert status["full_eager", 64] == "ok"
@@ -57,8 +57,8 @@ def test_graph_scale_cli_with_peers_reports_time_per_edge_and_bandwidth(tmp_path
     # as docs/graphs.md runs it, at a tiny size: ours and PyG's layers in one run, the machine's bandwidth
     types = ["--types", "graph_sparse", "gat", "pyg_transformer_conv", "pyg_gat_conv"]
     run_module(
-        "graph_scale", "--preset", "smoke", *types, "--nodes", "64", "128", "--bandwidth_gib", "0.03125",
-        "--out", str(tmp_path), timeout=900,
+        "studies.graph_scale", "--preset", "smoke", *types, "--nodes", "64", "128",
+        "--bandwidth_gib", "0.03125", "--out", str(tmp_path), timeout=900,
     )  # fmt: skip
     results = json.loads((tmp_path / "results.json").read_text())
     records = {(r["type"], r["nodes"]): r for r in results["records"]}

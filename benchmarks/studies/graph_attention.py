@@ -16,8 +16,8 @@ Tasks, each with its base config (model size, optimiser, budget): ``solubility``
 1,025 / 257 molecules, test RMSE), ``karate`` and ``polblogs`` (node classification, test accuracy),
 ``mouse_connectomes`` (graph classification of 4 strains, 24 / 8 brains, test accuracy).
 
-    python -m benchmarks.graph_attention --out benchmarks/results/reference/graph_attention  # reference run
-    python -m benchmarks.graph_attention --preset smoke --out /tmp/graph_attention          # minutes
+    python -m benchmarks.studies.graph_attention --out benchmarks/results/reference/graph_attention
+    python -m benchmarks.studies.graph_attention --preset smoke --out /tmp/graph_attention  # minutes
 
 A finished (task, setting, seed) is not run again (``benchmarks.seeds`` resumes), so an interrupted run
 continues where it stopped; ``--report_only`` writes the table and picture from the seeds finished so far
@@ -336,7 +336,8 @@ def main(argv: list[str] | None = None) -> dict:
                 maps[setting] = molecule_attention(model_dir, smiles)
         picture = {"smiles": smiles, "query_atom": query_atom, "settings": list(maps)}
         plots["attention.png"] = lambda path: draw_attention(path, smiles, maps, query_atom)
-    command = "python -m benchmarks.graph_attention " + shlex.join(sys.argv[1:] if argv is None else argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    command = "python -m benchmarks.studies.graph_attention " + shlex.join(arguments)
     meta = {"command": command, "seeds": args.seeds, "tasks": args.tasks, "settings": args.settings}
     report = {"meta": meta, "results": results, "picture": picture}
     write_report(args.out, report, summarize(results, args), plots)

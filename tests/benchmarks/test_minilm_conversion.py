@@ -1,4 +1,4 @@
-"""Smoke runs of the text-model benchmarks: each runs end to end at tiny sizes and writes its files."""
+"""benchmarks.studies.minilm_conversion end to end at a tiny size: the cosines and the files it writes."""
 
 import json
 
@@ -10,7 +10,7 @@ from .cli import run_module
 @pytest.mark.slow  # real checkpoint and data, several model loads (about 15 s)
 def test_minilm_conversion_cosines(tmp_path):
     options = ["--num_sentences", "4", "--threads", "1", "--types", "full", "longformer"]
-    run_module("minilm_conversion", *options, "--out", str(tmp_path))
+    run_module("studies.minilm_conversion", *options, "--out", str(tmp_path))
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["meta"]["num_sentences"] == 4 and len(results["sentences"]) == 4
     assert results["meta"]["tokens_max"] > 9  # the short window below does not cover the sentences
@@ -29,21 +29,3 @@ def test_minilm_conversion_cosines(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "longformer w=512" in summary and "FAIL" not in summary
     assert (tmp_path / "cosine.png").stat().st_size > 1000
-
-
-@pytest.mark.slow  # one subprocess per point, two points (about 20 s)
-def test_text_model_benchmark_smoke(tmp_path):
-    options = ["--preset", "smoke", "--threads", "1", "--types", "full_sdpa", "longformer", "--lengths", "48"]
-    run_module("text_model", *options, "--out", str(tmp_path))
-    results = json.loads((tmp_path / "results.json").read_text())
-    records = results["records"]
-    assert {r["status"] for r in records} == {"ok"}, records
-    assert sorted((r["type"], r["length"]) for r in records) == [("full_sdpa", 48), ("longformer", 48)]
-    for r in records:
-        assert r["tokens_per_s"] > 0 and r["peak_mib"] >= 0 and r["loss"] > 0
-        assert r["tokens_per_s"] == pytest.approx(r["length"] / r["median_s"])
-    assert results["meta"]["model"]["num_hidden_layers"] == 2  # the smoke preset's model
-    summary = (tmp_path / "summary.md").read_text()
-    assert "| full_sdpa |" in summary and "(x1.00)" in summary and "| longformer |" in summary
-    for name in ("throughput.png", "time.png", "memory.png"):
-        assert (tmp_path / name).stat().st_size > 1000

@@ -1,15 +1,18 @@
 """ListOps (Long Range Arena) results of ``scripts/train_listops.py``: one table and one plot of all runs.
 
 Every ``listops_results.json`` under ``--results`` (one per run, each written by the training script next to
-its saved model) becomes a row: test and validation accuracy, the LRA paper's number for the type (its
-core's ``lra_listops``), the majority class and the outer-operator baseline of the test data, how often the
-saved model answers a test expression as its outermost operator alone would (the shortcut a model finds
-first; the data is generated again from the run's settings), seconds per step and training time. The
-validation curves of the runs go into one plot.
+its saved model) becomes a row: test and validation accuracy, the LRA paper's number for the type
+(``LRA_LISTOPS`` of ``hf_efficient.data.listops``), the majority class and the outer-operator baseline of
+the test data, how often the saved model answers a test expression as its outermost operator alone would
+(the shortcut a model finds first; the data is generated again from the run's settings), seconds per step
+and training time. The validation curves of the runs go into one plot.
 
     python scripts/train_listops.py --attention_type full --output_dir runs/listops/full
     python scripts/train_listops.py --attention_type linear --output_dir runs/listops/linear
-    python -m benchmarks.listops --results runs/listops
+    python -m benchmarks.studies.listops --results runs/listops
+
+Reference results: ``benchmarks/results/reference/listops/`` (its settings and the loop over every type that
+regenerates it: ``benchmarks/results/reference/README.md``).
 
 Writes ``listops_summary.md``, ``listops_summary.json`` (the runs' results with the agreement added) and
 ``listops_curves.png`` into ``--out`` (default: the results folder), and prints the table.
@@ -48,12 +51,11 @@ DATA_NOTE = (
 
 def lra_reference(attention_type: str) -> str:
     """LRA's ListOps accuracy for the type, e.g. ``'36.37 (Transformer)'``, or ``'-'``."""
-    from hf_efficient.attention import ATTENTION_REGISTRY
+    from hf_efficient.data.listops import LRA_LISTOPS
 
-    core = ATTENTION_REGISTRY.get(attention_type)
-    if core is None or core.lra_listops is None:
+    if attention_type not in LRA_LISTOPS:
         return "-"
-    name, accuracy = core.lra_listops
+    name, accuracy = LRA_LISTOPS[attention_type]
     return f"{accuracy:.2f} ({name})"
 
 
