@@ -15,7 +15,7 @@ softmax(q^ . k^ * sigma^2) over unit vectors. With the learned per-dimension sig
 normalised Gaussian kernel exp(-|sigma o (q^ - k^)|^2 / 2) (the key factor exp(-|sigma o k^|^2 / 2) no longer
 cancels). Either way the logits span at most about 2 max(sigma)^2, and the sin/cos estimate has an absolute
 error of about 1/sqrt(2m) however small the kernel is, so sharp attention needs large sigma and many features
-(``benchmarks/rfa_trained_attention.py`` measures both in a trained model).
+(``benchmarks/studies/rfa_trained_attention.py`` measures both in a trained model).
 The reference computes the non-causal form from whole-sequence sums and the causal one as its masked
 quadratic form, out = (A o (phi(Q) phi(K)^T)) [V, 1] (then divided), with A_tj = (1 - g_j) prod_{j < l <= t}
 g_l = exp(sum_{j < l <= t} log g_l + log(1 - g_j)) for j <= t (sums of log gates: no overflow however small
