@@ -104,3 +104,58 @@ def size_oblivious_tracing() -> contextlib.AbstractContextManager:
     if not hasattr(config, setting):
         return contextlib.nullcontext()
     return config.patch(**{setting: True})
+
+
+# ---- transformers: Trainer ----
+
+# Trainer's saving steps, which a subclass extends (private: Trainer has no public hook around them).
+TRAINER_SAVE = "_save"  # (self, output_dir=None, state_dict=None): model, config and processor files
+TRAINER_SAVE_CHECKPOINT = "_save_checkpoint"  # (self, model, trial): one checkpoint-N folder
+# Trainer's helpers, called as they are.
+TRAINER_PREPARE_INPUTS = "_prepare_inputs"  # (inputs) -> the batch on the device
+TRAINER_OUTPUT_DIR = "_get_output_dir"  # (trial) -> where this run's checkpoints go
+TRAINER_REMOVE_UNUSED_COLUMNS = "_remove_unused_columns"  # (dataset, description) -> dataset
+
+
+def hook_trainer_saving(cls, save: Callable, save_checkpoint: Callable) -> bool:
+    """Route ``Trainer``'s two saving steps for ``cls`` (a ``Trainer`` subclass) through
+    ``save(trainer, default, output_dir, state_dict)`` and
+    ``save_checkpoint(trainer, default, model, trial)``, where ``default`` is ``Trainer``'s own step (bound,
+    same arguments); returns whether they are installed.
+    Fallback, on a transformers without these steps: nothing is installed (``Trainer`` saves as it does)."""
+    from transformers import Trainer  # lazy: model code imports this module, and Trainer imports much
+
+    if not (hasattr(Trainer, TRAINER_SAVE) and hasattr(Trainer, TRAINER_SAVE_CHECKPOINT)):
+        return False
+
+    def _save(self, output_dir=None, state_dict=None):
+        return save(self, getattr(super(cls, self), TRAINER_SAVE), output_dir, state_dict)
+
+    def _save_checkpoint(self, model, trial):
+        return save_checkpoint(self, getattr(super(cls, self), TRAINER_SAVE_CHECKPOINT), model, trial)
+
+    setattr(cls, TRAINER_SAVE, _save)
+    setattr(cls, TRAINER_SAVE_CHECKPOINT, _save_checkpoint)
+    return True
+
+
+def trainer_prepare_inputs(trainer, inputs: dict) -> dict:
+    """A collated batch as ``Trainer`` feeds it to the model (on its device). Fallback: each tensor moved to
+    ``trainer.args.device``."""
+    prepare = getattr(trainer, TRAINER_PREPARE_INPUTS, None)
+    if prepare is not None:
+        return prepare(inputs)
+    return {k: v.to(trainer.args.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def trainer_output_dir(trainer, trial) -> str:
+    """The folder ``Trainer`` writes this run's checkpoints to. Fallback: ``args.output_dir``."""
+    output_dir = getattr(trainer, TRAINER_OUTPUT_DIR, None)
+    return trainer.args.output_dir if output_dir is None else output_dir(trial=trial)
+
+
+def trainer_model_columns(trainer, dataset, description: str):
+    """``dataset`` with the columns the model's forward does not take removed, as ``Trainer`` feeds it.
+    Fallback: ``dataset`` unchanged."""
+    remove = getattr(trainer, TRAINER_REMOVE_UNUSED_COLUMNS, None)
+    return dataset if remove is None else remove(dataset, description=description)

@@ -14,7 +14,7 @@ from transformers import PreTrainedModel
 
 from hf_efficient import compat
 
-# ---- torch: saved-tensor hooks and export; transformers: loading and config ----
+# ---- torch: saved-tensor hooks and export; transformers: loading, config and Trainer ----
 
 
 def test_saved_tensor_hooks_query_exists():
@@ -126,4 +126,40 @@ def test_size_oblivious_fallback_is_a_no_op(monkeypatch):
         pass
 
 
-# ---- end of the saved-tensor hooks, loading, config and export block ----
+def test_trainer_steps_exist_with_the_expected_arguments():
+    from transformers import Trainer
+
+    expected = {
+        compat.TRAINER_SAVE: ["self", "output_dir", "state_dict"],
+        compat.TRAINER_SAVE_CHECKPOINT: ["self", "model", "trial"],
+        compat.TRAINER_PREPARE_INPUTS: ["self", "inputs"],
+        compat.TRAINER_OUTPUT_DIR: ["self", "trial"],
+    }
+    for name, parameters in expected.items():
+        assert list(inspect.signature(getattr(Trainer, name)).parameters) == parameters, name
+    remove = inspect.signature(getattr(Trainer, compat.TRAINER_REMOVE_UNUSED_COLUMNS)).parameters
+    assert list(remove)[:3] == ["self", "dataset", "description"]
+
+
+def test_efficient_trainer_has_the_saving_hooks():
+    from transformers import Trainer
+
+    from hf_efficient.training import EfficientTrainer
+
+    for name in (compat.TRAINER_SAVE, compat.TRAINER_SAVE_CHECKPOINT):
+        assert getattr(EfficientTrainer, name) is not getattr(Trainer, name)
+
+
+def test_trainer_helper_fallbacks():
+    """Without Trainer's helpers: tensors moved to the device, output_dir, the dataset unchanged."""
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(args=SimpleNamespace(device=torch.device("cpu"), output_dir="out"))
+    batch = compat.trainer_prepare_inputs(trainer, {"input_ids": torch.ones(2, dtype=torch.long), "n": 3})
+    assert batch["n"] == 3 and batch["input_ids"].device.type == "cpu"
+    assert compat.trainer_output_dir(trainer, None) == "out"
+    dataset = [1, 2]
+    assert compat.trainer_model_columns(trainer, dataset, "probe") is dataset
+
+
+# ---- end of the saved-tensor hooks, loading, config, export and Trainer block ----
