@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test test-fast lint demo bench-demo bench bench-peers clean
+.PHONY: install test test-fast test-floor lint demo bench-demo bench bench-peers clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -32,6 +32,11 @@ test: lint
 # lint. Not a substitute for `make test` before a commit. Markers: pyproject.toml [tool.pytest.ini_options].
 test-fast: install
 	$(PY) -m pytest -q -m "not slow and not distributed"
+
+# The dependency floors: the fast suite again in a separate venv (build/venv-floor) holding the lowest
+# versions pyproject.toml allows, each ">=" floor's release line (.ci/test-floor; needs PyPI).
+test-floor:
+	.ci/test-floor
 
 # Main job (5-20 minutes on 2 cores, set-up included; see docs/text.md): pretrain a tiny EfficientBert with
 # Longformer attention on IMDB text (masked LM, WordPiece trained on the corpus), fine-tune it on Rotten

@@ -7,7 +7,173 @@ upgrade that removes one is noticed before users meet the fallback).
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import itertools
+from collections.abc import Callable
+
 import torch
+from transformers import PreTrainedModel
+
+# ---- torch: saved-tensor hooks ----
+
+# torch has no public way to ask whether saved-tensor hooks are installed; this private query exists in 2.x.
+TOP_SAVED_TENSORS_HOOKS = "_top_saved_tensors_default_hooks"  # in torch._C._autograd
+
+
+def saved_tensor_hooks_active() -> bool:
+    """Whether saved-tensor hooks (``torch.autograd.graph.saved_tensors_hooks``: non-reentrant gradient
+    checkpointing, ``save_on_cpu``...) are installed around the current code.
+
+    Fallback, without torch's private query: True, so a caller that would install hooks of its own (and
+    hide its tensors from the outer ones) steps aside, which is always correct."""
+    top = getattr(getattr(torch._C, "_autograd", None), TOP_SAVED_TENSORS_HOOKS, None)
+    return top is None or top(False) is not None
+
+
+# ---- transformers: loading ----
+
+# Steps of PreTrainedModel.from_pretrained a model may override (private: no public hook exists for them).
+ADJUST_KEYS = "_adjust_missing_and_unexpected_keys"  # (self, loading_info), edits loading_info in place
+FINALIZE_LOADING = "_finalize_model_loading"  # static (model, load_config, loading_info) -> loading_info
+LOADED_FLAG = "_is_hf_initialized"  # set by from_pretrained on each tensor it loaded from the checkpoint
+
+
+def loaded_from_checkpoint(tensor: torch.Tensor) -> bool:
+    """Whether ``from_pretrained`` filled ``tensor`` from the checkpoint (rather than leaving it to be
+    initialised). Fallback, without transformers' flag: False (the tensor is initialised afresh)."""
+    return bool(getattr(tensor, LOADED_FLAG, False))
+
+
+def hook_model_loading(
+    cls: type[PreTrainedModel],
+    adjust_keys: Callable[[PreTrainedModel, object], None],
+    finalize: Callable[[PreTrainedModel, object, object, Callable], object],
+) -> bool:
+    """Route two steps of transformers' ``from_pretrained`` for ``cls`` (and its subclasses) through
+    ``adjust_keys`` and ``finalize``; returns whether they are installed.
+
+    ``adjust_keys(model, loading_info)`` runs after transformers adjusted ``loading_info.missing_keys`` /
+    ``unexpected_keys`` and may edit them in place. ``finalize(model, load_config, loading_info, default)``
+    replaces the end of loading and returns the ``loading_info``; ``default`` (same arguments) is
+    transformers' own end (initialise what is missing, tie weights, log the LOAD REPORT).
+
+    Fallback, on a transformers without these steps: nothing is installed and loading is transformers' own
+    (its report stands, and a core's random state drawn from the seed is listed among the missing keys)."""
+    if not (hasattr(PreTrainedModel, ADJUST_KEYS) and hasattr(PreTrainedModel, FINALIZE_LOADING)):
+        return False
+
+    def adjust(self, loading_info) -> None:
+        getattr(super(cls, self), ADJUST_KEYS)(loading_info)
+        adjust_keys(self, loading_info)
+
+    def finish(model, load_config, loading_info):
+        return finalize(model, load_config, loading_info, getattr(super(cls, cls), FINALIZE_LOADING))
+
+    setattr(cls, ADJUST_KEYS, adjust)
+    setattr(cls, FINALIZE_LOADING, staticmethod(finish))
+    return True
+
+
+# ---- transformers: config ----
+
+ATTN_IMPLEMENTATION = "_attn_implementation"  # property of PretrainedConfig
+
+
+def attn_implementation(config) -> str | None:
+    """The attention kernel a transformers config asks for (``attn_implementation=`` of ``from_pretrained``,
+    ``set_attn_implementation``), which transformers keeps in a private property; None when unset.
+    Fallback, without it: None (callers then take ``"sdpa"``)."""
+    return getattr(config, ATTN_IMPLEMENTATION, None)
+
+
+# ---- torch: export ----
+
+SIZE_OBLIVIOUS = ("torch.fx.experimental._config", "backed_size_oblivious")  # module, setting
+
+
+def size_oblivious_tracing() -> contextlib.AbstractContextManager:
+    """A context in which ``torch.export`` traces sizes "size oblivious": a dimension that happens to be 1,
+    or to need no padding, in the example inputs does not specialise the program to that case.
+    Fallback, without torch's private setting: no change (export may then specialise such a dimension, and
+    fails on the dynamic shapes that it declared)."""
+    module, setting = SIZE_OBLIVIOUS
+    try:
+        config = importlib.import_module(module)
+    except ImportError:
+        return contextlib.nullcontext()
+    if not hasattr(config, setting):
+        return contextlib.nullcontext()
+    return config.patch(**{setting: True})
+
+
+# ---- transformers: Trainer ----
+
+# Trainer's saving steps, which a subclass extends (private: Trainer has no public hook around them).
+TRAINER_SAVE = "_save"  # (self, output_dir=None, state_dict=None): model, config and processor files
+TRAINER_SAVE_CHECKPOINT = "_save_checkpoint"  # (self, model, trial): one checkpoint-N folder
+# Trainer's helpers, called as they are.
+TRAINER_PREPARE_INPUTS = "_prepare_inputs"  # (inputs) -> the batch on the device
+TRAINER_OUTPUT_DIR = "_get_output_dir"  # (trial) -> where this run's checkpoints go
+TRAINER_REMOVE_UNUSED_COLUMNS = "_remove_unused_columns"  # (dataset, description) -> dataset
+
+
+def hook_trainer_saving(cls, save: Callable, save_checkpoint: Callable) -> bool:
+    """Route ``Trainer``'s two saving steps for ``cls`` (a ``Trainer`` subclass) through
+    ``save(trainer, default, output_dir, state_dict)`` and
+    ``save_checkpoint(trainer, default, model, trial)``, where ``default`` is ``Trainer``'s own step (bound,
+    same arguments); returns whether they are installed.
+    Fallback, on a transformers without these steps: nothing is installed (``Trainer`` saves as it does)."""
+    from transformers import Trainer  # lazy: model code imports this module, and Trainer imports much
+
+    if not (hasattr(Trainer, TRAINER_SAVE) and hasattr(Trainer, TRAINER_SAVE_CHECKPOINT)):
+        return False
+
+    def _save(self, output_dir=None, state_dict=None):
+        return save(self, getattr(super(cls, self), TRAINER_SAVE), output_dir, state_dict)
+
+    def _save_checkpoint(self, model, trial):
+        return save_checkpoint(self, getattr(super(cls, self), TRAINER_SAVE_CHECKPOINT), model, trial)
+
+    setattr(cls, TRAINER_SAVE, _save)
+    setattr(cls, TRAINER_SAVE_CHECKPOINT, _save_checkpoint)
+    return True
+
+
+def trainer_prepare_inputs(trainer, inputs: dict) -> dict:
+    """A collated batch as ``Trainer`` feeds it to the model (on its device). Fallback: each tensor moved to
+    ``trainer.args.device``."""
+    prepare = getattr(trainer, TRAINER_PREPARE_INPUTS, None)
+    if prepare is not None:
+        return prepare(inputs)
+    return {k: v.to(trainer.args.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+
+
+def trainer_output_dir(trainer, trial) -> str:
+    """The folder ``Trainer`` writes this run's checkpoints to. Fallback: ``args.output_dir``."""
+    output_dir = getattr(trainer, TRAINER_OUTPUT_DIR, None)
+    return trainer.args.output_dir if output_dir is None else output_dir(trial=trial)
+
+
+def trainer_model_columns(trainer, dataset, description: str):
+    """``dataset`` with the columns the model's forward does not take removed, as ``Trainer`` feeds it.
+    Fallback: ``dataset`` unchanged."""
+    remove = getattr(trainer, TRAINER_REMOVE_UNUSED_COLUMNS, None)
+    return dataset if remove is None else remove(dataset, description=description)
+
+
+# ---- torch: tensor version counter ----
+
+_FRESH_VERSIONS = itertools.count(-1, -1)  # negative: never a real counter's value
+
+
+def tensor_version(tensor: torch.Tensor) -> int:
+    """``tensor``'s in-place modification counter (``Tensor._version``: it changes whenever the tensor is
+    written in place), so a cache keyed on it never serves a tensor changed since. Fallback: a new value at
+    every call (the cache never hits, the results stay right)."""
+    version = getattr(tensor, "_version", None)
+    return next(_FRESH_VERSIONS) if version is None else version
+
 
 # ---- torch: softmax backward ----
 

@@ -54,6 +54,7 @@ import torch
 from torch import nn
 from transformers import AutoConfig
 
+from .compat import attn_implementation, size_oblivious_tracing
 from .modeling.pretrained import EfficientPreTrainedModel
 
 PROGRAM_FILE = "model.pt2"
@@ -244,7 +245,7 @@ def check_exportable(model: EfficientPreTrainedModel) -> None:
     if not isinstance(model, EfficientPreTrainedModel):
         raise NotExportableError(f"{name} is not an hf_efficient model; export hf_efficient's encoders.")
     reasons = list(model.tracing_blockers())
-    kernel = model.config._attn_implementation or "sdpa"
+    kernel = attn_implementation(model.config) or "sdpa"
     if kernel not in _TRACEABLE_KERNELS:
         reasons.append(
             f"attn_implementation={kernel!r} has no ONNX form; export with "
@@ -318,7 +319,7 @@ def export_program(model: EfficientPreTrainedModel) -> ExportedModel:
     outputs = served_outputs(model, inputs)
     module = ServingModule(model, [s.name for s in specs], outputs)
     args = tuple(inputs[s.name] for s in specs)
-    with torch.no_grad(), torch.fx.experimental._config.patch(backed_size_oblivious=True):
+    with torch.no_grad(), size_oblivious_tracing():
         program = torch.export.export(
             module, args, dynamic_shapes=_dynamic_shapes(model, specs), strict=False
         )

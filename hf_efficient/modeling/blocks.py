@@ -8,131 +8,26 @@ Every layer takes the hidden states and one :class:`~hf_efficient.attention.inpu
 mask, bias, edges, flags, patch grid, kernel), built and checked once by the model's forward and passed
 down unchanged to every core.
 
+Training memory: the dropouts are :class:`~hf_efficient.modeling.memory.CompactDropout` and the feed-forward
+runs through :func:`~hf_efficient.modeling.memory.feed_forward` (the same maths as ``nn.Dropout`` and
+``output(intermediate(x))``, keeping less for backward on large inputs).
+
 Shapes: b = batch, n = sequence length, D = hidden_size, h = heads, d = D / h.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.activations import ACT2FN
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ..attention.base import AttentionCore, AttentionSpec
-from ..attention.inputs import AttentionInputs, is_tracing
+from ..attention.inputs import AttentionInputs
 from ..attention.registry import build_attention, get_attention_class
-
-# The two memory savings below apply to tensors of at least this many elements (16 MiB of float32: 16k
-# tokens x hidden 256, or 4k tokens x intermediate 1,024). Smaller ones cost little memory, and there the
-# plain ops were measured faster: a 512-token training step of the benchmark model ran at 0.89-0.93x with
-# the savings applied to every tensor (benchmarks.model_step, fresh processes, interleaved).
-MIN_ELEMENTS_TO_SAVE_MEMORY = 1 << 22
-MASK_CHUNK = 1 << 20  # elements of float32 draws per step of CompactDropout's mask (4 MiB)
-
-
-class CompactDropout(nn.Dropout):
-    """``nn.Dropout`` that keeps a 1-byte mask for backward, drawn fast on CPU. On CPU, ``F.dropout``
-    multiplies by a float noise tensor and saves it (4 bytes per element: at 16k tokens, hidden 256, 16 MiB
-    per dropout, two per layer); ``torch.native_dropout`` saves a bool mask but draws it with ``bernoulli_``
-    at ~6 ns per element. Here the mask comes from uniform float32 draws (:func:`keep_mask`, so a bfloat16
-    input's p is not rounded) and the output is ``input * keep / (1 - p)``: autograd keeps only the bool
-    mask, and the maths is dropout's. Forward + backward at 16k tokens x 256 took 22-24 ms against 32-43 ms
-    for ``native_dropout`` and 29-30 ms for ``F.dropout`` (2 threads, interleaved, best and median of 7).
-    On CUDA, and while tracing, ``native_dropout`` stays (on CUDA one fused kernel). Only training with
-    gradients on tensors of at least ``MIN_ELEMENTS_TO_SAVE_MEMORY`` elements takes these paths."""
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        large = input.numel() >= MIN_ELEMENTS_TO_SAVE_MEMORY
-        if not (self.training and 0.0 < self.p < 1.0 and input.requires_grad and large):
-            return F.dropout(input, self.p, self.training, self.inplace)
-        if input.device.type != "cpu" or is_tracing():
-            return torch.native_dropout(input, self.p, True)[0]
-        return _MaskedScale.apply(input, keep_mask(input.shape, self.p), 1.0 / (1.0 - self.p))
-
-
-class _MaskedScale(torch.autograd.Function):
-    """input * keep * scale, keeping only the bool ``keep`` for backward, whose gradient is
-    ``native_dropout``'s own backward op: one pass and one new tensor. Written as ``mul`` then ``mul_``,
-    autograd's backward makes two, and the training step at 16k tokens peaked 20-140 MiB higher than with
-    ``native_dropout`` (five interleaved pairs); with this Function it does not."""
-
-    @staticmethod
-    def forward(ctx, input: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return input.mul(keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (keep,) = ctx.saved_tensors
-        return torch.ops.aten.native_dropout_backward(grad, keep, ctx.scale), None, None
-
-
-def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
-    """A CPU bool tensor of ``shape``, each element True with probability 1 - p: ``rand >= p`` drawn
-    ``MASK_CHUNK`` elements at a time, so the float32 draws take 4 MiB at most (a draw of the whole shape
-    would be 16 MiB at 16k tokens x 256, four times the mask itself)."""
-    keep = torch.empty(shape, dtype=torch.bool)
-    flat = keep.view(-1)
-    for start in range(0, flat.numel(), MASK_CHUNK):
-        part = flat[start : start + MASK_CHUNK]
-        torch.ge(torch.rand(part.shape), p, out=part)
-    return keep
-
-
-class _RecomputedActivation:
-    """Saved-tensor hooks for the feed-forward's second linear: the tensor it saves for its weight gradient,
-    act(pre) (b, n, intermediate_size) or a view of it, is stored as its shape and recomputed from ``pre``
-    in backward (elementwise, cheap). The activation keeps ``pre`` for its own backward anyway, so this
-    saves one (n, intermediate_size) tensor per layer (64 MiB at 16k tokens and intermediate 1024).
-    Every other saved tensor (weights, the dropout mask, LayerNorm's input) passes through unchanged."""
-
-    def __init__(self, pre: torch.Tensor, activation: nn.Module, activated: torch.Tensor):
-        self.pre, self.activation = pre, activation
-        self.storage = activated.untyped_storage().data_ptr()
-
-    def pack(self, tensor: torch.Tensor):
-        if tensor.untyped_storage().data_ptr() == self.storage:  # act(pre) or a view of it
-            return (tensor.shape, tensor.stride(), tensor.storage_offset())
-        return tensor
-
-    def unpack(self, packed):
-        if isinstance(packed, torch.Tensor):
-            return packed
-        shape, stride, offset = packed
-        # No graph for the recompute: autograd gives the unpacked tensor the saved one's history (grad_fn),
-        # so a double backward (create_graph=True) still differentiates through act(pre).
-        with torch.no_grad():
-            return self.activation(self.pre).as_strided(shape, stride, offset)
-
-
-def _outer_saved_tensor_hooks() -> bool:
-    """Whether saved-tensor hooks are active (torch has no public query; this private one exists in 2.x)."""
-    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
-    return top is None or top(False) is not None
-
-
-def feed_forward(layer: nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """``layer.output(layer.intermediate(hidden_states), residual)``. Training with gradients, the
-    activation's output, when it has at least ``MIN_ELEMENTS_TO_SAVE_MEMORY`` elements, is not kept for
-    backward but recomputed (:class:`_RecomputedActivation`). Not while tracing, nor under saved-tensor hooks
-    someone else installed (non-reentrant gradient checkpointing, ``torch.autograd.graph.save_on_cpu``...):
-    ours would hide this region's tensors from them."""
-    recompute = (
-        layer.training and torch.is_grad_enabled() and not is_tracing() and not _outer_saved_tensor_hooks()
-    )
-    intermediate = layer.intermediate
-    if not recompute:
-        return layer.output(intermediate(hidden_states), residual)
-    pre = intermediate.dense(hidden_states)  # (b, n, intermediate_size)
-    activated = intermediate.intermediate_act_fn(pre)
-    if activated.numel() < MIN_ELEMENTS_TO_SAVE_MEMORY:
-        return layer.output(activated, residual)
-    hooks = _RecomputedActivation(pre, intermediate.intermediate_act_fn, activated)
-    with torch.autograd.graph.saved_tensors_hooks(hooks.pack, hooks.unpack):
-        return layer.output(activated, residual)
+from ..compat import attn_implementation
+from .memory import CompactDropout, feed_forward
 
 
 class EfficientSelfAttention(nn.Module):
@@ -173,7 +68,7 @@ class EfficientSelfAttention(nn.Module):
             num_heads=self.num_heads,
             head_dim=self.head_dim,
             dropout=config.attention_probs_dropout_prob,
-            attn_implementation=config._attn_implementation or "sdpa",
+            attn_implementation=attn_implementation(config) or "sdpa",
             max_seq_len=getattr(config, "max_position_embeddings", None),
             layer_idx=self.layer_idx,
             causal=getattr(config, "is_decoder", False),

@@ -11,6 +11,7 @@ from transformers import PreTrainedModel
 from ..attention.base import AttentionCore
 from ..attention.cache import EfficientCache
 from ..attention.inputs import AttentionInputs
+from ..compat import attn_implementation, hook_model_loading, loaded_from_checkpoint
 from .blocks import EfficientEncoder, EfficientSelfAttention
 from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
 from .loading import (
@@ -60,32 +61,6 @@ class EfficientPreTrainedModel(PreTrainedModel):
         finally:
             source_model_type.reset(token)
 
-    def _adjust_missing_and_unexpected_keys(self, loading_info) -> None:
-        """transformers' adjustment, and the attention cores' random state (drawn from the seed when absent,
-        as when converting a BERT checkpoint) taken out of the missing keys: it is not a missing weight."""
-        super()._adjust_missing_and_unexpected_keys(loading_info)
-        drawn = {
-            key: kind for key, kind in random_state_keys(self).items() if key in loading_info.missing_keys
-        }
-        loading_info.missing_keys -= set(drawn)
-        self._random_state_drawn_on_load = drawn
-
-    @staticmethod
-    def _finalize_model_loading(model, load_config, loading_info):
-        """transformers' end of loading with its LOAD REPORT replaced by one line of
-        :func:`~hf_efficient.modeling.loading.load_summary`, unless sizes mismatched or a conversion failed
-        (then transformers' report stands: it raises after it)."""
-        errors = loading_info.mismatched_keys or loading_info.conversion_errors or loading_info.error_msgs
-        quiet = contextlib.nullcontext() if errors else dropped_log_message(*LOAD_REPORT)
-        with quiet:
-            loading_info = PreTrainedModel._finalize_model_loading(model, load_config, loading_info)
-        drawn = getattr(model, "_random_state_drawn_on_load", {})
-        missing, unexpected = loading_info.missing_keys, loading_info.unexpected_keys
-        if not errors and (missing or unexpected or drawn or source_model_type.get()):
-            source = str(load_config.pretrained_model_name_or_path)
-            logger.warning(load_summary(model, source, missing, unexpected, drawn))
-        return loading_info
-
     @torch.no_grad()
     def _init_weights(self, module):
         super()._init_weights(module)  # Linear / Embedding / LayerNorm with config.initializer_range
@@ -100,7 +75,7 @@ class EfficientPreTrainedModel(PreTrainedModel):
         is missing; cores write their tensors directly, so tensors already loaded are restored afterwards.
         """
         tensors = [*core.parameters(), *(b for b in core.buffers() if b is not None)]
-        loaded = [(t, t.detach().clone()) for t in tensors if getattr(t, "_is_hf_initialized", False)]
+        loaded = [(t, t.detach().clone()) for t in tensors if loaded_from_checkpoint(t)]
         if tensors and len(loaded) == len(tensors):
             return
         core.init_weights()
@@ -131,7 +106,7 @@ class EfficientPreTrainedModel(PreTrainedModel):
         """The :class:`AttentionInputs` of one forward over (batch, seq) tokens: ``fields`` plus the model's
         current kernel (``set_attn_implementation`` takes effect at once), checked once here for every layer.
         """
-        inputs = AttentionInputs(attn_implementation=self.config._attn_implementation, **fields)
+        inputs = AttentionInputs(attn_implementation=attn_implementation(self.config), **fields)
         return inputs.prepare(batch, seq, type(self).__name__)
 
     def attention_cores(self) -> list[AttentionCore]:
@@ -186,3 +161,31 @@ class EfficientPreTrainedModel(PreTrainedModel):
         return save_pretrained_with_remote_code(
             self, super().save_pretrained, save_directory, is_main_process, state_dict, push_to_hub, **kwargs
         )
+
+
+def _random_state_not_missing(model: EfficientPreTrainedModel, loading_info) -> None:
+    """After transformers' own adjustment of the missing keys: the attention cores' random state (drawn
+    from the seed when absent, as when converting a BERT checkpoint) is not a missing weight."""
+    drawn = {key: kind for key, kind in random_state_keys(model).items() if key in loading_info.missing_keys}
+    loading_info.missing_keys -= set(drawn)
+    model._random_state_drawn_on_load = drawn
+
+
+def _finalize_loading(model: EfficientPreTrainedModel, load_config, loading_info, default):
+    """transformers' end of loading (``default``) with its LOAD REPORT replaced by one line of
+    :func:`~hf_efficient.modeling.loading.load_summary`, unless sizes mismatched or a conversion failed
+    (then transformers' report stands: it raises after it)."""
+    errors = loading_info.mismatched_keys or loading_info.conversion_errors or loading_info.error_msgs
+    quiet = contextlib.nullcontext() if errors else dropped_log_message(*LOAD_REPORT)
+    with quiet:
+        loading_info = default(model, load_config, loading_info)
+    drawn = getattr(model, "_random_state_drawn_on_load", {})
+    missing, unexpected = loading_info.missing_keys, loading_info.unexpected_keys
+    if not errors and (missing or unexpected or drawn or source_model_type.get()):
+        source = str(load_config.pretrained_model_name_or_path)
+        logger.warning(load_summary(model, source, missing, unexpected, drawn))
+    return loading_info
+
+
+# transformers' own steps for these are private, so compat installs them on the class.
+hook_model_loading(EfficientPreTrainedModel, _random_state_not_missing, _finalize_loading)

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 
+from ..compat import trainer_prepare_inputs
 from .trainer import EfficientTrainer
 
 
@@ -137,7 +138,7 @@ class AttentionDistillationTrainer(EfficientTrainer):
         ignore_keys: list[str] | None = None,
     ) -> tuple[torch.Tensor, None, None]:
         """Evaluation: the distillation loss of the batch (there are no labels or logits to return)."""
-        inputs = self._prepare_inputs(inputs)
+        inputs = trainer_prepare_inputs(self, inputs)
         with torch.no_grad(), self.compute_loss_context_manager():
             loss = self.compute_loss(model, inputs)
         return loss.detach(), None, None

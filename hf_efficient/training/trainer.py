@@ -45,6 +45,7 @@ from transformers.training_args import ParallelMode
 from transformers.utils import logging as transformers_logging
 
 from ..attention.base import AttentionCore
+from ..compat import hook_trainer_saving, trainer_model_columns, trainer_output_dir, trainer_prepare_inputs
 from ..hub import export_remote_code
 from .callbacks import OneProgressBarCallback
 from .checkpoints import (
@@ -119,9 +120,10 @@ class EfficientTrainer(Trainer):
             self.model_card.save(Path(self.args.output_dir) / "README.md")
         return None
 
-    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
-        """``Trainer``'s save (model, then processor), then the remote code with ``hub_remote_code``: after
-        the processor, whose ``preprocessor_config.json`` must name the shipped image processor too.
+    def _save_with_remote_code(self, default, output_dir: str | None = None, state_dict=None) -> None:
+        """``Trainer``'s save (``default``: model, then processor), then the remote code with
+        ``hub_remote_code``: after the processor, whose ``preprocessor_config.json`` must name the shipped
+        image processor too.
 
         The final save (into ``output_dir`` itself, over an earlier run's model, where checkpoints have their
         own completeness marker) is written into ``output_dir/_saving`` first and moved into place once every
@@ -138,7 +140,7 @@ class EfficientTrainer(Trainer):
         bars_were_on = transformers_logging.is_progress_bar_enabled()
         transformers_logging.disable_progress_bar()
         try:
-            super()._save(str(folder), state_dict)
+            default(str(folder), state_dict)
         finally:
             if bars_were_on:
                 transformers_logging.enable_progress_bar()
@@ -215,12 +217,12 @@ class EfficientTrainer(Trainer):
         if dataset is None or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
             return None
         if isinstance(dataset, datasets.Dataset):
-            dataset = self._remove_unused_columns(dataset, description="probe")
+            dataset = trainer_model_columns(self, dataset, description="probe")
         model, device = self.model, self.args.device
         with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             collator = copy.deepcopy(self.data_collator)  # a seeded collator's counter must not advance
             examples = [dataset[i] for i in range(min(num_examples, len(dataset)))]
-            inputs = self._prepare_inputs(collator(examples))
+            inputs = trainer_prepare_inputs(self, collator(examples))
             was_training = model.training
             model.train()
             self.compute_loss(model, inputs).backward()
@@ -229,17 +231,18 @@ class EfficientTrainer(Trainer):
         model.zero_grad(set_to_none=True)
         return unused
 
-    def _save_checkpoint(self, model, trial) -> None:
-        """``Trainer``'s checkpoint, written over no stale folder of the same step, marked complete once every
-        process has written its files; ``save_total_limit`` then deletes old complete checkpoints only."""
-        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+    def _save_complete_checkpoint(self, default, model, trial) -> None:
+        """``Trainer``'s checkpoint (``default``), written over no stale folder of the same step, marked
+        complete once every process has written its files; ``save_total_limit`` then deletes old complete
+        checkpoints only."""
+        folder = Path(trainer_output_dir(self, trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         if self.args.should_save:
             discard_checkpoint(folder)  # an incomplete one left by a killed run must not mix with this one
         self.accelerator.wait_for_everyone()
         limit = self.args.save_total_limit
         self.args.save_total_limit = None  # Trainer would rotate before the marker is written
         try:
-            super()._save_checkpoint(model, trial)
+            default(model, trial)
         except (OSError, RuntimeError) as error:  # torch.save reports a full disk as a RuntimeError
             if not _out_of_space(error, folder.parent):
                 raise
@@ -259,6 +262,12 @@ class EfficientTrainer(Trainer):
         if self.args.should_save:
             mark_checkpoint_complete(folder, self.state.global_step)
             rotate_checkpoints(folder.parent, limit, self.state.best_model_checkpoint)
+
+
+# Trainer's saving steps are private, so compat installs these two around them.
+hook_trainer_saving(
+    EfficientTrainer, EfficientTrainer._save_with_remote_code, EfficientTrainer._save_complete_checkpoint
+)
 
 
 def _out_of_space(error: Exception, folder: Path) -> bool:

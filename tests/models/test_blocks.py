@@ -1,5 +1,6 @@
-"""The shared blocks' memory savings in training: the feed-forward's activation output is recomputed in
-backward instead of kept, and dropout keeps a 1-byte mask; gradients stay those of the plain path."""
+"""The shared blocks' memory savings in training (hf_efficient.modeling.memory): the feed-forward's
+activation output is recomputed in backward instead of kept, and dropout keeps a 1-byte mask; gradients
+stay those of the plain path."""
 
 import gc
 import weakref
@@ -8,8 +9,8 @@ import pytest
 import torch
 
 from hf_efficient import EfficientBertForMaskedLM, EfficientViTForImageClassification
-from hf_efficient.modeling import blocks
-from hf_efficient.modeling.blocks import CompactDropout
+from hf_efficient.modeling import memory
+from hf_efficient.modeling.memory import CompactDropout
 
 from .helpers import assert_same_gradients, parameter_gradients
 from .text.helpers import batch
@@ -21,7 +22,7 @@ from .vision.helpers import tiny_config as vision_config
 @pytest.fixture(autouse=True)
 def save_memory_on_every_size(monkeypatch):
     """The savings apply from 4M elements up; these tiny models must take that path too."""
-    monkeypatch.setattr(blocks, "MIN_ELEMENTS_TO_SAVE_MEMORY", 0)
+    monkeypatch.setattr(memory, "MIN_ELEMENTS_TO_SAVE_MEMORY", 0)
 
 
 def text_model_and_loss(device: str = "cpu"):
@@ -110,10 +111,10 @@ def test_compact_dropout_keeps_a_bool_mask_and_the_dropout_maths(device):
 def test_keep_mask_fills_every_element_across_chunks(monkeypatch):
     """The mask is drawn a chunk at a time into an uninitialised tensor: every element, the last partial
     chunk's included, is written, and each chunk keeps 1 - p of its elements."""
-    monkeypatch.setattr(blocks, "MASK_CHUNK", 1000)
+    monkeypatch.setattr(memory, "MASK_CHUNK", 1000)
     shape = (300, 70)  # 21 chunks of 1,000, the last one short of 1,000 elements
-    assert blocks.keep_mask(shape, 0.0).all() and not blocks.keep_mask(shape, 1.0).any()
-    keep = blocks.keep_mask(shape, 0.25)
+    assert memory.keep_mask(shape, 0.0).all() and not memory.keep_mask(shape, 1.0).any()
+    keep = memory.keep_mask(shape, 0.25)
     assert keep.shape == shape and keep.dtype == torch.bool
     rates = keep.view(-1)[:20_000].float().view(20, 1000).mean(1)
     assert (rates > 0.68).all() and (rates < 0.82).all()  # 1,000 draws each of Bernoulli(0.75): sd 0.014
@@ -148,7 +149,7 @@ def test_double_backward_through_the_recomputed_activation():
 
 def test_small_tensors_keep_the_plain_ops(monkeypatch):
     """Below the size threshold (where the plain ops were measured faster) nothing changes."""
-    monkeypatch.setattr(blocks, "MIN_ELEMENTS_TO_SAVE_MEMORY", 10**9)
+    monkeypatch.setattr(memory, "MIN_ELEMENTS_TO_SAVE_MEMORY", 10**9)
     model, loss = text_model_and_loss()
     assert activations_alive_after_forward(model, loss) == (model.config.num_hidden_layers,) * 2
     saved = []

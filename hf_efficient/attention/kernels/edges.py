@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
+from ...compat import tensor_version
 from .._edge_attention import slots_of
 from ..base import AttentionOutput, Kernel
 from ..inputs import AttentionInputs
@@ -113,9 +114,9 @@ class EdgePattern:
     def of(cls, edge_index: torch.Tensor, num_nodes: int, num_heads: int = 1, loop_mask=None) -> EdgePattern:
         """The pattern of ``edge_index`` (with self loops on ``loop_mask``'s nodes if given), reused while
         every layer of a forward gets the same tensors."""
-        key = (edge_index._version, edge_index.device, num_nodes, num_heads)
+        key = (tensor_version(edge_index), edge_index.device, num_nodes, num_heads)
         if loop_mask is not None:
-            key += (loop_mask._version, tuple(loop_mask.shape))
+            key += (tensor_version(loop_mask), tuple(loop_mask.shape))
         alive = [
             entry for entry in cls._cache if entry[0]() is not None
         ]  # a freed edge_index frees its pattern

@@ -27,6 +27,7 @@ from transformers.models.vit_mae.modeling_vit_mae import (
 from transformers.utils.generic import can_return_tuple
 
 from ...attention.inputs import AttentionInputs
+from ...compat import loaded_from_checkpoint
 from ...modeling.blocks import CompactDropout, EfficientEncoder, EfficientPreNormLayer
 from ...modeling.checks import check_float_input, check_not_empty, checking_values
 from ...modeling.heads import classification_loss
@@ -169,7 +170,7 @@ class EfficientViTPreTrainedModel(EfficientPreTrainedModel):
                 sincos_position_table(*self.config.grid_size, module.cls_token.shape[-1]),
             )
             weight = module.patch_embeddings.projection.weight
-            if not getattr(weight, "_is_hf_initialized", False):  # a view loses the "loaded" flag
+            if not loaded_from_checkpoint(weight):  # a view loses the "loaded" flag
                 init.xavier_uniform_(weight.view(weight.shape[0], -1))  # as nn.Linear, like MAE
             init.normal_(module.cls_token, std=std)
         elif isinstance(module, EfficientViTEmbeddings):
