@@ -107,6 +107,65 @@ def size_oblivious_tracing() -> contextlib.AbstractContextManager:
     return config.patch(**{setting: True})
 
 
+# ---- transformers: Auto-class registration and hub uploads (remote code, hf_efficient.hub) ----
+
+
+def auto_class_of(cls: type) -> str | None:
+    """The Auto class ``cls`` was registered for by ``register_for_auto_class`` ("AutoModelForMaskedLM"...),
+    read from transformers' private ``_auto_class`` attribute. Fallback: None (not registered)."""
+    return getattr(cls, "_auto_class", None)
+
+
+def auto_model_mapping(auto_class) -> dict | None:
+    """An ``AutoModel*`` class's config -> model mapping (private ``_model_mapping``), or None."""
+    return getattr(auto_class, "_model_mapping", None)
+
+
+@contextlib.contextmanager
+def auto_class_hidden(*objects):
+    """Hide the Auto-class registration of ``objects``' classes for the duration, so transformers' own
+    ``custom_object_save`` (which copies modeling files, not the flat remote code) is skipped while saving;
+    restored afterwards, inherited values included."""
+    classes = {type(obj) for obj in objects}
+    saved = {cls: cls.__dict__.get("_auto_class", ...) for cls in classes}
+    for cls in classes:
+        cls._auto_class = None
+    try:
+        yield
+    finally:
+        for cls, value in saved.items():
+            if value is ...:
+                del cls._auto_class  # it was inherited: inherit it again
+            else:
+                cls._auto_class = value
+
+
+def files_timestamps(model, folder) -> dict[str, float]:
+    """What ``push_to_hub`` later compares with to upload only changed files (``PushToHubMixin``'s private
+    ``_get_files_timestamps``). Fallback: {} (every file counts as changed)."""
+    timestamps = getattr(model, "_get_files_timestamps", None)
+    return {} if timestamps is None else timestamps(folder)
+
+
+def upload_modified_files(model, folder, repo_id: str, timestamps: dict, **kwargs) -> None:
+    """Upload the files of ``folder`` changed since ``timestamps`` to ``repo_id`` in one commit, as
+    ``save_pretrained(push_to_hub=True)`` does (private ``_upload_modified_files``). Fallback: the whole
+    folder through ``huggingface_hub.upload_folder``."""
+    upload = getattr(model, "_upload_modified_files", None)
+    if upload is not None:
+        upload(folder, repo_id, timestamps, **kwargs)
+        return
+    from huggingface_hub import upload_folder
+
+    upload_folder(
+        repo_id=repo_id,
+        folder_path=str(folder),
+        commit_message=kwargs.get("commit_message") or "Upload model",
+        token=kwargs.get("token"),
+        create_pr=kwargs.get("create_pr", False),
+    )
+
+
 # ---- transformers: Trainer ----
 
 # Trainer's saving steps, which a subclass extends (private: Trainer has no public hook around them).

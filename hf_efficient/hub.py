@@ -13,7 +13,6 @@ when the model or its config is registered for an Auto class, so ``push_to_hub``
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
 import json
 import os
@@ -21,6 +20,14 @@ import pkgutil
 import re
 import sys
 from pathlib import Path
+
+from .compat import (
+    auto_class_hidden,
+    auto_class_of,
+    auto_model_mapping,
+    files_timestamps,
+    upload_modified_files,
+)
 
 _ROOT = "hf_efficient"
 _PREFIX = "hfe_"
@@ -125,11 +132,11 @@ def _auto_classes(model) -> dict[str, type]:
     config_class = type(model.config)
     classes = {"AutoConfig": config_class}
     for name, auto_class in sorted(vars(modeling_auto).items()):
-        mapping = getattr(auto_class, "_model_mapping", None)
+        mapping = auto_model_mapping(auto_class)
         if name.startswith("AutoModel") and mapping is not None and config_class in mapping:
             classes[name] = mapping[config_class]
-    if type(model)._auto_class is not None:
-        classes[type(model)._auto_class.rpartition(".")[2]] = type(model)
+    if auto_class_of(type(model)) is not None:
+        classes[auto_class_of(type(model)).rpartition(".")[2]] = type(model)
     processor = _image_processor_class(config_class)
     if processor is not None:  # AutoImageProcessor / pipeline(trust_remote_code=True) read it from auto_map
         classes["AutoImageProcessor"] = processor
@@ -144,23 +151,6 @@ def _image_processor_class(config_class: type) -> type | None:
         return None
     registered = IMAGE_PROCESSOR_MAPPING[config_class]  # {"pil": class, ...} or a class
     return next(iter(registered.values())) if isinstance(registered, dict) else registered
-
-
-@contextlib.contextmanager
-def _transformers_copy_disabled(*objects):
-    """Hide ``_auto_class`` so transformers' own (failing) ``custom_object_save`` is skipped while saving."""
-    classes = {type(obj) for obj in objects}
-    saved = {cls: cls.__dict__.get("_auto_class", ...) for cls in classes}
-    for cls in classes:
-        cls._auto_class = None
-    try:
-        yield
-    finally:
-        for cls, value in saved.items():
-            if value is ...:
-                del cls._auto_class  # it was inherited: inherit it again
-            else:
-                cls._auto_class = value
 
 
 def export_remote_code(model, save_directory: str | os.PathLike) -> list[str]:
@@ -188,7 +178,7 @@ def export_remote_code(model, save_directory: str | os.PathLike) -> list[str]:
     previous = getattr(config, "auto_map", None)
     config.auto_map = {**(previous or {}), **auto_map}
     try:  # auto_map is written to disk only: a later plain save must not point at files it does not write
-        with _transformers_copy_disabled(model, config):
+        with auto_class_hidden(model, config):
             config.save_pretrained(save_directory)
     finally:
         config.auto_map = previous
@@ -223,13 +213,13 @@ def save_pretrained_with_remote_code(
 ):
     """``save`` (transformers' ``save_pretrained``), with our flat folder in place of transformers' copy when
     the model or its config is registered for an Auto class; uploads afterwards, as transformers does."""
-    if not (type(model)._auto_class or type(model.config)._auto_class):
+    if not (auto_class_of(type(model)) or auto_class_of(type(model.config))):
         return save(save_directory, is_main_process, state_dict, push_to_hub=push_to_hub, **kwargs)
     hub_keys = ("repo_id", "commit_message", "create_pr", "private", "token")
     hub_kwargs = {key: kwargs.pop(key) for key in hub_keys if key in kwargs}
     os.makedirs(save_directory, exist_ok=True)
-    timestamps = model._get_files_timestamps(save_directory)  # upload only what this save changes
-    with _transformers_copy_disabled(model, model.config):
+    timestamps = files_timestamps(model, save_directory)  # upload only what this save changes
+    with auto_class_hidden(model, model.config):
         save(save_directory, is_main_process, state_dict, push_to_hub=False, **kwargs)
     if not model.should_save_on_this_rank(is_main_process):
         return None
@@ -240,7 +230,8 @@ def save_pretrained_with_remote_code(
         repo_id = hub_kwargs.pop("repo_id", Path(save_directory).name)
         token = hub_kwargs.get("token")
         repo_id = create_repo(repo_id, exist_ok=True, private=hub_kwargs.get("private"), token=token).repo_id
-        model._upload_modified_files(
+        upload_modified_files(
+            model,
             save_directory,
             repo_id,
             timestamps,

@@ -244,3 +244,33 @@ def test_tensor_version_is_the_in_place_counter_and_its_fallback_never_repeats()
     assert compat.tensor_version(t) == t._version != before
     stand_in = object()  # a release whose tensors have no counter
     assert compat.tensor_version(stand_in) != compat.tensor_version(stand_in)
+
+
+# ---- transformers: Auto-class registration and hub uploads ----
+
+
+def test_auto_class_and_upload_names_exist_and_hiding_restores_registration(tmp_path):
+    from transformers import AutoModelForMaskedLM
+    from transformers.utils import PushToHubMixin
+
+    from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+
+    assert hasattr(PushToHubMixin, "_get_files_timestamps") and hasattr(
+        PushToHubMixin, "_upload_modified_files"
+    )
+    assert EfficientBertConfig in compat.auto_model_mapping(AutoModelForMaskedLM)
+    assert compat.auto_class_of(EfficientBertForMaskedLM) is None
+    model = EfficientBertForMaskedLM(
+        EfficientBertConfig(
+            hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, vocab_size=20
+        )
+    )
+    model.register_for_auto_class("AutoModelForMaskedLM")
+    try:
+        with compat.auto_class_hidden(model):
+            assert compat.auto_class_of(type(model)) is None
+        assert compat.auto_class_of(type(model)) == "AutoModelForMaskedLM"
+    finally:
+        del type(model)._auto_class
+    (tmp_path / "f.txt").write_text("x")
+    assert set(compat.files_timestamps(model, tmp_path)) == {"f.txt"}

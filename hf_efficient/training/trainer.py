@@ -133,7 +133,8 @@ class EfficientTrainer(Trainer):
         transformers' "Writing model shards" bar is off meanwhile: a save takes well under a second for the
         models these scripts train, and a bar per checkpoint would interleave with the training bar."""
         target = Path(output_dir or self.args.output_dir)
-        final = target.resolve() == Path(self.args.output_dir).resolve()
+        # the process that writes (others reach here under DDP and write nothing)
+        final = self.args.should_save and target.resolve() == Path(self.args.output_dir).resolve()
         folder = target / SAVING_FOLDER if final else target
         if final:
             shutil.rmtree(folder, ignore_errors=True)  # what a killed save left
