@@ -170,7 +170,8 @@ def test_a_streamed_corpus_gives_the_blocks_and_lines_of_the_loaded_one(corpus, 
     if not causal:
         assert list(tokenize_lines(streamed, tokenizer, 16)) == list(tokenize_lines(loaded, tokenizer, 16))
     capped = load_corpus_from_args(TextCorpusArguments(train_files=[str(text_file)], max_train_texts=5), True)
-    assert [row["text"] for row in capped] == loaded["text"][:5]
+    kept = load_text_corpus(files=[str(text_file)], keep_linebreaks=True)  # --keep_linebreaks' default
+    assert [row["text"] for row in capped] == kept["text"][:5] and kept["text"][0] == loaded["text"][0] + "\n"
 
 
 def test_group_texts_errors(corpus, tokenizer):
