@@ -133,11 +133,27 @@ def load_corpus_from_args(args: TextCorpusArguments, streaming: bool = False) ->
 
 
 def hold_out_blocks(blocks: Dataset, percentage: float, seed: int) -> tuple[Dataset, Dataset | None]:
-    """(training blocks, ``percentage`` % held out with ``seed``), or (all blocks, None) for 0 %."""
+    """(training blocks, ``percentage`` % held out with ``seed``), or (all blocks, None) for 0 %.
+
+    Raises:
+        ValueError: fewer than two blocks, so that none would be left to train on.
+    """
     if percentage <= 0:
         return blocks, None
+    check_enough_to_split(len(blocks), percentage, "blocks")
     split = blocks.train_test_split(test_size=percentage / 100, seed=seed)
     return split["train"], split["test"]
+
+
+def check_enough_to_split(count: int, percentage: float, what: str) -> None:
+    """Raise, naming the flags, when ``count`` rows are too few to hold ``percentage`` % out and train on the
+    rest (one held-out row at least, one left)."""
+    if count < 2:
+        raise ValueError(
+            f"--validation_split_percentage {percentage:g}: the corpus gives {count} {what}, too few to hold "
+            "some out and train on the rest. Give more text (or a smaller --block_size), a "
+            "--validation_file, or --validation_split_percentage 0 to evaluate nothing."
+        )
 
 
 def load_text_corpus(

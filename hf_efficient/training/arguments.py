@@ -259,7 +259,9 @@ UPSTREAM_FLAGS: dict[str, UpstreamFlag] = {
         "accuracy and F1 (two classes) or accuracy, or Pearson and Spearman (regression); "
         "--metric_for_best_model picks the one that chooses the best checkpoint"
     ),
-    "do_regression": UpstreamFlag("this script trains no classifier or regressor"),
+    "do_regression": UpstreamFlag(
+        "only finetune_glue.py regresses (its --do_regression, or float labels); image labels are classes"
+    ),
     "keep_linebreaks": UpstreamFlag("this script reads no .txt files"),
     "model_type": UpstreamFlag(
         "the model is always EfficientBert (text) or EfficientViT (images); give its sizes with --config, "

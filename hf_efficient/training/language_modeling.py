@@ -20,6 +20,7 @@ from transformers.trainer_utils import has_length
 
 from ..data.text import (
     TextCorpusArguments,
+    check_enough_to_split,
     check_sequence_length,
     group_texts,
     hold_out_blocks,
@@ -234,6 +235,7 @@ def language_model_blocks(
         elif data_args.validation_split_by == "blocks" or percentage <= 0:
             train_examples, eval_examples = hold_out_blocks(examples(corpus), percentage, seed)
         else:
+            check_enough_to_split(len(corpus), percentage, "texts")
             split = corpus.train_test_split(test_size=percentage / 100, seed=seed)
             train_examples, eval_examples = examples(split["train"]), examples(split["test"])
     if not training_args.do_eval:
