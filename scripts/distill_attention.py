@@ -54,6 +54,9 @@ DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 @dataclass
 class DataArguments(LanguageModelDataArguments):
     block_size: int = field(default=128, metadata={"help": "Tokens per block ([CLS] ... [SEP])."})
+    validation_split_percentage: float | None = field(
+        default=0.0, metadata={"help": "Percent of the blocks held out to report a distillation loss on."}
+    )
 
 
 @dataclass(kw_only=True)  # a required field after RandomStateArguments' defaults

@@ -68,24 +68,23 @@ class TaskArguments(SampleLimitArguments, DataCacheArguments):
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "The dataset's config."})
     text_column_names: str | None = field(
-        default=None, metadata={"help": "With --dataset_name: the text column, or two comma-separated."}
+        default=None,
+        metadata={"help": "With --dataset_name or files: the text column, or two comma-separated (a pair)."},
     )
     label_column_name: str = field(
-        default="label", metadata={"help": "With --dataset_name: the label column."}
+        default="label", metadata={"help": "With --dataset_name or files: the label column."}
     )
     text_column_delimiter: str | None = field(
         default=None,
         metadata={
-            "help": "With --dataset_name: join the --text_column_names (any number) into one text with this "
-            "delimiter, as run_classification.py does (its default: ' '); none: two columns are a pair."
+            "help": "Join the --text_column_names (any number) into one text with this delimiter, as "
+            "run_classification.py does (its default: ' '); none: two columns are a pair."
         },
     )
     remove_splits: str | None = field(
-        default=None, metadata={"help": "With --dataset_name: splits to drop, comma-separated (e.g. test)."}
+        default=None, metadata={"help": "Splits to drop, comma-separated (e.g. test)."}
     )
-    remove_columns: str | None = field(
-        default=None, metadata={"help": "With --dataset_name: columns to drop, comma-separated."}
-    )
+    remove_columns: str | None = field(default=None, metadata={"help": "Columns to drop, comma-separated."})
     shuffle_train_dataset: bool = field(
         default=False,
         metadata={"help": "Shuffle the training rows (with --shuffle_seed) before --max_train_samples."},
@@ -94,7 +93,33 @@ class TaskArguments(SampleLimitArguments, DataCacheArguments):
     train_file: str | None = field(default=None, metadata={"help": "CSV / JSON: sentence column(s), label."})
     validation_file: str | None = field(default=None, metadata={"help": "Labelled CSV / JSON to evaluate."})
     test_file: str | None = field(default=None, metadata={"help": "CSV / JSON to predict (--do_predict)."})
+    train_split_name: str | None = field(
+        default=None, metadata={"help": "The split to train on (used as 'train'); none: 'train'."}
+    )
+    validation_split_name: str | None = field(
+        default=None, metadata={"help": "The split to evaluate on (as 'validation'); none: 'validation'."}
+    )
+    test_split_name: str | None = field(
+        default=None, metadata={"help": "The split to predict (used as 'test'); none: 'test'."}
+    )
+    do_regression: bool | None = field(
+        default=None,
+        metadata={
+            "help": "True: the labels are numbers to regress (cast to float); False: classes; none: float "
+            "labels mean regression."
+        },
+    )
     max_seq_length: int = field(default=128, metadata={"help": "Truncate inputs to this many tokens."})
+    pad_to_max_length: bool = field(
+        default=False,
+        metadata={
+            "help": "Pad every batch to --max_seq_length (run_glue.py's default); not given: to its longest "
+            "row, which is faster."
+        },
+    )
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "Processes that tokenise (datasets.map)."}
+    )
 
 
 @dataclass
@@ -107,19 +132,34 @@ class ModelArguments(SharedModelArguments):
     )
 
 
-DATASET_NAME_FLAGS = ("text_column_names", "text_column_delimiter", "remove_splits", "remove_columns")
+COLUMN_FLAGS = (
+    "text_column_names",
+    "text_column_delimiter",
+    "remove_splits",
+    "remove_columns",
+    "do_regression",
+)
+SPLIT_NAME_FLAGS = ("train_split_name", "validation_split_name", "test_split_name")
 
 
-def check_dataset_name_flags(task_args: TaskArguments) -> None:
-    """The column and split flags shape a dataset loaded by --dataset_name; with a GLUE task or files they
-    would be silently ignored, so they raise."""
-    given = [f"--{name}" for name in DATASET_NAME_FLAGS if getattr(task_args, name) is not None]
-    if given:
+def column_flags(task_args: TaskArguments) -> dict:
+    """The column and split flags, which shape a dataset loaded by --dataset_name or from files, as in
+    run_classification.py; a GLUE task by --task_name alone has its own columns, so there they raise
+    rather than be silently ignored."""
+    flags = {name: getattr(task_args, name) for name in COLUMN_FLAGS}
+    split_names = {name.removesuffix("_split_name"): getattr(task_args, name) for name in SPLIT_NAME_FLAGS}
+    files = (task_args.train_file, task_args.validation_file, task_args.test_file)
+    given = [f"--{name}" for name, value in flags.items() if value is not None]
+    given += [f"--{role}_split_name" for role, value in split_names.items() if value is not None]
+    if task_args.label_column_name != "label":
+        given.append("--label_column_name")
+    if given and task_args.dataset_name is None and not any(files):
         raise ValueError(
-            f"{', '.join(given)} apply to a dataset loaded with --dataset_name, as in "
-            "run_classification.py; name the columns of your files sentence (or sentence1, sentence2) and "
-            "label instead."
+            f"{', '.join(given)} apply to a dataset loaded with --dataset_name or to --train_file / "
+            f"--validation_file / --test_file, as in run_classification.py; --task_name "
+            f"{task_args.task_name} has its own columns."
         )
+    return {**flags, "label_column_name": task_args.label_column_name, "split_names": split_names}
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
@@ -127,22 +167,14 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, task_args, _, training_args = parsed
 
+    columns = column_flags(task_args)
     if task_args.dataset_name is not None:
         raw, task = load_hub_task_datasets(
-            task_args.dataset_name,
-            task_args.dataset_config_name,
-            task_args.text_column_names,
-            task_args.label_column_name,
-            model_args.cache_dir,
-            task_args.text_column_delimiter,
-            task_args.remove_splits,
-            task_args.remove_columns,
+            task_args.dataset_name, task_args.dataset_config_name, cache_dir=model_args.cache_dir, **columns
         )
     else:
-        check_dataset_name_flags(task_args)
-        raw, task = load_task_datasets(
-            task_args.task_name, task_args.train_file, task_args.validation_file, task_args.test_file
-        )
+        files = (task_args.train_file, task_args.validation_file, task_args.test_file)
+        raw, task = load_task_datasets(task_args.task_name, *files, **columns)
     tokenizer_source = model_args.tokenizer_name or model_args.model_name_or_path
     tokenizer = load_tokenizer(tokenizer_source, **model_args.hub_kwargs())
     # Any BERT checkpoint loads; --attention_type / --attention_config swap its attention.
@@ -155,8 +187,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(
-            raw, task, tokenizer, max_length, load_from_cache_file=task_args.load_from_cache_file
-        )
+            raw, task, tokenizer, max_length, task_args.preprocessing_num_workers,
+            load_from_cache_file=task_args.load_from_cache_file,
+        )  # fmt: skip
     # None: an evaluation-only task (ax), or --do_eval / --do_predict without --do_train
     train = data[task.train_split] if task.train_split and training_args.do_train else None
     if train is not None and task_args.shuffle_train_dataset:  # before the cap: a random subset
@@ -169,12 +202,14 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         for k in task.test_splits
     }
 
+    # run_glue.py pads to --max_seq_length by default; here a batch is padded to its longest row unless asked
+    padding = {"padding": "max_length", "max_length": max_length} if task_args.pad_to_max_length else {}
     trainer = EfficientTrainer(
         model=model,
         args=training_args,
         train_dataset=train,
         eval_dataset=next(iter(evals.values())) if len(evals) == 1 else evals or None,
-        data_collator=DataCollatorWithPadding(tokenizer),
+        data_collator=DataCollatorWithPadding(tokenizer, **padding),
         processing_class=tokenizer,
         compute_metrics=build_compute_metrics(task),
         # The cores say whether they have random state to redraw (Performer, RFA); no branching on names.

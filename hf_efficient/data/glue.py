@@ -132,11 +132,14 @@ def load_task_datasets(
     train_file: str | None = None,
     validation_file: str | None = None,
     test_file: str | None = None,
+    **column_flags,
 ) -> tuple[DatasetDict, TextClassificationTask]:
     """Load a task's splits (hub, offline loader or files) and check their columns and labels.
 
-    With files, the splits are ``train`` / ``validation`` / ``test``; without ``task_name`` the task is
-    inferred from the files (see :func:`infer_task`).
+    With files, the splits are ``train`` / ``validation`` / ``test``, their columns shaped by
+    ``column_flags`` (:func:`shape_columns`' ``text_column_names``, ``label_column_name``, ...: the
+    column flags of ``run_classification.py``, which apply to files as to a dataset by name); without
+    ``task_name`` the task is inferred from the files (see :func:`infer_task`).
     """
     task = get_task(task_name) if task_name is not None else None
     files = {
@@ -149,12 +152,15 @@ def load_task_datasets(
                 f"Data files must all be .csv or all .json / .jsonl; got {list(files.values())}."
             )
         builder = "csv" if suffixes == {".csv"} else "json"
-        raw = load_data_files(builder, {split: (f"--{split}_file", [path]) for split, path in files.items()})
+        named = {split: (f"--{split}_file", [path]) for split, path in files.items()}
+        raw = load_data_files(builder, named)
+        sources = {split: f"{flag} {paths[0]}" for split, (flag, paths) in named.items()}
+        raw = shape_columns(raw, sources, **column_flags)
         task = dataclasses.replace(
             task or infer_task(raw),
-            train_split="train" if train_file else None,
-            eval_splits=("validation",) if validation_file else (),
-            test_splits=("test",) if test_file else (),
+            train_split="train" if "train" in raw else None,
+            eval_splits=("validation",) if "validation" in raw else (),
+            test_splits=("test",) if "test" in raw else (),
             loader=None,
             source=", ".join(files.values()),
         )
@@ -177,6 +183,8 @@ def load_hub_task_datasets(
     text_column_delimiter: str | None = None,
     remove_splits: str | None = None,
     remove_columns: str | None = None,
+    split_names: dict[str, str | None] | None = None,
+    do_regression: bool | None = None,
 ) -> tuple[DatasetDict, TextClassificationTask]:
     """Any sentence (pair) classification or regression dataset by name (``datasets.load_dataset``: a hub
     id or a local folder of CSV / JSON files), as transformers' ``run_classification.py`` takes it.
@@ -192,31 +200,20 @@ def load_hub_task_datasets(
             columns are a sentence pair.
         remove_splits, remove_columns: comma-separated splits / columns dropped first (the flags of
             ``run_classification.py``), e.g. a test split that should not be predicted.
+        split_names, do_regression: as :func:`shape_columns` takes them (``--train_split_name`` ...,
+            ``--do_regression``).
 
     The task is inferred as for files: splits ``train``, ``validation`` (else ``test`` when it is labelled)
     to evaluate, and ``test`` to predict when its labels are hidden (-1).
     """
     raw = datasets.load_dataset(dataset_name, dataset_config_name, cache_dir=cache_dir)
-    raw = _remove_parts(raw, dataset_name, _names(remove_splits), _names(remove_columns))
-    columns = next(iter(raw.values())).column_names
-    texts = _names(text_column_names)
-    if text_column_delimiter is None and len(texts) > 2:
-        raise ValueError(
-            "--text_column_names takes one column or two (a pair), comma-separated, or any number joined "
-            f"into one text with --text_column_delimiter; got {text_column_names!r}."
-        )
-    renames = {label_column_name: LABEL_COLUMN}
-    if text_column_delimiter is None:
-        targets = {1: ("sentence",), 2: ("sentence1", "sentence2")}.get(len(texts), ())  # a text or a pair
-        renames.update(zip(texts, targets, strict=True))
-    missing = [name for name in dict.fromkeys([*renames, *texts]) if name not in columns]
-    if missing:
-        raise ValueError(f"{dataset_name} has no column(s) {missing}; its columns are {columns}.")
-    if text_column_delimiter is not None and texts:
-        raw = _join_texts(raw, texts, text_column_delimiter)
-    renames = {old: new for old, new in renames.items() if old != new}
-    raw = DatasetDict({split: data.rename_columns(renames) for split, data in raw.items()})
-    hidden = "test" in raw and set(raw["test"].unique(LABEL_COLUMN)) <= {-1, None}
+    raw = shape_columns(
+        raw, dict.fromkeys(raw, dataset_name), text_column_names, label_column_name, text_column_delimiter,
+        remove_splits, remove_columns, split_names, do_regression,
+    )  # fmt: skip
+    hidden = "test" in raw and (
+        LABEL_COLUMN not in raw["test"].column_names or set(raw["test"].unique(LABEL_COLUMN)) <= {-1, None}
+    )
     eval_split = "validation" if "validation" in raw else "test" if "test" in raw and not hidden else None
     task = dataclasses.replace(
         infer_task(raw),
@@ -228,6 +225,98 @@ def load_hub_task_datasets(
     )
     check_task_data(raw, task)
     return raw, task
+
+
+COLUMN_FLAGS_HINT = (
+    "name yours with --text_column_names (one column, or two comma-separated for a pair) and "
+    "--label_column_name"
+)
+
+
+def shape_columns(
+    raw: DatasetDict,
+    sources: dict[str, str],
+    text_column_names: str | None = None,
+    label_column_name: str = LABEL_COLUMN,
+    text_column_delimiter: str | None = None,
+    remove_splits: str | None = None,
+    remove_columns: str | None = None,
+    split_names: dict[str, str | None] | None = None,
+    do_regression: bool | None = None,
+) -> DatasetDict:
+    """``raw`` with the columns the tasks read: run_classification.py's column flags applied to a dataset
+    by name or to files (``--train_file`` ...) alike.
+
+    The named splits and columns are dropped first (``remove_splits``, ``remove_columns``); the
+    ``label_column_name`` becomes ``label``; the ``text_column_names`` (comma-separated) become ``sentence``
+    (one) or ``sentence1``/``sentence2`` (a pair), or are joined into one ``sentence`` with
+    ``text_column_delimiter``. A ``test`` split may lack the label (its labels are hidden).
+
+    Args:
+        sources: ``{split: what it was read from}`` (a dataset name, or a file's flag and path) for errors.
+        split_names: ``{"train" | "validation" | "test": the split to use as it}`` (``--train_split_name``
+            ...), renamed after ``remove_splits``.
+        do_regression: True: the labels are cast to floats (a regression task); False: to strings (classes,
+            even where they are float numbers); None: float labels mean regression.
+
+    Raises:
+        ValueError: more than two text columns without a delimiter, or a named column a split lacks (naming
+            the split's source, its columns and the flags).
+    """
+    source = ", ".join(dict.fromkeys(sources.values()))
+    raw = _remove_parts(raw, source, _names(remove_splits), _names(remove_columns))
+    raw, sources = _rename_splits(raw, sources, source, split_names or {})
+    texts = _names(text_column_names)
+    if text_column_delimiter is None and len(texts) > 2:
+        raise ValueError(
+            "--text_column_names takes one column or two (a pair), comma-separated, or any number joined "
+            f"into one text with --text_column_delimiter; got {text_column_names!r}."
+        )
+    renames = {label_column_name: LABEL_COLUMN}
+    if text_column_delimiter is None:
+        targets = {1: ("sentence",), 2: ("sentence1", "sentence2")}.get(len(texts), ())  # a text or a pair
+        renames.update(zip(texts, targets, strict=True))
+    for split, data in raw.items():
+        needed = [*([label_column_name] if split != "test" else []), *texts]
+        missing = [name for name in dict.fromkeys(needed) if name not in data.column_names]
+        if missing:
+            raise ValueError(
+                f"{sources[split]} has no column(s) {missing}; its columns are {data.column_names}: "
+                f"{COLUMN_FLAGS_HINT}."
+            )
+    if text_column_delimiter is not None and texts:
+        raw = _join_texts(raw, texts, text_column_delimiter)
+    renames = {old: new for old, new in renames.items() if old != new}
+    raw = DatasetDict(
+        {
+            split: data.rename_columns({k: v for k, v in renames.items() if k in data.column_names})
+            for split, data in raw.items()
+        }
+    )
+    if do_regression is None:
+        return raw
+    label_type = Value("float32") if do_regression else Value("string")
+    return DatasetDict(
+        {
+            split: data.cast_column(LABEL_COLUMN, label_type) if LABEL_COLUMN in data.column_names else data
+            for split, data in raw.items()
+        }
+    )
+
+
+def _rename_splits(
+    raw: DatasetDict, sources: dict[str, str], source: str, split_names: dict[str, str | None]
+) -> tuple[DatasetDict, dict[str, str]]:
+    """``raw`` with the split named by ``--train_split_name`` (...) renamed ``train`` (...), replacing a
+    split of that name; a name that is not there raises, listing the splits."""
+    chosen = {role: name for role, name in split_names.items() if name is not None and name != role}
+    for role, name in chosen.items():
+        if name not in raw:
+            raise ValueError(f"--{role}_split_name {name!r}: {source} has the splits {list(raw)}.")
+    kept = {role: raw[name] for role, name in chosen.items()}
+    rest = {split: data for split, data in raw.items() if split not in chosen.values() and split not in kept}
+    names = {**{role: sources[name] for role, name in chosen.items()}, **{k: sources[k] for k in rest}}
+    return DatasetDict({**kept, **rest}), names
 
 
 def _names(text: str | None) -> list[str]:
@@ -279,14 +368,17 @@ def infer_task(raw: DatasetDict) -> TextClassificationTask:
     split = raw["train"] if "train" in raw else next(iter(raw.values()))
     columns = split.column_names
     if LABEL_COLUMN not in columns:
-        raise ValueError(f"The data has no {LABEL_COLUMN!r} column. Its columns are {columns}.")
+        raise ValueError(
+            f"The data has no {LABEL_COLUMN!r} column. Its columns are {columns}: name the label column with "
+            "--label_column_name (and the text columns with --text_column_names)."
+        )
     keys = next(
         (t.sentence_keys for t in TASKS.values() if {*t.sentence_keys} - {None} <= set(columns)), None
     )
     if keys is None:
         raise ValueError(
-            f"Cannot tell the sentence columns from {columns}: name them sentence1/sentence2 (pairs) or "
-            "sentence / text (single sentences)."
+            f"Cannot tell the sentence columns from {columns}: {COLUMN_FLAGS_HINT}, or name the columns "
+            "sentence1/sentence2 (pairs) or sentence / text (single sentences)."
         )
     if split.features[LABEL_COLUMN].dtype.startswith("float"):
         return TextClassificationTask("custom", keys, (), ("pearson", "spearmanr"))

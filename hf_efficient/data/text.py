@@ -107,6 +107,10 @@ class TextCorpusArguments:
     )
     block_size: int = field(default=512, metadata={"help": "Tokens per training block ([CLS] ... [SEP])."})
     preprocessing_num_workers: int | None = field(default=None, metadata={"help": "datasets.map processes."})
+    keep_linebreaks: bool = field(
+        default=True,
+        metadata={"help": ".txt files: keep each line's line break in its text (as run_clm.py does)."},
+    )
 
     @property
     def source(self) -> str:
@@ -119,7 +123,7 @@ def load_corpus_from_args(args: TextCorpusArguments, streaming: bool = False) ->
     an ``IterableDataset``)."""
     corpus = load_text_corpus(
         args.dataset_name, args.train_files, args.dataset_config_name, args.dataset_split, args.text_column,
-        streaming=streaming,
+        streaming=streaming, keep_linebreaks=args.keep_linebreaks,
     )  # fmt: skip
     if args.max_train_texts is None:
         return corpus
@@ -129,11 +133,27 @@ def load_corpus_from_args(args: TextCorpusArguments, streaming: bool = False) ->
 
 
 def hold_out_blocks(blocks: Dataset, percentage: float, seed: int) -> tuple[Dataset, Dataset | None]:
-    """(training blocks, ``percentage`` % held out with ``seed``), or (all blocks, None) for 0 %."""
+    """(training blocks, ``percentage`` % held out with ``seed``), or (all blocks, None) for 0 %.
+
+    Raises:
+        ValueError: fewer than two blocks, so that none would be left to train on.
+    """
     if percentage <= 0:
         return blocks, None
+    check_enough_to_split(len(blocks), percentage, "blocks")
     split = blocks.train_test_split(test_size=percentage / 100, seed=seed)
     return split["train"], split["test"]
+
+
+def check_enough_to_split(count: int, percentage: float, what: str) -> None:
+    """Raise, naming the flags, when ``count`` rows are too few to hold ``percentage`` % out and train on the
+    rest (one held-out row at least, one left)."""
+    if count < 2:
+        raise ValueError(
+            f"--validation_split_percentage {percentage:g}: the corpus gives {count} {what}, too few to hold "
+            "some out and train on the rest. Give more text (or a smaller --block_size), a "
+            "--validation_file, or --validation_split_percentage 0 to evaluate nothing."
+        )
 
 
 def load_text_corpus(
@@ -143,6 +163,7 @@ def load_text_corpus(
     split: str = "train",
     text_column: str = "text",
     streaming: bool = False,
+    keep_linebreaks: bool = False,
 ) -> Dataset | IterableDataset:
     """Load one split of a text corpus and check it has ``text_column``.
 
@@ -156,6 +177,8 @@ def load_text_corpus(
         streaming: an ``IterableDataset`` read as it is iterated (files and hub datasets through
             ``datasets.load_dataset(..., streaming=True)``, nothing downloaded or converted first; the offline
             corpora and saved folders as iterable views).
+        keep_linebreaks: ``.txt`` files: each line's text ends with its line break (datasets' ``text``
+            builder option; ``run_clm.py --keep_linebreaks``, True there by default).
     """
     if (source is None) == (not files):
         raise ValueError("Give exactly one corpus: a dataset name / folder, or a list of text files.")
@@ -165,6 +188,8 @@ def load_text_corpus(
             raise ValueError(f"Text files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
         suffix = suffixes.pop()
         extra = {"delimiter": "\t"} if suffix == ".tsv" else {}
+        if _FILE_BUILDERS[suffix] == "text":
+            extra = {"keep_linebreaks": keep_linebreaks}
         named = {"train": ("--train_files", files)}
         dataset = load_data_files(_FILE_BUILDERS[suffix], named, streaming=streaming, **extra)["train"]
     elif source.startswith(MOVIE_REVIEWS_PREFIX):

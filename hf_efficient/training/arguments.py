@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from datasets import IterableDataset
 from transformers import PreTrainedModel, TrainingArguments
 
 TORCH_DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -182,6 +183,8 @@ def first_examples(dataset, limit: int | None, flag: str):
         return dataset
     if limit < 1:
         raise ValueError(f"--{flag} must be at least 1, got {limit}; leave it out to use every example.")
+    if isinstance(dataset, IterableDataset):  # a stream (--streaming): its first examples as it is read
+        return dataset.take(limit)
     return dataset.select(range(min(limit, len(dataset))))
 
 
@@ -193,3 +196,119 @@ def decide_phases(training_args: TrainingArguments, args: list[str] | None) -> N
     given = {arg.removeprefix("--").split("=")[0] for arg in (sys.argv[1:] if args is None else args)}
     if not given & set(PHASE_FLAGS):
         training_args.do_train = training_args.do_eval = True
+
+
+@dataclass(frozen=True)
+class UpstreamFlag:
+    """A flag of transformers' example scripts that a script here names otherwise, or does not take.
+
+    Attributes:
+        ours: the flag it becomes where the script has that flag (its value times ``scale`` when set:
+            ``--train_val_split 0.15`` -> ``--validation_split_percentage 15``).
+        accepted: values (lower case; ``true`` for the bare flag) that are this package's behaviour
+            already: the flag is dropped (``--use_fast_tokenizer``: the tokenizers are always fast).
+        reason: where neither applies, why it is refused and what to use instead (the error says it).
+    """
+
+    reason: str
+    ours: str | None = None
+    scale: float | None = None
+    accepted: tuple[str, ...] = ()
+
+
+# Flags of run_mlm.py, run_clm.py, run_glue.py, run_classification.py, run_image_classification.py and
+# run_mae.py that the scripts here take under another name or not at all; a script that has a flag of the
+# same name takes it as it is (finetune_glue.py's --max_seq_length), so these apply only where it does not.
+UPSTREAM_FLAGS: dict[str, UpstreamFlag] = {
+    "max_seq_length": UpstreamFlag(
+        "the sequence length of an image model is its image_size / patch_size (--config_overrides)",
+        ours="block_size",
+    ),
+    "train_file": UpstreamFlag(
+        "images come from a folder, --train_dir (or --dataset_name)", ours="train_files"
+    ),
+    "train_val_split": UpstreamFlag(
+        "finetune_glue.py holds nothing out: it evaluates on --validation_file or the task's validation "
+        "split",
+        ours="validation_split_percentage",
+        scale=100,
+    ),
+    "validation_split_percentage": UpstreamFlag(
+        "finetune_glue.py holds nothing out: it evaluates on --validation_file or the task's validation split"
+    ),
+    "pad_to_max_length": UpstreamFlag(
+        "nothing is padded: pretrain_clm.py's blocks hold exactly --block_size tokens, and images are all "
+        "resized to the model's image_size"
+    ),
+    "preprocessing_num_workers": UpstreamFlag(
+        "images are transformed as batches are read (set_transform), not preprocessed ahead; "
+        "--dataloader_num_workers sets the processes that read them"
+    ),
+    "train_split_name": UpstreamFlag(
+        "the training split of a dataset by name is its 'train' split", ours="dataset_split"
+    ),
+    "validation_split_name": UpstreamFlag(
+        "the evaluation rows are --validation_file's (--validation_dir's; a dataset by name: its "
+        "'validation' split in the image scripts), else --validation_split_percentage of the training rows"
+    ),
+    "test_split_name": UpstreamFlag(
+        "this script predicts nothing (only finetune_glue.py has --do_predict on a test split)"
+    ),
+    "metric_name": UpstreamFlag(
+        "the metrics are the task's and all are reported: GLUE's for --task_name; for your own data "
+        "accuracy and F1 (two classes) or accuracy, or Pearson and Spearman (regression); "
+        "--metric_for_best_model picks the one that chooses the best checkpoint"
+    ),
+    "do_regression": UpstreamFlag(
+        "only finetune_glue.py regresses (its --do_regression, or float labels); image labels are classes"
+    ),
+    "keep_linebreaks": UpstreamFlag("this script reads no .txt files"),
+    "model_type": UpstreamFlag(
+        "the model is always EfficientBert (text) or EfficientViT (images); give its sizes with --config, "
+        "--config_name or --config_overrides and its attention with --attention_type"
+    ),
+    "use_fast_tokenizer": UpstreamFlag(
+        "the tokenizers here are always fast (tokenizers-backed); there is no slow one to choose",
+        accepted=("true", "1", "yes"),
+    ),
+    "low_cpu_mem_usage": UpstreamFlag(
+        "transformers 5 always builds the model on the meta device and loads the weights into it, so "
+        "there is no full-memory loading to choose",
+        accepted=("true", "1", "yes"),
+    ),
+}
+
+
+def translate_upstream_flags(args: list[str], known: set[str]) -> list[str]:
+    """``args`` with the :data:`UPSTREAM_FLAGS` that the script does not take by that name (``known``: the
+    names of its flags, without ``--``) rewritten as its own flags, or dropped where they are its behaviour
+    already.
+
+    Raises:
+        ValueError: an upstream flag with no counterpart in the script, naming it, its value and why.
+    """
+    result, position = [], 0
+    while position < len(args):
+        arg = args[position]
+        position += 1
+        name, equals, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        flag = UPSTREAM_FLAGS.get(name)
+        if flag is None or name in known:
+            result.append(arg)
+            continue
+        if not equals and position < len(args) and not args[position].startswith("--"):
+            value, equals = args[position], "="
+            position += 1
+        if flag.ours in known:
+            if flag.scale is not None and equals:
+                try:
+                    value = f"{float(value) * flag.scale:g}"
+                except ValueError:
+                    raise ValueError(f"--{name} takes a number, got {value!r}.") from None
+            result += [f"--{flag.ours}", value] if equals else [f"--{flag.ours}"]
+        elif (value.lower() if equals else "true") not in flag.accepted:
+            given = f"--{name}" + (f" {value}" if equals else "")
+            raise ValueError(
+                f"{given} (a flag of transformers' example scripts) does not apply here: {flag.reason}."
+            )
+    return result

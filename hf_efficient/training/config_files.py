@@ -17,11 +17,14 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from transformers import HfArgumentParser
+
+from .arguments import translate_upstream_flags
 
 SECTIONS = ("model", "training")
 
@@ -138,7 +141,12 @@ def parse_args_with_config_files(
 
     Returns:
         (the parsed dataclasses, in the parser's order; the merged model config kwargs).
+
+    Flags of transformers' example scripts that the script names otherwise are read as its own, or refused
+    saying why (:func:`~hf_efficient.training.arguments.translate_upstream_flags`).
     """
+    known = {option[2:] for action in parser._actions for option in action.option_strings}
+    args = translate_upstream_flags(sys.argv[1:] if args is None else list(args), known)
     pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--config")
     pre.add_argument("--attention_type")

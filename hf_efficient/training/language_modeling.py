@@ -20,6 +20,7 @@ from transformers.trainer_utils import has_length
 
 from ..data.text import (
     TextCorpusArguments,
+    check_enough_to_split,
     check_sequence_length,
     group_texts,
     hold_out_blocks,
@@ -34,6 +35,7 @@ from .run import finish_run, random_state_callbacks, random_state_settings, trai
 from .trainer import EfficientTrainer
 
 logger = logging.getLogger(__name__)
+DEFAULT_VALIDATION_SPLIT_PERCENTAGE = 5.0  # run_mlm.py's and run_clm.py's
 
 
 @dataclass
@@ -61,11 +63,27 @@ class LanguageModelArguments(ModelArguments):
 @dataclass
 class LanguageModelDataArguments(TextCorpusArguments, DataCacheArguments):
     """The data flags of the language-model pretraining scripts beyond the corpus (run_mlm.py / run_clm.py's
-    evaluation file, sample cap, ``--overwrite_cache`` and ``--streaming``)."""
+    evaluation file, held-out share, sample caps, ``--overwrite_cache`` and ``--streaming``).
 
+    ``--validation_split_percentage`` is 5 by default, as in run_mlm.py / run_clm.py, so a run evaluates;
+    0 with ``--validation_file`` (the file is the evaluation set) or ``--streaming`` (a stream cannot be
+    split) unless given.
+    """
+
+    validation_split_percentage: float | None = field(
+        default=None,
+        metadata={
+            "help": f"Percent of the blocks (or texts: --validation_split_by) held out to evaluate on; "
+            f"default {DEFAULT_VALIDATION_SPLIT_PERCENTAGE:g} (0 with --validation_file or --streaming)."
+        },
+    )
     validation_file: str | None = field(
         default=None,
         metadata={"help": "Text to evaluate on (.txt, .csv, .json), instead of a held-out share."},
+    )
+    max_train_samples: int | None = field(
+        default=None,
+        metadata={"help": "Only the first N training examples (blocks, or lines with --line_by_line)."},
     )
     max_eval_samples: int | None = field(default=None, metadata={"help": "Only the first N evaluation rows."})
     streaming: bool = field(
@@ -75,6 +93,11 @@ class LanguageModelDataArguments(TextCorpusArguments, DataCacheArguments):
             "as it is read, nothing converted first); needs --max_steps and a tokenizer."
         },
     )
+
+    def __post_init__(self):
+        if self.validation_split_percentage is None:
+            held_out = not (self.validation_file or self.streaming)
+            self.validation_split_percentage = DEFAULT_VALIDATION_SPLIT_PERCENTAGE if held_out else 0.0
 
 
 def language_model_corpus(
@@ -172,7 +195,8 @@ def language_model_blocks(
     The evaluation examples come from
     ``--validation_file``, else ``--validation_split_percentage`` is held out, of the blocks or, with
     ``--validation_split_by texts``, of the texts before grouping (no held-out block then shares a document
-    with a training block); none without ``do_eval``; the first ``--max_eval_samples`` of them.
+    with a training block); none without ``do_eval``; the first ``--max_train_samples`` /
+    ``--max_eval_samples`` of each.
 
     The main process groups first and fills the ``datasets`` cache; the others read it.
 
@@ -204,17 +228,22 @@ def language_model_blocks(
     with training_args.main_process_first(desc="grouping texts"):
         if data_args.validation_file:
             eval_texts = load_text_corpus(
-                files=[data_args.validation_file], text_column=data_args.text_column
-            )
+                files=[data_args.validation_file], text_column=data_args.text_column,
+                keep_linebreaks=data_args.keep_linebreaks,
+            )  # fmt: skip
             train_examples, eval_examples = examples(corpus), examples(eval_texts)
         elif data_args.validation_split_by == "blocks" or percentage <= 0:
             train_examples, eval_examples = hold_out_blocks(examples(corpus), percentage, seed)
         else:
+            check_enough_to_split(len(corpus), percentage, "texts")
             split = corpus.train_test_split(test_size=percentage / 100, seed=seed)
             train_examples, eval_examples = examples(split["train"]), examples(split["test"])
     if not training_args.do_eval:
         eval_examples = None
-    return train_examples, first_examples(eval_examples, data_args.max_eval_samples, "max_eval_samples")
+    return (
+        first_examples(train_examples, data_args.max_train_samples, "max_train_samples"),
+        first_examples(eval_examples, data_args.max_eval_samples, "max_eval_samples"),
+    )
 
 
 def pretrain_language_model(
@@ -268,10 +297,12 @@ def pretrain_language_model(
     eval_metrics = evaluate_perplexity(trainer) if eval_blocks is not None else {}
     metrics.update(eval_metrics)
     reported = "loss, perplexity" + (" and accuracy" if compute_metrics else "")
+    if not eval_metrics and trainer.is_world_process_zero():  # the last line says so, with the training loss
+        print(f"{headline}: {not_evaluated(metrics)}", flush=True)
     finish_run(
         trainer,
         eval_metrics,
-        headline=headline,
+        headline=headline if eval_metrics else None,
         shown=("loss", "perplexity", "accuracy"),
         summary=summary,
         data_description=(
@@ -296,6 +327,15 @@ def pretrain_language_model(
 
 
 DATA_SETTINGS = "data_settings.json"
+
+
+def not_evaluated(metrics: dict[str, float]) -> str:
+    """The run's last line when nothing was evaluated: the training loss (if it trained) and why."""
+    loss = f"train_loss = {metrics['train_loss']:.4f}; " if "train_loss" in metrics else ""
+    return (
+        f"{loss}nothing evaluated (--do_eval, or no phase flag, with --validation_split_percentage above 0 "
+        "or --validation_file evaluates)"
+    )
 
 
 def count(dataset: Dataset | IterableDataset) -> str:

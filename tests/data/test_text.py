@@ -170,7 +170,20 @@ def test_a_streamed_corpus_gives_the_blocks_and_lines_of_the_loaded_one(corpus, 
     if not causal:
         assert list(tokenize_lines(streamed, tokenizer, 16)) == list(tokenize_lines(loaded, tokenizer, 16))
     capped = load_corpus_from_args(TextCorpusArguments(train_files=[str(text_file)], max_train_texts=5), True)
-    assert [row["text"] for row in capped] == loaded["text"][:5]
+    kept = load_text_corpus(files=[str(text_file)], keep_linebreaks=True)  # --keep_linebreaks' default
+    assert [row["text"] for row in capped] == kept["text"][:5] and kept["text"][0] == loaded["text"][0] + "\n"
+
+
+def test_holding_out_from_a_single_block_names_the_flags():
+    """5% is held out by default now; a corpus of one block leaves nothing to train on, which is said with
+    the flags that fix it (datasets' train_test_split says 'the resulting train set will be empty')."""
+    from hf_efficient.data.text import hold_out_blocks
+
+    one_block = Dataset.from_dict({"input_ids": [[2, 5, 3]]})
+    with pytest.raises(ValueError, match=r"--validation_split_percentage 5: the corpus gives 1 blocks, too"):
+        hold_out_blocks(one_block, 5, seed=0)
+    train, held_out = hold_out_blocks(Dataset.from_dict({"input_ids": [[2, 5, 3]] * 2}), 5, seed=0)
+    assert len(train) == len(held_out) == 1
 
 
 def test_group_texts_errors(corpus, tokenizer):

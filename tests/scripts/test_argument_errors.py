@@ -67,7 +67,8 @@ def test_finetune_flags(finetune_glue, tiny_checkpoint, data, tmp_path):
     header = write_csv(tmp_path / "header.csv", ["sentence", "label"], [])
     fails(ValueError, r"No rows could be read from --train_file .*header.csv", train_file=header)
     no_label = write_csv(tmp_path / "no_label.csv", ["sentence", "target"], [["a film", 1]])
-    fails(ValueError, r"no 'label' column. Its columns are \['sentence', 'target'\]", train_file=no_label)
+    message = r"no column\(s\) \['label'\]; its columns are \['sentence', 'target'\]: .* --label_column_name"
+    fails(ValueError, message, train_file=no_label)
     fails(
         FileNotFoundError,
         r"--model_name_or_path: no such folder '/no/such/model'",

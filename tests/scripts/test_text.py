@@ -185,10 +185,10 @@ def test_classification_flags_of_run_classification(finetune_glue, pretrained, d
     with pytest.raises(ValueError, match=r"--remove_splits \['dev'\]: .* has the splits \['train', "):
         finetune_glue.main([*args[:4], "--remove_splits", "dev", "--output_dir", str(tmp_path / "x")])
     with pytest.raises(
-        ValueError, match=r"--text_column_delimiter apply to a dataset loaded with --dataset_n"
+        ValueError, match=r"--text_column_delimiter apply to a dataset loaded with --dataset_name or to --tr"
     ):
-        files = ["--train_file", data["train"], "--text_column_delimiter", " "]
-        finetune_glue.main([*args[:2], *files, "--output_dir", str(tmp_path / "x")])
+        task = ["--task_name", "rotten_tomatoes", "--text_column_delimiter", " "]
+        finetune_glue.main([*args[:2], *task, "--output_dir", str(tmp_path / "x")])
 
 
 def test_overwrite_cache_redoes_the_preprocessing(
