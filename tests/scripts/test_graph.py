@@ -111,3 +111,49 @@ def test_script_errors_are_clear(train_graph, tmp_path):
         train_graph.main(
             run_args(tmp_path, "--dataset_name", "karate", "--config_overrides", "hidden_sise=8")
         )
+
+
+def write_graph_records(folder, fmt: str) -> None:
+    """train (12 rings of 3-6 nodes, float features) and validation (6) records, label = ring size parity."""
+    import pandas as pd
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", 12), ("validation", 6)):
+        records = []
+        for i in range(count):
+            n = 3 + i % 4
+            source, target = list(range(n)), [(j + 1) % n for j in range(n)]
+            edges = [source + target, target + source]
+            features = [[float(j) / n, 1.0] for j in range(n)]
+            records.append({"num_nodes": n, "edge_index": edges, "node_feat": features, "y": n % 2})
+        table = pd.DataFrame(records)
+        if fmt == "jsonl":
+            table.to_json(folder / f"{split}.jsonl", orient="records", lines=True)
+        else:
+            table.to_parquet(folder / f"{split}.parquet")
+
+
+def test_own_graph_records_from_json_lines_and_parquet(train_graph, tmp_path):
+    write_graph_records(tmp_path / "jsonl", "jsonl")
+    write_graph_records(tmp_path / "parquet", "parquet")
+    runs = {
+        "files": ["--train_file", str(tmp_path / "jsonl" / "train.jsonl"), "--validation_file"],
+        "parquet": ["--train_file", str(tmp_path / "parquet"), "--validation_file"],  # a folder of files
+        "folder": ["--dataset_name", str(tmp_path / "jsonl")],  # splits from the file names
+    }
+    runs["files"].append(str(tmp_path / "jsonl" / "validation.jsonl"))
+    runs["parquet"].append(str(tmp_path / "parquet" / "validation.parquet"))
+    for name, data in runs.items():
+        out = tmp_path / f"run-{name}"
+        args = ["--config", TINY, "--output_dir", str(out), "--max_steps", "2", *COMMON, *data]
+        metrics = train_graph.main(args)
+        assert round(metrics["eval_accuracy"] * 6, 6).is_integer(), name  # scored on the 6 validation graphs
+        config = json.loads((out / "config.json").read_text())
+        assert config["node_feature_dim"] == 2, name
+        assert config["problem_type"] == "single_label_classification", name
+        assert str(tmp_path) not in (out / "README.md").read_text(), name  # file names, never local paths
+    with pytest.raises(ValueError, match=r"--train_file .*model\.bin: graph records are read from \.json"):
+        (tmp_path / "model.bin").write_bytes(b"x")
+        train_graph.main(run_args(tmp_path / "x", "--train_file", str(tmp_path / "model.bin")))
+    with pytest.raises(ValueError, match=r"--dataset_name karate and --train_file / --validation_file both"):
+        train_graph.main(run_args(tmp_path / "x", "--dataset_name", "karate", *runs["files"]))
