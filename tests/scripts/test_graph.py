@@ -7,6 +7,7 @@ clear errors.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from transformers import (
@@ -19,7 +20,7 @@ from transformers import (
 import hf_efficient  # noqa: F401  (registers the Auto classes)
 from hf_efficient import EfficientGraphConfig
 from hf_efficient.data.graph_tasks import graph_model_kwargs, infer_graph_task
-from hf_efficient.data.graphs import load_solubility
+from hf_efficient.data.graphs import load_karate_club, load_solubility
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
 from ..script_loader import CONFIGS, QUIET
@@ -151,9 +152,25 @@ def test_own_graph_records_from_json_lines_and_parquet(train_graph, tmp_path):
         config = json.loads((out / "config.json").read_text())
         assert config["node_feature_dim"] == 2, name
         assert config["problem_type"] == "single_label_classification", name
-        assert str(tmp_path) not in (out / "README.md").read_text(), name  # file names, never local paths
+        metadata = (out / "README.md").read_text().split("---")[1]
+        assert str(tmp_path) not in metadata, name  # file names, never local paths
     with pytest.raises(ValueError, match=r"--train_file .*model\.bin: graph records are read from \.json"):
         (tmp_path / "model.bin").write_bytes(b"x")
         train_graph.main(run_args(tmp_path / "x", "--train_file", str(tmp_path / "model.bin")))
     with pytest.raises(ValueError, match=r"--dataset_name karate and --train_file / --validation_file both"):
         train_graph.main(run_args(tmp_path / "x", "--dataset_name", "karate", *runs["files"]))
+
+
+def test_card_names_a_local_dataset_by_name_and_loads_from_the_saved_folder(train_graph, tmp_path):
+    folder = tmp_path / "my_karate"
+    load_karate_club().save_to_disk(str(folder))
+    out = tmp_path / "run"
+    metrics = train_graph.main(run_args(out, "--dataset_name", str(folder)))
+    card = (out / "README.md").read_text()
+    metadata = card.split("---")[1]  # the YAML front matter the hub reads
+    assert "eval_accuracy" in metrics and "my_karate" in metadata and str(tmp_path) not in metadata
+    loads = re.findall(r'from_pretrained\("([^"]+)"\)', card.split("## How to load")[1])
+    assert loads == [str(out)]  # the folder the run saved, not a placeholder
+    assert "once it is pushed to the hub, its repository id" in card
+    model = AutoModelForTokenClassification.from_pretrained(loads[0])
+    assert type(model).__name__ == "EfficientGraphForNodeClassification"
