@@ -42,9 +42,13 @@ mode). What cannot be exported raises :class:`NotExportableError` naming the typ
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import shutil
+import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +68,35 @@ MANIFEST_FILE = "export.json"
 _UNSERVED_OUTPUTS = ("loss", "hidden_states", "attentions")
 # Kernels of exact attention that trace to ONNX operators (FlexAttention and flash kernels do not).
 _TRACEABLE_KERNELS = ("eager", "sdpa")
+# Log lines of the ONNX exporter that say nothing about this export: torchvision's detection ops it skips
+# registering (torchvision is not needed) and onnx_ir's default of INTS for an empty list attribute (an empty
+# list of axes or of a shape, which INTS is). {logger: start of the message}.
+_EXPORTER_NOISE = {
+    "torch.onnx._internal.exporter._registration": "torchvision is not installed",
+    "onnx_ir._convenience": "Attribute type is ambiguous because it is an empty sequence",
+}
+
+
+class _DropMessages(logging.Filter):
+    def __init__(self, start: str):
+        super().__init__()
+        self.start = start
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.start)
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """Drop the log lines of :data:`_EXPORTER_NOISE` (only those) while the ONNX exporter runs."""
+    filters = {name: _DropMessages(start) for name, start in _EXPORTER_NOISE.items()}
+    for name, dropper in filters.items():
+        logging.getLogger(name).addFilter(dropper)
+    try:
+        yield
+    finally:
+        for name, dropper in filters.items():
+            logging.getLogger(name).removeFilter(dropper)
 
 
 def _import_extra(module: str, needed_by: str):
@@ -332,7 +365,7 @@ def export_onnx(exported: ExportedModel, path: str | Path, optimize: bool = True
     onnx = _import_extra("onnx", "export_onnx")
     _import_extra("onnxscript", "export_onnx")  # torch.onnx.export(dynamo=True) translates with it
 
-    with warnings.catch_warnings():  # the exporter's notes on the ops it decomposes
+    with warnings.catch_warnings(), _quiet_exporter():  # the exporter's notes on the ops it decomposes
         warnings.simplefilter("ignore")
         onnx_program = torch.onnx.export(
             exported.program,
@@ -522,21 +555,38 @@ def export_folder(
     optimize: bool = True,
     program_tolerance: float = 1e-5,
     onnx_tolerance: float = 1e-4,
+    progress: Callable[[str], None] | None = None,
 ) -> ExportReport:
     """A saved model folder -> a serving folder: ``model.pt2`` (``torch.export``), ``model.onnx``, the config
     and the tokenizer / image processor, and ``export.json`` (the signature and the measured errors).
 
     With ``verify`` the reloaded program and the ONNX Runtime session run on two sizes the export did not
     see and must match the model within ``program_tolerance`` / ``onnx_tolerance`` (largest absolute
-    difference), else a ``ValueError`` gives both numbers.
+    difference), else a ``ValueError`` gives both numbers. ``progress`` (e.g. ``print``) is called with a
+    line as each step starts and with the time the run has taken so far (an export takes from seconds to
+    minutes; ``scripts/export.py`` prints them).
     """
     from .modeling.blocks import attention_types_in
 
+    steps = ["loading the model", "torch.export"]
+    steps += ["ONNX export" + ("" if optimize else " (not optimised)")] if onnx else []
+    steps += ["checking the exported files against the model on new sizes"] if verify else []
+    started = time.perf_counter()
+
+    def step(name: str) -> None:
+        if progress is not None:
+            number = steps.index(name) + 1
+            progress(f"[{number}/{len(steps)}] {name} ({time.perf_counter() - started:.0f} s so far)")
+
+    step(steps[0])
     model = load_for_export(model_name_or_path)
+    step("torch.export")
     exported = export_program(model)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.export.save(exported.program, str(out / PROGRAM_FILE))
+    if onnx:
+        step(steps[2])
     onnx_path = export_onnx(exported, out / ONNX_FILE, optimize=optimize) if onnx else None
     model.config.save_pretrained(out)
     _copy_preprocessing(model_name_or_path, out)
@@ -553,6 +603,7 @@ def export_folder(
         files={"program": PROGRAM_FILE, "onnx": ONNX_FILE if onnx_path else None},
     )
     if verify:
+        step(steps[-1])
         sizes = compare_sizes(model)
         program = ExportedModel(
             torch.export.load(str(out / PROGRAM_FILE)), exported.inputs, exported.output_names

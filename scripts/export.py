@@ -5,14 +5,16 @@
 
 Writes ``model.pt2``, ``model.onnx``, the config, the tokenizer or image processor, and ``export.json`` (the
 inputs in order with their dynamic dimensions, the outputs, and how far the reloaded program and ONNX
-Runtime are from the model on two input sizes the export did not see; over the tolerance it fails). Runs
-the model with ``scripts/serve_onnx.py``. What exports and what is baked in: docs/serving.md. Needs the
+Runtime are from the model on two input sizes the export did not see; over the tolerance it fails). Says each
+step as it starts, on stderr (an export takes seconds to minutes). Runs the model with
+``scripts/serve_onnx.py``. What exports and what is baked in: docs/serving.md. Needs the
 ``export`` extra (``pip install -e ".[export]"``) for the ONNX file.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from hf_efficient.export import ExportReport, export_folder
 
@@ -35,6 +37,7 @@ def main(args: list[str] | None = None) -> ExportReport:
         onnx=not parsed.no_onnx,
         verify=not parsed.no_verify,
         optimize=not parsed.no_optimize,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(f"exported {report.architecture} ({', '.join(report.attention_types)}) to {report.output_dir}")
     for spec in report.inputs:

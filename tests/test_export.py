@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,6 +47,7 @@ from .models.text import checks as text_checks
 from .models.text.helpers import tiny_config, write_vocab
 from .models.vision import checks as vision_checks
 from .models.vision.helpers import tiny_config as tiny_vit_config
+from .processes import ROOT, child_env
 
 CHECKS = {"text": text_checks, "vision": vision_checks, "graph": graph_checks}
 PAIRS = [(modality, name) for modality in MODALITIES for name in list_attention_types(modality)]
@@ -387,3 +390,52 @@ def test_export_of_a_missing_folder_names_it(tmp_path, export):
     with pytest.raises(FileNotFoundError, match=r"--model_name_or_path\): no such folder .*no_such_model"):
         export.main(["--model_name_or_path", str(missing), "--output_dir", str(tmp_path / "serving")])
     assert not (tmp_path / "serving").exists()
+
+
+EXPORT_WITH_AN_EMPTY_ATTRIBUTE = """
+import runpy, sys
+import onnx_ir.convenience
+import torch
+
+real_export = torch.onnx.export
+
+
+def export(*args, **kwargs):  # as the exporter does for an op with an empty list attribute
+    onnx_ir.convenience.convert_attribute("axes", [])
+    return real_export(*args, **kwargs)
+
+
+torch.onnx.export = export
+sys.argv = ["scripts/export.py", *sys.argv[1:]]
+runpy.run_path("scripts/export.py", run_name="__main__")
+"""
+
+
+@pytest.mark.slow  # a fresh interpreter: the exporter says these once per process
+def test_export_prints_its_steps_and_none_of_the_exporters_noise(tmp_path):
+    trained = tmp_path / "model"
+    EfficientBertForSequenceClassification(tiny_config("longformer")).save_pretrained(trained)
+    from transformers import BertTokenizerFast
+
+    BertTokenizerFast(vocab_file=str(write_vocab(trained))).save_pretrained(trained)
+    args = ["--model_name_or_path", str(trained), "--output_dir", str(tmp_path / "serving")]
+    result = subprocess.run(
+        [sys.executable, "-c", EXPORT_WITH_AN_EMPTY_ATTRIBUTE, *args],
+        env=child_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "torchvision is not installed" not in result.stderr  # four lines of the exporter's registry
+    assert "Attribute type is ambiguous" not in result.stderr  # onnx_ir's default of INTS for []
+    steps = [line for line in result.stderr.splitlines() if line.startswith("[")]
+    assert [step.split(" (")[0] for step in steps] == [
+        "[1/4] loading the model",
+        "[2/4] torch.export",
+        "[3/4] ONNX export",
+        "[4/4] checking the exported files against the model on new sizes",
+    ]
+    assert all(step.endswith(" s so far)") for step in steps)
+    assert "exported EfficientBertForSequenceClassification" in result.stdout

@@ -4,13 +4,19 @@ the editable install (``make install``) builds without setuptools' warnings."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
 
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
+from .docs_blocks import page_blocks
 from .processes import ROOT, child_env, run_python
 
 # What the package reads by path at run time (package data in pyproject.toml), as paths inside the wheel.
@@ -94,3 +100,49 @@ def test_the_editable_build_prints_no_setuptools_warning(source, tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         (pth,) = [name for name in archive.namelist() if name.endswith(".pth")]
         assert archive.read(pth).decode().strip() == str(source)  # the package's folder on the path
+
+
+def _name(requirement: str) -> str:
+    return canonicalize_name(Requirement(requirement).name)
+
+
+def _applies(requirement: str) -> bool:
+    """A requirement that applies here without an extra (not Windows-only, not ``extra == ...``)."""
+    marker = Requirement(requirement).marker
+    return marker is None or marker.evaluate({"extra": ""})
+
+
+def test_the_readme_install_line_installs_what_the_quick_start_imports():
+    """The README's install line without make (torch, then the package with the extras it names) provides
+    every module its python blocks import, directly or through a dependency of what it installs."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        tomllib = pytest.importorskip("tomli")
+    readme = (ROOT / "README.md").read_text()
+    extras = re.search(r'`pip install -e "\.\[([\w,]+)\]"`', readme)
+    assert extras, 'README.md has no `pip install -e ".[...]"` line'
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    optional = project["optional-dependencies"]
+    wanted, todo = {"torch"}, list(project["dependencies"])
+    for extra in extras.group(1).split(","):
+        todo += optional[extra]
+    while todo:  # the line's requirements and theirs, as installed here
+        name = _name(todo.pop())
+        if name == "hf-efficient":
+            continue
+        if name not in wanted:
+            wanted.add(name)
+            todo += [r for r in importlib.metadata.requires(name) or [] if _applies(r)]
+    modules = set()
+    for block in page_blocks(ROOT / "README.md"):
+        if block.language == "python":
+            for node in ast.walk(ast.parse(block.code)):
+                if isinstance(node, ast.Import):
+                    modules |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    modules.add(node.module.split(".")[0])
+    providers = importlib.metadata.packages_distributions()
+    modules -= {*sys.stdlib_module_names, "hf_efficient"}
+    missing = {m: providers.get(m) for m in modules if not {_name(d) for d in providers.get(m, [])} & wanted}
+    assert missing == {}, f"{extras.group(0)} does not install these imports of README.md's python blocks"

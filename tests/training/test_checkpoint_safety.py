@@ -29,7 +29,7 @@ from hf_efficient.training import (
     resolve_resume_checkpoint,
     train_and_save,
 )
-from hf_efficient.training.checkpoints import COMPLETE_MARKER, checkpoint_problem
+from hf_efficient.training.checkpoints import COMPLETE_MARKER, checkpoint_problem, mark_checkpoint_complete
 from hf_efficient.training.output_dir import (
     LOCK_FILE,
     check_output_dir_free,
@@ -253,9 +253,18 @@ def test_a_second_run_on_a_locked_output_dir_is_refused_until_the_first_dies(tmp
 def test_an_earlier_runs_model_is_not_overwritten_unless_asked(tmp_path):
     check_output_dir_free(tmp_path, resuming=False, overwrite=False)  # empty: fine
     EfficientBertForMaskedLM(tiny_config()).save_pretrained(tmp_path)
-    (tmp_path / "checkpoint-7").mkdir()
+    # no checkpoint to continue from: --resume_from_checkpoint is not offered
+    model_only = r"already holds a saved model \(config.json and its weights\) of an earlier run. "
+    model_only += r"It holds no checkpoint \(--save_strategy no\?\), so it cannot be continued: "
+    model_only += r"replace it with --overwrite_output_dir, or give this run another --output_dir.$"
+    with pytest.raises(OutputDirNotEmptyError, match=model_only):
+        check_output_dir_free(tmp_path, resuming=False, overwrite=False)
+    (tmp_path / "checkpoint-7").mkdir()  # cut short: no trainer_state.json, no marker
+    with pytest.raises(OutputDirNotEmptyError, match=r"It holds incomplete checkpoints only, so it cannot"):
+        check_output_dir_free(tmp_path, resuming=False, overwrite=False)
+    mark_checkpoint_complete(tmp_path / "checkpoint-7", 7)
     message = r"already holds a saved model \(config.json and its weights\) and checkpoints checkpoint-7 "
-    message += r".*--resume_from_checkpoint last.*--overwrite_output_dir"
+    message += r".*Continue that run with --resume_from_checkpoint last.*--overwrite_output_dir"
     with pytest.raises(OutputDirNotEmptyError, match=message):
         check_output_dir_free(tmp_path, resuming=False, overwrite=False)
     check_output_dir_free(tmp_path, resuming=True, overwrite=False)  # continuing that run: fine
