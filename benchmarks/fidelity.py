@@ -51,10 +51,10 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmarks.harness import machine_meta
+from benchmarks.harness import benchmark_parser, machine_meta
 from benchmarks.mechanisms import EXACT
 from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
-from benchmarks.report import pyplot, write_report
+from benchmarks.report import markdown_table, pyplot, write_report
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the checkpoint and tokenizer are local files
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -405,24 +405,18 @@ def summarize(records: list[dict], meta: dict) -> str:
         "Exact = float64 softmax(QK^T/sqrt(d))V; reformer_lsh rows against exact shared-QK attention; "
         "`target gap` rows: a limit against MiniLM's exact attention.",
         "",
-        "| mechanism | setting | " + " | ".join(f"n={n}" for n in lengths) + " | note |",
-        "|---|---|" + "---|" * len(lengths) + "---|",
     ]
-    keys = []
-    for r in records:
-        key = (r["family"], json.dumps(r["value"]))
-        if key not in keys:
-            keys.append(key)
+    keys = dict.fromkeys((r["family"], json.dumps(r["value"])) for r in records)
     by_key = {(r["family"], json.dumps(r["value"]), r["length"]): r for r in records}
+    rows = []
     for family, value in sorted(keys, key=lambda k: k[0] not in TARGET_GAPS):  # target gaps first
         first = next(r for r in records if r["family"] == family)
         setting = "target gap" if family in TARGET_GAPS else _setting_label(first["parameter"], value)
-        cells = []
-        for n in lengths:
-            r = by_key.get((family, value, n))
-            cells.append("-" if r is None else f"{r['rel_error']:.3g} ({r['cosine']:.3f})")
-        lines.append(f"| {family} | {setting} | " + " | ".join(cells) + f" | {first['note']} |")
-    return "\n".join(lines)
+        points = [by_key.get((family, value, n)) for n in lengths]
+        cells = ["-" if r is None else f"{r['rel_error']:.3g} ({r['cosine']:.3f})" for r in points]
+        rows.append([family, setting, *cells, first["note"]])
+    header = ["mechanism", "setting", *(f"n={n}" for n in lengths), "note"]
+    return "\n".join(lines + markdown_table(header, rows))
 
 
 def _setting_label(parameter: str | None, value_json: str) -> str:
@@ -433,10 +427,9 @@ def plot(records: list[dict], path: Path) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     plt = pyplot()
-    families = []
-    for r in records:
-        if r["family"] not in families and r["family"] not in TARGET_GAPS and r["type"] != EXACT:
-            families.append(r["family"])
+    families = list(
+        dict.fromkeys(r["family"] for r in records if r["family"] not in TARGET_GAPS and r["type"] != EXACT)
+    )
     gaps = {(r["family"], r["length"]): r["rel_error"] for r in records if r["family"] in TARGET_GAPS}
     lengths = sorted({r["length"] for r in records})
     colors = dict(
@@ -451,10 +444,7 @@ def plot(records: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for ax, family in zip(axes.flat, families, strict=False):
         mine = [r for r in records if r["family"] == family]
-        values = []
-        for r in mine:
-            if r["value"] not in values:
-                values.append(r["value"])
+        values = list(dict.fromkeys(r["value"] for r in mine))
         for n in lengths:
             pts = [(values.index(r["value"]), r["rel_error"]) for r in mine if r["length"] == n]
             if pts:
@@ -497,9 +487,7 @@ def plot(records: list[dict], path: Path) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__, "fidelity")
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 256, 512])
     parser.add_argument("--num_texts", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0, help="text sample, random features, fresh params")
@@ -508,7 +496,6 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="2 texts, n = 64, two settings per family (for tests)"
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fidelity"))
     add_plugin_argument(parser)
     return parser
 
@@ -561,9 +548,10 @@ def main(argv: list[str] | None = None) -> dict:
         "hf_efficient": hf_efficient.__version__,
         **machine_meta(args.threads),
     }
-    result = {"meta": meta, "records": records, "texts": texts}
     plots = {"fidelity.png": functools.partial(plot, records)}
-    write_report(args.out, result, summarize(records, meta), plots)
+    result = write_report(
+        args.out, {"meta": meta, "records": records, "texts": texts}, summarize(records, meta), plots
+    )
     print(f"{meta['seconds']:.0f} s")
     return result
 

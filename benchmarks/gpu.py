@@ -29,11 +29,11 @@ import torch
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, build_attention, get_attention_class
 
+from .harness import package_version
 from .mechanisms import benchmark_config
 from .report import (
-    Panel,
+    length_panel,
     markdown_table,
-    ok_points,
     plot_loglog,
     status_cell,
     time_and_memory_plots,
@@ -158,21 +158,13 @@ def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype) -> d
 
 
 def machine(device: str) -> dict:
-    info = dict(
-        torch=torch.__version__, transformers=_version("transformers"), python=platform.python_version()
-    )
-    info["hf_efficient"] = hf_efficient.__version__
+    info = dict(torch=torch.__version__, transformers=package_version("transformers"))
+    info.update(python=platform.python_version(), hf_efficient=hf_efficient.__version__)
     if device == "cuda":
         info.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
     else:
         info.update(cpu=platform.processor() or platform.machine(), note="dry run on the CPU")
     return info
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import version
-
-    return version(package)
 
 
 def save_partial(out: Path, meta: dict, records: list[dict]) -> None:
@@ -221,17 +213,11 @@ def plots(records: list[dict]) -> dict:
 
     def draw(key: str, label: str, path: Path) -> None:
         names = list(dict.fromkeys(r["type"] for r in records))
-        lines = {
-            t: ok_points([r for r in records if r.get(key) is not None], "length", key, type=t) for t in names
-        }
-        panel = Panel(f"forward + backward: {label}", "sequence length n", label, lines, dashed={BASELINE})
+        series = {t: {"type": t} for t in names}
+        panel = length_panel(records, key, f"forward + backward: {label}", label, series, dashed={BASELINE})
         plot_loglog(path, [[panel]], panel_size=(8.0, 5.0))
 
     return time_and_memory_plots(draw)
-
-
-def write(out: Path, meta: dict, records: list[dict]) -> None:
-    write_report(out, {"meta": meta, "records": records}, summarize(records, meta), plots(records))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -259,8 +245,9 @@ def main(argv: list[str] | None = None) -> dict:
         out=args.out,
         **settings,
     )
-    write(args.out, meta, records)
-    return {"meta": meta, "records": records}
+    return write_report(
+        args.out, {"meta": meta, "records": records}, summarize(records, meta), plots(records)
+    )
 
 
 if __name__ == "__main__":
