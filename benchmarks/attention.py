@@ -184,16 +184,6 @@ def add_throughput(record: dict, args: argparse.Namespace, sgemm: dict | None) -
     return {**record, **fields}
 
 
-def add_roofline(record: dict, sgemm: dict | None, bandwidth: dict | None) -> dict:
-    """Add the roofline of a point's counted ops against the run's limits, and its measured time's fraction
-    of it; null without counts or limits."""
-    fields = {"roofline": None, "roofline_fraction": None}
-    if record.get("status") == "ok" and record.get("op_counts") and sgemm and bandwidth:
-        fields["roofline"] = roofline.roofline(record["op_counts"], sgemm["gflops"], bandwidth["copy_gbps"])
-        fields["roofline_fraction"] = fields["roofline"]["seconds"] / record["median_s"]
-    return {**record, **fields}
-
-
 def attention_meta(args: argparse.Namespace) -> dict:
     """machine_meta plus the shape every attention point shares (batch, heads, head_dim; float32 on CPU)."""
     shape = {"batch": args.batch, "heads": args.heads, "head_dim": args.head_dim}
@@ -378,7 +368,7 @@ def main(argv: list[str] | None = None) -> dict:
     launch_point = launcher(run_point, args, [*POINT_SETTINGS, "config"])
 
     def run(base: dict) -> dict:
-        return add_roofline(add_throughput(launch_point(base), args, sgemm), sgemm, bandwidth)
+        return roofline.add_roofline(add_throughput(launch_point(base), args, sgemm), sgemm, bandwidth)
 
     types = args.types or benchmark_types()
     points = [

@@ -341,14 +341,12 @@ def evaluate(
             "exact": [exact_attention(q, k, v) for q, k, v in layers],
             "shared_qk": [exact_attention(q, k, v, shared_qk=True) for q, k, v in layers],
         }
-        for gap, fn in (
-            ("shared-QK target", lambda q, k, v: exact_attention(q, k, v, shared_qk=True)),
-            ("rfa kernel target", rfa_kernel_target),
-        ):
-            per_layer = [
-                compare(fn(q, k, v), ref) for (q, k, v), ref in zip(layers, references["exact"], strict=True)
-            ]
-            records.append(_record(gap, None, None, {}, n, per_layer, 0.0, TARGET_GAPS[gap], "exact"))
+        limits = (references["shared_qk"], [rfa_kernel_target(q, k, v) for q, k, v in layers])
+        for (gap, note), limit in zip(
+            TARGET_GAPS.items(), limits, strict=True
+        ):  # each against exact attention
+            per_layer = [compare(out, ref) for out, ref in zip(limit, references["exact"], strict=True)]
+            records.append(_record(Family(gap, None, None, [None], note=note), None, {}, n, per_layer, 0.0))
         for family in families:
             for value, config in family.settings(n):
                 if progress is not None:
@@ -358,40 +356,27 @@ def evaluate(
                 for layer, ((q, k, v), ref) in enumerate(zip(layers, references[family.target], strict=True)):
                     out = run_core(build_core(family.attention_type, config, layer, seed), q, k, v)
                     per_layer.append(compare(out, ref))
-                seconds = time.perf_counter() - start
-                records.append(
-                    _record(
-                        family.name,
-                        family.attention_type,
-                        value,
-                        config,
-                        n,
-                        per_layer,
-                        seconds,
-                        family.note,
-                        family.target,
-                        family.parameter,
-                    )
-                )
+                records.append(_record(family, value, config, n, per_layer, time.perf_counter() - start))
     return records
 
 
-def _record(name, attention_type, value, config, n, per_layer, seconds, note, target, parameter=None):
+def _record(family: Family, value, config: dict, n: int, per_layer: list[tuple], seconds: float) -> dict:
+    """One setting's record: its family's fields, the (rel error, cosine) of each layer and their means."""
     errors, cosines = [e for e, _ in per_layer], [c for _, c in per_layer]
     return {
-        "family": name,
-        "type": attention_type,
-        "parameter": parameter,
+        "family": family.name,
+        "type": family.attention_type,
+        "parameter": family.parameter,
         "value": value,
         "config": config,
         "length": n,
-        "target": target,
+        "target": family.target,
         "rel_error": statistics.fmean(errors),
         "cosine": statistics.fmean(cosines),
         "rel_error_per_layer": errors,
         "cosine_per_layer": cosines,
         "seconds": seconds,
-        "note": note,
+        "note": family.note,
     }
 
 

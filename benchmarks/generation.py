@@ -44,7 +44,7 @@ from benchmarks.harness import (
     set_up_torch,
     sweep,
 )
-from benchmarks.mechanisms import BASELINE, EXACT_KERNELS, bench_configs, is_exact, resolve
+from benchmarks.mechanisms import BASELINE, EXACT_KERNELS, bench_configs, build_model, is_exact
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
 
@@ -80,21 +80,16 @@ def run_point(point: argparse.Namespace) -> dict:
     import torch
 
     import hf_efficient
-    from hf_efficient import EfficientBertConfig, EfficientBertForCausalLM
+    from hf_efficient import EfficientBertForCausalLM
 
     set_up_torch(point.threads)
-    attention_type, implementation, attention_config = resolve(point.type, point.config)
-    model_sizes = json.loads(point.model)
     n, steps = point.length, point.warmup + point.repeats
-    config = EfficientBertConfig(
-        **model_sizes,
-        is_decoder=True,
-        max_position_embeddings=n + steps,
-        attention_type=attention_type,
-        attention_config=attention_config or None,
+    sizes = dict(json.loads(point.model), is_decoder=True, max_position_embeddings=n + steps)
+    model, (attention_type, implementation, attention_config) = build_model(
+        EfficientBertForCausalLM, point.type, point.config, **sizes
     )
-    model = EfficientBertForCausalLM._from_config(config, attn_implementation=implementation).eval()
-    prompt = torch.randint(5, config.vocab_size, (1, n))  # (1, n), clear of the special ids 0..4
+    model.eval()
+    prompt = torch.randint(5, model.config.vocab_size, (1, n))  # (1, n), clear of the special ids 0..4
     with torch.inference_mode():
         start = time.perf_counter()
         out = model(prompt, logits_to_keep=1)  # builds the cache: generate()'s prefill

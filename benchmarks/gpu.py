@@ -29,7 +29,7 @@ import torch
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, build_attention, get_attention_class
 
-from .harness import package_version
+from . import harness
 from .mechanisms import benchmark_config
 from .report import (
     length_panel,
@@ -91,29 +91,24 @@ def build_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype
 
 
 def measure(call, device: str, warmup: int, repeats: int) -> tuple[list[float], float | None]:
-    """Seconds of each timed call (CUDA events on a GPU) and the peak memory above the inputs, MiB."""
-    cuda = device == "cuda"
+    """Seconds of each timed call (CUDA events on a GPU; on the CPU :func:`benchmarks.harness.measure`'s
+    times) and the peak memory above the inputs, MiB (None on the CPU)."""
+    if device != "cuda":
+        return harness.measure(call, warmup, repeats).times_s, None
     for _ in range(warmup):  # first calls compile FlexAttention kernels
         call()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
     times = []
     for _ in range(repeats):
-        if cuda:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            stop.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(stop) / 1e3)
-        else:
-            tic = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - tic)
-    peak = (torch.cuda.max_memory_allocated() - before) / 2**20 if cuda else None
-    return times, peak
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3)
+    return times, (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
 def run(meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, budget_s, out) -> list[dict]:
@@ -158,7 +153,7 @@ def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype) -> d
 
 
 def machine(device: str) -> dict:
-    info = dict(torch=torch.__version__, transformers=package_version("transformers"))
+    info = dict(torch=torch.__version__, transformers=harness.package_version("transformers"))
     info.update(python=platform.python_version(), hf_efficient=hf_efficient.__version__)
     if device == "cuda":
         info.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)

@@ -153,9 +153,11 @@ def add_point_arguments(
     timeout: float = 300.0,
     warmup: int | None = 1,
     plugins: bool = True,
+    in_process: bool = False,
 ) -> None:
-    """The options of every harness-based CLI: threads, warm-up, per-point cap and timeout, and (unless
-    ``plugins`` is False: a benchmark whose types cannot come from plugins) ``--plugin``."""
+    """The options of every harness-based CLI: threads, warm-up, per-point cap and timeout, (unless
+    ``plugins`` is False: a benchmark whose types cannot come from plugins) ``--plugin``, and if asked
+    ``--in_process`` (:class:`ProcessOptions`)."""
     parser.add_argument("--threads", type=int, default=threads)
     parser.add_argument("--warmup", type=int, default=warmup, help="untimed calls before the timed ones")
     parser.add_argument(
@@ -164,6 +166,12 @@ def add_point_arguments(
     parser.add_argument("--timeout", type=float, default=timeout, help="seconds per point")
     if plugins:
         add_plugin_argument(parser)
+    if in_process:
+        parser.add_argument(
+            "--in_process",
+            action="store_true",
+            help="run every point in this process (tests; memory not isolated)",
+        )
 
 
 # ---- one point, one process ----------------------------------------------------------------------------

@@ -183,15 +183,13 @@ def run_point(point: argparse.Namespace) -> dict:
 def add_utilisation(record: dict, sgemm: dict | None, bandwidth: dict | None = None) -> dict:
     """Achieved GFLOP/s of the step and its fraction of the sgemm peak (MFU); the roofline of its counted
     ops, the measured time's fraction of it and the MFU at it; null when unknown."""
-    fields = dict.fromkeys(["gflops", "mfu", "roofline", "roofline_fraction", "roofline_mfu"])
+    record = roofline.add_roofline(record, sgemm, bandwidth)
+    fields = dict.fromkeys(["gflops", "mfu", "roofline_mfu"])
     if record["status"] == "ok" and record["model_flops"]:
         fields["gflops"] = record["model_flops"] / record["median_s"] / 1e9
         fields["mfu"] = fields["gflops"] / sgemm["gflops"] if sgemm else None
-    if record["status"] == "ok" and record.get("op_counts") and sgemm and bandwidth:
-        limits = roofline.roofline(record["op_counts"], sgemm["gflops"], bandwidth["copy_gbps"])
-        fields["roofline"], fields["roofline_fraction"] = limits, limits["seconds"] / record["median_s"]
-        if fields["mfu"] is not None:
-            fields["roofline_mfu"] = fields["mfu"] * record["median_s"] / limits["seconds"]
+        if fields["mfu"] is not None and record["roofline"]:
+            fields["roofline_mfu"] = fields["mfu"] * record["median_s"] / record["roofline"]["seconds"]
     return {**record, **fields}
 
 
@@ -338,8 +336,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bandwidth_gib", type=float, help="GiB copied to measure the memory bandwidth (0: no roofline)"
     )
-    parser.add_argument("--in_process", action="store_true", help="tests: run points in this process")
-    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0)
+    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0, in_process=True)
     return parser
 
 

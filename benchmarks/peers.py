@@ -556,13 +556,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head_dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument(
-        "--in_process",
-        action="store_true",
-        help="run every point in this process (tests; memory not isolated)",
-    )
     parser.add_argument("--no_plot", action="store_true", help="skip the PNGs")
-    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0, plugins=False)
+    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0, plugins=False, in_process=True)
     return parser.parse_args(argv)
 
 

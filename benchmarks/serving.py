@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import mechanisms
 from benchmarks.harness import (
     add_point_arguments,
     benchmark_parser,
@@ -48,7 +49,6 @@ from benchmarks.harness import (
     set_up_torch,
     sweep,
 )
-from benchmarks.mechanisms import resolve
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import length_panel, markdown_table, plot_loglog, status_cell, write_report
 
@@ -77,18 +77,14 @@ def build_model(point: argparse.Namespace):
     """The point's encoder (seed 0 weights) and its attention settings."""
     import torch
 
-    from hf_efficient import EfficientBertConfig, EfficientBertModel
+    from hf_efficient import EfficientBertModel
 
-    attention_type, implementation, attention_config = resolve(point.type)
-    config = EfficientBertConfig(
-        **json.loads(point.model),
-        max_position_embeddings=point.max_length,
-        attention_type=attention_type,
-        attention_config=attention_config or None,
-    )
     torch.manual_seed(0)
-    model = EfficientBertModel._from_config(config, attn_implementation=implementation).eval()
-    return model, attention_type, attention_config
+    sizes = dict(json.loads(point.model), max_position_embeddings=point.max_length)
+    model, (attention_type, _, attention_config) = mechanisms.build_model(
+        EfficientBertModel, point.type, **sizes
+    )
+    return model.eval(), attention_type, attention_config
 
 
 def onnx_file(model, point: argparse.Namespace) -> tuple[Path, float | None]:
