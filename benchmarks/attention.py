@@ -37,7 +37,9 @@ from benchmarks.harness import (
     Measurement,
     ProcessOptions,
     add_point_arguments,
-    launch,
+    benchmark_parser,
+    fill_from_preset,
+    launcher,
     machine_meta,
     measure,
     measure_bandwidth,
@@ -49,9 +51,8 @@ from benchmarks.harness import (
 from benchmarks.mechanisms import BASELINE, EXACT, bench_configs, benchmark_types, is_exact, resolve
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import (
-    Panel,
+    length_panel,
     markdown_table,
-    ok_points,
     plot_loglog,
     status_cell,
     time_and_memory_plots,
@@ -183,30 +184,31 @@ def add_throughput(record: dict, args: argparse.Namespace, sgemm: dict | None) -
     return {**record, **fields}
 
 
-def add_roofline(record: dict, sgemm: dict | None, bandwidth: dict | None) -> dict:
-    """Add the roofline of a point's counted ops against the run's limits, and its measured time's fraction
-    of it; null without counts or limits."""
-    fields = {"roofline": None, "roofline_fraction": None}
-    if record.get("status") == "ok" and record.get("op_counts") and sgemm and bandwidth:
-        fields["roofline"] = roofline.roofline(record["op_counts"], sgemm["gflops"], bandwidth["copy_gbps"])
-        fields["roofline_fraction"] = fields["roofline"]["seconds"] / record["median_s"]
-    return {**record, **fields}
-
-
 def attention_meta(args: argparse.Namespace) -> dict:
     """machine_meta plus the shape every attention point shares (batch, heads, head_dim; float32 on CPU)."""
     shape = {"batch": args.batch, "heads": args.heads, "head_dim": args.head_dim}
     return {**machine_meta(args.threads), **shape, "dtype": "float32", "device": "cpu"}
 
 
-def _by_point(records: list[dict]) -> dict[tuple, dict]:
-    return {(r["type"], r["length"], r["mode"]): r for r in records}
-
-
-def _axes(records: list[dict], mode: str) -> tuple[list[int], list[str]]:
-    """(lengths, types) of the records of one mode, sorted."""
-    of_mode = [r for r in records if r["mode"] == mode]
-    return sorted({r["length"] for r in of_mode}), sorted({r["type"] for r in of_mode})
+def _mode_tables(records, modes, title: str, show, axes=None, last=None) -> list[str]:
+    """Per mode, a table of ``show(record)`` for every type (rows) and length (columns) of ``axes`` (default
+    ``records``), titled "<mode>: <title>"; ``last``: (its header given the longest length, its cell given
+    the type and the type's record at that length) of one more column."""
+    by_point = {(r["type"], r["length"], r["mode"]): r for r in records}
+    lines = []
+    for mode in modes:
+        of_mode = [r for r in (records if axes is None else axes) if r["mode"] == mode]
+        lengths, types = sorted({r["length"] for r in of_mode}), sorted({r["type"] for r in of_mode})
+        if not lengths:
+            continue
+        header = ["type", *(f"n={n}" for n in lengths), *([last[0](lengths[-1])] if last else [])]
+        rows = [
+            [t, *(status_cell(by_point.get((t, n, mode)), show) for n in lengths)]
+            + ([last[1](t, by_point.get((t, lengths[-1], mode)))] if last else [])
+            for t in types
+        ]
+        lines += [f"\n### {mode}: {title}", "", *markdown_table(header, rows)]
+    return lines
 
 
 def summarize(
@@ -214,21 +216,14 @@ def summarize(
 ) -> str:
     """Markdown tables: time and memory per type and length (ratios against full_sdpa), achieved GFLOP/s,
     the roofline, relative error against exact attention."""
-    by_point = _by_point(records)
-    lines = []
-    for mode in modes:
-        lengths, types = _axes(records, mode)
+    by_point = {(r["type"], r["length"], r["mode"]): r for r in records}
 
-        def time_and_memory(r: dict, mode=mode) -> str:
-            ref = by_point.get((BASELINE, r["length"], mode))
-            speed = f" (x{ref['median_s'] / r['median_s']:.1f})" if ref and ref["status"] == "ok" else ""
-            return f"{r['median_s']:.3f}{speed} / {r['peak_mib']:.0f}"
+    def time_and_memory(r: dict) -> str:
+        ref = by_point.get((BASELINE, r["length"], r["mode"]))
+        speed = f" (x{ref['median_s'] / r['median_s']:.1f})" if ref and ref["status"] == "ok" else ""
+        return f"{r['median_s']:.3f}{speed} / {r['peak_mib']:.0f}"
 
-        rows = [
-            [t, *(status_cell(by_point.get((t, n, mode)), time_and_memory) for n in lengths)] for t in types
-        ]
-        lines += [f"\n### {mode}: seconds (x speed-up vs {BASELINE}) / peak MiB", ""]
-        lines += markdown_table(["type", *(f"n={n}" for n in lengths)], rows)
+    lines = _mode_tables(records, modes, f"seconds (x speed-up vs {BASELINE}) / peak MiB", time_and_memory)
     lines += throughput_tables(records, modes, sgemm)
     lines += roofline_tables(records, modes, sgemm, bandwidth)
     errors = {
@@ -252,24 +247,18 @@ def throughput_tables(records: list[dict], modes: list[str], sgemm: dict | None)
     measured = [r for r in records if r["status"] == "ok" and r.get("gflops") is not None]
     if not measured:
         return []
-    by_point = _by_point(measured)
     peak = f"sgemm peak {sgemm['gflops']:.1f} GFLOP/s" if sgemm else "sgemm peak not measured"
 
     def throughput(r: dict) -> str:
         share = f" ({100 * r['peak_fraction']:.0f}%)" if r.get("peak_fraction") is not None else ""
         return f"{r['gflops']:.1f}{share}"
 
-    lines = []
-    for mode in modes:
-        lengths, types = _axes(records, mode)
-        rows = [
-            [t, *(status_cell(by_point.get((t, n, mode)), throughput) for n in lengths)]
-            + [(flops.formula(t) or "none (null)").split(":")[0]]
-            for t in types
-        ]
-        lines += [f"\n### {mode}: achieved GFLOP/s (% of the {peak}), FLOPs from benchmarks.flops", ""]
-        lines += markdown_table(["type", *(f"n={n}" for n in lengths), "FLOP model (fwd, per head)"], rows)
-    return lines
+    title = f"achieved GFLOP/s (% of the {peak}), FLOPs from benchmarks.flops"
+    model = (
+        lambda n: "FLOP model (fwd, per head)",
+        lambda t, r: (flops.formula(t) or "none (null)").split(":")[0],
+    )
+    return _mode_tables(measured, modes, title, throughput, axes=records, last=model)
 
 
 def roofline_tables(
@@ -280,7 +269,6 @@ def roofline_tables(
     counted = [r for r in records if r["status"] == "ok" and r.get("roofline")]
     if not counted:
         return []
-    by_point = _by_point(counted)
     limits = f"sgemm {sgemm['gflops']:.1f} GFLOP/s, copy {bandwidth['copy_gbps']:.1f} GB/s, same run"
 
     def fraction(r: dict) -> str:
@@ -288,30 +276,12 @@ def roofline_tables(
             f"{100 * r['roofline_fraction']:.0f}% (memory {100 * r['roofline']['memory_bound_share']:.0f}%)"
         )
 
-    def top_ops(r: dict) -> str:
-        return roofline.largest_ops(r["roofline"], 3)
-
-    lines = []
-    for mode in modes:
-        lengths, types = _axes(counted, mode)
-        if not lengths:
-            continue
-        longest = lengths[-1]
-        rows = [
-            [t, *(status_cell(by_point.get((t, n, mode)), fraction) for n in lengths)]
-            + [status_cell(by_point.get((t, longest, mode)), top_ops)]
-            for t in types
-        ]
-        lines += [
-            f"\n### {mode}: roofline time / measured time (share of the roofline time bound by memory); "
-            f"limits: {limits}",
-            "",
-        ]
-        lines += markdown_table(
-            ["type", *(f"n={n}" for n in lengths), f"largest ops at n={longest} (share of roofline time)"],
-            rows,
-        )
-    return lines
+    largest = (
+        lambda n: f"largest ops at n={n} (share of roofline time)",
+        lambda t, r: status_cell(r, lambda r: roofline.largest_ops(r["roofline"], 3)),
+    )
+    title = f"roofline time / measured time (share of the roofline time bound by memory); limits: {limits}"
+    return _mode_tables(counted, modes, title, fraction, last=largest)
 
 
 def plot_roofline(records: list[dict], path: Path) -> None:
@@ -328,13 +298,10 @@ def plot_roofline(records: list[dict], path: Path) -> None:
 def plot_metric(records: list[dict], key: str, label: str, path: Path) -> None:
     """``records[key]`` against n for every type, log-log, a panel per mode; exact attention dashed."""
     types = sorted({r["type"] for r in records})
+    exact = {t for t in types if is_exact(t)}
     panels = [
-        Panel(
-            f"{label}, {mode}",
-            "sequence length n",
-            label,
-            {t: ok_points(records, "length", key, type=t, mode=mode) for t in types},
-            dashed={t for t in types if is_exact(t)},
+        length_panel(
+            records, key, f"{label}, {mode}", label, {t: {"type": t, "mode": mode} for t in types}, exact
         )
         for mode in sorted({r["mode"] for r in records})
     ]
@@ -342,10 +309,7 @@ def plot_metric(records: list[dict], key: str, label: str, path: Path) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser = benchmark_parser(__doc__, "attention", PRESETS)
     parser.add_argument(
         "--types",
         nargs="+",
@@ -382,23 +346,13 @@ def make_parser() -> argparse.ArgumentParser:
         help="glibc's defaults, keep freed memory in the heap (no page faults above 32 MiB), or lean "
         "(blocks of 16 MiB and more mapped on their own: less memory); see benchmarks.harness",
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/attention"))
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0)
     return parser
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args_with_plugins(make_parser, argv)
-    preset = PRESETS[args.preset]
-    for name in ("lengths", "modes", "repeats"):
-        if getattr(args, name) is None:
-            setattr(args, name, preset[name])
-    args.heads = args.heads or preset.get("heads", 8)
-    args.head_dim = args.head_dim or preset.get("head_dim", 64)
-    if args.sgemm_size is None:
-        args.sgemm_size = preset.get("sgemm_size", 4096)
-    if args.bandwidth_gib is None:
-        args.bandwidth_gib = preset.get("bandwidth_gib", 1.0)
+    fill_from_preset(args, PRESETS[args.preset], heads=8, head_dim=64, sgemm_size=4096, bandwidth_gib=1.0)
 
     options = ProcessOptions.from_args(args)
     sgemm = measure_sgemm_peak(args.sgemm_size, options)
@@ -411,11 +365,10 @@ def main(argv: list[str] | None = None) -> dict:
             f"{bandwidth['copy_gbps']:.1f} GB/s"
         )
     args.count_ops = sgemm is not None and bandwidth is not None
-    settings = {name: getattr(args, name) for name in POINT_SETTINGS} | {"config": args.config}
+    launch_point = launcher(run_point, args, [*POINT_SETTINGS, "config"])
 
     def run(base: dict) -> dict:
-        record = add_throughput(launch(run_point, {**settings, **base}, base, options), args, sgemm)
-        return add_roofline(record, sgemm, bandwidth)
+        return roofline.add_roofline(add_throughput(launch_point(base), args, sgemm), sgemm, bandwidth)
 
     types = args.types or benchmark_types()
     points = [
@@ -432,13 +385,13 @@ def main(argv: list[str] | None = None) -> dict:
         "graph_degree": args.graph_degree,
         "plugins": args.plugin,
     }
-    results = {"meta": meta, "records": records}
     plots = time_and_memory_plots(functools.partial(plot_metric, records))
     counted = [r for r in records if r["status"] == "ok" and r.get("roofline")]
     if counted:
         plots["roofline.png"] = functools.partial(plot_roofline, counted)
-    write_report(args.out, results, summarize(records, args.modes, sgemm, bandwidth), plots)
-    return results
+    return write_report(
+        args.out, {"meta": meta, "records": records}, summarize(records, args.modes, sgemm, bandwidth), plots
+    )
 
 
 if __name__ == "__main__":

@@ -51,10 +51,10 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from benchmarks.harness import machine_meta
+from benchmarks.harness import benchmark_parser, machine_meta
 from benchmarks.mechanisms import EXACT
 from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
-from benchmarks.report import pyplot, write_report
+from benchmarks.report import markdown_table, pyplot, write_report
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the checkpoint and tokenizer are local files
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -341,14 +341,12 @@ def evaluate(
             "exact": [exact_attention(q, k, v) for q, k, v in layers],
             "shared_qk": [exact_attention(q, k, v, shared_qk=True) for q, k, v in layers],
         }
-        for gap, fn in (
-            ("shared-QK target", lambda q, k, v: exact_attention(q, k, v, shared_qk=True)),
-            ("rfa kernel target", rfa_kernel_target),
-        ):
-            per_layer = [
-                compare(fn(q, k, v), ref) for (q, k, v), ref in zip(layers, references["exact"], strict=True)
-            ]
-            records.append(_record(gap, None, None, {}, n, per_layer, 0.0, TARGET_GAPS[gap], "exact"))
+        limits = (references["shared_qk"], [rfa_kernel_target(q, k, v) for q, k, v in layers])
+        for (gap, note), limit in zip(
+            TARGET_GAPS.items(), limits, strict=True
+        ):  # each against exact attention
+            per_layer = [compare(out, ref) for out, ref in zip(limit, references["exact"], strict=True)]
+            records.append(_record(Family(gap, None, None, [None], note=note), None, {}, n, per_layer, 0.0))
         for family in families:
             for value, config in family.settings(n):
                 if progress is not None:
@@ -358,40 +356,27 @@ def evaluate(
                 for layer, ((q, k, v), ref) in enumerate(zip(layers, references[family.target], strict=True)):
                     out = run_core(build_core(family.attention_type, config, layer, seed), q, k, v)
                     per_layer.append(compare(out, ref))
-                seconds = time.perf_counter() - start
-                records.append(
-                    _record(
-                        family.name,
-                        family.attention_type,
-                        value,
-                        config,
-                        n,
-                        per_layer,
-                        seconds,
-                        family.note,
-                        family.target,
-                        family.parameter,
-                    )
-                )
+                records.append(_record(family, value, config, n, per_layer, time.perf_counter() - start))
     return records
 
 
-def _record(name, attention_type, value, config, n, per_layer, seconds, note, target, parameter=None):
+def _record(family: Family, value, config: dict, n: int, per_layer: list[tuple], seconds: float) -> dict:
+    """One setting's record: its family's fields, the (rel error, cosine) of each layer and their means."""
     errors, cosines = [e for e, _ in per_layer], [c for _, c in per_layer]
     return {
-        "family": name,
-        "type": attention_type,
-        "parameter": parameter,
+        "family": family.name,
+        "type": family.attention_type,
+        "parameter": family.parameter,
         "value": value,
         "config": config,
         "length": n,
-        "target": target,
+        "target": family.target,
         "rel_error": statistics.fmean(errors),
         "cosine": statistics.fmean(cosines),
         "rel_error_per_layer": errors,
         "cosine_per_layer": cosines,
         "seconds": seconds,
-        "note": note,
+        "note": family.note,
     }
 
 
@@ -405,24 +390,18 @@ def summarize(records: list[dict], meta: dict) -> str:
         "Exact = float64 softmax(QK^T/sqrt(d))V; reformer_lsh rows against exact shared-QK attention; "
         "`target gap` rows: a limit against MiniLM's exact attention.",
         "",
-        "| mechanism | setting | " + " | ".join(f"n={n}" for n in lengths) + " | note |",
-        "|---|---|" + "---|" * len(lengths) + "---|",
     ]
-    keys = []
-    for r in records:
-        key = (r["family"], json.dumps(r["value"]))
-        if key not in keys:
-            keys.append(key)
+    keys = dict.fromkeys((r["family"], json.dumps(r["value"])) for r in records)
     by_key = {(r["family"], json.dumps(r["value"]), r["length"]): r for r in records}
+    rows = []
     for family, value in sorted(keys, key=lambda k: k[0] not in TARGET_GAPS):  # target gaps first
         first = next(r for r in records if r["family"] == family)
         setting = "target gap" if family in TARGET_GAPS else _setting_label(first["parameter"], value)
-        cells = []
-        for n in lengths:
-            r = by_key.get((family, value, n))
-            cells.append("-" if r is None else f"{r['rel_error']:.3g} ({r['cosine']:.3f})")
-        lines.append(f"| {family} | {setting} | " + " | ".join(cells) + f" | {first['note']} |")
-    return "\n".join(lines)
+        points = [by_key.get((family, value, n)) for n in lengths]
+        cells = ["-" if r is None else f"{r['rel_error']:.3g} ({r['cosine']:.3f})" for r in points]
+        rows.append([family, setting, *cells, first["note"]])
+    header = ["mechanism", "setting", *(f"n={n}" for n in lengths), "note"]
+    return "\n".join(lines + markdown_table(header, rows))
 
 
 def _setting_label(parameter: str | None, value_json: str) -> str:
@@ -433,10 +412,9 @@ def plot(records: list[dict], path: Path) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
     plt = pyplot()
-    families = []
-    for r in records:
-        if r["family"] not in families and r["family"] not in TARGET_GAPS and r["type"] != EXACT:
-            families.append(r["family"])
+    families = list(
+        dict.fromkeys(r["family"] for r in records if r["family"] not in TARGET_GAPS and r["type"] != EXACT)
+    )
     gaps = {(r["family"], r["length"]): r["rel_error"] for r in records if r["family"] in TARGET_GAPS}
     lengths = sorted({r["length"] for r in records})
     colors = dict(
@@ -451,10 +429,7 @@ def plot(records: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for ax, family in zip(axes.flat, families, strict=False):
         mine = [r for r in records if r["family"] == family]
-        values = []
-        for r in mine:
-            if r["value"] not in values:
-                values.append(r["value"])
+        values = list(dict.fromkeys(r["value"] for r in mine))
         for n in lengths:
             pts = [(values.index(r["value"]), r["rel_error"]) for r in mine if r["length"] == n]
             if pts:
@@ -497,9 +472,7 @@ def plot(records: list[dict], path: Path) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__, "fidelity")
     parser.add_argument("--lengths", nargs="+", type=int, default=[128, 256, 512])
     parser.add_argument("--num_texts", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0, help="text sample, random features, fresh params")
@@ -508,7 +481,6 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="2 texts, n = 64, two settings per family (for tests)"
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/fidelity"))
     add_plugin_argument(parser)
     return parser
 
@@ -561,9 +533,10 @@ def main(argv: list[str] | None = None) -> dict:
         "hf_efficient": hf_efficient.__version__,
         **machine_meta(args.threads),
     }
-    result = {"meta": meta, "records": records, "texts": texts}
     plots = {"fidelity.png": functools.partial(plot, records)}
-    write_report(args.out, result, summarize(records, meta), plots)
+    result = write_report(
+        args.out, {"meta": meta, "records": records, "texts": texts}, summarize(records, meta), plots
+    )
     print(f"{meta['seconds']:.0f} s")
     return result
 

@@ -35,15 +35,16 @@ import json
 from pathlib import Path
 
 from benchmarks.harness import (
-    ProcessOptions,
     add_point_arguments,
-    launch,
-    machine_meta,
+    benchmark_parser,
+    cpu_meta,
+    fill_from_preset,
+    launcher,
     measure,
     set_up_torch,
     sweep,
 )
-from benchmarks.mechanisms import BASELINE, EXACT_KERNELS, bench_configs, is_exact, resolve
+from benchmarks.mechanisms import BASELINE, EXACT_KERNELS, bench_configs, build_model, is_exact
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
 
@@ -79,21 +80,16 @@ def run_point(point: argparse.Namespace) -> dict:
     import torch
 
     import hf_efficient
-    from hf_efficient import EfficientBertConfig, EfficientBertForCausalLM
+    from hf_efficient import EfficientBertForCausalLM
 
     set_up_torch(point.threads)
-    attention_type, implementation, attention_config = resolve(point.type, point.config)
-    model_sizes = json.loads(point.model)
     n, steps = point.length, point.warmup + point.repeats
-    config = EfficientBertConfig(
-        **model_sizes,
-        is_decoder=True,
-        max_position_embeddings=n + steps,
-        attention_type=attention_type,
-        attention_config=attention_config or None,
+    sizes = dict(json.loads(point.model), is_decoder=True, max_position_embeddings=n + steps)
+    model, (attention_type, implementation, attention_config) = build_model(
+        EfficientBertForCausalLM, point.type, point.config, **sizes
     )
-    model = EfficientBertForCausalLM._from_config(config, attn_implementation=implementation).eval()
-    prompt = torch.randint(5, config.vocab_size, (1, n))  # (1, n), clear of the special ids 0..4
+    model.eval()
+    prompt = torch.randint(5, model.config.vocab_size, (1, n))  # (1, n), clear of the special ids 0..4
     with torch.inference_mode():
         start = time.perf_counter()
         out = model(prompt, logits_to_keep=1)  # builds the cache: generate()'s prefill
@@ -206,54 +202,36 @@ def plot_generation(records: list[dict], path: Path) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser = benchmark_parser(__doc__, "generation", PRESETS)
     parser.add_argument("--types", nargs="+", help="types (default: every causal type, full_sdpa first)")
     parser.add_argument("--lengths", nargs="+", type=int, help="context lengths (prompt tokens)")
     parser.add_argument("--repeats", type=int, help="timed decoding steps per point")
     parser.add_argument("--model", help="JSON of EfficientBertConfig sizes (default: the preset's)")
     parser.add_argument("--config", help="JSON attention_config applied to the (single) benchmarked type")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/generation"))
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=1800.0, warmup=None)
     return parser
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args_with_plugins(make_parser, argv)
-    preset = PRESETS[args.preset]
-    args.lengths = sorted(args.lengths or preset["lengths"])
-    args.repeats = args.repeats or preset["repeats"]
-    args.warmup = preset["warmup"] if args.warmup is None else args.warmup
-    args.model = args.model or json.dumps(preset["model"])
+    fill_from_preset(args, PRESETS[args.preset])
+    args.lengths = sorted(args.lengths)
     types = args.types or causal_benchmark_types()
     refused = [t for t in types if t in EXACT_KERNELS and t != BASELINE]
     if refused:
         raise SystemExit(f"--types: {refused}: exact attention decodes with one kernel here, {BASELINE}.")
-    options = ProcessOptions.from_args(args)
-    settings = {name: getattr(args, name) for name in POINT_SETTINGS}
-
-    def run(base: dict) -> dict:
-        return launch(run_point, {**settings, **base}, base, options)
-
     bases = [{"type": t, "length": n} for t in types for n in args.lengths]
+    run = launcher(run_point, args, POINT_SETTINGS)
     records = sweep(bases, run, lambda p: p["type"], desc="generation benchmark")
     meta = {
-        **machine_meta(args.threads),
+        **cpu_meta(args),
         "model": json.loads(args.model),
         "batch": 1,
-        "warmup": args.warmup,
-        "repeats": args.repeats,
-        "dtype": "float32",
-        "device": "cpu",
         "bench_configs": bench_configs(),
         "plugins": args.plugin,
     }
-    results = {"meta": meta, "records": records}
     plots = {"generation.png": functools.partial(plot_generation, records)}
-    write_report(args.out, results, summarize(records, meta), plots)
-    return results
+    return write_report(args.out, {"meta": meta, "records": records}, summarize(records, meta), plots)
 
 
 if __name__ == "__main__":

@@ -29,11 +29,11 @@ import torch
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, build_attention, get_attention_class
 
+from . import harness
 from .mechanisms import benchmark_config
 from .report import (
-    Panel,
+    length_panel,
     markdown_table,
-    ok_points,
     plot_loglog,
     status_cell,
     time_and_memory_plots,
@@ -91,29 +91,24 @@ def build_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype
 
 
 def measure(call, device: str, warmup: int, repeats: int) -> tuple[list[float], float | None]:
-    """Seconds of each timed call (CUDA events on a GPU) and the peak memory above the inputs, MiB."""
-    cuda = device == "cuda"
+    """Seconds of each timed call (CUDA events on a GPU; on the CPU :func:`benchmarks.harness.measure`'s
+    times) and the peak memory above the inputs, MiB (None on the CPU)."""
+    if device != "cuda":
+        return harness.measure(call, warmup, repeats).times_s, None
     for _ in range(warmup):  # first calls compile FlexAttention kernels
         call()
-    if cuda:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
     times = []
     for _ in range(repeats):
-        if cuda:
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            stop.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(stop) / 1e3)
-        else:
-            tic = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - tic)
-    peak = (torch.cuda.max_memory_allocated() - before) / 2**20 if cuda else None
-    return times, peak
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        call()
+        stop.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(stop) / 1e3)
+    return times, (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
 def run(meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, budget_s, out) -> list[dict]:
@@ -158,21 +153,13 @@ def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype) -> d
 
 
 def machine(device: str) -> dict:
-    info = dict(
-        torch=torch.__version__, transformers=_version("transformers"), python=platform.python_version()
-    )
-    info["hf_efficient"] = hf_efficient.__version__
+    info = dict(torch=torch.__version__, transformers=harness.package_version("transformers"))
+    info.update(python=platform.python_version(), hf_efficient=hf_efficient.__version__)
     if device == "cuda":
         info.update(gpu=torch.cuda.get_device_name(), cuda=torch.version.cuda)
     else:
         info.update(cpu=platform.processor() or platform.machine(), note="dry run on the CPU")
     return info
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import version
-
-    return version(package)
 
 
 def save_partial(out: Path, meta: dict, records: list[dict]) -> None:
@@ -221,17 +208,11 @@ def plots(records: list[dict]) -> dict:
 
     def draw(key: str, label: str, path: Path) -> None:
         names = list(dict.fromkeys(r["type"] for r in records))
-        lines = {
-            t: ok_points([r for r in records if r.get(key) is not None], "length", key, type=t) for t in names
-        }
-        panel = Panel(f"forward + backward: {label}", "sequence length n", label, lines, dashed={BASELINE})
+        series = {t: {"type": t} for t in names}
+        panel = length_panel(records, key, f"forward + backward: {label}", label, series, dashed={BASELINE})
         plot_loglog(path, [[panel]], panel_size=(8.0, 5.0))
 
     return time_and_memory_plots(draw)
-
-
-def write(out: Path, meta: dict, records: list[dict]) -> None:
-    write_report(out, {"meta": meta, "records": records}, summarize(records, meta), plots(records))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -259,8 +240,9 @@ def main(argv: list[str] | None = None) -> dict:
         out=args.out,
         **settings,
     )
-    write(args.out, meta, records)
-    return {"meta": meta, "records": records}
+    return write_report(
+        args.out, {"meta": meta, "records": records}, summarize(records, meta), plots(records)
+    )
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ allocated (inputs, parameters, imports).
 The machine's limits are measured the same way, each in its own process: :func:`measure_sgemm_peak` (float32
 matmul GFLOP/s) and :func:`measure_bandwidth` (GB/s of a large copy and of random row gathers).
 
-The options every harness-based CLI shares come from :func:`add_point_arguments`, ``--plugin`` included
-(:mod:`benchmarks.plugins`: modules that register extra attention types, imported here and in every worker).
+The options every harness-based CLI shares come from :func:`benchmark_parser` (description, ``--preset``,
+``--out``) and :func:`add_point_arguments`, ``--plugin`` included (:mod:`benchmarks.plugins`: modules that
+register extra attention types, imported here and in every worker); :func:`fill_from_preset` fills what the
+user left unset from the chosen preset.
 """
 
 from __future__ import annotations
@@ -125,6 +127,24 @@ def set_up_torch(threads: int, seed: int = 0) -> None:
 
 
 # ---- command line ---------------------------------------------------------------------------------------
+def benchmark_parser(doc: str, name: str, presets: dict | None = None) -> argparse.ArgumentParser:
+    """A benchmark's parser: its module docstring as the description (kept as written), ``--out`` (default
+    ``benchmarks/results/<name>``) and, given its ``presets``, ``--preset`` (default "full")."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if presets:
+        parser.add_argument("--preset", choices=sorted(presets), default="full")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results") / name)
+    return parser
+
+
+def fill_from_preset(args: argparse.Namespace, preset: dict, **defaults) -> None:
+    """Set every option the user left unset (None) to the preset's value, else to ``defaults``'; a dict
+    (model sizes) is given as the JSON its option takes. Preset keys that are no option are left alone."""
+    for name, value in {**defaults, **preset}.items():
+        if getattr(args, name, False) is None:
+            setattr(args, name, json.dumps(value) if isinstance(value, dict) else value)
+
+
 def add_point_arguments(
     parser: argparse.ArgumentParser,
     *,
@@ -133,9 +153,11 @@ def add_point_arguments(
     timeout: float = 300.0,
     warmup: int | None = 1,
     plugins: bool = True,
+    in_process: bool = False,
 ) -> None:
-    """The options of every harness-based CLI: threads, warm-up, per-point cap and timeout, and (unless
-    ``plugins`` is False: a benchmark whose types cannot come from plugins) ``--plugin``."""
+    """The options of every harness-based CLI: threads, warm-up, per-point cap and timeout, (unless
+    ``plugins`` is False: a benchmark whose types cannot come from plugins) ``--plugin``, and if asked
+    ``--in_process`` (:class:`ProcessOptions`)."""
     parser.add_argument("--threads", type=int, default=threads)
     parser.add_argument("--warmup", type=int, default=warmup, help="untimed calls before the timed ones")
     parser.add_argument(
@@ -144,6 +166,12 @@ def add_point_arguments(
     parser.add_argument("--timeout", type=float, default=timeout, help="seconds per point")
     if plugins:
         add_plugin_argument(parser)
+    if in_process:
+        parser.add_argument(
+            "--in_process",
+            action="store_true",
+            help="run every point in this process (tests; memory not isolated)",
+        )
 
 
 # ---- one point, one process ----------------------------------------------------------------------------
@@ -207,6 +235,13 @@ def _worker_env(threads: int) -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONPATH": path}
 
 
+def launcher(function: PointFunction, args: argparse.Namespace, names: list[str]) -> Callable[[dict], dict]:
+    """``run(base)`` for :func:`sweep`: :func:`launch` ``function`` at the point ``base`` with the
+    options ``names`` of ``args`` (what every point of the run shares) added."""
+    settings, options = {name: getattr(args, name) for name in names}, ProcessOptions.from_args(args)
+    return lambda base: launch(function, {**settings, **base}, base, options)
+
+
 def sweep(
     points: list[dict],
     run: Callable[[dict], dict],
@@ -252,6 +287,22 @@ def machine_meta(threads: int) -> dict:
         "torch": torch.__version__,
         "threads": threads,
     }
+
+
+def cpu_meta(args: argparse.Namespace) -> dict:
+    """:func:`machine_meta` plus the timing settings of a float32 CPU benchmark (warm-up and repeats)."""
+    timing = {"warmup": args.warmup, "repeats": args.repeats, "dtype": "float32", "device": "cpu"}
+    return {**machine_meta(args.threads), **timing}
+
+
+def package_version(name: str) -> str | None:
+    """The installed version of a distribution (PyPI name), None when it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def sgemm_point(point: argparse.Namespace) -> dict:

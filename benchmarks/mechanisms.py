@@ -61,3 +61,15 @@ def resolve(name: str, config_json: str | None = None) -> tuple[str, str, dict]:
     if attention_type == EXACT:
         return attention_type, implementation, {}
     return attention_type, implementation, {**benchmark_config(name), **json.loads(config_json or "{}")}
+
+
+def build_model(model_class, name: str, config_json: str | None = None, **fields):
+    """A model (``model_class``, e.g. ``EfficientBertForMaskedLM``) of benchmark type ``name``: its config
+    class of ``fields`` with the type's attention (:func:`resolve`); (model, (attention_type,
+    attn_implementation, attention_config))."""
+    attention_type, implementation, attention_config = resolve(name, config_json)
+    config = model_class.config_class(
+        **fields, attention_type=attention_type, attention_config=attention_config or None
+    )
+    model = model_class._from_config(config, attn_implementation=implementation)
+    return model, (attention_type, implementation, attention_config)

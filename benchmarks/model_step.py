@@ -55,8 +55,10 @@ from benchmarks import breakdown, flops, roofline, step_models
 from benchmarks.harness import (
     ProcessOptions,
     add_point_arguments,
-    launch,
-    machine_meta,
+    benchmark_parser,
+    cpu_meta,
+    fill_from_preset,
+    launcher,
     measure,
     measure_bandwidth,
     measure_sgemm_peak,
@@ -66,7 +68,7 @@ from benchmarks.harness import (
 )
 from benchmarks.mechanisms import BASELINE, bench_configs, is_exact
 from benchmarks.plugins import parse_args_with_plugins
-from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, pyplot, status_cell, write_report
+from benchmarks.report import length_panel, markdown_table, plot_loglog, pyplot, status_cell, write_report
 
 SMOKE_MODEL = dict(
     num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=512
@@ -181,15 +183,13 @@ def run_point(point: argparse.Namespace) -> dict:
 def add_utilisation(record: dict, sgemm: dict | None, bandwidth: dict | None = None) -> dict:
     """Achieved GFLOP/s of the step and its fraction of the sgemm peak (MFU); the roofline of its counted
     ops, the measured time's fraction of it and the MFU at it; null when unknown."""
-    fields = dict.fromkeys(["gflops", "mfu", "roofline", "roofline_fraction", "roofline_mfu"])
+    record = roofline.add_roofline(record, sgemm, bandwidth)
+    fields = dict.fromkeys(["gflops", "mfu", "roofline_mfu"])
     if record["status"] == "ok" and record["model_flops"]:
         fields["gflops"] = record["model_flops"] / record["median_s"] / 1e9
         fields["mfu"] = fields["gflops"] / sgemm["gflops"] if sgemm else None
-    if record["status"] == "ok" and record.get("op_counts") and sgemm and bandwidth:
-        limits = roofline.roofline(record["op_counts"], sgemm["gflops"], bandwidth["copy_gbps"])
-        fields["roofline"], fields["roofline_fraction"] = limits, limits["seconds"] / record["median_s"]
-        if fields["mfu"] is not None:
-            fields["roofline_mfu"] = fields["mfu"] * record["median_s"] / limits["seconds"]
+        if fields["mfu"] is not None and record["roofline"]:
+            fields["roofline_mfu"] = fields["mfu"] * record["median_s"] / record["roofline"]["seconds"]
     return {**record, **fields}
 
 
@@ -289,15 +289,9 @@ def roofline_table(records: list[dict], meta: dict) -> list[str]:
 
 def plot_series(records: list[dict], key: str, label: str, path: Path) -> None:
     """``key`` against n, a line per (type, variant), log-log; exact attention dashed."""
-    series = list(dict.fromkeys((r["type"], r["variant"]) for r in records))
-    lines = {
-        f"{t} {v}": ok_points(
-            [r for r in records if r.get(key) is not None], "length", key, type=t, variant=v
-        )
-        for t, v in series
-    }
-    dashed = {f"{t} {v}" for t, v in series if is_exact(t)}
-    panel = Panel(f"training step: {label}", "sequence length n", label, lines, dashed)
+    series = {f"{r['type']} {r['variant']}": {"type": r["type"], "variant": r["variant"]} for r in records}
+    dashed = {name for name, match in series.items() if is_exact(match["type"])}
+    panel = length_panel(records, key, f"training step: {label}", label, series, dashed)
     plot_loglog(path, [[panel]], panel_size=(7, 5))
 
 
@@ -330,11 +324,8 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__, "model_step", PRESETS)
     parser.add_argument("--encoder", choices=step_models.ENCODERS, default="text")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
     parser.add_argument("--types", nargs="+", help="benchmark type names (default: the preset's)")
     parser.add_argument(
         "--lengths", nargs="+", type=int, help="tokens, patches (a square) or nodes (default: the preset's)"
@@ -345,9 +336,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bandwidth_gib", type=float, help="GiB copied to measure the memory bandwidth (0: no roofline)"
     )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/model_step"))
-    parser.add_argument("--in_process", action="store_true", help="tests: run points in this process")
-    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0)
+    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0, in_process=True)
     return parser
 
 
@@ -363,33 +352,26 @@ def main(argv: list[str] | None = None) -> dict:
     preset = PRESETS[args.preset]
     preset_types, preset_lengths = preset["points"][args.encoder]
     types, lengths = args.types or preset_types, sorted(args.lengths or preset_lengths)
-    args.repeats = args.repeats or preset["repeats"]
-    args.model = args.model or json.dumps(preset["model"])
-    sgemm_size = preset["sgemm_size"] if args.sgemm_size is None else args.sgemm_size
+    fill_from_preset(args, preset)
     options = ProcessOptions.from_args(args)
-    sgemm_before = measure_sgemm_peak(sgemm_size, options)
-    bandwidth_gib = preset["bandwidth_gib"] if args.bandwidth_gib is None else args.bandwidth_gib
-    bandwidth = measure_bandwidth(bandwidth_gib, options)
+    sgemm_before = measure_sgemm_peak(args.sgemm_size, options)
+    bandwidth = measure_bandwidth(args.bandwidth_gib, options)
     args.count_ops = bandwidth is not None and sgemm_before is not None
-    settings = {name: getattr(args, name) for name in POINT_SETTINGS}
-
-    def run(base: dict) -> dict:
-        return launch(run_point, {**settings, **base}, base, options)
-
     # A type's variants run one after the other, so a machine whose speed drifts during the run (the sgemm
     # peak is measured before and after for that reason) moves them together.
     bases = [{"type": t, "length": n, "variant": v} for t in types for v in args.variants for n in lengths]
+    run = launcher(run_point, args, POINT_SETTINGS)
     records = sweep(bases, run, lambda p: (p["type"], p["variant"]), desc="model step benchmark")
     # The peak is measured before and after the points and the higher one kept: a machine busier at one of
     # the two moments would otherwise under-state the peak and over-state every MFU.
-    sgemm_after = measure_sgemm_peak(sgemm_size, options)
+    sgemm_after = measure_sgemm_peak(args.sgemm_size, options)
     measured = [s for s in (sgemm_before, sgemm_after) if s is not None]
     sgemm = max(measured, key=lambda s: s["gflops"]) if measured else None
     if sgemm is not None:
         sgemm = {**sgemm, "gflops_before_after": [s["gflops"] for s in measured]}
     records = [add_utilisation(record, sgemm, bandwidth) for record in records]
     meta = {
-        **machine_meta(args.threads),
+        **cpu_meta(args),
         "encoder": args.encoder,
         "sgemm": sgemm,
         "bandwidth": bandwidth,
@@ -398,15 +380,10 @@ def main(argv: list[str] | None = None) -> dict:
         "hidden_dropout": args.hidden_dropout,
         "mask_probability": step_models.MASK_PROBABILITY if args.encoder == "text" else None,
         "optimizer": "AdamW",
-        "warmup": args.warmup,
-        "repeats": args.repeats,
-        "dtype": "float32",
-        "device": "cpu",
         "flops_convention": flops.CONVENTION,
         "bench_configs": bench_configs(),
         "plugins": args.plugin,
     }
-    results = {"meta": meta, "records": records}
     plots = {
         "throughput.png": functools.partial(
             plot_series, records, "tokens_per_s", f"{STEP_NAMES[args.encoder][1]} / second"
@@ -422,8 +399,7 @@ def main(argv: list[str] | None = None) -> dict:
         ]
         title = f"{args.encoder} training step: how close to the machine"
         plots["roofline.png"] = functools.partial(roofline.plot_fractions, points, title)
-    write_report(args.out, results, summarize(records, meta), plots)
-    return results
+    return write_report(args.out, {"meta": meta, "records": records}, summarize(records, meta), plots)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import importlib.metadata
 import importlib.util
 import json
 from collections.abc import Callable
@@ -41,7 +40,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 from benchmarks import attention, flops
-from benchmarks.harness import ProcessOptions, add_point_arguments, launch, set_up_torch, sweep
+from benchmarks.harness import (
+    ProcessOptions,
+    add_point_arguments,
+    benchmark_parser,
+    launch,
+    package_version,
+    set_up_torch,
+    sweep,
+)
 from benchmarks.mechanisms import benchmark_config
 from benchmarks.report import (
     Panel,
@@ -76,12 +83,17 @@ def _heads(b, h, n, d, grad):
     return [_leaf(torch.randn(b, h, n, d), grad) for _ in range(3)]
 
 
-def _tokens(b, h, n, d, grad, seq_first: bool = False):
-    """q, k, v as (b, n, h d) leaves ((n, b, h d) if seq_first): what a projection Linear would return."""
+def _feed(attn, names: tuple[str, ...], b, h, n, d, grad, seq_first: bool = False, copied: str = ""):
+    """Replace the projections ``names`` of a peer layer (its q, k, v modules, in that order) by
+    pass-throughs of fresh (b, n, h d) leaves ((n, b, h d) if seq_first: what a projection Linear would
+    return; a copy for the one named ``copied``); (the leaves, the zero hidden states to call it with)."""
     import torch
 
     shape = (n, b, h * d) if seq_first else (b, n, h * d)
-    return [_leaf(torch.randn(*shape), grad) for _ in range(3)]
+    leaves = [_leaf(torch.randn(*shape), grad) for _ in names]
+    for name, leaf in zip(names, leaves, strict=True):
+        setattr(attn, name, _given(leaf, copy=name == copied))
+    return leaves, leaves[0].new_zeros(b, n, h * d)
 
 
 def _given(tensor, copy: bool = False):
@@ -126,10 +138,9 @@ def build_linformer(s, b, h, n, d, grad) -> Built:
     ).eval()
     if s["sharing"] in ("key_value", "layerwise"):
         attn.proj_v = attn.proj_k  # E = F (its share_kv would also make the values equal the keys)
-    q, k, v = _tokens(b, h, n, d, grad)
-    attn.to_q, attn.to_k, attn.to_v, attn.to_out = _given(q), _given(k), _given(v), nn.Identity()
-    hidden = q.new_zeros(b, n, h * d)
-    return (lambda: attn(hidden)), [q, k, v], (b, n, h * d)
+    leaves, hidden = _feed(attn, ("to_q", "to_k", "to_v"), b, h, n, d, grad)
+    attn.to_out = nn.Identity()
+    return (lambda: attn(hidden)), leaves, (b, n, h * d)
 
 
 def build_nystrom_attention(s, b, h, n, d, grad) -> Built:
@@ -167,10 +178,8 @@ def build_hf_nystromformer(s, b, h, n, d, grad) -> Built:
     attn = NystromformerSelfAttention(config).eval()
     if s["conv_kernel_size"] is None:
         attn.conv_kernel_size, attn.conv = None, None
-    q, k, v = _tokens(b, h, n, d, grad)
-    attn.query, attn.key, attn.value = _given(q), _given(k), _given(v)
-    hidden = q.new_zeros(b, n, h * d)
-    return (lambda: attn(hidden)[0]), [q, k, v], (b, n, h * d)
+    leaves, hidden = _feed(attn, ("query", "key", "value"), b, h, n, d, grad)
+    return (lambda: attn(hidden)[0]), leaves, (b, n, h * d)
 
 
 def build_local_attention(s, b, h, n, d, grad) -> Built:
@@ -200,9 +209,8 @@ def build_hf_longformer(s, b, h, n, d, grad) -> Built:
         attention_probs_dropout_prob=0.0,
     )
     attn = LongformerSelfAttention(config, layer_id=0).eval()
-    q, k, v = _tokens(b, h, n, d, grad, seq_first=True)  # it projects hidden_states.transpose(0, 1)
-    attn.query, attn.key, attn.value = _given(q, copy=True), _given(k), _given(v)  # query /= sqrt(d) in place
-    hidden = q.new_zeros(b, n, h * d)
+    # It projects hidden_states.transpose(0, 1), and divides the query by sqrt(d) in place.
+    leaves, hidden = _feed(attn, ("query", "key", "value"), b, h, n, d, grad, seq_first=True, copied="query")
     local = torch.zeros(b, n)  # LongformerModel's mask: 0 = local attention
     no = torch.zeros(b, n, dtype=torch.bool)
 
@@ -211,7 +219,7 @@ def build_hf_longformer(s, b, h, n, d, grad) -> Built:
             hidden, attention_mask=local, is_index_masked=no, is_index_global_attn=no, is_global_attn=False
         )[0]
 
-    return forward, [q, k, v], (b, n, h * d)
+    return forward, leaves, (b, n, h * d)
 
 
 def build_hf_bigbird(s, b, h, n, d, grad) -> Built:
@@ -230,9 +238,7 @@ def build_hf_bigbird(s, b, h, n, d, grad) -> Built:
         attention_probs_dropout_prob=0.0,
     )
     attn = BigBirdBlockSparseAttention(config, seed=0).eval()
-    q, k, v = _tokens(b, h, n, d, grad)
-    attn.query, attn.key, attn.value = _given(q), _given(k), _given(v)
-    hidden = q.new_zeros(b, n, h * d)
+    leaves, hidden = _feed(attn, ("query", "key", "value"), b, h, n, d, grad)
     blocked, band, from_mask, to_mask = BigBirdModel.create_masks_for_block_sparse_attn(torch.ones(b, n), bs)
 
     def forward():
@@ -245,7 +251,7 @@ def build_hf_bigbird(s, b, h, n, d, grad) -> Built:
             to_blocked_mask=blocked,
         )[0]
 
-    return forward, [q, k, v], (b, n, h * d)
+    return forward, leaves, (b, n, h * d)
 
 
 def build_reformer_pytorch(s, b, h, n, d, grad) -> Built:
@@ -285,10 +291,8 @@ def build_hf_reformer(s, b, h, n, d, grad) -> Built:
         lsh_attention_probs_dropout_prob=0.0,
     )
     attn = LSHSelfAttention(config).eval()
-    qk, _, v = _tokens(b, h, n, d, grad)
-    attn.query_key, attn.value = _given(qk), _given(v)
-    hidden = qk.new_zeros(b, n, h * d)
-    return (lambda: attn(hidden).hidden_states), [qk, v], (b, n, h * d)
+    leaves, hidden = _feed(attn, ("query_key", "value"), b, h, n, d, grad)
+    return (lambda: attn(hidden).hidden_states), leaves, (b, n, h * d)
 
 
 # ---- what each peer can and cannot match -------------------------------------------------------------
@@ -301,8 +305,8 @@ class Peer(NamedTuple):
 
     name: str
     mechanism: str
-    modules: tuple[str, ...]  # importable modules it needs (checked before launching)
-    distribution: str  # PyPI name, for the version
+    modules: tuple[str, ...]  # importable modules it needs (checked before launching); the first one's
+    # distribution (its PyPI name: the module's with "-" for "_") gives the version
     build: Callable[..., Built]
     note: Callable[[dict], str]  # what differs from ours at these settings
     unsupported: Callable[[dict, int], str | None] = lambda s, n: None  # why length n cannot run, or None
@@ -313,7 +317,6 @@ PEERS = [
         "performer-pytorch",
         "performer",
         ("performer_pytorch", "einops"),
-        "performer-pytorch",
         build_performer_pytorch,
         lambda s: f"FastAttention, {s['num_features']} orthogonal features, {s['kernel']} kernel; matches",
     ),
@@ -321,7 +324,6 @@ PEERS = [
         "linformer",
         "linformer",
         ("linformer",),
-        "linformer",
         build_linformer,
         lambda s: (
             f"LinformerSelfAttention, k={s['projected_length']}, E and F shared by the heads"
@@ -336,7 +338,6 @@ PEERS = [
         "nystrom-attention",
         "nystromformer",
         ("nystrom_attention", "einops"),
-        "nystrom-attention",
         build_nystrom_attention,
         lambda s: (
             f"NystromAttention, {s['num_landmarks']} landmarks, {s['pinv_iterations']} pinv steps, "
@@ -347,7 +348,6 @@ PEERS = [
         "transformers NystromformerSelfAttention",
         "nystromformer",
         ("transformers",),
-        "transformers",
         build_hf_nystromformer,
         lambda s: (
             f"{s['num_landmarks']} landmarks, pinv steps fixed at 6"
@@ -360,7 +360,6 @@ PEERS = [
         "local-attention",
         "longformer",
         ("local_attention", "einops"),
-        "local-attention",
         build_local_attention,
         lambda s: (
             f"LocalAttention, exact window |i - j| <= {s['attention_window'] // 2}, no global tokens"
@@ -373,7 +372,6 @@ PEERS = [
         "transformers LongformerSelfAttention",
         "longformer",
         ("transformers",),
-        "transformers",
         build_hf_longformer,
         lambda s: f"sliding chunks, attention_window={s['attention_window']}, no global tokens",
         lambda s, n: _needs(
@@ -386,7 +384,6 @@ PEERS = [
         "transformers BigBirdBlockSparseAttention",
         "bigbird",
         ("transformers",),
-        "transformers",
         build_hf_bigbird,
         lambda s: (
             f"block_size={s['block_size']}, 3 window + 2 global blocks, {s['num_random_blocks']} random"
@@ -408,7 +405,6 @@ PEERS = [
         "reformer-pytorch",
         "reformer_lsh",
         ("reformer_pytorch", "einops", "local_attention", "axial_positional_embedding", "product_key_memory"),
-        "reformer-pytorch",
         build_reformer_pytorch,
         lambda s: (
             f"LSHAttention, {s['num_hashes']} rounds, chunks of {s['chunk_length']}, buckets masked, "
@@ -421,7 +417,6 @@ PEERS = [
         "transformers LSHSelfAttention",
         "reformer_lsh",
         ("transformers",),
-        "transformers",
         build_hf_reformer,
         lambda s: (
             f"{s['num_hashes']} rounds, chunks of {s['chunk_length']}, 1 chunk before, the same bucket "
@@ -445,13 +440,6 @@ def mechanisms() -> list[str]:
 
 def missing_modules(peer: Peer) -> list[str]:
     return [m for m in peer.modules if importlib.util.find_spec(m) is None]
-
-
-def peer_version(peer: Peer) -> str | None:
-    try:
-        return importlib.metadata.version(peer.distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 # ---- one point --------------------------------------------------------------------------------------------
@@ -510,39 +498,28 @@ def summarize(records: list[dict], modes: list[str], notes: dict[str, str]) -> s
     columns = [f"n={n}" for n in lengths]
     present = {(r["impl"], r["mechanism"], r["mode"]) for r in records}
     lines = [f"Compared: {PROJECTIONS_NOTE}."]
+    peers = [(p.name, p.mechanism) for p in PEERS]
+    implementations = [("ours", m) for m in mechanisms()] + peers
+
+    def ratio(impl: str, mechanism: str, n: int, mode: str) -> str:
+        return _ratio_cell(
+            by_point.get(("ours", mechanism, n, mode)), by_point.get((impl, mechanism, n, mode))
+        )
+
+    def measured(impl: str, mechanism: str, n: int, mode: str) -> str:
+        return status_cell(by_point.get((impl, mechanism, n, mode)), _seconds_and_memory)
+
+    def rows(pairs: list[tuple[str, str]], cell, mode: str) -> list[list[str]]:
+        """[mechanism, implementation, its cell per length] of each (implementation, mechanism) that ran."""
+        return [[m, i, *(cell(i, m, n, mode) for n in lengths)] for i, m in pairs if (i, m, mode) in present]
+
     for mode in modes:
-        rows = [
-            [
-                peer.mechanism,
-                peer.name,
-                *(
-                    _ratio_cell(
-                        by_point.get(("ours", peer.mechanism, n, mode)),
-                        by_point.get((peer.name, peer.mechanism, n, mode)),
-                    )
-                    for n in lengths
-                ),
-            ]
-            for peer in PEERS
-            if (peer.name, peer.mechanism, mode) in present
-        ]
         lines += [f"\n### {mode}: ours / peer, time x (memory x); < 1 means ours is faster (smaller)", ""]
-        lines += markdown_table(["mechanism", "peer", *columns], rows)
-        implementations = [("ours", m) for m in mechanisms()] + [(p.name, p.mechanism) for p in PEERS]
-        rows = [
-            [
-                mechanism,
-                impl,
-                *(
-                    status_cell(by_point.get((impl, mechanism, n, mode)), _seconds_and_memory)
-                    for n in lengths
-                ),
-            ]
-            for impl, mechanism in implementations
-            if (impl, mechanism, mode) in present
-        ]
+        lines += markdown_table(["mechanism", "peer", *columns], rows(peers, ratio, mode))
         lines += [f"\n### {mode}: seconds / peak MiB", ""]
-        lines += markdown_table(["mechanism", "implementation", *columns], rows)
+        lines += markdown_table(
+            ["mechanism", "implementation", *columns], rows(implementations, measured, mode)
+        )
     lines += ["\n### settings and differences", ""]
     lines += [f"- {name}: {note}" for name, note in notes.items()]
     return "\n".join(lines)
@@ -569,9 +546,7 @@ def plot(records: list[dict], key: str, label: str, path: Path) -> None:
 
 # ---- main -------------------------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = benchmark_parser(__doc__, "peers")
     ours = mechanisms()
     parser.add_argument("--mechanisms", nargs="+", choices=ours, default=ours)
     parser.add_argument("--peers", nargs="+", help="only these peers (names as in the tables; default all)")
@@ -581,14 +556,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--head_dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/peers"))
-    parser.add_argument(
-        "--in_process",
-        action="store_true",
-        help="run every point in this process (tests; memory not isolated)",
-    )
     parser.add_argument("--no_plot", action="store_true", help="skip the PNGs")
-    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0, plugins=False)
+    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0, plugins=False, in_process=True)
     return parser.parse_args(argv)
 
 
@@ -605,7 +574,7 @@ def plan(args: argparse.Namespace) -> tuple[list[tuple[str, str, str | None]], d
                 continue
             notes[peer.name] = peer.note(settings)
             missing = missing_modules(peer)
-            versions[peer.name] = peer_version(peer) if not missing else None
+            versions[peer.name] = package_version(peer.modules[0].replace("_", "-")) if not missing else None
             message = None
             if missing:
                 message = (
@@ -658,10 +627,10 @@ def main(argv: list[str] | None = None) -> dict:
         "peer_versions": versions,
         "settings_and_differences": notes,
     }
-    results = {"meta": meta, "records": records}
     plots = {} if args.no_plot else time_and_memory_plots(functools.partial(plot, records))
-    write_report(args.out, results, summarize(records, args.modes, notes), plots)
-    return results
+    return write_report(
+        args.out, {"meta": meta, "records": records}, summarize(records, args.modes, notes), plots
+    )
 
 
 if __name__ == "__main__":

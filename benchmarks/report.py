@@ -23,8 +23,9 @@ def write_report(
     *,
     results_name: str = "results.json",
     summary_name: str = "summary.md",
-) -> None:
-    """Write ``<out>/<results_name>``, ``<out>/<summary_name>`` and every plot, print the summary.
+) -> dict | list:
+    """Write ``<out>/<results_name>``, ``<out>/<summary_name>`` and every plot, print the summary; returns
+    ``results`` (what a benchmark's ``main`` returns).
 
     Args:
         plots: file name -> function drawing the plot into that path.
@@ -37,6 +38,7 @@ def write_report(
     (out / summary_name).write_text(summary + "\n")
     print(summary)
     print(f"\nwrote {out}/" + ", ".join([results_name, summary_name, *plots]))
+    return results
 
 
 # ---- tables ---------------------------------------------------------------------------------------------
@@ -75,12 +77,22 @@ class Panel:
 
 
 def ok_points(records: list[dict], x: str, y: str, **match) -> list[tuple[float, float]]:
-    """Sorted (record[x], record[y]) of the measured records whose fields equal ``match`` (y > 0: log)."""
+    """Sorted (record[x], record[y]) of the measured records whose fields equal ``match`` (y known and > 0:
+    log)."""
     return sorted(
         (r[x], r[y])
         for r in records
-        if r["status"] == "ok" and r[y] > 0 and all(r[key] == value for key, value in match.items())
+        if r["status"] == "ok"
+        and (r.get(y) or 0) > 0
+        and all(r[key] == value for key, value in match.items())
     )
+
+
+def length_panel(records: list[dict], key: str, title: str, label: str, series: dict, dashed=()) -> Panel:
+    """A panel of ``records[key]`` against the sequence length: a line per series name, of the measured
+    records whose fields equal its match (a dict, as :func:`ok_points`'); ``dashed``: the baselines."""
+    lines = {name: ok_points(records, "length", key, **match) for name, match in series.items()}
+    return Panel(title, "sequence length n", label, lines, set(dashed))
 
 
 TIME_AND_MEMORY = {"time.png": ("median_s", "seconds"), "memory.png": ("peak_mib", "peak MiB")}

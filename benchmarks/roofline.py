@@ -196,6 +196,16 @@ def roofline(records: list[list], peak_gflops: float, bandwidth_gbps: float, top
     }
 
 
+def add_roofline(record: dict, sgemm: dict | None, bandwidth: dict | None) -> dict:
+    """Add the roofline of a point's counted ops (:func:`count_ops`) against the run's limits (sgemm peak,
+    copy bandwidth), and its measured time's fraction of it; null without counts or limits."""
+    fields = {"roofline": None, "roofline_fraction": None}
+    if record.get("status") == "ok" and record.get("op_counts") and sgemm and bandwidth:
+        fields["roofline"] = roofline(record["op_counts"], sgemm["gflops"], bandwidth["copy_gbps"])
+        fields["roofline_fraction"] = fields["roofline"]["seconds"] / record["median_s"]
+    return {**record, **fields}
+
+
 def largest_ops(limits: dict, count: int) -> str:
     """A summary cell: the ``count`` ops that take most of a roofline's time, each with its share of it and
     the limit that binds it, e.g. "bmm 39% (compute), mul 16% (memory)"."""

@@ -51,10 +51,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="Added to the command of a seed that left a checkpoint-* folder but no results ('': none).",
     )
     argv = sys.argv[1:] if argv is None else argv
-    if "--" not in argv:
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])  # --help ends here, with or without a command
+    if split == len(argv):
         parser.error("give the training command after '--' (with {seed} and {output_dir} in it)")
-    split = argv.index("--")
-    args = parser.parse_args(argv[:split])
     args.command = argv[split + 1 :]
     if not args.command or not any("{seed}" in part for part in args.command):
         parser.error("the command after '--' must use {seed} (and should write into {output_dir})")

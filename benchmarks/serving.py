@@ -37,18 +37,20 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks import mechanisms
 from benchmarks.harness import (
-    ProcessOptions,
     add_point_arguments,
-    launch,
-    machine_meta,
+    benchmark_parser,
+    cpu_meta,
+    fill_from_preset,
+    launcher,
     measure,
+    package_version,
     set_up_torch,
     sweep,
 )
-from benchmarks.mechanisms import resolve
 from benchmarks.plugins import parse_args_with_plugins
-from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
+from benchmarks.report import length_panel, markdown_table, plot_loglog, status_cell, write_report
 
 MINILM = dict(
     num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536, vocab_size=30522
@@ -75,18 +77,14 @@ def build_model(point: argparse.Namespace):
     """The point's encoder (seed 0 weights) and its attention settings."""
     import torch
 
-    from hf_efficient import EfficientBertConfig, EfficientBertModel
+    from hf_efficient import EfficientBertModel
 
-    attention_type, implementation, attention_config = resolve(point.type)
-    config = EfficientBertConfig(
-        **json.loads(point.model),
-        max_position_embeddings=point.max_length,
-        attention_type=attention_type,
-        attention_config=attention_config or None,
-    )
     torch.manual_seed(0)
-    model = EfficientBertModel._from_config(config, attn_implementation=implementation).eval()
-    return model, attention_type, attention_config
+    sizes = dict(json.loads(point.model), max_position_embeddings=point.max_length)
+    model, (attention_type, _, attention_config) = mechanisms.build_model(
+        EfficientBertModel, point.type, **sizes
+    )
+    return model.eval(), attention_type, attention_config
 
 
 def onnx_file(model, point: argparse.Namespace) -> tuple[Path, float | None]:
@@ -269,95 +267,51 @@ def plot(records: list[dict], metric: str, label: str, path: Path) -> None:
     """``metric`` against n: one panel per engine, a line per type (exact attention dashed)."""
     types = list(dict.fromkeys(r["type"] for r in records))
     engines = [e for e in ENGINES if any(r["engine"] == e for r in records)]
-    panels = [
-        Panel(
-            engine,
-            "sequence length n",
-            label,
-            {t: ok_points(records, "length", metric, type=t, engine=engine) for t in types},
-            {t for t in types if t.startswith("full")},
-        )
-        for engine in engines
-    ]
+    exact = {t for t in types if t.startswith("full")}
+    series = {engine: {t: {"type": t, "engine": engine} for t in types} for engine in engines}
+    panels = [length_panel(records, metric, engine, label, series[engine], exact) for engine in engines]
     plot_loglog(path, [panels], panel_size=(5, 4))
 
 
 def make_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    parser = benchmark_parser(__doc__, "serving", PRESETS)
     parser.add_argument("--types", nargs="+", default=list(TYPES), help="benchmark names (full_sdpa, ...)")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
     parser.add_argument("--lengths", nargs="+", type=int)
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--profile_length", type=int, help="length whose eager / ONNX Runtime points profile")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/serving"))
     parser.add_argument("--onnx_dir", type=Path, help="where the ONNX files go (default: a temporary folder)")
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=1800.0, plugins=False)
     return parser
 
 
-def run_points(args, lengths: list[int], model: dict, onnx_dir: Path, profile_length: int) -> list[dict]:
-    """Every (type, engine, length) point in its own process, in order; a series stops at its first
-    failure."""
-    settings = dict(
-        threads=args.threads,
-        warmup=args.warmup,
-        repeats=args.repeats,
-        model=json.dumps(model),
-        max_length=max(lengths),
-        onnx_dir=str(onnx_dir),
-        profile_length=profile_length,
-    )
-    options = ProcessOptions.from_args(args)
-
-    def run(base: dict) -> dict:
-        return launch(run_point, {**settings, **base}, base, options)
-
-    bases = [{"type": t, "engine": e, "length": n} for t in args.types for e in args.engines for n in lengths]
-    return sweep(bases, run, lambda p: (p["type"], p["engine"]), desc="serving benchmark")
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args_with_plugins(make_parser, argv)
     preset = PRESETS[args.preset]
-    lengths = sorted(args.lengths or preset["lengths"])
-    args.repeats = args.repeats or preset["repeats"]
-    profile_length = args.profile_length or preset["profile_length"]
-    model = preset["model"]
+    fill_from_preset(args, {name: preset[name] for name in ("lengths", "repeats", "profile_length")})
+    lengths, model = sorted(args.lengths), preset["model"]
+    args.model, args.max_length = json.dumps(model), max(lengths)  # what every point builds
+    # Every (type, engine, length) point in its own process, in order; a series stops at its first failure.
+    bases = [{"type": t, "engine": e, "length": n} for t in args.types for e in args.engines for n in lengths]
     with tempfile.TemporaryDirectory(prefix="serving_onnx_") as scratch:  # ONNX files: large, not results
         onnx_dir = Path(args.onnx_dir or scratch)
         onnx_dir.mkdir(parents=True, exist_ok=True)
-        records = run_points(args, lengths, model, onnx_dir, profile_length)
+        args.onnx_dir = str(onnx_dir)
+        run = launcher(run_point, args, POINT_SETTINGS)
+        records = sweep(bases, run, lambda p: (p["type"], p["engine"]), desc="serving benchmark")
     meta = {
-        **machine_meta(args.threads),
+        **cpu_meta(args),
         "model": model,
         "max_position_embeddings": max(lengths),
         "batch": 1,
-        "warmup": args.warmup,
-        "repeats": args.repeats,
-        "dtype": "float32",
-        "device": "cpu",
-        "onnxruntime": _version("onnxruntime"),
-        "profile_length": profile_length,
+        "onnxruntime": package_version("onnxruntime"),
+        "profile_length": args.profile_length,
     }
-    results = {"meta": meta, "records": records}
     plots = {
         "latency.png": functools.partial(plot, records, "median_s", "seconds per call"),
         "memory.png": functools.partial(plot, records, "peak_mib", "peak MiB"),
     }
-    write_report(args.out, results, summarize(records, meta), plots)
-    return results
-
-
-def _version(package: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return None
+    return write_report(args.out, {"meta": meta, "records": records}, summarize(records, meta), plots)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import json
 import math
 
 from benchmarks import breakdown, flops
-from benchmarks.mechanisms import resolve
+from benchmarks.mechanisms import build_model
 
 ENCODERS = ("text", "vision", "graph")
 PATCH = 4  # pixels per patch side: n = 16,384 patches is a 512 x 512 image
@@ -84,7 +84,7 @@ def vision_model_and_batch(point: argparse.Namespace, **config_fields):
     """(model, batch of pixel_values (b, 3, s, s) / labels (b,), (type, implementation, attention_config))."""
     import torch
 
-    from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
+    from hf_efficient import EfficientViTForImageClassification
 
     side = math.isqrt(point.length)
     if side * side != point.length:
@@ -92,19 +92,12 @@ def vision_model_and_batch(point: argparse.Namespace, **config_fields):
             f"model_step: the vision encoder's length counts patches of a square image, got {point.length}; "
             f"give a perfect square, e.g. {side * side} or {(side + 1) ** 2}."
         )
-    attention_type, implementation, attention_config = resolve(point.type, point.config)
-    config = EfficientViTConfig(
-        **_encoder_config_fields(point, config_fields),
-        image_size=side * PATCH,
-        patch_size=PATCH,
-        num_labels=NUM_CLASSES,
-        attention_type=attention_type,
-        attention_config=attention_config or None,
-    )
-    model = EfficientViTForImageClassification._from_config(config, attn_implementation=implementation)
-    pixels = torch.randn(point.batch, config.num_channels, side * PATCH, side * PATCH)
+    fields = _encoder_config_fields(point, config_fields)
+    sizes = dict(fields, image_size=side * PATCH, patch_size=PATCH, num_labels=NUM_CLASSES)
+    model, attention = build_model(EfficientViTForImageClassification, point.type, point.config, **sizes)
+    pixels = torch.randn(point.batch, model.config.num_channels, side * PATCH, side * PATCH)
     batch = {"pixel_values": pixels, "labels": torch.randint(0, NUM_CLASSES, (point.batch,))}
-    return model.train(), batch, (attention_type, implementation, attention_config)
+    return model.train(), batch, attention
 
 
 def mlm_model_and_batch(point: argparse.Namespace, **config_fields):
@@ -119,28 +112,20 @@ def mlm_model_and_batch(point: argparse.Namespace, **config_fields):
     """
     import torch
 
-    from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+    from hf_efficient import EfficientBertForMaskedLM
 
     b, n = point.batch, point.length
-    attention_type, implementation, attention_config = resolve(point.type, point.config)
-    config = EfficientBertConfig(
-        **json.loads(point.model),
-        max_position_embeddings=n,
-        attention_type=attention_type,
-        attention_config=attention_config or None,
-        hidden_dropout_prob=point.hidden_dropout,
-        attention_probs_dropout_prob=0.0,
-        **config_fields,
-    )
-    model = EfficientBertForMaskedLM._from_config(config, attn_implementation=implementation).train()
-    vocab = config.vocab_size
+    sizes = dict(json.loads(point.model), max_position_embeddings=n, **config_fields)
+    dropout = {"hidden_dropout_prob": point.hidden_dropout, "attention_probs_dropout_prob": 0.0}
+    model, attention = build_model(EfficientBertForMaskedLM, point.type, point.config, **sizes, **dropout)
+    vocab = model.config.vocab_size
     input_ids = torch.randint(5, vocab, (b, n))  # (b, n), clear of the special ids 0..4
     masked = torch.rand(b, n) < MASK_PROBABILITY
     labels = torch.where(masked, input_ids, -100)  # (b, n), the MLM collator's convention
     input_ids = input_ids.masked_fill(masked, MASK_TOKEN_ID if vocab > MASK_TOKEN_ID else 1)
     attention_mask = torch.ones(b, n, dtype=torch.long)  # what a tokenizer hands over
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
-    return model, batch, (attention_type, implementation, attention_config)
+    return model.train(), batch, attention
 
 
 def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels: int, seed: int) -> dict:
@@ -158,32 +143,23 @@ def synthetic_graph(num_nodes: int, num_edges: int, feature_dim: int, num_labels
 
 def graph_model_and_batch(point: argparse.Namespace, **config_fields):
     """(model, collated batch of one graph of n nodes, (type, implementation, attention_config))."""
-    from hf_efficient.models.graph import (
-        EfficientGraphConfig,
-        EfficientGraphForNodeClassification,
-        GraphCollator,
-    )
+    from hf_efficient.models.graph import EfficientGraphForNodeClassification, GraphCollator
 
     if point.batch != 1:
         raise ValueError(
             f"model_step: the graph encoder trains on one graph per step, got --batch {point.batch}."
         )
-    attention_type, implementation, attention_config = resolve(point.type, point.config)
-    config = EfficientGraphConfig(
-        **_encoder_config_fields(point, config_fields),
-        node_feature_dim=GRAPH_FEATURES,
-        num_labels=NUM_CLASSES,
-        attention_type=attention_type,
-        attention_config=attention_config or None,
+    fields = dict(_encoder_config_fields(point, config_fields), node_feature_dim=GRAPH_FEATURES)
+    model, attention = build_model(
+        EfficientGraphForNodeClassification, point.type, point.config, **fields, num_labels=NUM_CLASSES
     )
-    model = EfficientGraphForNodeClassification._from_config(config, attn_implementation=implementation)
-    n = point.length
+    config, n = model.config, point.length
     record = synthetic_graph(n, n * EDGES_PER_NODE, GRAPH_FEATURES, NUM_CLASSES, seed=0)
     collator = GraphCollator.for_config(config, label_level="node", add_self_loops=config.needs_edges())
     batch = collator([record])
     if not config.needs_edges():
         batch.pop("edge_index")  # dense attention: the structure is not read
-    return model.train(), batch, (attention_type, implementation, attention_config)
+    return model.train(), batch, attention
 
 
 def text_step_flops(model, batch: dict, point: argparse.Namespace, attention_config: dict) -> dict:

@@ -10,7 +10,7 @@ import pytest
 
 import hf_efficient
 from benchmarks import attention as bench
-from benchmarks import flops, patterns, peers
+from benchmarks import flops, patterns, peers, roofline
 from benchmarks.mechanisms import benchmark_types
 from benchmarks.studies import rfa_trained_attention
 from hf_efficient import get_attention_class
@@ -36,12 +36,12 @@ def test_attention_benchmark_point_runs_in_process(attention_type):
         error_max_length=64,
         count_ops=True,
     )
-    record = bench.add_roofline(bench.run_point(args), {"gflops": 100.0}, {"copy_gbps": 10.0})
+    record = roofline.add_roofline(bench.run_point(args), {"gflops": 100.0}, {"copy_gbps": 10.0})
     assert record["status"] == "ok" and record["median_s"] > 0 and record["peak_mib"] >= 0
     # Every core's forward + backward is counted: it moves bytes and runs matrix products of some kind.
-    roofline = record["roofline"]
-    assert roofline["bytes"] > 3 * 48 * 2 * 8 * 4 and roofline["flops"] > 0, roofline
-    assert record["roofline_fraction"] == pytest.approx(roofline["seconds"] / record["median_s"])
+    limits = record["roofline"]
+    assert limits["bytes"] > 3 * 48 * 2 * 8 * 4 and limits["flops"] > 0, limits
+    assert record["roofline_fraction"] == pytest.approx(limits["seconds"] / record["median_s"])
     over_edges = (
         not attention_type.startswith("full")
         and get_attention_class(attention_type).capabilities.requires_edges

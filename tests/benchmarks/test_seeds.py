@@ -67,3 +67,13 @@ def test_a_failed_seed_is_left_out_and_reported(tmp_path):
 def test_the_command_must_take_the_seed():
     with pytest.raises(SystemExit):
         seeds.parse_args(["--seeds", "0", "--out", "x", "--", "python", "train.py"])
+
+
+def test_help_needs_no_command(capsys):
+    """``python -m benchmarks.seeds --help`` prints the options (it used to stop at the missing '--')."""
+    with pytest.raises(SystemExit) as stop:
+        seeds.parse_args(["--help"])
+    assert stop.value.code == 0 and "--resume_args" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        seeds.parse_args(["--seeds", "0", "--out", "x"])  # no command: still refused
+    assert stop.value.code == 2 and "give the training command after '--'" in capsys.readouterr().err

@@ -1,0 +1,60 @@
+"""The pieces the benchmark CLIs share (benchmarks.harness, benchmarks.report): options, presets, versions."""
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from benchmarks import attention, fidelity, generation, model_step, peers, serving
+from benchmarks.harness import fill_from_preset, package_version
+from benchmarks.report import ok_points
+
+
+@pytest.mark.parametrize(
+    ("name", "parse"),
+    [
+        ("attention", lambda: attention.make_parser().parse_args([])),
+        ("model_step", lambda: model_step.make_parser().parse_args([])),
+        ("generation", lambda: generation.make_parser().parse_args([])),
+        ("serving", lambda: serving.make_parser().parse_args([])),
+        ("fidelity", lambda: fidelity.make_parser().parse_args([])),
+        ("peers", lambda: peers.parse_args([])),
+    ],
+)
+def test_each_benchmark_writes_to_its_own_results_folder(name, parse):
+    args = parse()
+    assert args.out == Path("benchmarks/results") / name
+    if name not in ("fidelity", "peers"):  # the benchmarks with presets start from the full one
+        assert args.preset == "full"
+
+
+def test_in_process_is_an_option_of_the_benchmarks_tests_run_in_process():
+    assert model_step.make_parser().parse_args(["--in_process"]).in_process
+    assert peers.parse_args(["--in_process"]).in_process
+    with pytest.raises(SystemExit):
+        attention.make_parser().parse_args(["--in_process"])
+
+
+def test_fill_from_preset_fills_only_what_the_user_left_unset():
+    args = argparse.Namespace(lengths=None, repeats=2, model=None, heads=None, warmup=0)
+    preset = {"lengths": [64], "repeats": 3, "model": {"hidden_size": 32}, "warmup": 4, "points": {"text": 1}}
+    fill_from_preset(args, preset, heads=8, repeats=1)
+    assert args.lengths == [64] and args.heads == 8
+    assert args.repeats == 2 and args.warmup == 0  # given, even 0, stays
+    assert args.model == '{"hidden_size": 32}'  # a dict becomes the JSON its option takes
+    assert not hasattr(args, "points")  # a preset key that is no option is left alone
+
+
+def test_package_version_is_none_for_a_package_that_is_not_installed():
+    assert package_version("no-such-distribution-for-this-test") is None
+    assert package_version("torch")
+
+
+def test_ok_points_leave_out_failed_points_and_unknown_values():
+    records = [
+        {"status": "ok", "length": 128, "mfu": 0.5},
+        {"status": "ok", "length": 64, "mfu": 0.25},
+        {"status": "ok", "length": 256, "mfu": None},  # no FLOP model: nothing to plot
+        {"status": "timeout", "length": 512},
+    ]
+    assert ok_points(records, "length", "mfu") == [(64, 0.25), (128, 0.5)]
