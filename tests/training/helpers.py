@@ -1,4 +1,5 @@
-"""What the training tests share: a tiny labelled text dataset."""
+"""What the training tests share: a tiny labelled text dataset and the arguments of a run that saves every
+step."""
 
 from __future__ import annotations
 
@@ -10,3 +11,14 @@ def classification_examples(count: int = 8, n: int = 12) -> list[dict]:
     ids, mask = batch(b=count, n=n, lengths=(n,) * count)
     rows = enumerate(zip(ids, mask, strict=True))
     return [{"input_ids": i, "attention_mask": m, "labels": k % 2} for k, (i, m) in rows]
+
+
+def every_step_arguments(output_dir, max_steps: int, **overrides):
+    """EfficientTrainingArguments of a CPU run over batches of 2 that saves a checkpoint at every step, with
+    no progress bar and no reporting."""
+    from hf_efficient.training.run import EfficientTrainingArguments
+
+    values = dict(save_steps=1, per_device_train_batch_size=2, report_to=[], use_cpu=True, disable_tqdm=True)
+    return EfficientTrainingArguments(
+        output_dir=str(output_dir), max_steps=max_steps, **{**values, **overrides}
+    )

@@ -8,14 +8,13 @@ import os
 import subprocess
 
 import pytest
-from transformers import TrainingArguments
 
 from hf_efficient import EfficientBertForSequenceClassification
 from hf_efficient.training import EfficientTrainer, last_checkpoint, resolve_resume_checkpoint
 from hf_efficient.training.checkpoints import checkpoint_folders, checkpoint_problem
 
 from ..models.text.helpers import tiny_config
-from .helpers import classification_examples
+from .helpers import classification_examples, every_step_arguments
 
 
 @pytest.fixture
@@ -39,15 +38,7 @@ def test_a_full_disk_during_a_checkpoint_keeps_the_last_complete_one(small_disk)
     data = classification_examples()
     model = EfficientBertForSequenceClassification(tiny_config(num_labels=2))
     output = small_disk / "run"
-    args = TrainingArguments(
-        output_dir=str(output),
-        max_steps=40,
-        save_steps=1,
-        per_device_train_batch_size=2,
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-    )
+    args = every_step_arguments(output, max_steps=40)
     with pytest.raises(
         OSError, match=r"No space left on the device while writing .*checkpoint-\d+.* is kept"
     ):

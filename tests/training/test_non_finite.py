@@ -10,11 +10,10 @@ from transformers import TrainerCallback
 
 from hf_efficient import EfficientBertForSequenceClassification
 from hf_efficient.training import EfficientTrainer, NonFiniteTrainingError, last_checkpoint
-from hf_efficient.training.run import EfficientTrainingArguments
 from hf_efficient.training.trainer import first_non_finite_gradient
 
 from ..models.text.helpers import tiny_config
-from .helpers import classification_examples
+from .helpers import classification_examples, every_step_arguments
 
 POISONED = "bert.encoder.layer.1.attention.self.query.weight"
 
@@ -35,16 +34,7 @@ class PoisonGradientAt(TrainerCallback):
 def _trainer(tmp_path, step=3, **overrides):
     torch.manual_seed(0)
     model = EfficientBertForSequenceClassification(tiny_config(num_labels=2))
-    args = EfficientTrainingArguments(
-        output_dir=str(tmp_path),
-        max_steps=4,
-        save_steps=1,
-        per_device_train_batch_size=2,
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-        **overrides,
-    )
+    args = every_step_arguments(tmp_path, max_steps=4, **overrides)
     trainer = EfficientTrainer(model=model, args=args, train_dataset=classification_examples())
     trainer.add_callback(PoisonGradientAt(model, step))
     return trainer
