@@ -39,7 +39,7 @@ from pathlib import Path
 from benchmarks import seeds
 from benchmarks.report import markdown_table, pyplot, write_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: benchmarks/studies/ is two levels down
 SCRIPT = ROOT / "scripts" / "train_graph.py"
 
 SETTINGS = {  # name -> train_graph.py arguments choosing the attention
