@@ -13,8 +13,8 @@ import torch.nn.functional as F
 
 from .inputs import is_tracing
 
-# glibc hands every allocation above 32 MiB straight back to the system and page-faults it in anew on the
-# next call; intermediates kept under this budget stay in the malloc arena (docs/contributing.md, "Memory").
+# glibc hands every allocation above its mmap threshold straight back to the system and page-faults it in
+# anew on the next call; intermediates kept under this budget stay in the malloc arena (docs/performance.md).
 CHUNK_BYTES = 24 * 2**20
 
 
@@ -84,9 +84,8 @@ def zero_padded(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 # On CUDA a chunk costs a few kernel launches whatever its size, and at CPU-sized budgets the per-chunk
-# Python and launch work bound the chunked feature cores there (performer at 64k tokens on an H100: 105 ms of
-# CPU-side work for 26 ms of GPU time). Their feature chunks are this much larger on CUDA: performer 2.5-4x
-# and rfa 5-6x faster at 16k-64k tokens, forward + backward in bfloat16, 0-2x the memory (measured).
+# Python and launch work would bound the chunked feature cores: their chunks are this much larger there
+# (the measurement behind it: docs/performance.md, "Why the kernels are cut the way they are").
 CUDA_CHUNK_FACTOR = 16
 
 
