@@ -18,7 +18,7 @@ import torch
 
 from hf_efficient.attention import ATTENTION_REGISTRY
 
-from .contract import graph_edges
+from .contract import run
 from .helpers import make_core, make_qkv, padding_mask
 
 KERNELS = sorted((name, kernel.name) for name, cls in ATTENTION_REGISTRY.items() for kernel in cls.kernels)
@@ -35,19 +35,12 @@ def _pair(attention_type: str, kernel: str, causal: bool = False):
     return reference, fast
 
 
-def _call(core, q, k, v, mask, lengths, **inputs):
-    if core.capabilities.shared_query_key:
-        k = q
-    edges = graph_edges(core, lengths, q.shape[2], device=q.device)
-    return core(q, k, v, attention_mask=mask, edges=edges, **inputs)
-
-
 def _runs(core, q, k, v, mask, lengths, **inputs) -> str:
     """'grad' if the forced kernel computes this call with gradients, 'forward' if only without, '' if not."""
     for mode, context in (("grad", contextlib.nullcontext()), ("forward", torch.no_grad())):
         try:
             with context:
-                _call(core, q.detach().requires_grad_(mode == "grad"), k, v, mask, lengths, **inputs)
+                run(core, q.detach().requires_grad_(mode == "grad"), k, v, mask, lengths, **inputs)
         except ValueError as error:
             if "cannot compute this call" not in str(error):
                 raise
@@ -69,7 +62,7 @@ def _compare(reference, fast, n: int, lengths, **inputs) -> bool:
     for core in (reference, fast):
         leaves = [t.clone().requires_grad_(grads) for t in (q, k, v)]
         with contextlib.nullcontext() if grads else torch.no_grad():
-            out = _call(core, *leaves, mask, lengths, **inputs)
+            out = run(core, *leaves, mask, lengths, **inputs)
             grad_out = torch.randn(out.output.shape, generator=torch.Generator().manual_seed(1))
             got = [out.output, out.weights]
             if grads:
