@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from hf_efficient.attention import ATTENTION_REGISTRY
 
-from .contract import graph_edges
+from .contract import run
 from .helpers import make_core, reference_attention
 
 TYPES = sorted(ATTENTION_REGISTRY)
@@ -66,10 +66,7 @@ def _qkv(b, n, dtype, layout, scale, seed):
 
 def _run(core, q, k, v, lengths, n, item_seeds=None):
     mask = torch.arange(n)[None] < torch.tensor(lengths)[:, None]
-    edges = graph_edges(core, lengths, n, item_seeds)
-    if core.capabilities.shared_query_key:
-        k = q
-    return core(q, k, v, attention_mask=mask, edges=edges).output
+    return run(core, q, k, v, mask, lengths, item_seeds).output
 
 
 @pytest.mark.parametrize("attention_type", TYPES)
