@@ -50,20 +50,7 @@ from .models.vision.helpers import tiny_config as tiny_vit_config
 from .processes import ROOT, child_env
 
 CHECKS = {"text": text_checks, "vision": vision_checks, "graph": graph_checks}
-# Known regression, open: bigbird's reference (the gather form written in the reference/kernels split) makes
-# torch.export derive a sequence Dim with an empty range ("Cannot create Dim with inconsistent min=0,
-# max=-16") for text and graph models; vision (fixed patch counts) exports. Strict: fails once fixed.
-BROKEN = {
-    ("text", "bigbird"): "bigbird's reference breaks torch.export's dynamic sequence length (open)",
-    ("graph", "bigbird"): "bigbird's reference breaks torch.export's dynamic node count (open regression)",
-}
-PAIRS = [
-    pytest.param(modality, name, marks=pytest.mark.xfail(strict=True, reason=BROKEN[(modality, name)]))
-    if (modality, name) in BROKEN
-    else (modality, name)
-    for modality in MODALITIES
-    for name in list_attention_types(modality)
-]
+PAIRS = [(modality, name) for modality in MODALITIES for name in list_attention_types(modality)]
 
 
 @pytest.mark.slow

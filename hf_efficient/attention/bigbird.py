@@ -239,7 +239,7 @@ class BigBirdAttention(AttentionCore):
         example's laid over its blocks up to its last real token."""
         bs = self.config.block_size
         mask = extend_padding_mask(attention_mask, b, n, bs, device)
-        nb = -(-n // bs)
+        nb = (n + bs - 1) // bs  # the form pad_to_multiple's traced length takes: export proves them equal
         if mask is None:
             num_blocks = torch.full((b,), nb, device=device)
         else:
