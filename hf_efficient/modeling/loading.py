@@ -32,6 +32,9 @@ source_model_type: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 # transformers' messages that this package replaces, by the logger that emits them.
 OTHER_TYPE_WARNING = ("transformers.configuration_utils", "to instantiate a model of type")
 LOAD_REPORT = ("transformers.modeling_utils", "LOAD REPORT")
+# Said of a tied pair absent from the checkpoint, as a headless checkpoint's (BERT without its MLM head)
+# always is: the pair is new, which the load summary says, not a sign of a corrupt file.
+ABSENT_TIED_PAIR = ("transformers.modeling_utils", "This checkpoint seem corrupted. The tied weights mapping")
 
 
 class _DropMessages(logging.Filter):

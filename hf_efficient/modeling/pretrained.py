@@ -15,6 +15,7 @@ from ..compat import attn_implementation, hook_model_loading, loaded_from_checkp
 from .blocks import EfficientEncoder, EfficientSelfAttention
 from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
 from .loading import (
+    ABSENT_TIED_PAIR,
     LOAD_REPORT,
     dropped_log_message,
     load_summary,
@@ -172,12 +173,15 @@ def _random_state_not_missing(model: EfficientPreTrainedModel, loading_info) -> 
 
 
 def _finalize_loading(model: EfficientPreTrainedModel, load_config, loading_info, default):
-    """transformers' end of loading (``default``) with its LOAD REPORT replaced by one line of
+    """transformers' end of loading (``default``) with its LOAD REPORT (and its "checkpoint seem corrupted"
+    about a tied head absent from a headless checkpoint) replaced by one line of
     :func:`~hf_efficient.modeling.loading.load_summary`, unless sizes mismatched or a conversion failed
     (then transformers' report stands: it raises after it)."""
     errors = loading_info.mismatched_keys or loading_info.conversion_errors or loading_info.error_msgs
-    quiet = contextlib.nullcontext() if errors else dropped_log_message(*LOAD_REPORT)
-    with quiet:
+    with contextlib.ExitStack() as quiet:
+        if not errors:
+            quiet.enter_context(dropped_log_message(*LOAD_REPORT))
+            quiet.enter_context(dropped_log_message(*ABSENT_TIED_PAIR))
         loading_info = default(model, load_config, loading_info)
     drawn = getattr(model, "_random_state_drawn_on_load", {})
     missing, unexpected = loading_info.missing_keys, loading_info.unexpected_keys
