@@ -126,8 +126,8 @@ class ChunkBuffers:
     A fresh chunk-sized tensor per chunk is slow on CPU even under ``CHUNK_BYTES``: freeing several of
     them at the end of a chunk leaves more free memory at the top of the heap than glibc's trim threshold
     (twice the last mmapped size), so it goes back to the system and every tensor of the next chunk
-    page-faults again (measured for BigBird's (48, 512, 64) gradients: 8.5 ms per batched matmul with a
-    new output, 5.1 ms into a reused one). Pass ``buffers(name, shape)`` as ``out=``; a buffer grows only
+    page-faults again (the measurement: docs/performance.md, "Why the kernels are cut the way they are").
+    Pass ``buffers(name, shape)`` as ``out=``; a buffer grows only
     when a larger shape asks for it, so the last, smaller chunk takes a view of it.
     """
 

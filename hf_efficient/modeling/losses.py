@@ -111,7 +111,7 @@ def chunked_cross_entropy(
         labels: (...) integer class ids in [0, V), ``ignore_index`` where there is no target; the leading
             shape of ``hidden``.
         chunk_size: rows projected at once; default: as many as keep a chunk's float32 logits under
-            ``hf_efficient.attention.utils.CHUNK_BYTES`` (24 MiB: 206 rows at V = 30,522).
+            ``hf_efficient.attention.utils.CHUNK_BYTES`` (``CHUNK_BYTES // (4 * V)`` rows).
         ignore_index: the label of positions without a target (transformers' -100).
 
     Returns:
