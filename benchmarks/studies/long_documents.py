@@ -197,7 +197,7 @@ def verdict(
     long_rows = [r for r in measured if r["max_length"] >= long_length]
     if reference is None or not long_rows:
         missing = f"{EXACT} at {reference_length}" if reference is None else f"a setting at >= {long_length}"
-        return {"beats": None, "text": f"Verdict: not decidable, no measured {missing}."}
+        return {"beats": None, "text": f"Verdict: not decidable, nothing measured for {missing}."}
     best = max(long_rows, key=lambda r: r["accuracy"]["mean"])
     name = f"{best['model']} at {best['max_length']}"
     if min(best["accuracy"]["n"], reference["accuracy"]["n"]) < 2:
