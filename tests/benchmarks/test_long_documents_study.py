@@ -1,0 +1,120 @@
+"""benchmarks.studies.long_documents: the table, plot and 3-std verdict from seeds results written by hand
+(both ways, and undecidable), and the run driver end to end on a tiny checkpoint (resumable)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from benchmarks import seeds
+from benchmarks.studies import long_documents
+from hf_efficient import EfficientBertConfig, EfficientBertModel
+from hf_efficient.data.long_documents import packaged_tokenizer
+
+SPANS = [[0, 100], [101, 701], [702, 800]]  # the middle review is 600 tokens
+DOCUMENTS = [  # at 512 the head sees reviews 0 and 1: right, coin flip, right -> ceiling 5/6
+    {"review_labels": [1, 1, 0], "review_token_spans": SPANS, "tokens": 802},
+    {"review_labels": [1, 0, 1], "review_token_spans": SPANS, "tokens": 802},
+    {"review_labels": [0, 0, 1], "review_token_spans": SPANS, "tokens": 802},
+]
+
+
+def write_setting(root, label: str, length: int, accuracies: list[float], test_file) -> None:
+    """A setting's seeds.json as benchmarks.seeds writes it, for a run that reached these accuracies."""
+    runs = {
+        seed: {"eval_accuracy": accuracy, "train_samples_per_second": 4.0, "eval_samples_per_second": 10.0}
+        for seed, accuracy in enumerate(accuracies)
+    }
+    command = ["python", "scripts/finetune_glue.py", "--model_name_or_path", f"ckpt/{label}"]
+    command += ["--max_seq_length", str(length), "--validation_file", str(test_file), "--seed", "{seed}"]
+    result = {
+        "label": label,
+        "command": command,
+        "runs": runs,
+        "failed": [],
+        "aggregate": seeds.aggregate(runs),
+    }
+    (root / f"{label}-{length}").mkdir(parents=True)
+    (root / f"{label}-{length}" / "seeds.json").write_text(json.dumps(result))
+
+
+@pytest.fixture
+def results(tmp_path):
+    test_file = tmp_path / "data" / "test.jsonl"
+    test_file.parent.mkdir()
+    test_file.write_text("".join(json.dumps(row) + "\n" for row in DOCUMENTS))
+    write_setting(tmp_path, "exact", 128, [0.60, 0.62, 0.64], test_file)
+    write_setting(tmp_path, "exact", 512, [0.70, 0.71, 0.72], test_file)
+    return tmp_path, test_file
+
+
+def test_summary_table_plot_and_a_verdict_that_beats(results):
+    root, test_file = results
+    write_setting(root, "longformer", 2048, [0.80, 0.81, 0.82], test_file)
+    rows = long_documents.main(["summarize", "--results", str(root)])
+    assert [(r["model"], r["max_length"]) for r in rows] == [
+        ("exact", 128),
+        ("exact", 512),
+        ("longformer", 2048),
+    ]
+    summary = (root / "long_documents.md").read_text()
+    # 512: 70-72% (std 1 point), ceiling 5/6 for the head and the best window, all 3 documents longer
+    assert "| `exact` | 512 | 71.00 ± 1.00 | 3 | 83.33 | 83.33 | 100.00 | 0.250 | 0.100 |" in summary
+    assert "| `longformer` | 2048 | 81.00 ± 1.00 | 3 | 100.00 | 100.00 | 0.00 |" in summary
+    assert "longformer at 2048, beats exact at 512" in summary and "+10.00 points against 3 x 1.00" in summary
+    assert (root / "accuracy_vs_length.png").stat().st_size > 0
+    assert json.loads((root / "long_documents.json").read_text())["verdict"]["beats"] is True
+
+
+def test_a_verdict_within_three_spreads_does_not_beat(results):
+    root, test_file = results
+    write_setting(root, "longformer", 4096, [0.70, 0.74, 0.78], test_file)  # +3 points, std 4
+    long_documents.main(["summarize", "--results", str(root)])
+    decision = json.loads((root / "long_documents.json").read_text())["verdict"]
+    assert decision["beats"] is False and "does not beat" in decision["text"]
+
+
+def test_a_verdict_needs_two_seeds_and_a_long_setting(results):
+    root, test_file = results
+    assert long_documents.verdict(long_documents.collect(root))["beats"] is None  # nothing >= 2048
+    write_setting(root, "longformer", 2048, [0.9], test_file)
+    decision = long_documents.verdict(long_documents.collect(root))
+    assert decision["beats"] is None and "fewer than 2 seeds" in decision["text"]
+
+
+def test_a_bad_checkpoint_flag_is_named(tmp_path):
+    with pytest.raises(SystemExit, match="--checkpoint 'runs/model': give NAME=PATH"):
+        long_documents.main(
+            ["run", "--out", str(tmp_path), "--exact_model", "x", "--checkpoint", "runs/model"]
+            + ["--max_reviews", "400", "--train_size", "4", "--validation_size", "2", "--test_size", "2"]
+        )
+
+
+def test_run_then_summarize_end_to_end(tmp_path, capsys):
+    """The documented commands at tiny sizes: a 1-layer BERT as the exact model (32 tokens) and as a "long"
+    checkpoint (64 tokens), one step per seed; a second run finds every seed done."""
+    checkpoint = tmp_path / "tiny"
+    tokenizer = packaged_tokenizer()
+    config = EfficientBertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=64,
+    )  # fmt: skip
+    EfficientBertModel(config).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    out = tmp_path / "study"
+    run = ["run", "--variant", "majority3", "--out", str(out), "--seeds", "0", "--max_steps", "1"]
+    run += ["--max_reviews", "400", "--train_size", "4", "--validation_size", "2", "--test_size", "4"]
+    run += ["--exact_model", str(checkpoint), "--exact_lengths", "32", "--checkpoint", f"tiny={checkpoint}"]
+    run += ["--long_lengths", "64", "--batch_size", "2"]
+    results = long_documents.main(run)
+    assert [r["label"] for r in results] == ["exact", "tiny"] and all(r["runs"] for r in results)
+    assert (out / "exact-32" / "seed_0" / "all_results.json").exists()
+    long_documents.main(run)
+    assert capsys.readouterr().out.count("not run again") == 2
+    rows = long_documents.main(["summarize", "--results", str(out), "--reference_length", "32"])
+    assert [(r["model"], r["max_length"]) for r in rows] == [("exact", 32), ("tiny", 64)]
+    assert rows[0]["ceiling_head"] <= 1.0 and rows[0]["longer_than_length"] == 1.0
+    assert rows[1]["train_s_per_example"] > 0
+    assert sys.executable in rows[0]["command"]
