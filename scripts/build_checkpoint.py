@@ -56,9 +56,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(
-    0, str(ROOT)
-)  # benchmarks.report (markdown tables) lives beside scripts/, outside the package
+# benchmarks.report (markdown tables) lives beside scripts/, outside the package
+sys.path.insert(0, str(ROOT))
 RECIPES = ROOT / "configs" / "zoo"
 SCRIPTS = ROOT / "scripts"
 MARKER = "DONE.json"
@@ -157,7 +156,8 @@ def run_stage(folder: Path, work) -> dict:
 
 
 def flags(values: dict[str, Any]) -> list[str]:
-    """``{"max_steps": 10, "do_train": true}`` -> ``["--max_steps", "10", "--do_train", "true"]``."""
+    """A stage's flags: ``{"max_steps": 10, "learning_rate": 1e-4}`` -> ``["--max_steps", "10",
+    "--learning_rate", "0.0001"]`` (lists and dicts as JSON)."""
     out = []
     for key, value in values.items():
         out += [f"--{key}", json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
@@ -190,7 +190,7 @@ def run_training(command: list[str]) -> dict:
     # The stage imports the hf_efficient this script runs with (this checkout's, where another copy is
     # installed too): a script's sys.path starts at scripts/, not at the checkout.
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": path})
+    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": path})
     return {}
 
 
@@ -269,7 +269,9 @@ def evaluate(recipe: dict, model_dir: Path, folder: Path) -> dict:
     # The decoder weight is tied to the word embeddings, which stay MiniLM's.
     reference = EfficientBertForMaskedLM.from_pretrained(base_model_path(recipe), attention_type="full")
     head = {k: v for k, v in model.cls.state_dict().items() if k != "predictions.decoder.weight"}
-    reference.cls.load_state_dict(head, strict=False)
+    missing = reference.cls.load_state_dict(head, strict=False).missing_keys
+    if missing != ["predictions.decoder.weight"]:  # the head's layout changed: say so, never mix heads
+        raise RuntimeError(f"The reference could not take this checkpoint's MLM head; missing: {missing}.")
     teacher_positions = reference.config.max_position_embeddings  # 512: MiniLM's trained length
 
     rows = []
@@ -366,6 +368,11 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
     from hf_efficient import EfficientBertForMaskedLM
     from hf_efficient.training import build_model_card
 
+    if not (output_dir / "final").exists():
+        raise FileNotFoundError(
+            f"--output_dir {output_dir} holds no finished build (no final/); run `build` first, with the "
+            "same --output_dir."
+        )
     recipe = json.loads((output_dir / "recipe.json").read_text())
     name, final = recipe["name"], output_dir / "final"
     markers = {stage: json.loads((stage_dir(output_dir, stage) / MARKER).read_text()) for stage in STAGES}
