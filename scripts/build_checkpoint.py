@@ -23,7 +23,8 @@ its own subfolder of ``--output_dir`` (default ``runs/zoo/<NAME>``) that ends wi
 4. ``4-evaluate``: held-out masked-LM loss and perplexity on IMDB reviews never trained on (both training
    stages hold out the same ``data.held_out_percentage`` of the texts, split with the same seed) at 512 and
    at each recipe length, plus a reference row: MiniLM's encoder with its exact attention and this
-   checkpoint's MLM head, at 512. Written to ``4-evaluate/results.json``.
+   checkpoint's MLM head, at 512 (that head was trained with an encoder that moved too, so the row shows
+   how far the encoder moved, not MiniLM's quality). Written to ``4-evaluate/results.json``.
 
 Then ``final/`` is assembled: config (with ``auto_map``, so ``AutoModelForMaskedLM.from_pretrained(...,
 trust_remote_code=True)`` loads it without hf_efficient), weights, tokenizer, the remote code (``hfe_*.py``)
@@ -360,6 +361,14 @@ def base_description(recipe: dict) -> str:
     return f"`{Path(recipe['base_model']).name}` (a local checkpoint in place of the recipe's MiniLM)"
 
 
+def last_logged_loss(folder: Path) -> str:
+    """The last training loss a stage's Trainer logged (``trainer_state.json``), or "not logged"."""
+    path = folder / "trainer_state.json"
+    history = json.loads(path.read_text())["log_history"] if path.exists() else []
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    return f"{losses[-1]:.4f}" if losses else "not logged"
+
+
 def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
     """Fill the card from ``recipe.json``, the stage markers and the results files; save it as
     ``final/README.md`` (and ``<write_card_to>/<NAME>.md``)."""
@@ -388,12 +397,13 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
         "How it was made:\n\n"
         f"1. Attention distillation at {distill['block_size']} tokens: MiniLM's weights with "
         f"`{recipe['attention_type']}` attention trained for {distill['max_steps']} steps to reproduce the "
-        "hidden states of every layer of MiniLM with its own exact attention (genuine at 512).\n"
+        "hidden states of every layer of MiniLM with its own exact attention (genuine at 512); last logged "
+        f"loss (relative squared error, mean over layers) {last_logged_loss(output_dir / '1-distill')}.\n"
         f"2. Positions extended from {old} to {new:,} by copying the learned table (Beltagy et al. 2020, "
         "Longformer, section 5).\n"
         f"3. Masked-LM training for {mlm['max_steps']} steps on IMDB reviews concatenated into blocks of "
         f"{mlm['block_size']:,} tokens, with a new MLM head: MiniLM (a sentence-transformers model) has "
-        "none.\n\n"
+        f"none; last logged training loss {last_logged_loss(output_dir / '3-mlm')}.\n\n"
         f"Built with (from the repository root, {recipe['threads']} CPU thread(s)):\n\n"
         f"```bash\n{recipe['command']}\n```\n\n"
         f"Build time on this CPU: {total / 60:.1f} minutes ("
@@ -423,7 +433,9 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
             f"Masked-LM loss per predicted token and perplexity on {results['held_out']}. The MLM head is "
             f"new and trained for {mlm['max_steps']} steps only, so these perplexities are far above those "
             "of a fully pretrained BERT; they compare attentions and lengths on the same masks. The "
-            "reference row runs MiniLM's own encoder (exact attention) under this checkpoint's head.\n\n"
+            "reference row runs MiniLM's own encoder (exact attention) under this checkpoint's head: the "
+            "head was trained together with an encoder that moved too, so the row measures how far the "
+            "encoder moved from MiniLM, not MiniLM's quality (MiniLM has no MLM head to measure).\n\n"
             + results_table(results["rows"])
             + (f"\n\n{extra}" if extra else "")
             + "\n\n### This checkpoint's numbers"  # heads the metric table the template adds
