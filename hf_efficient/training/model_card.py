@@ -232,13 +232,17 @@ def build_model_card(
     efficiency: dict[str, str] | None = None,
     template_path: str | Path | None = None,
     remote_code: bool = False,
+    extra_limitations: list[str] | None = None,
 ) -> ModelCard:
     """Render the model card of ``model`` (see the module docstring). Metrics are given as Trainer reports
     them (``eval_accuracy``); ``eval_dataset`` also puts them in the card's machine-readable model index.
     ``base_model`` (a hub id: the card's ``base_model`` / finetuned-from metadata) and ``datasets`` (hub
     ids or names; a local path by its name, :func:`dataset_name`) go in the metadata; ``remote_code`` says
     the repository ships the modeling code and how to load it with ``trust_remote_code=True``. Without a
-    ``repo_id`` the loading code names ``training_args.output_dir`` (and says a hub id replaces it)."""
+    ``repo_id`` the loading code names ``training_args.output_dir`` (and says a hub id replaces it).
+    Without ``training_args`` the hyperparameter table lists ``extra_hyperparameters`` alone (a model built
+    by several runs, e.g. ``scripts/build_checkpoint.py``); ``extra_limitations`` come after the derived
+    ones."""
     config = model.config
     modality = getattr(config, "modality", "text")
     architecture = type(model).__name__
@@ -312,11 +316,11 @@ def build_model_card(
         data_description=data_description,
         hyperparameters=training_hyperparameters(training_args, extra_hyperparameters)
         if training_args
-        else {},
+        else {name: _format(value) for name, value in (extra_hyperparameters or {}).items()},
         eval_metrics={k: _format(v) for k, v in metrics.items()},
         eval_description=eval_description,
         efficiency=efficiency or {},
-        limitations=limitations(model),
+        limitations=[*limitations(model), *(extra_limitations or [])],
         structural_inputs=config.structural_inputs() if hasattr(config, "structural_inputs") else [],
         decoding_state=decoding_state(model),
     )

