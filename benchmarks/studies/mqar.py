@@ -41,14 +41,15 @@ ZOOLOGY_NOTE = (
     "Zoology (Arora et al. 2023, arXiv 2312.04927), Figure 2: MQAR accuracy against model dimension (64-512) "
     "of 2-layer models at sequence lengths 64, 128 and 256 with 4, 8 and 16 key-value pairs (the sweep of "
     "its repository's `zoology/experiments/paper_configs/iclr24_zoology_figure2/configs.py`: vocabulary "
-    "8,192, 100,000 training examples, learning rates 1e-4 to 1e-2, the best kept, causal LMs). Attention "
+    "8,192, 100,000 training examples, learning rates swept from 1e-4 to 1e-2, causal LMs). Attention "
     "solves MQAR at every width and length; the gated convolutions (Hyena, H3, RWKV, BaseConv) need a width "
     "that grows with the sequence length. Linear attention: Based (Arora et al. 2024, arXiv 2402.18668), "
     "Figure 2, plots MQAR accuracy against recurrent state size (`arxiv24_based_figure2/configs.py`: Based's "
-    "Taylor-feature linear attention with a short convolution, widths 48-128): its recall rises with the "
-    "state size and stays below attention's at a given width. Expect here: `full` at or near 100% where the "
-    "fixed-size-state types (`linear`, `performer`, `rfa`) are lower, the gap widening with length (more "
-    "pairs to hold in the same state). We read no numbers off those figures."
+    "Taylor-feature linear attention with a short convolution, widths 48-128): recall rises with the "
+    "state size, the recall-memory tradeoff the paper is about. What this predicts here (a hypothesis, not "
+    "a quoted number): `full` at or near 100% where the fixed-size-state types (`linear`, `performer`, "
+    "`rfa`) are lower, the gap widening with length (more pairs held in the same state). We read no numbers "
+    "off those figures."
 )
 
 
