@@ -12,6 +12,9 @@ curve). Two formulations:
 * ``--causal``: a causal LM as Zoology trains (``EfficientBertForCausalLM``, the types with a causal form
   only), the labels moved one position right because its loss predicts ``labels[i + 1]`` at position i.
 
+The causal form learns recall much sooner: at the default budget (length 64, width 64, 1,252 steps) causal
+``full`` reached 84.7% test recall where the encoder stayed at 9.8% (calibration: ``configs/mqar/base.json``).
+
 The model and schedule come from ``configs/mqar/base.json`` (used when no ``--config`` is given) and
 ``configs/mqar/attention/<type>.json`` (windows, landmarks, projections and features sized so that no type is
 full attention in disguise at length 64); flags override both; ``--hidden_size`` sets the width (and the MLP
