@@ -11,5 +11,6 @@ the other way round.
     python -m benchmarks.studies.listops --results runs/listops      # table + plot of train_listops.py runs
     python -m benchmarks.studies.clm_perplexity --results runs/clm   # perplexity of pretrain_clm.py runs
     python -m benchmarks.studies.long_documents run --out runs/long_documents/majority3   # + summarize
+    python -m benchmarks.studies.mqar run --types full linear --out runs/mqar   # MQAR grid (Zoology) + table
     python -m benchmarks.studies.rfa_trained_attention MODEL   # a trained RFA model's weights vs its kernel
 """

@@ -1,0 +1,110 @@
+"""benchmarks.studies.mqar: the table and plot of fake MQAR results laid out as the grid runner leaves them
+(seeds folders per setting), and the grid runner's commands, folders and skipping of finished settings
+(benchmarks.seeds replaced by a recorder: no training here; the script itself is tested in
+tests/scripts/test_mqar_script.py)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.studies import mqar
+
+
+def fake_run(
+    root: Path, attention_type: str, width: int, length: int, seed: int, accuracy: float, causal=False
+):
+    folder = mqar.setting_folder(root, attention_type, width, length, causal) / f"seed_{seed}"
+    folder.mkdir(parents=True)
+    result = {
+        "attention_type": attention_type,
+        "formulation": "causal" if causal else "bidirectional",
+        "test_accuracy": accuracy,
+        "hidden_size": width,
+        "seq_len": length,
+        "num_kv_pairs": length // 16,
+        "seconds_per_step": 0.1,
+        "training": {"seed": seed},
+        "output_dir": str(folder),
+    }
+    (folder / mqar.RESULTS_FILE).write_text(json.dumps(result))
+
+
+def test_summary_table_means_over_seeds_and_plot(tmp_path, capsys):
+    for seed, accuracy in enumerate([0.99, 1.0, 0.98]):
+        fake_run(tmp_path, "full", 64, 64, seed, accuracy)
+    fake_run(tmp_path, "full", 64, 128, 0, 0.97)
+    fake_run(tmp_path, "linear", 64, 64, 0, 0.25)
+    fake_run(tmp_path, "linear", 64, 64, 0, 0.125, causal=True)
+    out = tmp_path / "summary"
+    settings = mqar.main(["summarize", "--results", str(tmp_path), "--out", str(out)])
+
+    assert len(settings) == 4
+    full = next(s for s in settings if s["attention_type"] == "full" and s["seq_len"] == 64)
+    assert full["accuracy_mean"] == pytest.approx(0.99) and full["accuracy_std"] == pytest.approx(0.01)
+    assert full["seeds"] == [0, 1, 2]
+    table = (out / "mqar_summary.md").read_text()
+    assert "| full | bidirectional | 99.0 ± 1.0 (3) | 97.0 |" in table
+    assert "| linear | bidirectional | 25.0 | - |" in table
+    assert "| linear | causal | 12.5 | - |" in table
+    assert "n=64 (4 pairs), d=64" in table and "Figure 2" in table
+    assert (out / "mqar_accuracy.png").stat().st_size > 5000
+    assert json.loads((out / "mqar_summary.json").read_text()) == settings
+    assert "99.0 ± 1.0 (3)" in capsys.readouterr().out
+
+
+def test_summarize_without_results_says_what_to_run(tmp_path):
+    with pytest.raises(FileNotFoundError, match="benchmarks.studies.mqar run"):
+        mqar.main(["summarize", "--results", str(tmp_path)])
+
+
+def test_grid_runs_every_setting_through_the_seeds_runner(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_seeds_main(argv):
+        calls.append(argv)
+        out = Path(argv[argv.index("--out") + 1])
+        command = argv[argv.index("--") + 1 :]
+        attention_type = command[command.index("--attention_type") + 1]
+        width, length = (
+            int(command[command.index("--hidden_size") + 1]),
+            int(command[command.index("--seq_len") + 1]),
+        )
+        if attention_type == "linear" and length == 128:
+            raise SystemExit(1)  # a failed seed: the grid goes on and reports it
+        if not (out / "seed_0").exists():
+            fake_run(out.parents[2], attention_type, width, length, 0, 0.5)
+
+    monkeypatch.setattr("benchmarks.seeds.main", fake_seeds_main)
+    argv = [
+        "run",
+        "--types",
+        "full",
+        "linear",
+        "--widths",
+        "32",
+        "--lengths",
+        "64",
+        "128",
+        "--seeds",
+        "0",
+        "1",
+    ]
+    with pytest.raises(SystemExit, match="1"):
+        mqar.main([*argv, "--out", str(tmp_path), "--", "--max_steps", "5"])
+    assert len(calls) == 4
+    first = calls[0]
+    assert first[: first.index("--label")] == [
+        *("--seeds", "0", "1", "--out", str(tmp_path / "bidirectional" / "full" / "d32_n64")),
+        *("--results_file", "mqar_results.json"),
+    ]
+    command = first[first.index("--") + 1 :]
+    assert command[:2] == [sys.executable, str(mqar.SCRIPT)] and mqar.SCRIPT.is_file()
+    assert command[-2:] == ["--max_steps", "5"] and "{seed}" in command and "{output_dir}" in command
+    assert (tmp_path / "mqar_summary.md").exists()  # summarized at the end, the failed setting left out
+
+
+def test_causal_grid_refuses_types_without_a_causal_form(tmp_path):
+    with pytest.raises(SystemExit, match="reformer_lsh have no causal form"):
+        mqar.main(["run", "--types", "full", "reformer_lsh", "--causal", "--out", str(tmp_path)])
