@@ -56,6 +56,14 @@ def test_multiclass_matthews_is_r3_and_f1_is_macro():
     assert f1(preds, labels) == pytest.approx((1 / 2 + 4 / 5 + 2 / 3) / 3)
 
 
+def test_f1_without_a_positive_example_is_zero_and_silent():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # scikit-learn's UndefinedMetricWarning would raise here
+        assert f1([0, 0, 0], [0, 0, 0]) == 0.0
+
+
 def test_correlations_by_hand():
     x, y = np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 4.0])
     # cov = 3 (sum of dx dy), |dx| = sqrt(2), |dy| = sqrt(42 / 9): r = 3 / sqrt(2 * 42 / 9) = 9 / sqrt(84)
