@@ -52,13 +52,11 @@ from hf_efficient.training import (
     EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
-    efficiency_metrics,
     end_distributed_run,
-    evaluate_and_save,
     finish_run,
+    generated_task_run,
     random_state_callbacks,
     setup_run,
-    train_and_save,
 )
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "listops"
@@ -172,16 +170,9 @@ def main(args: list[str] | None = None) -> dict:
     logger.info(
         "ListOps: %d training examples, %s attention, padding %s", len(data["train"]), attention, pad_to
     )
-    train_result = train_and_save(trainer)
     mean_tokens = pad_to or float(np.mean(raw["train"]["length"])) + 1
-    efficiency = efficiency_metrics(train_result.metrics, mean_tokens)
-    metrics: dict[str, float] = {}
-    if "validation" in data:
-        metrics.update(evaluate_and_save(trainer, data["validation"], "eval"))
-    if "test" in data:
-        metrics.update(evaluate_and_save(trainer, data["test"], "test"))
+    metrics, efficiency, record = generated_task_run(trainer, data, mean_tokens)
 
-    steps = train_result.global_step
     lra = LRA_LISTOPS.get(attention)  # (LRA model name, ListOps test accuracy %) or None
     result = {
         "attention_type": attention,
@@ -196,31 +187,9 @@ def main(args: list[str] | None = None) -> dict:
         ),
         "lra_paper_accuracy": lra[1] if lra else None,
         "lra_paper_model": lra[0] if lra else None,
-        "train_runtime": train_result.metrics.get("train_runtime"),
-        "steps": steps,
-        "seconds_per_step": train_result.metrics["train_runtime"] / steps if steps else None,
         "padded_to": pad_to,
-        "num_parameters": model.num_parameters(),
-        "model": {
-            key: getattr(config, key)
-            for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-        },
+        **record,  # the curve shows where a type leaves the majority class
         "data": {**{f"num_{k}": v for k, v in sizes.items()}, **asdict(spec), "seed": data_args.listops_seed},
-        "training": {
-            "learning_rate": training_args.learning_rate,
-            "per_device_train_batch_size": training_args.per_device_train_batch_size,
-            "num_train_epochs": training_args.num_train_epochs,
-            "max_steps": training_args.max_steps,
-            "seed": training_args.seed,
-        },
-        # Validation accuracy during training (eval_strategy "steps"): where a type leaves the majority class.
-        "eval_curve": [
-            [entry["step"], entry["eval_accuracy"]]
-            for entry in trainer.state.log_history
-            if "eval_accuracy" in entry and entry["step"] < steps
-        ]
-        + ([[steps, metrics["eval_accuracy"]]] if "eval_accuracy" in metrics else []),
-        "output_dir": str(training_args.output_dir),
     }
     if trainer.is_world_process_zero():
         results_path = Path(training_args.output_dir, RESULTS_FILE)

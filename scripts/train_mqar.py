@@ -56,14 +56,12 @@ from hf_efficient.training import (
     EfficientTrainer,
     EfficientTrainingArguments,
     RandomStateArguments,
-    efficiency_metrics,
     end_distributed_run,
-    evaluate_and_save,
     finish_run,
+    generated_task_run,
     masked_lm_predictions,
     random_state_callbacks,
     setup_run,
-    train_and_save,
 )
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "mqar"
@@ -180,15 +178,7 @@ def main(args: list[str] | None = None) -> dict:
     form = "causal LM" if a.causal else "bidirectional encoder"
     logger.info("MQAR %s: %s, %s attention, width %d", describe_spec(spec), form, config.attention_type,
                 config.hidden_size)  # fmt: skip
-    train_result = train_and_save(trainer)
-    efficiency = efficiency_metrics(train_result.metrics, spec.seq_len)
-    metrics: dict[str, float] = {}
-    if "validation" in data:
-        metrics.update(evaluate_and_save(trainer, data["validation"], "eval"))
-    if "test" in data:
-        metrics.update(evaluate_and_save(trainer, data["test"], "test"))
-
-    steps = train_result.global_step
+    metrics, efficiency, record = generated_task_run(trainer, data, spec.seq_len)
     result = {
         "attention_type": config.attention_type,
         "attention_config": config.attention_config,
@@ -199,29 +189,8 @@ def main(args: list[str] | None = None) -> dict:
         "hidden_size": config.hidden_size,
         "seq_len": spec.seq_len,
         "num_kv_pairs": spec.num_kv_pairs,
-        "train_runtime": train_result.metrics.get("train_runtime"),
-        "steps": steps,
-        "seconds_per_step": train_result.metrics["train_runtime"] / steps if steps else None,
-        "num_parameters": model.num_parameters(),
-        "model": {
-            key: getattr(config, key)
-            for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-        },
         "data": {**describe_spec(spec), **{f"num_{k}": v for k, v in sizes.items()}, "seeds": seeds},
-        "training": {
-            "learning_rate": training_args.learning_rate,
-            "per_device_train_batch_size": training_args.per_device_train_batch_size,
-            "num_train_epochs": training_args.num_train_epochs,
-            "max_steps": training_args.max_steps,
-            "seed": training_args.seed,
-        },
-        "eval_curve": [
-            [entry["step"], entry["eval_accuracy"]]
-            for entry in trainer.state.log_history
-            if "eval_accuracy" in entry and entry["step"] < steps
-        ]
-        + ([[steps, metrics["eval_accuracy"]]] if "eval_accuracy" in metrics else []),
-        "output_dir": str(training_args.output_dir),
+        **record,
     }
     if trainer.is_world_process_zero():
         results_path = Path(training_args.output_dir, RESULTS_FILE)
