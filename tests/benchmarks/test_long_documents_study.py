@@ -10,8 +10,9 @@ import pytest
 
 from benchmarks import seeds
 from benchmarks.studies import long_documents
-from hf_efficient import EfficientBertConfig, EfficientBertModel
 from hf_efficient.data.long_documents import packaged_tokenizer
+
+from ..tiny_models import save_tiny_bert
 
 SPANS = [[0, 100], [101, 701], [702, 800]]  # the middle review is 600 tokens
 DOCUMENTS = [  # at 512 the head sees reviews 0 and 1: right, coin flip, right -> ceiling 5/6
@@ -97,12 +98,7 @@ def test_run_then_summarize_end_to_end(tmp_path, capsys):
     checkpoint (64 tokens), one step per seed; a second run finds every seed done."""
     checkpoint = tmp_path / "tiny"
     tokenizer = packaged_tokenizer()
-    config = EfficientBertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=64,
-    )  # fmt: skip
-    EfficientBertModel(config).save_pretrained(checkpoint)
-    tokenizer.save_pretrained(checkpoint)
+    save_tiny_bert(checkpoint, tokenizer)
     out = tmp_path / "study"
     run = ["run", "--variant", "majority3", "--out", str(out), "--seeds", "0", "--max_steps", "1"]
     run += ["--max_reviews", "400", "--train_size", "4", "--validation_size", "2", "--test_size", "4"]

@@ -9,7 +9,6 @@ import json
 import pytest
 from datasets import ClassLabel, Dataset
 
-from hf_efficient import EfficientBertConfig, EfficientBertModel
 from hf_efficient.data import long_documents
 from hf_efficient.data.long_documents import (
     build_long_documents,
@@ -18,6 +17,8 @@ from hf_efficient.data.long_documents import (
     window_ceilings,
     window_reviews,
 )
+
+from ..tiny_models import save_tiny_bert
 
 SIZES = {"train": 12, "validation": 4, "test": 8}
 LONG, CAP = 20, 80  # a middle review has >= 20 tokens, a document <= 80
@@ -151,12 +152,7 @@ def test_written_files_train_in_finetune_glue(finetune_glue, tokenizer, tmp_path
     saved = json.loads((data / "data_settings.json").read_text())["splits"]["test"]
     assert saved["longer_than"]["512"] == 1.0 and saved["ceiling_head"]["4096"] == 1.0
     checkpoint = tmp_path / "tiny"
-    config = EfficientBertConfig(
-        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=64,
-    )  # fmt: skip
-    EfficientBertModel(config).save_pretrained(checkpoint)
-    tokenizer.save_pretrained(checkpoint)
+    save_tiny_bert(checkpoint, tokenizer)
     metrics = finetune_glue.main(
         ["--model_name_or_path", str(checkpoint), "--output_dir", str(tmp_path / "run")]
         + ["--train_file", str(data / "train.jsonl"), "--validation_file", str(data / "test.jsonl")]
