@@ -5,16 +5,16 @@
         --attention_type full --dataset_name fashion_mnist --seed {seed} --output_dir {output_dir}
 
 The command after ``--`` is run for each seed with ``{seed}`` and ``{output_dir}`` (``<out>/seed_<seed>``)
-filled in. A run's metrics are the numbers in the ``*_results.json`` files that transformers' Trainer
-writes into its output folder (``all_results.json``, ``eval_results.json``, ``test_results.json``...), or in
+filled in. A run's metrics are the numbers in the ``*_results.json`` files that transformers' Trainer writes
+into its output folder (``all_results.json``, ``eval_results.json``, ``test_results.json``...), or in
 ``--results_file`` where a script writes its own. The runner writes ``<out>/seeds.json`` (every run's metrics,
-and mean, standard deviation (n - 1), min and max per metric) and ``<out>/seeds.md`` (a table, and the
-command). It is resumable: a seed whose folder already holds results is not run again (delete the folder to
-redo it), and the command is stored so a resumed run with another command refuses to mix them. A seed that
-was interrupted after writing a checkpoint (a ``checkpoint-*`` folder and no results) continues from it:
-``--resume_args`` (default ``--resume_from_checkpoint last``, what the package's scripts understand) is
-appended to its command. A seed whose command fails is reported and left out of the aggregate; the exit
-status is then 1.
+and mean, standard deviation (n - 1), min and max per metric; the command and the folder it ran in) and
+``<out>/seeds.md`` (a table, and the command). It is resumable: a seed whose folder already holds results is
+not run again (delete the folder to redo it), and the command is stored so a resumed run with another command
+refuses to mix them. A seed that was interrupted after writing a checkpoint (a ``checkpoint-*`` folder and no
+results) continues from it: ``--resume_args`` (default ``--resume_from_checkpoint last``, what the package's
+scripts understand) is appended to its command. A seed whose command fails is reported and left out of the
+aggregate; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> dict:
             runs[seed] = metrics
     stats = aggregate(runs)
     label = args.label or args.out.name
-    results = {"label": label, "command": args.command, "runs": runs, "failed": failed, "aggregate": stats}
+    # cwd: where the commands ran, so that a reader of seeds.json can resolve their relative paths
+    results = {"label": label, "command": args.command, "cwd": str(Path.cwd())}
+    results |= {"runs": runs, "failed": failed, "aggregate": stats}
     summary = summarize(label, args.command, runs, failed, stats, args.metrics)
     write_report(args.out, results, summary, results_name="seeds.json", summary_name="seeds.md")
     if failed:

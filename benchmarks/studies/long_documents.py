@@ -151,7 +151,8 @@ def read_setting(path: Path, documents_by_file: dict) -> dict:
     result = json.loads(path.read_text())
     command = result["command"]
     length = int(flag_value(command, "--max_seq_length"))
-    test_file = Path(flag_value(command, "--validation_file"))
+    # a relative path in the command is relative to where the seeds runner ran it, not to where we are now
+    test_file = Path(result.get("cwd", ".")) / flag_value(command, "--validation_file")
     if test_file not in documents_by_file:
         documents_by_file[test_file] = read_documents(test_file)
     documents = documents_by_file[test_file]

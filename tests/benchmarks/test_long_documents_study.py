@@ -22,8 +22,9 @@ DOCUMENTS = [  # at 512 the head sees reviews 0 and 1: right, coin flip, right -
 ]
 
 
-def write_setting(root, label: str, length: int, accuracies: list[float], test_file) -> None:
-    """A setting's seeds.json as benchmarks.seeds writes it, for a run that reached these accuracies."""
+def write_setting(root, label: str, length: int, accuracies: list[float], test_file, cwd=None) -> None:
+    """A setting's seeds.json as benchmarks.seeds writes it, for a run that reached these accuracies (its
+    commands run in ``cwd``)."""
     runs = {
         seed: {"eval_accuracy": accuracy, "train_samples_per_second": 4.0, "eval_samples_per_second": 10.0}
         for seed, accuracy in enumerate(accuracies)
@@ -37,6 +38,8 @@ def write_setting(root, label: str, length: int, accuracies: list[float], test_f
         "failed": [],
         "aggregate": seeds.aggregate(runs),
     }
+    if cwd is not None:
+        result["cwd"] = str(cwd)
     (root / f"{label}-{length}").mkdir(parents=True)
     (root / f"{label}-{length}" / "seeds.json").write_text(json.dumps(result))
 
@@ -83,6 +86,18 @@ def test_a_verdict_needs_two_seeds_and_a_long_setting(results):
     write_setting(root, "longformer", 2048, [0.9], test_file)
     decision = long_documents.verdict(long_documents.collect(root))
     assert decision["beats"] is None and "fewer than 2 seeds" in decision["text"]
+
+
+def test_relative_paths_are_read_from_where_the_runs_ran(tmp_path, monkeypatch):
+    """A run given `--validation_file runs/.../test.jsonl` (as the docs' commands are) is summarized from
+    any folder: the path is resolved against the cwd the seeds runner recorded, not the summarizer's."""
+    project = tmp_path / "project"
+    (project / "data").mkdir(parents=True)
+    (project / "data" / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in DOCUMENTS))
+    write_setting(tmp_path / "runs", "exact", 512, [0.70, 0.72], "data/test.jsonl", cwd=project)
+    monkeypatch.chdir(tmp_path)  # not the project: data/test.jsonl does not exist here
+    (row,) = long_documents.collect(tmp_path / "runs")
+    assert row["test_documents"] == 3 and row["ceiling_head"] == pytest.approx(5 / 6)
 
 
 def test_a_bad_checkpoint_flag_is_named(tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -31,6 +32,7 @@ def test_three_seeds_aggregated_by_hand(tmp_path):
     assert "note" not in results["aggregate"]
     saved = json.loads((tmp_path / "seeds.json").read_text())
     assert saved["aggregate"]["eval_accuracy"]["mean"] == pytest.approx(0.6)
+    assert saved["cwd"] == os.getcwd()  # where the command's relative paths point
     table = (tmp_path / "seeds.md").read_text()
     assert "| eval_accuracy | 0.6 ± 0.1 | 0.5 | 0.7 | 3 |" in table and "{seed}" in table
     assert seeds.mean_and_spread(accuracy, scale=100) == "60.00 ± 10.00 (3 seeds)"
