@@ -10,7 +10,11 @@ from its checkpoint. It ends with ``summarize``, which can also be run alone::
     python -m benchmarks.studies.mqar summarize --results runs/mqar
 
 Flags after ``--`` go to every training run (e.g. ``-- --max_steps 300``); ``--causal`` trains causal LMs
-(the types with a causal form) instead of the bidirectional encoder.
+(the types with a causal form) instead of the bidirectional encoder. ``--learning_rates 3e-4 1e-3 3e-3`` runs
+every setting at each learning rate (folders ``.../d<width>_n<length>/lr_<lr>/seed_<s>``) and the table keeps,
+per setting, the one with the best mean validation accuracy, as Zoology reports the best of its learning-rate
+sweep: one rate does not suit every width (the 2-layer softmax model of width 128 stays on the 25% plateau at
+the default 1e-3 where width 64 reaches 99%).
 
 ``summarize`` collects every ``mqar_results.json`` under ``--results`` (the seeds runner's folders or single
 runs) into one table (type x sequence length x width: test recall accuracy, mean ± std over seeds where there
@@ -54,12 +58,21 @@ ZOOLOGY_NOTE = (
 
 
 # ---- running the grid --------------------------------------------------------------------------------------
-def setting_folder(out: Path, attention_type: str, width: int, length: int, causal: bool) -> Path:
-    return out / ("causal" if causal else "bidirectional") / attention_type / f"d{width}_n{length}"
+def setting_folder(
+    out: Path, attention_type: str, width: int, length: int, causal: bool, learning_rate: float | None = None
+) -> Path:
+    """``<out>/<formulation>/<type>/d<width>_n<length>``, then ``lr_<rate>`` for a rate of a sweep."""
+    folder = out / ("causal" if causal else "bidirectional") / attention_type / f"d{width}_n{length}"
+    return folder if learning_rate is None else folder / f"lr_{learning_rate:g}"
 
 
 def setting_command(
-    attention_type: str, width: int, length: int, causal: bool, extra: list[str]
+    attention_type: str,
+    width: int,
+    length: int,
+    causal: bool,
+    extra: list[str],
+    learning_rate: float | None = None,
 ) -> list[str]:
     """The training command of one setting, with the seeds runner's ``{seed}`` and ``{output_dir}``."""
     return [
@@ -67,6 +80,7 @@ def setting_command(
         str(SCRIPT),
         *("--attention_type", attention_type, "--hidden_size", str(width), "--seq_len", str(length)),
         *(["--causal"] if causal else []),
+        *([] if learning_rate is None else ["--learning_rate", f"{learning_rate:g}"]),
         *("--seed", "{seed}", "--output_dir", "{output_dir}"),
         *extra,
     ]
@@ -87,12 +101,14 @@ def run_grid(args: argparse.Namespace) -> list[str]:
                 f"--causal: {', '.join(refused)} have no causal form; causal types: "
                 f"{', '.join(causal_attention_types('text'))} (or leave out --causal)."
             )
-    settings = [(t, w, n) for t in args.types for n in args.lengths for w in args.widths]
+    rates = args.learning_rates or [None]  # None: the config's learning rate, no lr_ folder
+    settings = [(t, w, n, lr) for t in args.types for n in args.lengths for w in args.widths for lr in rates]
     failed = []
-    for attention_type, width, length in tqdm(settings, desc="MQAR settings", unit="setting"):
-        folder = setting_folder(args.out, attention_type, width, length, args.causal)
+    for attention_type, width, length, rate in tqdm(settings, desc="MQAR settings", unit="setting"):
+        folder = setting_folder(args.out, attention_type, width, length, args.causal, rate)
         label = f"{attention_type} d{width} n{length}" + (" causal" if args.causal else "")
-        command = setting_command(attention_type, width, length, args.causal, args.extra)
+        label += "" if rate is None else f" lr {rate:g}"
+        command = setting_command(attention_type, width, length, args.causal, args.extra, rate)
         argv = ["--seeds", *map(str, args.seeds), "--out", str(folder), "--results_file", RESULTS_FILE]
         try:
             seeds.main([*argv, "--label", label, "--", *command])
@@ -119,15 +135,30 @@ def setting_key(result: dict) -> tuple:
     return (result["formulation"], result["attention_type"], result["seq_len"], result["hidden_size"])
 
 
+def learning_rate(result: dict) -> float | None:
+    return result.get("training", {}).get("learning_rate")
+
+
+def selection_score(runs: list[dict]) -> float:
+    """How a learning rate is chosen among a setting's sweep: mean validation accuracy over its seeds (test
+    accuracy only for runs that recorded none, e.g. older results)."""
+    return statistics.fmean(
+        run["test_accuracy"] if run.get("eval_accuracy") is None else run["eval_accuracy"] for run in runs
+    )
+
+
 def aggregate(results: list[dict]) -> list[dict]:
     """One entry per setting (formulation, type, length, width): test accuracy's mean, std (n - 1; 0 for one
-    run) and number of seeds, with the pairs and seconds per step."""
-    groups = defaultdict(list)
+    run) and number of seeds at the setting's best learning rate (by mean validation accuracy, when several
+    were run), with every rate's validation and test means, the pairs and seconds per step."""
+    groups = defaultdict(lambda: defaultdict(list))  # setting -> learning rate -> runs
     for result in results:
         if result.get("test_accuracy") is not None:
-            groups[setting_key(result)].append(result)
+            groups[setting_key(result)][learning_rate(result)].append(result)
     settings = []
-    for (formulation, attention_type, length, width), runs in sorted(groups.items()):
+    for (formulation, attention_type, length, width), by_rate in sorted(groups.items()):
+        best_rate = max(by_rate, key=lambda rate: selection_score(by_rate[rate]))
+        runs = by_rate[best_rate]
         accuracies = [run["test_accuracy"] for run in runs]
         step_times = [run["seconds_per_step"] for run in runs if run.get("seconds_per_step")]
         settings.append(
@@ -140,6 +171,15 @@ def aggregate(results: list[dict]) -> list[dict]:
                 "accuracy_mean": statistics.fmean(accuracies),
                 "accuracy_std": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0,
                 "seeds": [run.get("training", {}).get("seed") for run in runs],
+                "learning_rate": best_rate,
+                "learning_rates": [  # the sweep: each rate's mean validation and test accuracy
+                    {
+                        "learning_rate": rate,
+                        "validation_mean": selection_score(rate_runs),
+                        "test_mean": statistics.fmean(run["test_accuracy"] for run in rate_runs),
+                    }
+                    for rate, rate_runs in sorted(by_rate.items(), key=lambda item: item[0] or 0.0)
+                ],
                 "seconds_per_step": statistics.fmean(step_times) if step_times else None,
             }
         )
@@ -147,11 +187,13 @@ def aggregate(results: list[dict]) -> list[dict]:
 
 
 def accuracy_cell(setting: dict | None) -> str:
-    """``"99.8"`` for one seed, ``"99.8 ± 0.2 (3)"`` for several, ``"-"`` for none (percent)."""
+    """``"99.8"`` for one seed, ``"99.8 ± 0.2 (3)"`` for several, ``"-"`` for none (percent); ``" @ 3e-4"``
+    after it names the chosen learning rate where a sweep ran."""
     if setting is None:
         return "-"
     mean, seeds = 100 * setting["accuracy_mean"], len(setting["seeds"])
-    return f"{mean:.1f}" if seeds == 1 else f"{mean:.1f} ± {100 * setting['accuracy_std']:.1f} ({seeds})"
+    cell = f"{mean:.1f}" if seeds == 1 else f"{mean:.1f} ± {100 * setting['accuracy_std']:.1f} ({seeds})"
+    return cell + (f" @ {setting['learning_rate']:g}" if len(setting["learning_rates"]) > 1 else "")
 
 
 def summarize(settings: list[dict], plotted: bool) -> str:
@@ -168,7 +210,9 @@ def summarize(settings: list[dict], plotted: bool) -> str:
     lines += [
         "",
         "n: sequence length, d: model width (2 layers). Mean ± std (number of seeds) where several ran. "
-        "Accuracy: the fraction of queries answered with exactly the value stored with their key.",
+        "Accuracy: the fraction of queries answered with exactly the value stored with their key. "
+        "`x @ lr`: several learning rates ran for the setting and `lr` had the best mean validation accuracy "
+        "(Zoology reports the best of its sweep); every rate's numbers are in mqar_summary.json.",
         "",
         ZOOLOGY_NOTE,
     ]
@@ -236,6 +280,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256], help="sequence lengths")
     run.add_argument("--seeds", type=int, nargs="+", default=[0], help="training seeds, e.g. 0 1 2")
     run.add_argument("--causal", action="store_true", help="causal LMs (types with a causal form only)")
+    run.add_argument(
+        "--learning_rates",
+        type=float,
+        nargs="+",
+        help="a sweep: every setting at each rate, the table keeps the best on validation (default: the "
+        "config's rate)",
+    )
     run.add_argument("--out", type=Path, required=True, help="folder of the runs and of the summary")
     summary = commands.add_parser("summarize", help="the table and plot of the runs under --results")
     summary.add_argument("--results", type=Path, required=True, help="folder holding the runs")

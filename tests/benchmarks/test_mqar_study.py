@@ -13,19 +13,28 @@ from benchmarks.studies import mqar
 
 
 def fake_run(
-    root: Path, attention_type: str, width: int, length: int, seed: int, accuracy: float, causal=False
+    root: Path,
+    attention_type: str,
+    width: int,
+    length: int,
+    seed: int,
+    accuracy: float,
+    causal=False,
+    learning_rate=None,
+    validation=None,
 ):
-    folder = mqar.setting_folder(root, attention_type, width, length, causal) / f"seed_{seed}"
+    folder = mqar.setting_folder(root, attention_type, width, length, causal, learning_rate) / f"seed_{seed}"
     folder.mkdir(parents=True)
     result = {
         "attention_type": attention_type,
         "formulation": "causal" if causal else "bidirectional",
         "test_accuracy": accuracy,
+        "eval_accuracy": validation,
         "hidden_size": width,
         "seq_len": length,
         "num_kv_pairs": length // 16,
         "seconds_per_step": 0.1,
-        "training": {"seed": seed},
+        "training": {"seed": seed, "learning_rate": learning_rate or 1e-3},
         "output_dir": str(folder),
     }
     (folder / mqar.RESULTS_FILE).write_text(json.dumps(result))
@@ -54,6 +63,27 @@ def test_summary_table_means_over_seeds_and_plot(tmp_path, capsys):
     assert "99.0 ± 1.0 (3)" in capsys.readouterr().out
 
 
+def test_a_learning_rate_sweep_keeps_the_best_rate_on_validation(tmp_path):
+    """Zoology's protocol: per setting, the rate with the best mean validation accuracy, whatever its test
+    accuracy; a run without an lr_ folder (the config's 1e-3) is one member of the sweep."""
+    fake_run(tmp_path, "full", 128, 64, 0, 0.25, causal=True, validation=0.26)  # default rate, 1e-3
+    for seed, validation in enumerate([0.97, 0.99]):
+        fake_run(tmp_path, "full", 128, 64, seed, 0.95, True, learning_rate=3e-4, validation=validation)
+    fake_run(tmp_path, "full", 128, 64, 0, 0.999, causal=True, learning_rate=3e-3, validation=0.5)
+    fake_run(tmp_path, "linear", 128, 64, 0, 0.2, causal=True, validation=0.2)
+    (full, linear) = mqar.main(["summarize", "--results", str(tmp_path)])
+    assert full["learning_rate"] == 3e-4 and full["accuracy_mean"] == pytest.approx(0.95)
+    assert full["seeds"] == [0, 1]
+    assert [(r["learning_rate"], r["validation_mean"]) for r in full["learning_rates"]] == [
+        (3e-4, pytest.approx(0.98)),
+        (1e-3, pytest.approx(0.26)),
+        (3e-3, pytest.approx(0.5)),
+    ]
+    table = (tmp_path / "mqar_summary.md").read_text()
+    assert "| full | causal | 95.0 ± 0.0 (2) @ 0.0003 |" in table
+    assert "| linear | causal | 20.0 |" in table  # one rate: no "@"
+
+
 def test_summarize_without_results_says_what_to_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="benchmarks.studies.mqar run"):
         mqar.main(["summarize", "--results", str(tmp_path)])
@@ -73,8 +103,17 @@ def test_grid_runs_every_setting_through_the_seeds_runner(tmp_path, monkeypatch)
         )
         if attention_type == "linear" and length == 128:
             raise SystemExit(1)  # a failed seed: the grid goes on and reports it
-        if not (out / "seed_0").exists():
-            fake_run(out.parents[2], attention_type, width, length, 0, 0.5)
+        rate = float(command[command.index("--learning_rate") + 1]) if "--learning_rate" in command else None
+        if not (out / "seed_0").exists():  # out: <root>/<formulation>/<type>/d_n[/lr_]
+            fake_run(
+                out.parents[2 if rate is None else 3],
+                attention_type,
+                width,
+                length,
+                0,
+                0.5,
+                learning_rate=rate,
+            )
 
     monkeypatch.setattr("benchmarks.seeds.main", fake_seeds_main)
     argv = [
@@ -102,7 +141,19 @@ def test_grid_runs_every_setting_through_the_seeds_runner(tmp_path, monkeypatch)
     command = first[first.index("--") + 1 :]
     assert command[:2] == [sys.executable, str(mqar.SCRIPT)] and mqar.SCRIPT.is_file()
     assert command[-2:] == ["--max_steps", "5"] and "{seed}" in command and "{output_dir}" in command
+    assert "--learning_rate" not in command  # no sweep: the config's rate
     assert (tmp_path / "mqar_summary.md").exists()  # summarized at the end, the failed setting left out
+
+    calls.clear()
+    sweep = ["--types", "full", "--widths", "32", "--lengths", "64", "--learning_rates", "3e-4", "3e-3"]
+    mqar.main(["run", *sweep, "--out", str(tmp_path / "sweep")])
+    folders = [call[call.index("--out") + 1] for call in calls]
+    assert folders == [
+        str(tmp_path / "sweep" / "bidirectional" / "full" / "d32_n64" / f"lr_{lr}")
+        for lr in ("0.0003", "0.003")
+    ]
+    rates = [call[call.index("--learning_rate") + 1] for call in calls]
+    assert rates == ["0.0003", "0.003"]
 
 
 def test_causal_grid_refuses_types_without_a_causal_form(tmp_path):
