@@ -196,6 +196,30 @@ def accuracy_cell(setting: dict | None) -> str:
     return cell + (f" @ {setting['learning_rate']:g}" if len(setting["learning_rates"]) > 1 else "")
 
 
+def sweep_table(settings: list[dict]) -> list[str]:
+    """Where a setting ran at several learning rates: test accuracy (validation) at each rate, one row per
+    setting, so that how much the rate decides is in plain sight. Empty without a sweep."""
+    swept = [s for s in settings if len(s["learning_rates"]) > 1]
+    if not swept:
+        return []
+    rates = sorted({r["learning_rate"] for s in swept for r in s["learning_rates"]})
+    rows = []
+    for s in swept:
+        by_rate = {r["learning_rate"]: r for r in s["learning_rates"]}
+        cells = [
+            f"{100 * by_rate[rate]['test_mean']:.1f} ({100 * by_rate[rate]['validation_mean']:.1f})"
+            if rate in by_rate
+            else "-"
+            for rate in rates
+        ]
+        rows.append(
+            [s["attention_type"], s["formulation"], f"n={s['seq_len']}, d={s['hidden_size']}", *cells]
+        )
+    header = ["attention", "form", "setting", *(f"lr {rate:g}" for rate in rates)]
+    title = "Every learning rate: test accuracy (%), validation accuracy in parentheses (mean over seeds)"
+    return ["", f"## {title}", "", *markdown_table(header, rows)]
+
+
 def summarize(settings: list[dict], plotted: bool) -> str:
     """The markdown table (one row per formulation and type, one column per length and width) and notes."""
     columns = sorted({(s["seq_len"], s["hidden_size"], s["num_kv_pairs"]) for s in settings})
@@ -212,10 +236,10 @@ def summarize(settings: list[dict], plotted: bool) -> str:
         "n: sequence length, d: model width (2 layers). Mean ± std (number of seeds) where several ran. "
         "Accuracy: the fraction of queries answered with exactly the value stored with their key. "
         "`x @ lr`: several learning rates ran for the setting and `lr` had the best mean validation accuracy "
-        "(Zoology reports the best of its sweep); every rate's numbers are in mqar_summary.json.",
-        "",
-        ZOOLOGY_NOTE,
+        "(Zoology reports the best of its sweep); the next table has every rate.",
     ]
+    lines += sweep_table(settings)
+    lines += ["", ZOOLOGY_NOTE]
     if plotted:
         lines += ["", "![MQAR accuracy against model width](mqar_accuracy.png)"]
     return "\n".join(lines)

@@ -82,6 +82,8 @@ def test_a_learning_rate_sweep_keeps_the_best_rate_on_validation(tmp_path):
     table = (tmp_path / "mqar_summary.md").read_text()
     assert "| full | causal | 95.0 ± 0.0 (2) @ 0.0003 |" in table
     assert "| linear | causal | 20.0 |" in table  # one rate: no "@"
+    assert "| lr 0.0003 | lr 0.001 | lr 0.003 |" in table  # every rate of the sweep, for the swept setting
+    assert "| full | causal | n=64, d=128 | 95.0 (98.0) | 25.0 (26.0) | 99.9 (50.0) |" in table
 
 
 def test_summarize_without_results_says_what_to_run(tmp_path):
