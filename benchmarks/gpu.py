@@ -6,7 +6,15 @@ structured types run on FlexAttention). All points run in one process (the CUDA 
 counter is reset per point, so no fresh process is needed for memory) with CUDA events for time:
 
     python -m benchmarks.gpu --out benchmarks/results/reference/gpu
+    python -m benchmarks.gpu --causal --out benchmarks/results/reference/gpu/causal
     python -m benchmarks.gpu --dry-run --out /tmp/gpu_dry   # CPU, tiny sizes: the same code paths
+
+``--causal`` measures the causal forms (every type with one, exact attention through sdpa's causal kernel)
+beside flash-linear-attention's chunked Triton kernels, the peers the causal kernelised types are held to
+(``fla_*``, where the ``fla`` package imports; same sizes: elu + 1 features of 64 dimensions for ``linear``,
+256 for ``performer``, and RFA's 2 x 128 sin/cos features with a per-token gate, fla's ``chunk_simple_gla``).
+On CUDA the first length of every type also runs once under ``torch.cuda.set_sync_debug_mode("warn")``:
+``host_syncs`` counts the host-device synchronisations of one forward + backward (0: none).
 
 Writes ``results.json`` (machine, settings, one record per point), ``summary.md`` (time, ratio to sdpa,
 achieved TFLOP/s per useful FLOP from the registry's FLOP models, peak memory) and ``time.png`` /
@@ -45,26 +53,66 @@ BIASED = ("full_bias_sdpa", "full_bias_flex")  # exact attention with a dense pe
 # Other settings of a registered type, measured beside its benchmark settings: BigBird with blocks of
 # FlexAttention's 128 tokens (the layout's blocks are then whole flex blocks, no token-level mask).
 VARIANTS = {"bigbird_block128": ("bigbird", {"block_size": 128})}
+# flash-linear-attention's kernels at our causal kernelised types' sizes: (our type, feature dims, gated)
+FLA_PEERS = {
+    "fla_linear_attn": ("linear", 64, False),
+    "fla_linear_attn_256": ("performer", 256, False),
+    "fla_simple_gla_256": ("rfa", 256, True),
+}
 GPU_SETTINGS = dict(lengths=[4096, 8192, 16384, 32768, 65536], heads=8, head_dim=64, warmup=2, repeats=5)
 DRY_SETTINGS = dict(lengths=[256, 512], heads=2, head_dim=16, warmup=1, repeats=1)
 
 
-def default_types() -> list[str]:
-    """Every registered type that runs on a plain sequence, exact attention first, then the biased pair."""
+def default_types(causal: bool = False) -> list[str]:
+    """Every registered type that runs on a plain sequence, exact attention first, then the biased pair; with
+    ``causal`` the types with a causal form, then flash-linear-attention's peers."""
     usable = [t for t in hf_efficient.list_attention_types("text") if t != BASELINE]
+    if causal:
+        return [BASELINE, *(t for t in usable if get_attention_class(t).capabilities.causal), *FLA_PEERS]
     return [BASELINE, *usable, *VARIANTS, *BIASED]
 
 
-def build_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype: torch.dtype):
-    """(call, FLOPs of one call or None, mode) for one (type, length) point.
+def fla_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype: torch.dtype):
+    """(call, None, mode) for flash-linear-attention's chunked causal kernel at one of ``FLA_PEERS``' sizes:
+    features made inside the call as ours are (elu + 1 of the inputs; the gate's log-sigmoid), so the time
+    covers the same work. Raises ImportError where fla is not installed (recorded, the sweep goes on)."""
+    from fla.ops.linear_attn import chunk_linear_attn  # optional: the device check carries it
+    from fla.ops.simple_gla import chunk_simple_gla
+
+    _, features, gated = FLA_PEERS[name]
+    q, k = (torch.randn(1, n, heads, features, device=device, dtype=dtype, requires_grad=True) for _ in "qk")
+    v = torch.randn(1, n, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
+    gate = torch.randn(1, n, heads, device=device, dtype=torch.float32, requires_grad=True)
+    grad = torch.randn(1, n, heads, head_dim, device=device, dtype=dtype)
+
+    def call():
+        phi_q, phi_k = (torch.nn.functional.elu(t) + 1 for t in (q, k))
+        if gated:  # RFA: S_t = g_t S_{t-1} + (1 - g_t) phi(k_t) v_t^T, normalised by fla's z in ours
+            log_gate = torch.nn.functional.logsigmoid(gate)
+            out, _ = chunk_simple_gla(
+                phi_q, phi_k * (1 - log_gate.exp())[..., None].to(dtype), v, g=log_gate, scale=1.0
+            )
+        else:
+            out, _ = chunk_linear_attn(phi_q, phi_k, v, scale=1.0, normalize=True)
+        out.backward(grad)
+
+    return call, None, "fwd_bwd"
+
+
+def build_point(
+    name: str, n: int, heads: int, head_dim: int, device: str, dtype: torch.dtype, causal: bool = False
+):
+    """(call, FLOPs of one call or None, mode) for one (type, length) point; ``causal``: the causal form.
 
     On CUDA every point is forward + backward. On the CPU (dry run) the FlexAttention paths run forward
     only (FlexAttention has no CPU backward): forced with ``implementation="flex"``, so the dry run goes
     through the same code as the GPU run."""
+    if name in FLA_PEERS:
+        return fla_point(name, n, heads, head_dim, device, dtype)
     base, overrides = VARIANTS.get(name, (BASELINE if name in BIASED else name, {}))
     cls = get_attention_class(base)
     kernel = "flex_attention" if name == "full_bias_flex" else "sdpa"
-    spec = AttentionSpec(heads, head_dim, attn_implementation=kernel, max_seq_len=n)
+    spec = AttentionSpec(heads, head_dim, attn_implementation=kernel, max_seq_len=n, causal=causal)
     settings = {**benchmark_config(base), **overrides}
     on_flex = name == "full_bias_flex" or any(kernel.name == "flex" for kernel in cls.kernels)
     forward_only = device == "cpu" and on_flex
@@ -81,7 +129,7 @@ def build_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype
 
     def call():
         with torch.set_grad_enabled(not forward_only):
-            out = core(q, q if shared else k, v, attention_bias=bias).output
+            out = core(q, q if shared else k, v, attention_bias=bias, is_causal=causal).output
         if not forward_only:
             out.backward(grad)
 
@@ -111,7 +159,9 @@ def measure(call, device: str, warmup: int, repeats: int) -> tuple[list[float], 
     return times, (torch.cuda.max_memory_allocated() - before) / 2**20
 
 
-def run(meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, budget_s, out) -> list[dict]:
+def run(
+    meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, budget_s, out, causal=False
+) -> list[dict]:
     records, stopped, began = [], {}, time.perf_counter()
     for n in lengths:
         for name in meta["types"]:
@@ -123,7 +173,9 @@ def run(meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, 
             elif name in BIASED and n > 16384:
                 record.update(status="skipped", reason="the dense (h, n, n) bias alone exceeds 4 GiB")
             else:
-                record.update(measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype))
+                sync_check = device == "cuda" and n == lengths[0]
+                point = (name, n, heads, head_dim, warmup, repeats, device, dtype, causal, sync_check)
+                record.update(measure_point(*point))
                 if record["status"] != "ok":
                     stopped[name] = f"{record['status']} at n={n}"
                 elif record["median_s"] > slow_s:
@@ -134,10 +186,13 @@ def run(meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, 
     return records
 
 
-def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype) -> dict:
+def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype, causal, sync_check) -> dict:
+    syncs = {}
     try:
-        call, flops, mode = build_point(name, n, heads, head_dim, device, dtype)
+        call, flops, mode = build_point(name, n, heads, head_dim, device, dtype, causal)
         times, peak = measure(call, device, warmup, repeats)
+        if sync_check:
+            syncs = count_host_syncs(call)
     except torch.cuda.OutOfMemoryError:
         return dict(status="oom")
     except Exception as error:  # recorded, and the sweep goes on with the other types
@@ -146,10 +201,31 @@ def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype) -> d
         if device == "cuda":
             torch.cuda.empty_cache()
     median = statistics.median(times)
+    flops = None if causal else flops  # the FLOP models count the non-causal form
     tflops = None if flops is None else flops / median / 1e12
     return dict(
-        status="ok", mode=mode, median_s=median, times_s=times, peak_mib=peak, flops=flops, tflops=tflops
-    )
+        status="ok", mode=mode, median_s=median, times_s=times, peak_mib=peak, flops=flops, tflops=tflops,
+        **syncs,
+    )  # fmt: skip
+
+
+def count_host_syncs(call) -> dict:
+    """host_syncs: how many host-device synchronisations one call makes (CUDA's sync debug mode warns at
+    each), and where the first one came from."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            call()
+        except Exception as error:  # the timing stands; say why the count is missing
+            return dict(host_syncs=None, first_sync=f"check failed: {type(error).__name__}: {error}"[:200])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    first = f"{syncs[0].filename}:{syncs[0].lineno}" if syncs else None
+    return dict(host_syncs=len(syncs), first_sync=first)
 
 
 def machine(device: str) -> dict:
@@ -187,10 +263,11 @@ def summarize(records: list[dict], meta: dict) -> str:
                 status_cell(r, lambda r: f"{r['tflops']:.1f}" if r.get("tflops") is not None else "-"),
                 f"{ref['tflops']:.1f}" if ref and ref.get("tflops") else "-",
                 status_cell(r, lambda r: f"{r['peak_mib']:.0f}" if r.get("peak_mib") is not None else "-"),
+                str(r.get("host_syncs", "")),
                 note,
             ]
         )
-    header = ["type", "n", "time (ms)", "x sdpa", "TFLOP/s", "sdpa TFLOP/s", "peak MiB", "note"]
+    header = ["type", "n", "time (ms)", "x sdpa", "TFLOP/s", "sdpa TFLOP/s", "peak MiB", "host syncs", "note"]
     intro = [
         f"# GPU benchmark: {meta.get('gpu') or meta.get('cpu')}",
         "",
@@ -200,7 +277,29 @@ def summarize(records: list[dict], meta: dict) -> str:
         "pattern, fwd + bwd = 3 x fwd).",
         "",
     ]
-    return "\n".join(intro + markdown_table(header, rows))
+    return "\n".join(intro + markdown_table(header, rows) + peer_table(records))
+
+
+def peer_table(records: list[dict]) -> list[str]:
+    """Each of ``FLA_PEERS`` against our type of its sizes: fla's time / ours (1 or more: ours is as fast)."""
+    ok = {(r["type"], r["length"]): r["median_s"] for r in records if r["status"] == "ok"}
+    rows = [
+        [
+            ours,
+            peer,
+            str(n),
+            f"{1e3 * ok[ours, n]:.2f}",
+            f"{1e3 * ok[peer, n]:.2f}",
+            f"{ok[peer, n] / ok[ours, n]:.2f}",
+        ]
+        for peer, (ours, _, _) in FLA_PEERS.items()
+        for n in sorted({r["length"] for r in records})
+        if (ours, n) in ok and (peer, n) in ok
+    ]
+    if not rows:
+        return []
+    header = ["ours", "flash-linear-attention", "n", "ours (ms)", "fla (ms)", "fla time / ours"]
+    return ["", "## Against flash-linear-attention's kernels", "", *markdown_table(header, rows)]
 
 
 def plots(records: list[dict]) -> dict:
@@ -221,6 +320,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: the same code paths.")
     parser.add_argument("--types", nargs="*", default=None)
     parser.add_argument("--lengths", type=int, nargs="*", default=None)
+    parser.add_argument("--causal", action="store_true", help="The causal forms, beside fla's kernels.")
     parser.add_argument("--slow_s", type=float, default=2.0, help="A point slower than this ends its type.")
     parser.add_argument("--budget_s", type=float, default=300.0, help="No new point after this many seconds.")
     args = parser.parse_args(argv)
@@ -230,7 +330,8 @@ def main(argv: list[str] | None = None) -> dict:
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu needs a CUDA GPU; use --dry-run on a CPU.")
-    meta = dict(machine(device), settings=settings, types=args.types or default_types())
+    meta = dict(machine(device), settings=settings, causal=args.causal)
+    meta["types"] = args.types or default_types(args.causal)
     records = run(
         meta,
         device=device,
@@ -238,6 +339,7 @@ def main(argv: list[str] | None = None) -> dict:
         slow_s=args.slow_s,
         budget_s=args.budget_s,
         out=args.out,
+        causal=args.causal,
         **settings,
     )
     return write_report(

@@ -6,12 +6,18 @@
 #   benchmarks/gpu_check.sh [OUT_DIR]            # on a CUDA machine (default OUT_DIR: benchmarks/results/gpu)
 #   benchmarks/gpu_check.sh --dry-run [OUT_DIR]  # on a CPU: the same code at tiny sizes (CI runs this)
 #
+# The benchmark runs twice: every type's non-causal form, then (--causal, into OUT_DIR/causal) the causal
+# forms beside flash-linear-attention's kernels.
+#
 # Needs: python3 with torch (>= 2.5, FlexAttention), transformers (the version pyproject.toml asks for),
 # accelerate, safetensors, tokenizers, scipy, Pillow, matplotlib and pytest; the GPU images of this project's
 # device machines have them (an older transformers there: put the wheel of ours first on PYTHONPATH).
-# hf_efficient runs from this checkout (PYTHONPATH), so nothing is installed and no network is needed. Each
-# step has its own time limit, the benchmark first (it writes results.json after every point), so a stuck
-# step cannot take the whole budget and the check ends within about 10 minutes (on an H100: 5 minutes).
+# hf_efficient runs from this checkout (PYTHONPATH), so nothing is installed and no network is needed. The
+# causal benchmark's peers need flash-linear-attention's kernels (fla-core, pure Python over Triton) and
+# einops: where the machine reaches no package index, put them in build/gpu_site beforehand
+# (pip install --no-deps --target build/gpu_site fla-core einops) and carry that folder; it goes first on
+# PYTHONPATH. Each step has its own time limit, the benchmarks first (they write results.json after every
+# point), so a stuck step cannot take the whole budget and the check ends within 10 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +26,8 @@ if [ "${1:-}" = "--dry-run" ]; then DRY_RUN=1; shift; fi
 OUT=${1:-benchmarks/results/gpu}
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}  # the project venv where there is one
 mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
+SITE=$([ -d build/gpu_site ] && echo "$PWD/build/gpu_site:" || true)
+export PYTHONPATH="$SITE$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 
 GPU_TESTS=$(grep -rl "pytest.mark.gpu" tests --include='*.py' | sort)
 status=0
@@ -34,12 +41,14 @@ status=0
 if [ "$DRY_RUN" = 1 ]; then
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
   timeout 300 "$PY" -m benchmarks.gpu --dry-run --out "$OUT" || status=1
+  timeout 300 "$PY" -m benchmarks.gpu --dry-run --causal --out "$OUT/causal" || status=1
   # on a CPU the gpu-marked tests skip; their files' CPU tests cover the same FlexAttention / precision code
   timeout 300 "$PY" -m pytest -q -p no:cacheprovider $GPU_TESTS || status=1
 else
   "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA GPU: use --dry-run')" || exit 1
-  timeout 330 "$PY" -m benchmarks.gpu --out "$OUT" --budget_s 240 || status=1
-  timeout 270 "$PY" -m pytest -q -p no:cacheprovider -m gpu -x --junitxml="$OUT/gpu_tests.xml" $GPU_TESTS \
+  timeout 260 "$PY" -m benchmarks.gpu --out "$OUT" --budget_s 200 || status=1
+  timeout 150 "$PY" -m benchmarks.gpu --causal --out "$OUT/causal" --budget_s 100 || status=1
+  timeout 180 "$PY" -m pytest -q -p no:cacheprovider -m gpu --junitxml="$OUT/gpu_tests.xml" $GPU_TESTS \
     2>&1 | tee "$OUT/gpu_tests.txt" || status=1
 fi
 echo "gpu_check: $([ $status = 0 ] && echo passed || echo FAILED); results in $OUT"

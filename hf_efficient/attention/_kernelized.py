@@ -232,6 +232,10 @@ class KernelizedAttentionCore(AttentionCore):
     one-token :meth:`step`, all from the feature maps a subclass gives in :meth:`feature_maps`. Its config
     has ``eps`` and ``block_size`` (the chunked kernel's causal block length)."""
 
+    # Whether the feature maps take a stabilising shift (FeatureMaps.key_maxima is not None), known without
+    # building them: the kernels read it to choose a path.
+    shifted_features: bool = False
+
     def feature_maps(self, query, attention_mask, pointwise: Pointwise = plain) -> FeatureMaps:
         """The :class:`FeatureMaps` of this call; ``pointwise`` applies the elementwise part of a map."""
         raise NotImplementedError

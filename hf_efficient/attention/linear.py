@@ -31,6 +31,7 @@ from ._kernelized import FeatureMaps, KernelizedAttentionCore, Pointwise, plain
 from .base import AttentionCapabilities
 from .config import AttentionConfig
 from .kernels.kernelized import CHUNKED
+from .kernels.kernelized_parallel import PARALLEL
 from .registry import register_attention
 
 
@@ -76,7 +77,7 @@ class LinearAttention(KernelizedAttentionCore):
     """Kernelised attention with phi(x) = elu(x) + 1 (no parameters, no random state)."""
 
     config_class = LinearAttentionConfig
-    kernels = (CHUNKED,)
+    kernels = (PARALLEL, CHUNKED)  # auto: parallel on CUDA, chunked elsewhere
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
     paper = (
         "Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear "

@@ -46,6 +46,7 @@ from ._kernelized import FeatureMaps, KernelizedAttentionCore, Pointwise, plain
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
 from .kernels.kernelized import CHUNKED
+from .kernels.kernelized_parallel import PARALLEL
 from .registry import register_attention
 from .utils import orthogonal_gaussian_features
 
@@ -115,7 +116,7 @@ class PerformerAttention(KernelizedAttentionCore):
     """FAVOR+ with a persistent (m, d) random feature buffer ``projection_matrix``."""
 
     config_class = PerformerConfig
-    kernels = (CHUNKED,)
+    kernels = (PARALLEL, CHUNKED)  # auto: parallel on CUDA, chunked elsewhere
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
     paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
     cost = "O(n·m·d)"
@@ -149,6 +150,10 @@ class PerformerAttention(KernelizedAttentionCore):
 
     def resample_random_state(self, seed: int) -> None:
         self.redraw_features(seeded_generator(seed, self.spec.layer_idx))
+
+    @property
+    def shifted_features(self) -> bool:
+        return self.config.kernel == "softmax"  # exp features take a stabilising shift; relu ones do not
 
     def feature_maps(self, query, attention_mask, pointwise: Pointwise = plain) -> FeatureMaps:
         """The query (padded rows zeroed), the feature maps and, for the softmax kernel, the keys' largest

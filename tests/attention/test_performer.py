@@ -234,7 +234,7 @@ def test_performer_on_cuda_uses_the_larger_feature_chunks(monkeypatch):
         return plain(bytes_per_row, total_rows, budget)
 
     monkeypatch.setattr(chunked_engine, "rows_per_chunk", recording)
-    core = make_core("performer").cuda()
+    core = make_core("performer", implementation="chunked").cuda()  # auto takes "parallel" on CUDA
     q, k, v = (t.cuda() for t in make_qkv(b=1, n=64, d=8))
     core(q, k, v)
     assert set(budgets) == {CUDA_CHUNK_FACTOR * chunked_engine.FEATURE_CHUNK_BYTES}  # key maxima, features

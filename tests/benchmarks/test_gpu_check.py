@@ -39,3 +39,12 @@ def test_gpu_check_dry_run_measures_every_type(tmp_path):
     summary = (tmp_path / "summary.md").read_text()
     assert "| full | 256 |" in summary and "x sdpa" in summary
     assert (tmp_path / "time.png").stat().st_size > 0 and (tmp_path / "environment.txt").exists()
+    # the causal run: every type with a causal form, and flash-linear-attention's peers where fla imports
+    causal = {
+        (r["type"], r["length"]): r
+        for r in json.loads((tmp_path / "causal/results.json").read_text())["records"]
+    }
+    assert {"full", "linear", "performer", "rfa", "longformer"} <= {t for t, _ in causal}
+    assert all(causal[t, 256]["status"] == "ok" for t in ("full", "linear", "performer", "rfa")), causal
+    for peer in ("fla_linear_attn", "fla_linear_attn_256", "fla_simple_gla_256"):
+        assert causal[peer, 256]["status"] == "ok" or "No module named" in causal[peer, 256]["error"]
