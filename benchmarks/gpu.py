@@ -52,7 +52,12 @@ BASELINE = "full"  # exact attention through transformers' sdpa, FlashAttention 
 BIASED = ("full_bias_sdpa", "full_bias_flex")  # exact attention with a dense per-head bias (Graphormer)
 # Other settings of a registered type, measured beside its benchmark settings: BigBird with blocks of
 # FlexAttention's 128 tokens (the layout's blocks are then whole flex blocks, no token-level mask).
-VARIANTS = {"bigbird_block128": ("bigbird", {"block_size": 128})}
+# And the kernelised types on their chunked CPU engine (what "auto" took on CUDA before the parallel one).
+VARIANTS = {
+    "bigbird_block128": ("bigbird", {"block_size": 128}),
+    "linear_chunked": ("linear", {"implementation": "chunked"}),
+    "performer_chunked": ("performer", {"implementation": "chunked"}),
+}
 # flash-linear-attention's kernels at our causal kernelised types' sizes: (our type, feature dims, gated)
 FLA_PEERS = {
     "fla_linear_attn": ("linear", 64, False),
@@ -68,7 +73,9 @@ def default_types(causal: bool = False) -> list[str]:
     ``causal`` the types with a causal form, then flash-linear-attention's peers."""
     usable = [t for t in hf_efficient.list_attention_types("text") if t != BASELINE]
     if causal:
-        return [BASELINE, *(t for t in usable if get_attention_class(t).capabilities.causal), *FLA_PEERS]
+        causal_types = [t for t in usable if get_attention_class(t).capabilities.causal]
+        variants = [name for name, (base, _) in VARIANTS.items() if base in causal_types]
+        return [BASELINE, *causal_types, *variants, *FLA_PEERS]
     return [BASELINE, *usable, *VARIANTS, *BIASED]
 
 
