@@ -126,3 +126,13 @@ def assert_bfloat16_keeps_dtype(core, q, k, v, **inputs) -> None:
     out = core(q.bfloat16(), k.bfloat16(), v.bfloat16(), **inputs).output
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), core(q, k, v, **inputs).output, atol=5e-2, rtol=5e-2)
+
+
+def assert_close_with_gradients(out, expected, inputs, atol, rtol):
+    """``out`` == ``expected``, and so are their gradients with respect to ``inputs`` (random upstream)."""
+    torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)
+    upstream = torch.randn(out.shape, dtype=out.dtype, device=out.device)
+    grads = torch.autograd.grad((out * upstream).sum(), inputs)
+    expected_grads = torch.autograd.grad((expected * upstream).sum(), inputs)
+    for got, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)

@@ -11,7 +11,7 @@ import torch
 
 from hf_efficient.attention.kernels import kernelized_parallel
 
-from .helpers import kernel_quadratic_form, make_core, make_qkv, padding_mask
+from .helpers import assert_close_with_gradients, kernel_quadratic_form, make_core, make_qkv, padding_mask
 
 
 def _query(is_cuda: bool):  # what the kernels' predicates read of a query
@@ -62,12 +62,7 @@ def test_parallel_equals_the_explicit_quadratic_form(attention_type, config, cau
         w_t = core.projection_matrix.double().t() * core.config.num_features**-0.5
         features = (torch.relu(q @ w_t) + 1e-3, torch.relu(k @ w_t) + 1e-3)
     expected = kernel_quadratic_form(*features, v, mask, causal).masked_fill(~mask[:, None, :, None], 0.0)
-    torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-8)
-    grad = torch.randn_like(out)
-    got = torch.autograd.grad((out * grad).sum(), (q, k, v))
-    want = torch.autograd.grad((expected * grad).sum(), (q, k, v))
-    for g, w in zip(got, want, strict=True):
-        torch.testing.assert_close(g, w, atol=1e-9, rtol=1e-7)
+    assert_close_with_gradients(out, expected, (q, k, v), atol=1e-9, rtol=1e-7)
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -124,11 +119,6 @@ def test_parallel_on_cuda_equals_reference_without_host_syncs(attention_type, co
         torch.cuda.set_sync_debug_mode("default")
     out = core(q, k, v, attention_mask=mask, is_causal=causal).output
     want = reference(q, k, v, attention_mask=mask, is_causal=causal).output
-    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
-    grad = torch.randn_like(out)
-    got = torch.autograd.grad((out * grad).sum(), (q, k, v))
-    expected = torch.autograd.grad((want * grad).sum(), (q, k, v))
-    for g, w in zip(got, expected, strict=True):
-        torch.testing.assert_close(g, w, atol=1e-3, rtol=1e-3)
+    assert_close_with_gradients(out, want, (q, k, v), atol=1e-3, rtol=1e-3)
     half = core(*(t.detach().bfloat16() for t in (q, k, v)), attention_mask=mask, is_causal=causal).output
     assert (half.float() - want).abs().max() < 0.05

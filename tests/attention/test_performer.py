@@ -14,7 +14,13 @@ from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONEN
 from hf_efficient.attention.performer import RELU_FEATURE_FLOOR
 from hf_efficient.attention.utils import CUDA_CHUNK_FACTOR, feature_chunk_budget, orthogonal_gaussian_features
 
-from .helpers import kernel_quadratic_form, make_core, make_qkv, reference_attention
+from .helpers import (
+    assert_close_with_gradients,
+    kernel_quadratic_form,
+    make_core,
+    make_qkv,
+    reference_attention,
+)
 
 
 def explicit_features(x, w, kernel):
@@ -29,16 +35,6 @@ def explicit_features(x, w, kernel):
 
 def relative_error(out, ref):
     return ((out.double() - ref).norm() / ref.norm()).item()
-
-
-def assert_close_with_gradients(out, expected, inputs, atol, rtol):
-    """``out`` == ``expected``, and so are their gradients with respect to ``inputs`` (random upstream)."""
-    torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)
-    upstream = torch.randn(out.shape, dtype=torch.float64)
-    grads = torch.autograd.grad((out * upstream).sum(), inputs)
-    expected_grads = torch.autograd.grad((expected * upstream).sum(), inputs)
-    for got, want in zip(grads, expected_grads, strict=True):
-        torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
 
 
 def test_error_against_softmax_decreases_with_num_features():
