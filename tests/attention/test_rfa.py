@@ -10,7 +10,7 @@ from hf_efficient.attention.kernels import rfa as rfa_kernel
 from hf_efficient.attention.kernels.rfa import _NonCausalRFA
 from hf_efficient.attention.rfa import RandomFeatureAttention
 
-from .helpers import make_core, make_qkv, padding_mask, reference_attention
+from .helpers import assert_close_with_gradients, make_core, make_qkv, padding_mask, reference_attention
 
 
 def explicit_features(core: RandomFeatureAttention, x: torch.Tensor) -> torch.Tensor:
@@ -102,6 +102,19 @@ def test_causal_equals_explicit_quadratic_form(gate, small_chunks):
     ref = quadratic_rfa(core, q, k, v, mask, causal=True)
     torch.testing.assert_close(out[0], ref[0], atol=1e-10, rtol=1e-10)
     torch.testing.assert_close(out[1, :, :18], ref[1, :, :18], atol=1e-10, rtol=1e-10)
+
+
+def test_causal_groups_of_several_blocks_equal_the_quadratic_form(monkeypatch):
+    """Groups of 3 blocks of 5 tokens, 47 tokens (4 groups, the last short): the states at the blocks'
+    starts come from one weighted product per group (not a scan); outputs and gradients equal the explicit
+    gated form, with gates far from 1 (decays across blocks matter) and padding."""
+    monkeypatch.setattr(rfa_kernel, "rows_per_chunk", lambda bytes_per_row, rows, budget=None: min(15, rows))
+    core = make_core("rfa", causal=True, causal_chunk=5, gate_bias_init=-1.0).double()
+    q, k, v = (t.double().requires_grad_() for t in make_qkv(b=2, n=47))
+    mask = padding_mask([47, 40], 47)
+    out = core(q, k, v, attention_mask=mask, is_causal=True).output.masked_fill(~mask[:, None, :, None], 0)
+    ref = quadratic_rfa(core, q, k, v, mask, causal=True).masked_fill(~mask[:, None, :, None], 0)
+    assert_close_with_gradients(out, ref, (q, k, v), atol=1e-9, rtol=1e-8)
 
 
 @pytest.mark.parametrize("gate", [False, True])

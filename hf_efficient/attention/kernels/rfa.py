@@ -23,7 +23,14 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ..base import AttentionOutput, Kernel
-from ..utils import extend_padding_mask, feature_chunk_budget, pad_to_multiple, row_slices, rows_per_chunk
+from ..utils import (
+    CHUNK_BYTES,
+    extend_padding_mask,
+    feature_chunk_budget,
+    pad_to_multiple,
+    row_slices,
+    rows_per_chunk,
+)
 
 _FEATURE_CHUNK_BYTES = 4 * 2**20  # per-chunk (b, h, rows, 2m) features
 
@@ -152,7 +159,9 @@ def causal_in_blocks(core, query, key, value, mask, state=None) -> tuple[torch.T
     log_g, log_keep = core.log_gates(key, mask)  # (b, h, N); padded steps (the block's tail too): g = 1
     tril = torch.ones(size, size, dtype=torch.bool, device=query.device).tril()
     per_token = b * h * query.element_size() * (4 * m2 + 4 * size + 2 * m2 * (d + 1) // size)
-    blocks = max(1, rows_per_chunk(per_token, query.shape[2]) // size)  # blocks per group
+    # blocks per group: on CUDA 16x more (each group is a fixed number of launches, see utils)
+    budget = feature_chunk_budget(CHUNK_BYTES, query.device)
+    blocks = max(1, rows_per_chunk(per_token, query.shape[2], budget) // size)
     if state is None:
         state = query.new_zeros(b, h, m2, d + 1)  # [S | z] before the current group
     state = state.to(query.dtype)
@@ -185,16 +194,37 @@ def _causal_group(core, state, q_part, k_part, v_part, log_g_part, log_keep_part
     scores = (phi_q @ phi_k.transpose(-1, -2)) * logits.masked_fill(~tril, -math.inf).exp()
     tail = (cum[..., -1:] - cum + keep_log).exp()[..., None]  # (b, h, g, c, 1): weight at block end
     local = (phi_k * tail).transpose(-1, -2) @ v_one  # (b, h, g, 2m, d + 1): each block's own state
-    through = cum[..., -1].exp()[..., None, None]  # (b, h, g, 1, 1): decay across a whole block
-    before = []
-    # states at block starts: a short scan over small tensors (unbind: one stack in backward)
-    for decay, own in zip(through.unbind(2), local.unbind(2), strict=True):
-        before.append(state)
-        state = decay * state + own
-    before = torch.stack(before, 2)  # (b, h, g, 2m, d + 1)
+    before, state = _block_prefix_states(
+        state, local, cum[..., -1]
+    )  # (b, h, g, 2m, d + 1), (b, h, 2m, d + 1)
     result = scores @ v_one + cum.exp()[..., None] * (phi_q @ before)  # (b, h, g, c, d + 1)
     out = result[..., :d] / result[..., d:].abs().clamp_min(core.config.eps)
     return out.reshape(b, h, g * size, d), state  # (b, h, g * c, d)
+
+
+def _block_prefix_states(state, local, block_log_decay):
+    """The state at each block's start and after the last: S_start(g) = D(0, g) state + sum_{g' < g}
+    D(g' + 1, g) local_g', with D(a, g) = exp(sum_{a <= l < g} block_log_decay_l) <= 1, for all blocks at once
+    (one (g + 1) x g product instead of a scan of g steps: on a GPU each step was a few kernel launches).
+
+    Args:
+        state: (b, h, 2m, d + 1), [S | z] before the group.
+        local: (b, h, g, 2m, d + 1), each block's own contribution at its end.
+        block_log_decay: (b, h, g), the sum of the log gates across each block (<= 0).
+
+    Returns:
+        ((b, h, g, 2m, d + 1) states at the blocks' starts, (b, h, 2m, d + 1) the state after the group).
+    """
+    b, h, g = block_log_decay.shape
+    after = block_log_decay.cumsum(-1)  # (b, h, g): log decay from the group's start to each block's end
+    start = F.pad(after, (1, 0))  # (b, h, g + 1): ... to each block's start, and to the group's end
+    rows = torch.arange(g + 1, device=local.device)[:, None]
+    earlier = rows > torch.arange(g, device=local.device)[None, :]  # (g + 1, g): block g' before row
+    # exp(start_row - after_g'): non-positive exponents where earlier (masked before exp: no overflow)
+    weights = (start[..., :, None] - after[..., None, :]).masked_fill(~earlier, -math.inf).exp()
+    states = (weights @ local.flatten(-2)).unflatten(-1, local.shape[-2:])  # (b, h, g + 1, 2m, d + 1)
+    states = states + start.exp()[..., None, None] * state[:, :, None]
+    return states[:, :, :g], states[:, :, g]
 
 
 def _attend_chunked(core, query, key, value, inputs) -> AttentionOutput:
