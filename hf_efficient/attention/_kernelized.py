@@ -165,7 +165,7 @@ def kernelized_reference(
         running = maxima.to(work).cummax(-1).values  # (b, h, n): c_i
         if state is not None:
             running = torch.maximum(running, state.shift[..., 0])
-        phi_k = maps.key_features(key, keep, finite_or_zero(running)[..., None].to(key.dtype))  # each <= 1
+        phi_k = maps.key_features(key, keep, finite_or_zero(running)[..., None])  # each <= 1; float32 shifts
         weights = rescale(running[..., None, :], running[..., :, None]).masked_fill(~causal_mask, 0.0)
         shift = running[..., -1:, None]  # (b, h, 1, 1): the shift of the state after the call
         if state is not None:
@@ -218,7 +218,7 @@ def kernelized_step(
         level = level.to(accumulate_dtype(level))[..., None]  # (b, h, 1, 1)
         previous = torch.full_like(level, -math.inf) if shift is None else shift
         shift = torch.maximum(previous, level)
-        phi_k = maps.key_features(key, keep, finite_or_zero(shift).to(key.dtype))
+        phi_k = maps.key_features(key, keep, finite_or_zero(shift))
         factor = rescale(previous, shift)
     own = (phi_k.transpose(-1, -2) @ v_one).to(accumulate_dtype(v_one))  # (b, h, m, d + 1) outer product
     sums = own if state is None else state.sums * factor + own

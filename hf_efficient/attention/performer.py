@@ -42,7 +42,7 @@ from typing import Literal
 
 import torch
 
-from ._kernelized import FeatureMaps, KernelizedAttentionCore, Pointwise, plain
+from ._kernelized import FeatureMaps, KernelizedAttentionCore, Pointwise, accumulate_dtype, plain
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
 from .kernels.kernelized import CHUNKED
@@ -122,9 +122,10 @@ class PerformerAttention(KernelizedAttentionCore):
     cost = "O(n·m·d)"
     summary = "FAVOR+ positive orthogonal random features, redraw callback"
     small_config = {"num_features": 64, "block_size": 4}
-    # float16: 1 / normaliser gradients overflow (see _kernelized); bfloat16: exp of the rounded projections
-    # w.x (|w.x| grows with sqrt(d)) missed float32 by more than the bfloat16 tolerance of the other types.
-    float32_for = (torch.float16, torch.bfloat16)
+    # float16: 1 / normaliser gradients overflow (see _kernelized). bfloat16 runs: its features are computed
+    # in float32 (feature_maps: exp of bfloat16-rounded projections w.x missed float32 by 0.06 at head size
+    # 64), the products of the features in bfloat16.
+    float32_for = (torch.float16,)
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -164,7 +165,9 @@ class PerformerAttention(KernelizedAttentionCore):
         relu = self.config.kernel == "relu"
         # Fold scalings into W: W x' = (W d^{-1/4}) x; relu(W x) / sqrt(m) = relu((W / sqrt(m)) x).
         scale = m**-0.5 if relu else self.head_dim**-0.25
-        w_t = self.projection_matrix.to(query.dtype).t() * scale  # (d, m)
+        # projections and exp in float32 for half-precision inputs, the features back in the inputs' dtype
+        work = accumulate_dtype(query)
+        w_t = self.projection_matrix.to(work).t() * scale  # (d, m)
         if relu:
             features = partial(self._relu_features, w_t=w_t)
             return FeatureMaps(query, features, features, m, key_maxima=None)
@@ -173,17 +176,20 @@ class PerformerAttention(KernelizedAttentionCore):
         def query_features(x: torch.Tensor) -> torch.Tensor:
             # exp(W x' - |x'|^2/2 - shift) with the row's own shift max_f (W x')_f - |x'|^2/2: the
             # |x'|^2/2 terms cancel, and with them a per-row factor that out_i does not depend on.
-            proj = x @ w_t  # (b, h, c, m)
-            return floored_exp(proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m), None, pointwise)
+            proj = x.to(work) @ w_t  # (b, h, c, m)
+            proj = proj.sub_(proj.detach().amax(-1, keepdim=True) + log_sqrt_m)
+            return floored_exp(proj, None, pointwise).to(x.dtype)
 
         def key_features(x: torch.Tensor, keep: torch.Tensor | None, shift: torch.Tensor) -> torch.Tensor:
             # exp(W x' - |x'|^2/2 - shift) / sqrt(m); shift (b, h, c | 1, 1) (see _kernelized)
+            dtype, x = x.dtype, x.to(work)
             proj = x @ w_t  # (b, h, c, m)
             proj = proj.add_(-(self._half_sq_norm(x) + (shift + log_sqrt_m)))  # add: no negated copy
-            return floored_exp(proj, keep, pointwise)  # exactly 0 at padded keys
+            return floored_exp(proj, keep, pointwise).to(dtype)  # exactly 0 at padded keys
 
         def key_maxima(x: torch.Tensor) -> torch.Tensor:
             # max over features f of (W k'_j)_f - |k'_j|^2/2 for each key j: (b, h, c, d) -> (b, h, c)
+            x = x.to(work)
             return (x @ w_t).amax(-1) - self._half_sq_norm(x)[..., 0]
 
         return FeatureMaps(query, query_features, key_features, m, key_maxima)
@@ -197,5 +203,5 @@ class PerformerAttention(KernelizedAttentionCore):
         x: torch.Tensor, keep: torch.Tensor | None = None, *, w_t: torch.Tensor
     ) -> torch.Tensor:
         """relu(W x / sqrt(m)) + floor, (b, h, c, m), 0 where ``keep`` is False; ``w_t`` is W^T / sqrt(m)."""
-        phi = torch.relu(x @ w_t) + RELU_FEATURE_FLOOR
-        return phi if keep is None else phi.masked_fill_(~keep, 0.0)
+        phi = torch.relu(x.to(w_t.dtype) @ w_t) + RELU_FEATURE_FLOOR
+        return (phi if keep is None else phi.masked_fill_(~keep, 0.0)).to(x.dtype)

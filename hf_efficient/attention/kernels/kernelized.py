@@ -244,7 +244,7 @@ def _causal(chunks, query_features, key_features, block: int, eps: float, state:
             running = torch.cat([running, running[..., -1:].expand(b, h, extra)], -1).view(b, h, g, block)
             block_shift = running[..., -1:]  # (b, h, g, 1): C at each block's end
             per_row = finite_or_zero(block_shift).expand(b, h, g, block).reshape(b, h, r, 1)[:, :, :c]
-            phi_k = key_features(k, kp, per_row.to(k.dtype))  # (b, h, c, m), each <= 1
+            phi_k = key_features(k, kp, per_row)  # (b, h, c, m), each <= 1
             # eps of each query's own shift: eps exp(c_i - C). A row before any real key is a padded query: it
             # keeps eps (factor 1), so its 0 / eps stays finite in backward.
             factor = torch.where(torch.isfinite(running), (running - finite_or_zero(block_shift)).exp(), 1.0)
