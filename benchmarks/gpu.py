@@ -7,6 +7,7 @@ counter is reset per point, so no fresh process is needed for memory) with CUDA 
 
     python -m benchmarks.gpu --out benchmarks/results/reference/gpu
     python -m benchmarks.gpu --causal --out benchmarks/results/reference/gpu/causal
+    python -m benchmarks.gpu --model_step --out benchmarks/results/reference/gpu/model_step
     python -m benchmarks.gpu --dry-run --out /tmp/gpu_dry   # CPU, tiny sizes: the same code paths
 
 ``--causal`` measures the causal forms (every type with one, exact attention through sdpa's causal kernel)
@@ -15,6 +16,11 @@ beside flash-linear-attention's chunked Triton kernels, the peers the causal ker
 256 for ``performer``, and RFA's 2 x 128 sin/cos features with a per-token gate, fla's ``chunk_simple_gla``).
 On CUDA the first length of every type also runs once under ``torch.cuda.set_sync_debug_mode("warn")``:
 ``host_syncs`` counts the host-device synchronisations of one forward + backward (0: none).
+
+``--model_step`` times a whole training step of the text model instead (``benchmarks.step_models``: the
+4-layer, hidden-256 MLM encoder, 4 heads of 64, BERT's vocabulary; forward under bfloat16 autocast, backward,
+``torch.optim.AdamW``): tokens/s, the ratio to exact attention's (``full_sdpa``) and the model FLOPs
+utilisation against the GPU's dense bfloat16 peak (``DENSE_BF16_PEAK_TFLOPS``; none for an unknown GPU).
 
 Writes ``results.json`` (machine, settings, one record per point), ``summary.md`` (time, ratio to sdpa,
 achieved TFLOP/s per useful FLOP from the registry's FLOP models, peak memory) and ``time.png`` /
@@ -64,15 +70,22 @@ FLA_PEERS = {
     "fla_linear_attn_256": ("performer", 256, False),
     "fla_simple_gla_256": ("rfa", 256, True),
 }
+MODEL_STEP_TYPES = ["full_sdpa", "linear", "performer", "rfa", "linformer", "nystromformer", "longformer"]
+MODEL_STEP_LENGTHS = [4096, 16384, 65536]
+# dense (no sparsity) bfloat16 tensor-core peaks of the SXM parts, TFLOP/s, from NVIDIA's data sheets
+DENSE_BF16_PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 GPU_SETTINGS = dict(lengths=[4096, 8192, 16384, 32768, 65536], heads=8, head_dim=64, warmup=2, repeats=5)
 DRY_SETTINGS = dict(lengths=[256, 512], heads=2, head_dim=16, warmup=1, repeats=1)
 
 
-def default_types(causal: bool = False) -> list[str]:
-    """Every registered type that runs on a plain sequence, exact attention first, then the biased pair; with
-    ``causal`` the types with a causal form, then flash-linear-attention's peers."""
+def default_types(kind: str = "core") -> list[str]:
+    """Every registered type that runs on a plain sequence, exact attention first, then the biased pair; for
+    the ``causal`` kind the types with a causal form, then flash-linear-attention's peers; for
+    ``model_step`` ``MODEL_STEP_TYPES``."""
     usable = [t for t in hf_efficient.list_attention_types("text") if t != BASELINE]
-    if causal:
+    if kind == "model_step":
+        return list(MODEL_STEP_TYPES)
+    if kind == "causal":
         causal_types = [t for t in usable if get_attention_class(t).capabilities.causal]
         variants = [name for name, (base, _) in VARIANTS.items() if base in causal_types]
         return [BASELINE, *causal_types, *variants, *FLA_PEERS]
@@ -106,16 +119,47 @@ def fla_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype: 
     return call, None, "fwd_bwd"
 
 
+def model_step_point(name: str, n: int, device: str, dtype: torch.dtype, dry_run: bool):
+    """(call, the step's model FLOPs or None, mode) for one training step of the text model (module
+    docstring); the dry run takes ``benchmarks.model_step``'s smoke sizes."""
+    import argparse
+
+    from . import step_models
+    from .model_step import SMOKE_MODEL
+
+    sizes = SMOKE_MODEL if dry_run else step_models.MODEL
+    point = argparse.Namespace(
+        encoder="text", type=name, config=None, model=json.dumps(sizes), batch=1, length=n, hidden_dropout=0.1
+    )
+    model, batch, (_, _, attention_config) = step_models.model_and_batch(point)
+    flops = step_models.step_flops(model, batch, point, attention_config)  # forward + backward
+    model, batch = model.to(device), {key: value.to(device) for key, value in batch.items()}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def call():
+        with torch.autocast(device, dtype=dtype):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return call, None if None in flops.values() else sum(flops.values()), "train_step"
+
+
 def build_point(
-    name: str, n: int, heads: int, head_dim: int, device: str, dtype: torch.dtype, causal: bool = False
+    name: str, n: int, heads: int, head_dim: int, device: str, dtype: torch.dtype, kind: str = "core"
 ):
-    """(call, FLOPs of one call or None, mode) for one (type, length) point; ``causal``: the causal form.
+    """(call, FLOPs of one call or None, mode) for one (type, length) point of the ``kind`` of run:
+    ``core``, ``causal`` (the causal form) or ``model_step``.
 
     On CUDA every point is forward + backward. On the CPU (dry run) the FlexAttention paths run forward
     only (FlexAttention has no CPU backward): forced with ``implementation="flex"``, so the dry run goes
     through the same code as the GPU run."""
+    if kind == "model_step":
+        return model_step_point(name, n, device, dtype, dry_run=device == "cpu")
     if name in FLA_PEERS:
         return fla_point(name, n, heads, head_dim, device, dtype)
+    causal = kind == "causal"
     base, overrides = VARIANTS.get(name, (BASELINE if name in BIASED else name, {}))
     cls = get_attention_class(base)
     kernel = "flex_attention" if name == "full_bias_flex" else "sdpa"
@@ -167,7 +211,7 @@ def measure(call, device: str, warmup: int, repeats: int) -> tuple[list[float], 
 
 
 def run(
-    meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, budget_s, out, causal=False
+    meta, lengths, heads, head_dim, warmup, repeats, device, dtype, slow_s, budget_s, out, kind="core"
 ) -> list[dict]:
     records, stopped, began = [], {}, time.perf_counter()
     for n in lengths:
@@ -181,7 +225,7 @@ def run(
                 record.update(status="skipped", reason="the dense (h, n, n) bias alone exceeds 4 GiB")
             else:
                 sync_check = device == "cuda" and n == lengths[0]
-                point = (name, n, heads, head_dim, warmup, repeats, device, dtype, causal, sync_check)
+                point = (name, n, heads, head_dim, warmup, repeats, device, dtype, kind, sync_check)
                 record.update(measure_point(*point))
                 if record["status"] != "ok":
                     stopped[name] = f"{record['status']} at n={n}"
@@ -193,10 +237,10 @@ def run(
     return records
 
 
-def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype, causal, sync_check) -> dict:
+def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype, kind, sync_check) -> dict:
     syncs = {}
     try:
-        call, flops, mode = build_point(name, n, heads, head_dim, device, dtype, causal)
+        call, flops, mode = build_point(name, n, heads, head_dim, device, dtype, kind)
         times, peak = measure(call, device, warmup, repeats)
         if sync_check:
             syncs = count_host_syncs(call)
@@ -208,7 +252,7 @@ def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype, caus
         if device == "cuda":
             torch.cuda.empty_cache()
     median = statistics.median(times)
-    flops = None if causal else flops  # the FLOP models count the non-causal form
+    flops = None if kind == "causal" else flops  # the FLOP models count the non-causal form
     tflops = None if flops is None else flops / median / 1e12
     return dict(
         status="ok", mode=mode, median_s=median, times_s=times, peak_mib=peak, flops=flops, tflops=tflops,
@@ -309,6 +353,40 @@ def peer_table(records: list[dict]) -> list[str]:
     return ["", "## Against flash-linear-attention's kernels", "", *markdown_table(header, rows)]
 
 
+def summarize_model_step(records: list[dict], meta: dict) -> str:
+    """Markdown: per type and length, the step's time, tokens/s and its ratio to exact attention's, MFU
+    against the GPU's dense bfloat16 peak and peak memory."""
+    baseline = MODEL_STEP_TYPES[0]
+    base = {r["length"]: r for r in records if r["type"] == baseline and r["status"] == "ok"}
+    gpu = meta.get("gpu") or ""
+    peak = next((tflops for name, tflops in DENSE_BF16_PEAK_TFLOPS.items() if name in gpu), None)
+    rows = []
+    for r in sorted(records, key=lambda r: (r["type"] != baseline, r["type"], r["length"])):
+        ref = base.get(r["length"])
+        mfu = None if peak is None or r.get("tflops") is None else 100 * r["tflops"] / peak
+        rows.append(
+            [
+                r["type"],
+                str(r["length"]),
+                status_cell(r, lambda r: f"{1e3 * r['median_s']:.1f}"),
+                status_cell(r, lambda r: f"{r['length'] / r['median_s']:,.0f}"),
+                status_cell(r, lambda r, ref=ref: f"{ref['median_s'] / r['median_s']:.2f}" if ref else "-"),
+                status_cell(r, lambda r, mfu=mfu: "-" if mfu is None else f"{mfu:.1f}"),
+                status_cell(r, lambda r: f"{r['peak_mib']:.0f}" if r.get("peak_mib") is not None else "-"),
+                r.get("reason") or r.get("error") or "",
+            ]
+        )
+    header = ["type", "n", "step (ms)", "tokens/s", f"x {baseline}", "MFU %", "peak MiB", "note"]
+    intro = [
+        f"# GPU training step of the text model: {gpu or meta.get('cpu')}",
+        "",
+        "4 layers, hidden 256, 4 heads of 64, BERT's vocabulary, batch 1; forward under bfloat16 autocast, "
+        f"backward, AdamW. MFU: model FLOPs per second over the dense bfloat16 peak ({peak or '-'} TFLOP/s).",
+        "",
+    ]
+    return "\n".join(intro + markdown_table(header, rows))
+
+
 def plots(records: list[dict]) -> dict:
     """time.png and memory.png: one line per type against n, exact sdpa dashed."""
 
@@ -327,7 +405,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: the same code paths.")
     parser.add_argument("--types", nargs="*", default=None)
     parser.add_argument("--lengths", type=int, nargs="*", default=None)
-    parser.add_argument("--causal", action="store_true", help="The causal forms, beside fla's kernels.")
+    kinds = parser.add_mutually_exclusive_group()
+    kinds.add_argument("--causal", action="store_true", help="The causal forms, beside fla's kernels.")
+    kinds.add_argument("--model_step", action="store_true", help="Whole training steps of the text model.")
     parser.add_argument("--slow_s", type=float, default=2.0, help="A point slower than this ends its type.")
     parser.add_argument("--budget_s", type=float, default=300.0, help="No new point after this many seconds.")
     args = parser.parse_args(argv)
@@ -337,8 +417,11 @@ def main(argv: list[str] | None = None) -> dict:
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu needs a CUDA GPU; use --dry-run on a CPU.")
-    meta = dict(machine(device), settings=settings, causal=args.causal)
-    meta["types"] = args.types or default_types(args.causal)
+    kind = "causal" if args.causal else "model_step" if args.model_step else "core"
+    if kind == "model_step" and not args.lengths:
+        settings["lengths"] = settings["lengths"] if args.dry_run else MODEL_STEP_LENGTHS
+    meta = dict(machine(device), settings=settings, kind=kind)
+    meta["types"] = args.types or default_types(kind)
     records = run(
         meta,
         device=device,
@@ -346,12 +429,11 @@ def main(argv: list[str] | None = None) -> dict:
         slow_s=args.slow_s,
         budget_s=args.budget_s,
         out=args.out,
-        causal=args.causal,
+        kind=kind,
         **settings,
     )
-    return write_report(
-        args.out, {"meta": meta, "records": records}, summarize(records, meta), plots(records)
-    )
+    summary = (summarize_model_step if kind == "model_step" else summarize)(records, meta)
+    return write_report(args.out, {"meta": meta, "records": records}, summary, plots(records))
 
 
 if __name__ == "__main__":
