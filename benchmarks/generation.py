@@ -146,7 +146,8 @@ def summarize(records: list[dict], meta: dict) -> str:
     lines = [
         f"### one new token after n tokens of context, {model['num_hidden_layers']} layers, hidden "
         f"{model['hidden_size']}, {model['num_attention_heads']} heads, vocab {model['vocab_size']}, batch "
-        f"1, {meta['threads']} threads: ms per token (median of {meta['repeats']}) / cache MiB",
+        f"1, {meta.get('gpu') or str(meta['threads']) + ' threads'}: ms per token (median of "
+        f"{meta['repeats']}) / cache MiB",
         "",
     ]
     rows = [[t, *(status_cell(by_point.get((t, n)), latency_and_cache) for n in lengths)] for t in types]

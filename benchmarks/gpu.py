@@ -8,6 +8,7 @@ counter is reset per point, so no fresh process is needed for memory) with CUDA 
     python -m benchmarks.gpu --out benchmarks/results/reference/gpu
     python -m benchmarks.gpu --causal --out benchmarks/results/reference/gpu/causal
     python -m benchmarks.gpu --model_step --out benchmarks/results/reference/gpu/model_step
+    python -m benchmarks.gpu --generation --out benchmarks/results/reference/gpu/generation
     python -m benchmarks.gpu --dry-run --out /tmp/gpu_dry   # CPU, tiny sizes: the same code paths
 
 ``--causal`` measures the causal forms (every type with one, exact attention through sdpa's causal kernel)
@@ -16,6 +17,9 @@ beside flash-linear-attention's chunked Triton kernels, the peers the causal ker
 256 for ``performer``, and RFA's 2 x 128 sin/cos features with a per-token gate, fla's ``chunk_simple_gla``).
 On CUDA the first length of every type also runs once under ``torch.cuda.set_sync_debug_mode("warn")``:
 ``host_syncs`` counts the host-device synchronisations of one forward + backward (0: none).
+
+``--generation`` times one decoding step of ``benchmarks.generation``'s causal LM (cast to bfloat16) after
+prompts of 1k-64k tokens: the per-token latency a recurrent cache keeps flat.
 
 ``--model_step`` times a whole training step of the text model instead (``benchmarks.step_models``: the
 4-layer, hidden-256 MLM encoder, 4 heads of 64, BERT's vocabulary; forward under bfloat16 autocast, backward,
@@ -71,7 +75,9 @@ FLA_PEERS = {
     "fla_simple_gla_256": ("rfa", 256, True),
 }
 MODEL_STEP_TYPES = ["full_sdpa", "linear", "performer", "rfa", "linformer", "nystromformer", "longformer"]
-MODEL_STEP_LENGTHS = [4096, 16384, 65536]
+# lengths of the model-level kinds (the core and causal runs: GPU_SETTINGS')
+KIND_LENGTHS = {"model_step": [4096, 16384, 65536], "generation": [1024, 4096, 16384, 65536]}
+GENERATION_REPEATS = 20  # timed decoding steps per context
 # dense (no sparsity) bfloat16 tensor-core peaks of the SXM parts, TFLOP/s, from NVIDIA's data sheets
 DENSE_BF16_PEAK_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
 GPU_SETTINGS = dict(lengths=[4096, 8192, 16384, 32768, 65536], heads=8, head_dim=64, warmup=2, repeats=5)
@@ -81,10 +87,14 @@ DRY_SETTINGS = dict(lengths=[256, 512], heads=2, head_dim=16, warmup=1, repeats=
 def default_types(kind: str = "core") -> list[str]:
     """Every registered type that runs on a plain sequence, exact attention first, then the biased pair; for
     the ``causal`` kind the types with a causal form, then flash-linear-attention's peers; for
-    ``model_step`` ``MODEL_STEP_TYPES``."""
+    ``model_step`` ``MODEL_STEP_TYPES``; for ``generation`` the causal types, exact attention (sdpa) first."""
     usable = [t for t in hf_efficient.list_attention_types("text") if t != BASELINE]
     if kind == "model_step":
         return list(MODEL_STEP_TYPES)
+    if kind == "generation":
+        from .generation import causal_benchmark_types
+
+        return causal_benchmark_types()
     if kind == "causal":
         causal_types = [t for t in usable if get_attention_class(t).capabilities.causal]
         variants = [name for name, (base, _) in VARIANTS.items() if base in causal_types]
@@ -116,7 +126,7 @@ def fla_point(name: str, n: int, heads: int, head_dim: int, device: str, dtype: 
             out, _ = chunk_linear_attn(phi_q, phi_k, v, scale=1.0, normalize=True)
         out.backward(grad)
 
-    return call, None, "fwd_bwd"
+    return call, None, "fwd_bwd", {}
 
 
 def model_step_point(name: str, n: int, device: str, dtype: torch.dtype, dry_run: bool):
@@ -143,7 +153,40 @@ def model_step_point(name: str, n: int, device: str, dtype: torch.dtype, dry_run
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    return call, None if None in flops.values() else sum(flops.values()), "train_step"
+    return call, None if None in flops.values() else sum(flops.values()), "train_step", {}
+
+
+def generation_point(name: str, n: int, device: str, dtype: torch.dtype, dry_run: bool):
+    """(call, None, mode, fields) for one decoding step of ``benchmarks.generation``'s causal LM (cast to
+    ``dtype``) after a prompt of n random tokens: ``call`` decodes one greedy token from the cache the
+    prompt left; ``fields`` hold the prompt's time and the cache's size, as ``benchmarks.generation``
+    reports them."""
+    from hf_efficient import EfficientBertForCausalLM
+
+    from . import generation
+    from .mechanisms import build_model
+
+    sizes = generation.PRESETS["smoke" if dry_run else "full"]["model"]
+    model, (_, _, attention_config) = build_model(
+        EfficientBertForCausalLM, name, None, **sizes, is_decoder=True, max_position_embeddings=n + 64
+    )
+    model = model.to(device=device, dtype=dtype).eval()
+    prompt = torch.randint(5, model.config.vocab_size, (1, n), device=device)  # clear of the special ids
+    with torch.inference_mode():
+        start = time.perf_counter()
+        out = model(prompt, logits_to_keep=1)  # generate()'s prefill: builds the cache
+        if device == "cuda":
+            torch.cuda.synchronize()
+        prefill_s = time.perf_counter() - start
+    cache, token = out.cache, out.logits[:, -1:].argmax(-1)  # token: (1, 1)
+    fields = dict(prefill_s=prefill_s, cache_mib=cache.nbytes / 2**20, config=attention_config)
+
+    def call():
+        nonlocal token
+        with torch.inference_mode():
+            token = model(token, cache=cache).logits[:, -1:].argmax(-1)
+
+    return call, None, "decode_step", fields
 
 
 def build_point(
@@ -157,6 +200,8 @@ def build_point(
     through the same code as the GPU run."""
     if kind == "model_step":
         return model_step_point(name, n, device, dtype, dry_run=device == "cpu")
+    if kind == "generation":
+        return generation_point(name, n, device, dtype, dry_run=device == "cpu")
     if name in FLA_PEERS:
         return fla_point(name, n, heads, head_dim, device, dtype)
     causal = kind == "causal"
@@ -186,7 +231,8 @@ def build_point(
 
     flops = cls.forward_flops(n, head_dim, core.config)
     factor = 1.0 if forward_only else 3.0
-    return call, None if flops is None else factor * heads * flops, "fwd" if forward_only else "fwd_bwd"
+    mode = "fwd" if forward_only else "fwd_bwd"
+    return call, None if flops is None else factor * heads * flops, mode, {}
 
 
 def measure(call, device: str, warmup: int, repeats: int) -> tuple[list[float], float | None]:
@@ -240,7 +286,7 @@ def run(
 def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype, kind, sync_check) -> dict:
     syncs = {}
     try:
-        call, flops, mode = build_point(name, n, heads, head_dim, device, dtype, kind)
+        call, flops, mode, fields = build_point(name, n, heads, head_dim, device, dtype, kind)
         times, peak = measure(call, device, warmup, repeats)
         if sync_check:
             syncs = count_host_syncs(call)
@@ -256,7 +302,7 @@ def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype, kind
     tflops = None if flops is None else flops / median / 1e12
     return dict(
         status="ok", mode=mode, median_s=median, times_s=times, peak_mib=peak, flops=flops, tflops=tflops,
-        **syncs,
+        **syncs, **fields,
     )  # fmt: skip
 
 
@@ -408,6 +454,9 @@ def main(argv: list[str] | None = None) -> dict:
     kinds = parser.add_mutually_exclusive_group()
     kinds.add_argument("--causal", action="store_true", help="The causal forms, beside fla's kernels.")
     kinds.add_argument("--model_step", action="store_true", help="Whole training steps of the text model.")
+    kinds.add_argument(
+        "--generation", action="store_true", help="Per-token decoding latency against context."
+    )
     parser.add_argument("--slow_s", type=float, default=2.0, help="A point slower than this ends its type.")
     parser.add_argument("--budget_s", type=float, default=300.0, help="No new point after this many seconds.")
     args = parser.parse_args(argv)
@@ -417,9 +466,12 @@ def main(argv: list[str] | None = None) -> dict:
     device = "cpu" if args.dry_run else "cuda"
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("benchmarks.gpu needs a CUDA GPU; use --dry-run on a CPU.")
-    kind = "causal" if args.causal else "model_step" if args.model_step else "core"
-    if kind == "model_step" and not args.lengths:
-        settings["lengths"] = settings["lengths"] if args.dry_run else MODEL_STEP_LENGTHS
+    kinds = {"causal": args.causal, "model_step": args.model_step, "generation": args.generation}
+    kind = next((name for name, chosen in kinds.items() if chosen), "core")
+    if kind in KIND_LENGTHS and not args.lengths and not args.dry_run:
+        settings["lengths"] = KIND_LENGTHS[kind]
+    if kind == "generation" and not args.dry_run:
+        settings["repeats"] = GENERATION_REPEATS
     meta = dict(machine(device), settings=settings, kind=kind)
     meta["types"] = args.types or default_types(kind)
     records = run(
@@ -432,7 +484,16 @@ def main(argv: list[str] | None = None) -> dict:
         kind=kind,
         **settings,
     )
-    summary = (summarize_model_step if kind == "model_step" else summarize)(records, meta)
+    if kind == "generation":
+        from . import generation
+
+        model = generation.PRESETS["smoke" if args.dry_run else "full"]["model"]
+        threads = torch.get_num_threads()
+        summary = generation.summarize(
+            records, dict(meta, model=model, repeats=settings["repeats"], threads=threads)
+        )
+    else:
+        summary = (summarize_model_step if kind == "model_step" else summarize)(records, meta)
     return write_report(args.out, {"meta": meta, "records": records}, summary, plots(records))
 
 

@@ -6,9 +6,10 @@
 #   benchmarks/gpu_check.sh [OUT_DIR]            # on a CUDA machine (default OUT_DIR: benchmarks/results/gpu)
 #   benchmarks/gpu_check.sh --dry-run [OUT_DIR]  # on a CPU: the same code at tiny sizes (CI runs this)
 #
-# The benchmark runs three times: every type's non-causal form (core), the causal forms beside
-# flash-linear-attention's kernels (causal, into OUT_DIR/causal) and a whole training step of the text model
-# (model_step, into OUT_DIR/model_step); then the GPU tests (tests). GPU_CHECK_PARTS picks parts on a GPU.
+# The benchmark runs four times: every type's non-causal form (core), the causal forms beside
+# flash-linear-attention's kernels (causal, into OUT_DIR/causal), a whole training step of the text model
+# (model_step, into OUT_DIR/model_step) and per-token decoding against the context (generation, into
+# OUT_DIR/generation); then the GPU tests (tests). GPU_CHECK_PARTS picks parts on a GPU.
 #
 # Needs: python3 with torch (>= 2.5, FlexAttention), transformers (the version pyproject.toml asks for),
 # accelerate, safetensors, tokenizers, scipy, Pillow, matplotlib and pytest; the GPU images of this project's
@@ -36,7 +37,7 @@ SITE=$([ -d build/gpu_site ] && echo "$PWD/build/gpu_site:" || true)
 export PYTHONPATH="$SITE$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 
 GPU_TESTS=$(grep -rl "pytest.mark.gpu" tests --include='*.py' | sort)
-PARTS=" ${GPU_CHECK_PARTS:-core causal model_step tests} "  # on a GPU: which parts run (all by default)
+PARTS=" ${GPU_CHECK_PARTS:-core causal model_step generation tests} "  # on a GPU: which parts run (all by default)
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 status=0
 {
@@ -51,6 +52,7 @@ if [ "$DRY_RUN" = 1 ]; then
   timeout 300 "$PY" -m benchmarks.gpu --dry-run --out "$OUT" || status=1
   timeout 300 "$PY" -m benchmarks.gpu --dry-run --causal --out "$OUT/causal" || status=1
   timeout 300 "$PY" -m benchmarks.gpu --dry-run --model_step --out "$OUT/model_step" || status=1
+  timeout 300 "$PY" -m benchmarks.gpu --dry-run --generation --out "$OUT/generation" || status=1
   # on a CPU the gpu-marked tests skip; their files' CPU tests cover the same FlexAttention / precision code
   timeout 300 "$PY" -m pytest -q -p no:cacheprovider $GPU_TESTS || status=1
 else
@@ -58,8 +60,9 @@ else
   # time limits from the H100 run of 2026-11-28: the non-causal sweep took ~100 s; the causal one spent 100 s
   # at its first length (fla's Triton kernels compile and autotune on first use), so it runs the two lengths
   # the issue's goals name (16k against fla, 64k); the GPU tests need more than 180 s
-  # the parts take up to ~11 minutes together: on a machine lent in calls of 10 minutes, run two calls
-  # (GPU_CHECK_PARTS="core causal model_step", then GPU_CHECK_PARTS=tests, into the same OUT_DIR)
+  # the parts take up to 14 minutes together (each has its own limit): on a machine lent in calls of 10
+  # minutes, run two calls into the same OUT_DIR (GPU_CHECK_PARTS="core causal model_step", then
+  # GPU_CHECK_PARTS="generation tests")
   if part core; then timeout 150 "$PY" -m benchmarks.gpu --out "$OUT" --budget_s 110 || status=1; fi
   if part causal; then
     timeout 220 "$PY" -m benchmarks.gpu --causal --lengths 16384 65536 --out "$OUT/causal" --budget_s 170 \
@@ -67,6 +70,9 @@ else
   fi
   if part model_step; then
     timeout 150 "$PY" -m benchmarks.gpu --model_step --out "$OUT/model_step" --budget_s 110 || status=1
+  fi
+  if part generation; then
+    timeout 120 "$PY" -m benchmarks.gpu --generation --out "$OUT/generation" --budget_s 80 || status=1
   fi
   if part tests; then
     timeout 200 "$PY" -m pytest -q -p no:cacheprovider -m gpu --junitxml="$OUT/gpu_tests.xml" $GPU_TESTS \

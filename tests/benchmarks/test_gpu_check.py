@@ -55,3 +55,8 @@ def test_gpu_check_dry_run_measures_every_type(tmp_path):
     }
     assert all(r["status"] == "ok" and r["mode"] == "train_step" for r in step), step
     assert "tokens/s" in (tmp_path / "model_step/summary.md").read_text()
+    # decoding one token after prompts of each length, with the cache each type keeps
+    decoding = json.loads((tmp_path / "generation/results.json").read_text())["records"]
+    assert decoding[0]["type"] == "full_sdpa" and {"linear", "rfa"} <= {r["type"] for r in decoding}
+    assert all(r["status"] == "ok" and r["mode"] == "decode_step" and r["cache_mib"] > 0 for r in decoding)
+    assert "constant state" in (tmp_path / "generation/summary.md").read_text()
