@@ -235,25 +235,29 @@ def build_point(
     return call, None if flops is None else factor * heads * flops, mode, {}
 
 
-def measure(call, device: str, warmup: int, repeats: int) -> tuple[list[float], float | None]:
+def measure(call, device: str, warmup: int, repeats: int) -> tuple[list[float], float | None, list[float]]:
     """Seconds of each timed call (CUDA events on a GPU; on the CPU :func:`benchmarks.harness.measure`'s
-    times) and the peak memory above the inputs, MiB (None on the CPU)."""
+    times), the peak memory above the inputs, MiB (None on the CPU), and on a GPU the host's seconds to
+    issue each call (its Python and launches, and any wait for the device inside it): close to the call's
+    time, the call is bound by the host, not by the GPU."""
     if device != "cuda":
-        return harness.measure(call, warmup, repeats).times_s, None
+        return harness.measure(call, warmup, repeats).times_s, None, []
     for _ in range(warmup):  # first calls compile FlexAttention kernels
         call()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
-    times = []
+    times, host = [], []
     for _ in range(repeats):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        issued = time.perf_counter()
         call()
+        host.append(time.perf_counter() - issued)
         stop.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(stop) / 1e3)
-    return times, (torch.cuda.max_memory_allocated() - before) / 2**20
+    return times, (torch.cuda.max_memory_allocated() - before) / 2**20, host
 
 
 def run(
@@ -287,7 +291,9 @@ def measure_point(name, n, heads, head_dim, warmup, repeats, device, dtype, kind
     syncs = {}
     try:
         call, flops, mode, fields = build_point(name, n, heads, head_dim, device, dtype, kind)
-        times, peak = measure(call, device, warmup, repeats)
+        times, peak, host = measure(call, device, warmup, repeats)
+        if host:
+            fields = dict(fields, host_s=statistics.median(host))
         if sync_check:
             syncs = count_host_syncs(call)
     except torch.cuda.OutOfMemoryError:
@@ -360,18 +366,31 @@ def summarize(records: list[dict], meta: dict) -> str:
                 status_cell(r, lambda r: f"{r['tflops']:.1f}" if r.get("tflops") is not None else "-"),
                 f"{ref['tflops']:.1f}" if ref and ref.get("tflops") else "-",
                 status_cell(r, lambda r: f"{r['peak_mib']:.0f}" if r.get("peak_mib") is not None else "-"),
+                f"{1e3 * r['host_s']:.2f}" if r.get("host_s") is not None else "-",
                 str(r.get("host_syncs", "")),
                 note,
             ]
         )
-    header = ["type", "n", "time (ms)", "x sdpa", "TFLOP/s", "sdpa TFLOP/s", "peak MiB", "host syncs", "note"]
+    header = [
+        "type",
+        "n",
+        "time (ms)",
+        "x sdpa",
+        "TFLOP/s",
+        "sdpa TFLOP/s",
+        "peak MiB",
+        "host ms",
+        "host syncs",
+    ]
+    header.append("note")
     intro = [
         f"# GPU benchmark: {meta.get('gpu') or meta.get('cpu')}",
         "",
         f"forward + backward of the core, {first.get('dtype', '')}, batch 1, {first.get('heads', '')} heads "
         f"x {first.get('head_dim', '')}; x sdpa = sdpa's time / this type's (above 1: faster than exact "
         "attention); TFLOP/s per useful FLOP (the registry's FLOP model: the pairs of the mechanism's "
-        "pattern, fwd + bwd = 3 x fwd).",
+        "pattern, fwd + bwd = 3 x fwd); host ms: the host's time to issue the call (near the call's time: "
+        "bound by the host's per-op work, not the GPU).",
         "",
     ]
     return "\n".join(intro + markdown_table(header, rows) + peer_table(records))
