@@ -194,9 +194,8 @@ def _causal_group(core, state, q_part, k_part, v_part, log_g_part, log_keep_part
     scores = (phi_q @ phi_k.transpose(-1, -2)) * logits.masked_fill(~tril, -math.inf).exp()
     tail = (cum[..., -1:] - cum + keep_log).exp()[..., None]  # (b, h, g, c, 1): weight at block end
     local = (phi_k * tail).transpose(-1, -2) @ v_one  # (b, h, g, 2m, d + 1): each block's own state
-    before, state = _block_prefix_states(
-        state, local, cum[..., -1]
-    )  # (b, h, g, 2m, d + 1), (b, h, 2m, d + 1)
+    # the states at the blocks' starts (b, h, g, 2m, d + 1) and after the group (b, h, 2m, d + 1)
+    before, state = _block_prefix_states(state, local, cum[..., -1])
     result = scores @ v_one + cum.exp()[..., None] * (phi_q @ before)  # (b, h, g, c, d + 1)
     out = result[..., :d] / result[..., d:].abs().clamp_min(core.config.eps)
     return out.reshape(b, h, g * size, d), state  # (b, h, g * c, d)
