@@ -15,7 +15,7 @@ import hf_efficient
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow  # a benchmark process and a pytest process (about 25 s)
+@pytest.mark.slow  # four benchmark processes and a pytest process (3-4 minutes on 2 busy cores)
 def test_gpu_check_dry_run_measures_every_type(tmp_path):
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
