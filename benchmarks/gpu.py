@@ -62,11 +62,15 @@ BASELINE = "full"  # exact attention through transformers' sdpa, FlashAttention 
 BIASED = ("full_bias_sdpa", "full_bias_flex")  # exact attention with a dense per-head bias (Graphormer)
 # Other settings of a registered type, measured beside its benchmark settings: BigBird with blocks of
 # FlexAttention's 128 tokens (the layout's blocks are then whole flex blocks, no token-level mask).
-# And the kernelised types on their chunked CPU engine (what "auto" took on CUDA before the parallel one).
+# And the kernelised types on their chunked CPU engine (what "auto" took on CUDA before the parallel one);
+# the types whose CPU kernels lose on the GPU (host-bound tiles and chunks) through their plain-ops reference,
+# a candidate GPU path (whole-sequence tensors; it may run out of memory at the longest lengths).
 VARIANTS = {
     "bigbird_block128": ("bigbird", {"block_size": 128}),
     "linear_chunked": ("linear", {"implementation": "chunked"}),
     "performer_chunked": ("performer", {"implementation": "chunked"}),
+    "reformer_lsh_reference": ("reformer_lsh", {"implementation": "reference"}),
+    "long_short_reference": ("long_short", {"implementation": "reference"}),
 }
 # flash-linear-attention's kernels at our causal kernelised types' sizes: (our type, feature dims, gated)
 FLA_PEERS = {
