@@ -129,6 +129,12 @@ def masked_key_maxima(key: torch.Tensor, mask: torch.Tensor | None, maxima: Call
     return per_key if mask is None else per_key.masked_fill_(~mask[:, None], float("-inf"))
 
 
+def common_shift(maxima: torch.Tensor) -> torch.Tensor:
+    """The non-causal form's one shift for all keys: the largest log-feature of any real key, (b, h, n) ->
+    (b, h, 1, 1) (0 where no key is real)."""
+    return finite_or_zero(maxima.amax(-1, keepdim=True)[..., None])
+
+
 def kernelized_reference(
     query, key, value, mask, maps: FeatureMaps, *, causal: bool, eps: float, state: KernelState | None = None
 ) -> tuple[torch.Tensor, KernelState | None]:
@@ -150,7 +156,7 @@ def kernelized_reference(
     if not causal:
         key_features = maps.key_features
         if maxima is not None:  # one shift for all keys: the largest log-feature of any real key
-            shift = finite_or_zero(maxima.amax(-1, keepdim=True)[..., None])  # (b, h, 1, 1)
+            shift = common_shift(maxima)  # (b, h, 1, 1)
             key_features = lambda keys, keep: maps.key_features(keys, keep, shift)  # noqa: E731
         sums = (key_features(key, keep).transpose(-1, -2) @ value).to(work)  # (b, h, m, d + 1): [S | z]
         return normalise(maps.query_features(maps.query).to(work) @ sums, eps).to(query.dtype), None

@@ -36,6 +36,7 @@ from .._kernelized import (
     QueryFeatureFn,
     accumulate_dtype,
     append_ones,
+    common_shift,
     finite_or_zero,
     masked_key_maxima,
     normalise,
@@ -204,7 +205,7 @@ def _non_causal(chunks, query_features: QueryFeatureFn, key_features: KeyFeature
     over the key chunks, then every query chunk against it. ``key_maxima`` (b, h, n) or None: the per-key
     log-feature maxima of a shifted feature map (Performer's), whose largest real one shifts every key."""
     if key_maxima is not None:  # one shift for all keys: the largest log-feature of any real key
-        shift = finite_or_zero(key_maxima.amax(-1, keepdim=True)[..., None])  # (b, h, 1, 1)
+        shift = common_shift(key_maxima)  # (b, h, 1, 1)
         key_features = _partial_shift(key_features, shift)
     state = None  # (b, h, m, d + 1): [S | z]
     for _, k, v, kp, _ in chunks:

@@ -16,8 +16,7 @@ trick), which tensor cores do not tile. This engine computes the same sums with 
 Products run in the inputs' dtype (half-precision matmuls accumulate in float32 inside, and their results
 are the size of one output); the running sums across blocks and the normalisers are float32, as in the
 reference. Memory is O(n (m + d) + (n / block_size) m d) per head: whole-sequence feature tensors, which a
-GPU holds at the lengths it trains (64k tokens, 8 heads, 256 features: 256 MiB in bfloat16) where the
-CPU's caches want chunks.
+GPU holds where the CPU's caches want chunks (peak memory per length: docs/gpu.md's reference run).
 
 Feature maps with a stabilising shift (Performer's softmax kernel) need a shift per block in the causal
 form, a sequential scan over blocks: that call goes to the chunked engine (``"auto"``) or raises when forced.
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .._kernelized import accumulate_dtype, finite_or_zero, masked_key_maxima
+from .._kernelized import accumulate_dtype, common_shift, masked_key_maxima
 from ..base import AttentionOutput, Kernel
 from ..inputs import is_tracing
 from ..utils import pad_to_multiple
@@ -62,8 +61,7 @@ def parallel_kernelized(core, query, key, value, mask: torch.Tensor | None, caus
     if maps.key_maxima is None:
         phi_k = maps.key_features(key, keep)  # (b, h, n, m), 0 at padded keys
     else:  # non-causal only (see _shifted_causal): one shift, the largest log-feature of any real key
-        shift = masked_key_maxima(key, mask, maps.key_maxima).amax(-1, keepdim=True)[..., None]
-        phi_k = maps.key_features(key, keep, finite_or_zero(shift))
+        phi_k = maps.key_features(key, keep, common_shift(masked_key_maxima(key, mask, maps.key_maxima)))
     phi_q = maps.query_features(maps.query)  # (b, h, n, m)
     eps, work = core.config.eps, accumulate_dtype(value)  # work: float32 for half-precision inputs
     if not causal:
