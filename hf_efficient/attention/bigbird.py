@@ -188,11 +188,14 @@ class BigBirdAttention(AttentionCore):
         drawn, picks = rank.topk(r, dim=-1, largest=False)  # (b, h, nb, r)
         return picks, drawn < _NOT_DRAWN
 
-    def batch_layout(self, num_blocks: torch.Tensor, nb: int) -> BatchLayout:
-        """The layouts of a batch whose example i holds ``num_blocks[i]`` blocks, padded to nb blocks."""
+    def batch_layout(
+        self, num_blocks: torch.Tensor, nb: int, known: tuple[int, ...] | None = None
+    ) -> BatchLayout:
+        """The layouts of a batch whose example i holds ``num_blocks[i]`` blocks, padded to nb blocks;
+        ``known``: the same counts as Python ints where the caller has them (no read from the device)."""
         if is_tracing():
             return self._build_batch_layout(num_blocks, nb)
-        key = (tuple(num_blocks.tolist()), nb, str(num_blocks.device))
+        key = (known or tuple(num_blocks.tolist()), nb, str(num_blocks.device))
         if key not in self.layouts:
             if len(self.layouts) >= _CACHED_LAYOUTS:
                 del self.layouts[next(iter(self.layouts))]  # the oldest
@@ -240,11 +243,11 @@ class BigBirdAttention(AttentionCore):
         bs = self.config.block_size
         mask = extend_padding_mask(attention_mask, b, n, bs, device)
         nb = (n + bs - 1) // bs  # the form pad_to_multiple's traced length takes: export proves them equal
-        if mask is None:
-            num_blocks = torch.full((b,), nb, device=device)
-        else:
-            last = (mask * torch.arange(1, nb * bs + 1, device=mask.device)).amax(-1)
-            num_blocks = (last + bs - 1) // bs  # (b,)
+        if mask is None:  # every example fills the nb blocks: the cache key is known without a device read
+            known = None if is_tracing() else (nb,) * b
+            return None, self.batch_layout(torch.full((b,), nb, device=device), nb, known)
+        last = (mask * torch.arange(1, nb * bs + 1, device=mask.device)).amax(-1)
+        num_blocks = (last + bs - 1) // bs  # (b,)
         return mask, self.batch_layout(num_blocks, nb)
 
     def reference(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:

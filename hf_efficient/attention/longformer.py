@@ -159,7 +159,8 @@ class LongformerAttention(AttentionCore):
         mask = inputs.attention_mask
         real = mask if mask is not None else torch.ones(b, n, dtype=torch.bool, device=device)  # (b, n)
         is_global = self._global_tokens(inputs, b, n, device)  # (b, n) or None
-        slot_pos, slot_valid = self._global_slots(is_global, b, n, device)  # (b, G), (b, G)
+        per_example = inputs.global_attention_mask is not None
+        slot_pos, slot_valid = self._global_slots(is_global, b, n, device, per_example)  # (b, G), (b, G)
         index = slot_pos[:, None, :, None].expand(b, h, -1, d)
         global_key, global_value = key.gather(2, index), value.gather(2, index)  # (b, h, G, d)
 
@@ -247,24 +248,35 @@ class LongformerAttention(AttentionCore):
             raise ValueError(
                 f"longformer: global_token_indices {indices} point past the sequence of length {n}."
             )
-        chosen = torch.tensor(indices, device=device)
+        chosen = self._configured_global_positions(device)  # (G,)
         is_global = (torch.arange(n, device=device)[:, None] == chosen).any(-1).expand(b, n)  # (b, n)
         if global_attention_mask is not None:
             is_global = is_global | global_attention_mask
         if inputs.attention_mask is not None:
             is_global = is_global & inputs.attention_mask  # a padded token is never global
-        return is_global if is_tracing() or bool(is_global.any()) else None
+        if global_attention_mask is None:
+            return is_global  # the configured positions, known on the host (padding may hide some)
+        return is_global if bool(is_global.any()) else None
 
-    def _global_slots(self, is_global, b: int, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    def _configured_global_positions(self, device) -> torch.Tensor:
+        """global_token_indices as a (G,) tensor, ascending and without repeats, made on ``device`` (a
+        Python list copied to a GPU would be a host-device sync)."""
+        positions = sorted(set(self.config.global_token_indices))
+        return torch.stack([torch.full((), p, dtype=torch.long, device=device) for p in positions])
+
+    def _global_slots(
+        self, is_global, b: int, n: int, device, per_example: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each example's global positions, (b, G), and (b, G) bool marking the slots in use (an unused
-        slot holds some non-global position). While tracing the G configured positions (G known from the
-        config); otherwise the global positions in ascending order, G the largest count of an example."""
+        slot holds some non-global position). ``per_example`` (a global_attention_mask was given): the global
+        positions in ascending order, G the largest count of an example, read from the device; otherwise the
+        G configured positions, known on the host (no device read: traceable, and no GPU sync)."""
         if is_global is None:
             empty = torch.zeros(b, 0, dtype=torch.long, device=device)
             return empty, empty.bool()
-        if is_tracing():
-            chosen = torch.tensor(sorted(set(self.config.global_token_indices)), device=device)  # (G,)
-            slot_pos = chosen.clamp(max=n - 1).expand(b, -1)  # positions past n stay unused
+        if not per_example:
+            chosen = self._configured_global_positions(device)  # (G,)
+            slot_pos = chosen.clamp(max=n - 1).expand(b, -1)  # positions past n (while tracing) stay unused
             return slot_pos, is_global.gather(1, slot_pos) & (chosen < n)
         count = is_global.sum(1)  # (b,)
         slot_pos = torch.sort((~is_global).int(), dim=1, stable=True).indices[:, : int(count.max())]

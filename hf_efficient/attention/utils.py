@@ -84,15 +84,24 @@ def zero_padded(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 
 # On CUDA a chunk costs a few kernel launches whatever its size, and at CPU-sized budgets the per-chunk
-# Python and launch work would bound the chunked feature cores: their chunks are this much larger there
+# Python and launch work would bound the chunked cores: their chunks are this much larger there
 # (the measurement behind it: docs/performance.md, "Why the kernels are cut the way they are").
 CUDA_CHUNK_FACTOR = 16
 
 
-def feature_chunk_budget(budget: int, device: torch.device) -> int:
+def device_chunk_budget(budget: int, device: torch.device) -> int:
     """``budget`` (bytes per chunk, tuned for CPU caches) for chunks of a tensor on ``device``: larger on
     CUDA (:data:`CUDA_CHUNK_FACTOR`)."""
     return budget * CUDA_CHUNK_FACTOR if device.type == "cuda" else budget
+
+
+def host_reads_are_cheap(x: torch.Tensor) -> bool:
+    """Whether reading values of ``x`` on the host (``.tolist()``, ``nonzero``, ``bool(...)``) is cheap: on a
+    CPU it is. On an accelerator it waits for every queued kernel (a host-device sync), which stalls the
+    pipeline and breaks CUDA graphs, so the CPU shortcuts that read values to skip work (which rows need a
+    mask) take this and the accelerator path does the work instead. Tests patch it to False to run the
+    accelerator's branches on a CPU (tests/attention/test_host_syncs.py)."""
+    return x.device.type == "cpu"
 
 
 def rows_per_chunk(bytes_per_row: int, total_rows: int, budget: int = CHUNK_BYTES) -> int:

@@ -12,7 +12,7 @@ from hf_efficient.attention import AttentionSpec, build_attention
 from hf_efficient.attention.kernels import kernelized as chunked_engine
 from hf_efficient.attention.performer import EXPONENT_FLOOR as PERFORMER_EXPONENT_FLOOR
 from hf_efficient.attention.performer import RELU_FEATURE_FLOOR
-from hf_efficient.attention.utils import CUDA_CHUNK_FACTOR, feature_chunk_budget, orthogonal_gaussian_features
+from hf_efficient.attention.utils import CUDA_CHUNK_FACTOR, device_chunk_budget, orthogonal_gaussian_features
 
 from .helpers import (
     assert_close_with_gradients,
@@ -216,8 +216,8 @@ def test_feature_chunks_are_larger_on_cuda():
     """CPU-sized feature chunks left performer and rfa bound by per-chunk launch work on a GPU; on CUDA the
     budget is CUDA_CHUNK_FACTOR times the CPU one, on every other device unchanged."""
     budget = 8 * 2**20
-    assert feature_chunk_budget(budget, torch.device("cpu")) == budget
-    assert feature_chunk_budget(budget, torch.device("cuda")) == CUDA_CHUNK_FACTOR * budget == 16 * budget
+    assert device_chunk_budget(budget, torch.device("cpu")) == budget
+    assert device_chunk_budget(budget, torch.device("cuda")) == CUDA_CHUNK_FACTOR * budget == 16 * budget
 
 
 @pytest.mark.gpu

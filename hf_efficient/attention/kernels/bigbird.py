@@ -30,7 +30,7 @@ import torch
 
 from ...compat import softmax_backward
 from ..base import AttentionOutput, Kernel
-from ..utils import CHUNK_BYTES, ChunkBuffers, rows_per_chunk
+from ..utils import CHUNK_BYTES, ChunkBuffers, host_reads_are_cheap, rows_per_chunk
 from .flex import (
     BlockMask,
     blocks_all,
@@ -111,11 +111,7 @@ class _BlockSparseSoftmax(torch.autograd.Function):
         b, h, nb, bs, d = q.shape
         row_bytes = b * h * index.shape[-1] * bs * max(bs, d) * q.element_size()
         step = rows_per_chunk(row_bytes, nb, CHUNK_BUDGET)
-        row_blocked = blocked.any(-1).any(1).any(0)  # (nb,): query blocks with keys to exclude
-        mask_rows = []
-        for c0 in range(0, nb, step):
-            rows = torch.nonzero(row_blocked[c0 : c0 + step]).flatten().tolist()
-            mask_rows.append((rows[0], rows[-1] + 1) if rows else None)
+        mask_rows = _rows_to_mask(blocked, nb, step)
         seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
         out, buffers = torch.empty_like(q), ChunkBuffers(q)
         for chunk, c0 in enumerate(range(0, nb, step)):
@@ -172,6 +168,21 @@ class _BlockSparseSoftmax(torch.autograd.Function):
             grad_q[:, :, rows] = torch.matmul(grad_s, keys)
             add_grads(grad_k, torch.matmul(grad_s.transpose(-1, -2), q[:, :, rows], out=slot_grads), c0, rows)
         return grad_q, grad_k, grad_v, None, None, None, None, None
+
+
+def _rows_to_mask(blocked: torch.Tensor, nb: int, step: int) -> list[tuple[int, int] | None]:
+    """Per chunk of ``step`` query blocks, the range [lo, hi) of its rows that hold keys to exclude
+    (``blocked`` (b, h, nb, K * B)), None if none do. Found on the host where that is cheap (a CPU: only the
+    edge blocks' rows get masked); on an accelerator every row is masked instead of reading ``blocked``."""
+    starts = range(0, nb, step)
+    if not host_reads_are_cheap(blocked):
+        return [(0, min(step, nb - c0)) for c0 in starts]
+    row_blocked = blocked.any(-1).any(1).any(0)  # (nb,): query blocks with keys to exclude
+    mask_rows = []
+    for c0 in starts:
+        rows = torch.nonzero(row_blocked[c0 : c0 + step]).flatten().tolist()
+        mask_rows.append((rows[0], rows[-1] + 1) if rows else None)
+    return mask_rows
 
 
 class _DenseRows(torch.autograd.Function):

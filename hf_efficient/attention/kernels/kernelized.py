@@ -44,7 +44,7 @@ from .._kernelized import (
 )
 from ..base import AttentionOutput, Kernel
 from ..inputs import is_tracing
-from ..utils import CHUNK_BYTES, feature_chunk_budget, row_slices, rows_per_chunk
+from ..utils import CHUNK_BYTES, device_chunk_budget, row_slices, rows_per_chunk
 
 # Chunk budget for (chunk x m) feature tensors, well below utils.CHUNK_BYTES: smaller chunks reuse the
 # cache better, and 512+ rows per chunk keep the matmuls large.
@@ -88,7 +88,7 @@ class _OutputKeepingMap(torch.autograd.Function):
 def chunked_key_maxima(key: torch.Tensor, mask, maxima: Callable, num_features: int) -> torch.Tensor:
     """:func:`~hf_efficient.attention._kernelized.masked_key_maxima` in chunks of the feature budget."""
     b, h, n, _ = key.shape
-    budget = feature_chunk_budget(FEATURE_CHUNK_BYTES, key.device)
+    budget = device_chunk_budget(FEATURE_CHUNK_BYTES, key.device)
     rows = rows_per_chunk(b * h * num_features * key.element_size(), n, budget)
     parts = [
         masked_key_maxima(key[:, :, piece], None if mask is None else mask[:, piece], maxima)
@@ -176,7 +176,7 @@ def kernelized_attention(
         rows = rows_per_chunk(b * h * itemsize * widest, n, budget or CHUNK_BYTES)
         rows = max(block, rows // block * block)
     else:
-        budget = budget or feature_chunk_budget(FEATURE_CHUNK_BYTES, value.device)
+        budget = budget or device_chunk_budget(FEATURE_CHUNK_BYTES, value.device)
         rows = rows_per_chunk(b * h * num_features * itemsize, n, budget)
     if is_tracing():  # one chunk: a traced graph (torch.export / torch.compile) has no loop over chunks
         chunks = [(query, key, value, keep, key_maxima)]

@@ -9,7 +9,7 @@ parameters and LayerNorm (``core.layer_norm``), and differs from it in how, not 
 * the windowed softmax is one autograd Function that gathers each segment's keys with a single copy,
   saves only the probabilities (and dropout masks), and in backward gathers again and scatters the keys'
   gradients back with two adds (FlashAttention-style);
-* without padding, only the first and last segments' margins are masked (:func:`_mask_invalid_`).
+* without padding, on a CPU only the first and last segments' margins are masked (:func:`_mask_invalid_`).
 
 ``"auto"`` takes it for every call that is not traced (it does not run inside torch.export /
 torch.compile graphs; the reference does).
@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from ..base import AttentionOutput, Kernel
-from ..utils import CHUNK_BYTES, rows_per_chunk
+from ..utils import CHUNK_BYTES, device_chunk_budget, host_reads_are_cheap, rows_per_chunk
 
 
 def chunked_long_short(core, query, key, value, inputs) -> AttentionOutput:
@@ -51,8 +51,9 @@ def chunked_long_short(core, query, key, value, inputs) -> AttentionOutput:
 
     # Rows per chunk: the (segments, w, window + r) scores of a row dominate every other intermediate.
     bytes_per_segment = query.element_size() * total_keys * max(w, d)
-    segments_per_chunk = rows_per_chunk(bytes_per_segment, num_segments, CHUNK_BYTES)
-    rows = rows_per_chunk(bytes_per_segment * num_segments, b * h, CHUNK_BYTES)
+    budget = device_chunk_budget(CHUNK_BYTES, device)  # larger chunks on CUDA: fewer launches
+    segments_per_chunk = rows_per_chunk(bytes_per_segment, num_segments, budget)
+    rows = rows_per_chunk(bytes_per_segment * num_segments, b * h, budget)
     chunks = zip(*(_row_chunks(t, rows) for t in (query, key, value, *per_row.values())), strict=True)
 
     dropout = core.spec.dropout if core.training else 0.0
@@ -152,9 +153,13 @@ def _scatter_add(
 def _mask_invalid_(scores: torch.Tensor, key_valid: torch.Tensor) -> None:
     """Fill scores (rows, S_c, w, L) of invalid keys (key_valid (rows, S_c, L) False) with dtype's min.
 
-    Without padding only the first and last segments hold invalid keys (their margins): fill just those.
+    Without padding only the first and last segments hold invalid keys (their margins): on a CPU fill just
+    those; on an accelerator finding them would be a host read (a sync), so every segment is filled.
     """
     lowest = torch.finfo(scores.dtype).min
+    if not host_reads_are_cheap(scores):
+        scores.masked_fill_(~key_valid[:, :, None, :], lowest)
+        return
     segments = (~key_valid.all(-1).all(0)).nonzero().flatten().tolist()
     if len(segments) > scores.shape[1] // 4:
         scores.masked_fill_(~key_valid[:, :, None, :], lowest)

@@ -7,7 +7,8 @@ buckets (``core.rows`` pads and lays out the heads, ``core.hash_buckets`` hashes
 * heads are hashed and attended a slice at a time, so the O(n) intermediates of a slice (hash projections,
   sorted copies) stay within ``CHUNK_BYTES``;
 * :class:`_LSHAttentionFunction` computes the windows of ``TILE_BYTES`` of scores at a time and recomputes
-  them in backward, so nothing of size n x chunk_length is kept for backward; dropout masks are replayed
+  them in backward (both budgets ``CUDA_CHUNK_FACTOR`` times larger on CUDA, where a tile's cost is its
+  launches), so nothing of size n x chunk_length is kept for backward; dropout masks are replayed
   from a saved seed;
 * the window bias (-inf across buckets, -log N_ij inside) is built from float codes per tile
   (:class:`_Plan`), and the keys of a chunk's window are a strided view, not a copy.
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from ..base import AttentionOutput, Kernel
-from ..utils import CHUNK_BYTES, row_slices, rows_per_chunk, unpad
+from ..utils import CHUNK_BYTES, device_chunk_budget, row_slices, rows_per_chunk, unpad
 
 NORM_EPS = 1e-12  # as F.normalize
 FLOOR = -80.0  # probabilities below exp(FLOOR) relative to the row's largest are set to 0
@@ -39,7 +40,8 @@ def chunked_lsh_attention(core, query, key, value, inputs) -> AttentionOutput:
     big_n = rows.query.shape[1]
     bytes_per_head = 4 * big_n * max(rows.num_buckets // 2, core.config.num_hashes * d)
     outputs = []
-    for s in row_slices(b * h, rows_per_chunk(bytes_per_head, b * h, CHUNK_BYTES)):
+    budget = device_chunk_budget(CHUNK_BYTES, query.device)  # larger slices on CUDA: fewer launches
+    for s in row_slices(b * h, rows_per_chunk(bytes_per_head, b * h, budget)):
         mask = None if rows.mask is None else rows.mask[s]
         buckets = core.hash_buckets(rows.query[s], rows.rotations, rows.heads[s], rows.num_buckets, mask)
         outputs.append(_lsh_attention(core, rows.query[s], rows.value[s], buckets, rows.num_buckets))
@@ -81,8 +83,11 @@ def _lsh_attention(core, q, v, buckets, num_buckets) -> torch.Tensor:
             code = buckets * (big_n // chunk + 1) + slot_of_token // chunk  # (S, R, N)
             code = code.float().transpose(1, 2).reshape(s * big_n, rounds)  # (S * N, R) per token
             slot_code = code.index_select(0, plan.token_of_slot).view(s, rounds, big_n, rounds)
-            others = [[o for o in range(rounds) if o != r] for r in range(rounds)]
-            others = torch.tensor(others, device=device).view(1, rounds, 1, rounds - 1)
+            # others[r] = the rounds other than r, in order: o + (o >= r) for o < R - 1, built on the device
+            # (a Python list copied there would be a host-device sync)
+            other = torch.arange(rounds - 1, device=device)
+            others = other + (other >= torch.arange(rounds, device=device)[:, None])  # (R, R - 1)
+            others = others.view(1, rounds, 1, rounds - 1)
             other_codes = slot_code.gather(-1, others.expand(s, -1, big_n, -1))  # (S, R, N, R - 1)
             plan.other_codes = _pad_chunk(other_codes.view(-1, rounds - 1), chunk)  # (c + M, R - 1)
             plan.other_key_codes = plan.other_codes + 0.5  # so that |query - key| < 1 means 0 or 1
@@ -198,7 +203,7 @@ class _LSHAttentionFunction(torch.autograd.Function):
         lse = q_rows.new_empty(num_chunks, c, 1)
         seed = int(torch.randint(2**62, ())) if dropout > 0 else None  # global RNG: like F.dropout
         dropper = _Dropper(dropout, seed, q_rows.device)
-        tile = rows_per_chunk(4 * c * 2 * c, num_chunks, TILE_BYTES)
+        tile = rows_per_chunk(4 * c * 2 * c, num_chunks, device_chunk_budget(TILE_BYTES, q_rows.device))
         for start in range(0, num_chunks, tile):
             stop = min(start + tile, num_chunks)
             probs, lse[start:stop] = _tile_probs(plan, q_sorted, k_padded, start, stop, scale, self_score)
@@ -219,7 +224,7 @@ class _LSHAttentionFunction(torch.autograd.Function):
         grad_q = torch.empty_like(q_sorted).view(num_chunks, c, d)
         grad_k, grad_v = torch.zeros_like(k_padded), torch.zeros_like(v_padded)  # (c + M, d)
         dropper = _Dropper(ctx.dropout, ctx.seed, q_rows.device)
-        tile = rows_per_chunk(4 * c * 2 * c, num_chunks, TILE_BYTES)
+        tile = rows_per_chunk(4 * c * 2 * c, num_chunks, device_chunk_budget(TILE_BYTES, q_rows.device))
         for start in range(0, num_chunks, tile):
             stop = min(start + tile, num_chunks)
             probs, _ = _tile_probs(plan, q_sorted, k_padded, start, stop, scale, ctx.self_score)

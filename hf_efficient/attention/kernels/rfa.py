@@ -25,8 +25,8 @@ from torch.utils.checkpoint import checkpoint
 from ..base import AttentionOutput, Kernel
 from ..utils import (
     CHUNK_BYTES,
+    device_chunk_budget,
     extend_padding_mask,
-    feature_chunk_budget,
     pad_to_multiple,
     row_slices,
     rows_per_chunk,
@@ -74,7 +74,7 @@ class _NonCausalRFA(torch.autograd.Function):
         b, h, n, d = query.shape
         m = base.shape[1]
         weight_t = (sigma * base).transpose(1, 2)  # (h, d, m): W^T with W = sigma * W~
-        budget = feature_chunk_budget(_FEATURE_CHUNK_BYTES, query.device)
+        budget = device_chunk_budget(_FEATURE_CHUNK_BYTES, query.device)
         rows = rows_per_chunk(b * h * 2 * m * query.element_size(), n, budget)
         state_sin, state_cos = (query.new_zeros(b * h, m, d + 1) for _ in range(2))
         for piece in row_slices(n, rows):
@@ -160,7 +160,7 @@ def causal_in_blocks(core, query, key, value, mask, state=None) -> tuple[torch.T
     tril = torch.ones(size, size, dtype=torch.bool, device=query.device).tril()
     per_token = b * h * query.element_size() * (4 * m2 + 4 * size + 2 * m2 * (d + 1) // size)
     # blocks per group: on CUDA 16x more (each group is a fixed number of launches, see utils)
-    budget = feature_chunk_budget(CHUNK_BYTES, query.device)
+    budget = device_chunk_budget(CHUNK_BYTES, query.device)
     blocks = max(1, rows_per_chunk(per_token, query.shape[2], budget) // size)
     if state is None:
         state = query.new_zeros(b, h, m2, d + 1)  # [S | z] before the current group
