@@ -250,7 +250,17 @@ def plot_accuracy(settings: list[dict], path: Path) -> None:
     causal LM)."""
     plt = pyplot()
     lengths = sorted({s["seq_len"] for s in settings})
-    figure, axes = plt.subplots(1, len(lengths), figsize=(4 * len(lengths), 3.6), sharey=True, squeeze=False)
+    figure, axes = plt.subplots(
+        1,
+        len(lengths),
+        figsize=(4 * len(lengths) + 1.5, 3.6),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
+    )
+    # one colour per type in every panel, and one legend beside them (inside, it hid the points near 0%)
+    kinds = sorted({(s["attention_type"], s["formulation"]) for s in settings})
+    colours = {kind: f"C{i % 10}" for i, kind in enumerate(kinds)}
     for panel, length in zip(axes[0], lengths, strict=True):
         lines = defaultdict(list)
         for s in settings:
@@ -265,6 +275,7 @@ def plot_accuracy(settings: list[dict], path: Path) -> None:
                 marker="o",
                 capsize=3,
                 linestyle="--" if formulation == "causal" else "-",
+                color=colours[(attention_type, formulation)],
                 label=attention_type + (" (causal)" if formulation == "causal" else ""),
             )
         pairs = points[0]["num_kv_pairs"] if lines else "?"
@@ -273,8 +284,12 @@ def plot_accuracy(settings: list[dict], path: Path) -> None:
         panel.set_xticks(widths, [str(w) for w in widths])
         panel.minorticks_off()
     axes[0][0].set_ylabel("MQAR accuracy (%)")
-    axes[0][-1].legend(fontsize=7, loc="lower right")
-    figure.tight_layout()
+    handles = {
+        label: handle
+        for panel in axes[0]
+        for handle, label in zip(*panel.get_legend_handles_labels(), strict=True)
+    }
+    figure.legend(handles.values(), handles.keys(), fontsize=7, loc="outside right center")
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
