@@ -128,18 +128,45 @@ def saved_model_agreement(run_dir: Path, result: dict, data_by_settings: dict) -
     return listops.outer_operator_agreement(predictions, list(raw["test"]["source"]), guesses)
 
 
+def setting(result: dict) -> str:
+    """A run's data and model in a few words, e.g. ``'20-80 tokens, depth 3; 4 x 128, 20000 steps'``."""
+    data, model = result.get("data") or {}, result.get("model")
+    size = (
+        f"{model.get('num_hidden_layers')} x {model.get('hidden_size')}" if model else "model size not saved"
+    )
+    return (
+        f"{data.get('min_length')}-{data.get('max_length')} tokens, depth {data.get('max_depth')}; "
+        f"{size}, {result.get('steps')} steps"
+    )
+
+
+def settings_differ(results: list[dict]) -> bool:
+    """Whether the runs differ in data, model size or steps (then each row names its setting)."""
+    return len({json.dumps([r.get("data"), setting(r)], sort_keys=True) for r in results}) > 1
+
+
 def summarize(results: list[dict], curves: bool) -> str:
-    """The markdown table of the runs, a note on their data, and the curves' image when there is one."""
+    """The markdown table of the runs, a note on their data, and the curves' image when there is one. Runs of
+    different settings get a ``setting`` column: each row's floors (majority class, outer operator) are
+    those of its own test data."""
     lines = ["# ListOps (Long Range Arena), regenerated locally", ""]
-    lines += markdown_table(COLUMNS, [table_row(r) for r in results])
-    if len({json.dumps(r.get("data"), sort_keys=True) for r in results}) > 1:
-        lines += ["", "Warning: these runs used different data settings; compare with care."]
-    data = results[0].get("data", {})
-    lines += [
-        "",
-        f"Data: {data.get('num_train')} training / {data.get('num_test')} test expressions of "
-        f"{data.get('min_length')}-{data.get('max_length')} tokens (seed {data.get('seed')}). {DATA_NOTE}",
-    ]
+    if settings_differ(results):
+        columns = [COLUMNS[0], "setting", *COLUMNS[1:]]
+        rows = [
+            [row[0], setting(r), *row[1:]] for r, row in zip(results, map(table_row, results), strict=True)
+        ]
+        lines += markdown_table(columns, rows)
+        note = "each row's setting, its floors (majority class, outer operator) those of its own test data"
+        lines += ["", f"Data: {note}. {DATA_NOTE}"]
+    else:
+        lines += markdown_table(COLUMNS, [table_row(r) for r in results])
+        data = results[0].get("data", {})
+        lines += [
+            "",
+            f"Data: {data.get('num_train')} training / {data.get('num_test')} test expressions of "
+            f"{data.get('min_length')}-{data.get('max_length')} tokens (seed {data.get('seed')}). "
+            + DATA_NOTE,
+        ]
     if curves:
         lines += ["", "![validation accuracy during training](listops_curves.png)"]
     return "\n".join(lines)
@@ -147,17 +174,26 @@ def summarize(results: list[dict], curves: bool) -> str:
 
 def plot_curves(results: list[dict], path: Path) -> None:
     """Validation accuracy against training step, one line per run, with the majority class and the
-    outer-operator baseline of the first run's data as dashed floors."""
+    outer-operator baseline as dashed floors: of the runs' data, or, where the settings differ, each run's
+    outer-operator floor in its line's colour."""
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    for result in results:
+    differ = settings_differ(results)
+    for index, result in enumerate(results):
         if result.get("eval_curve"):
             steps, accuracy = zip(*result["eval_curve"], strict=True)
-            axes.plot(steps, [100 * a for a in accuracy], marker="o", label=result["attention_type"])
+            label = result["attention_type"] + (f" ({setting(result)})" if differ else "")
+            axes.plot(steps, [100 * a for a in accuracy], marker="o", color=f"C{index % 10}", label=label)
+            if differ and result.get("test_outer_operator_baseline") is not None:
+                axes.axhline(
+                    100 * result["test_outer_operator_baseline"], color=f"C{index % 10}", linestyle="--"
+                )
     floors = {"majority class": "test_majority_fraction", "outer operator": "test_outer_operator_baseline"}
     for (name, key), style in zip(floors.items(), (":", "--"), strict=True):
-        if results[0].get(key) is not None:
+        if not differ and results[0].get(key) is not None:
             axes.axhline(100 * results[0][key], color="grey", linestyle=style, label=f"{name} (test)")
+    if differ:
+        axes.plot([], [], color="grey", linestyle="--", label="outer operator (test), per run")
     axes.set(xlabel="training step", ylabel="validation accuracy (%)", title="ListOps")
     axes.legend(fontsize=8, ncol=2)
     figure.tight_layout()

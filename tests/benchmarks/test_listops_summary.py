@@ -100,3 +100,20 @@ def test_lra_column_names_registered_types():
     assert set(LRA_LISTOPS) <= set(hf_efficient.list_attention_types())
     assert listops.lra_reference("full") == "36.37 (Transformer)"
     assert listops.lra_reference("graph_sparse") == "-"
+
+
+def test_runs_of_different_settings_name_theirs(tmp_path):
+    """Runs on different data or models: each row names its setting (its floors are its own data's), where
+    one shared "Data:" line would describe only the first run."""
+    save_run(tmp_path / "short", "full", {}, None)
+    save_run(tmp_path / "deep", "full", {}, None)
+    path = tmp_path / "deep" / listops.RESULTS_FILE
+    result = json.loads(path.read_text())
+    result["data"]["max_depth"], result["model"] = 3, {"num_hidden_layers": 4, "hidden_size": 128}
+    path.write_text(json.dumps(result))
+    listops.main(["--results", str(tmp_path)])
+    table = (tmp_path / "listops_summary.md").read_text()
+    assert "| attention | setting |" in table
+    assert "| full | 20-60 tokens, depth 3; 4 x 128, 2 steps |" in table
+    assert f"| full | 20-60 tokens, depth {SPEC.max_depth}; model size not saved, 2 steps |" in table
+    assert "its own test data" in table
