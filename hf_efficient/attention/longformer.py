@@ -159,8 +159,7 @@ class LongformerAttention(AttentionCore):
         mask = inputs.attention_mask
         real = mask if mask is not None else torch.ones(b, n, dtype=torch.bool, device=device)  # (b, n)
         is_global = self._global_tokens(inputs, b, n, device)  # (b, n) or None
-        per_example = inputs.global_attention_mask is not None
-        slot_pos, slot_valid = self._global_slots(is_global, b, n, device, per_example)  # (b, G), (b, G)
+        slot_pos, slot_valid = self._global_slots(is_global, inputs, b, n, device)  # (b, G), (b, G)
         index = slot_pos[:, None, :, None].expand(b, h, -1, d)
         global_key, global_value = key.gather(2, index), value.gather(2, index)  # (b, h, G, d)
 
@@ -265,16 +264,16 @@ class LongformerAttention(AttentionCore):
         return torch.stack([torch.full((), p, dtype=torch.long, device=device) for p in positions])
 
     def _global_slots(
-        self, is_global, b: int, n: int, device, per_example: bool
+        self, is_global, inputs: AttentionInputs, b: int, n: int, device
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Each example's global positions, (b, G), and (b, G) bool marking the slots in use (an unused
-        slot holds some non-global position). ``per_example`` (a global_attention_mask was given): the global
+        slot holds some non-global position). With a per-example global_attention_mask: the global
         positions in ascending order, G the largest count of an example, read from the device; otherwise the
         G configured positions, known on the host (no device read: traceable, and no GPU sync)."""
         if is_global is None:
             empty = torch.zeros(b, 0, dtype=torch.long, device=device)
             return empty, empty.bool()
-        if not per_example:
+        if inputs.global_attention_mask is None:
             chosen = self._configured_global_positions(device)  # (G,)
             slot_pos = chosen.clamp(max=n - 1).expand(b, -1)  # positions past n (while tracing) stay unused
             return slot_pos, is_global.gather(1, slot_pos) & (chosen < n)

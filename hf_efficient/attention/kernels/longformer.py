@@ -68,8 +68,7 @@ def native_attend(core, query, key, value, inputs) -> AttentionOutput:
     real = inputs.attention_mask
     real = real if real is not None else torch.ones(b, n, dtype=torch.bool, device=device)  # (b, n)
     dropout = core.spec.dropout if core.training else 0.0
-    per_example = inputs.global_attention_mask is not None
-    slot_pos, slot_valid = core._global_slots(is_global, b, n, device, per_example)  # (b, G), (b, G)
+    slot_pos, slot_valid = core._global_slots(is_global, inputs, b, n, device)  # (b, G), (b, G)
     gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
     if is_global is None:  # no gather: its backward would allocate a full-size zero gradient
         global_key = global_value = key.new_zeros(b, h, 0, d)
