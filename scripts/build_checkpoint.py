@@ -369,6 +369,20 @@ def last_logged_loss(folder: Path) -> str:
     return f"{losses[-1]:.4f}" if losses else "not logged"
 
 
+def command_to_rebuild(command: str) -> str:
+    """The build's command as a reader reruns it: without ``--output_dir``, which names a folder on the
+    machine that built it (often outside the repository) and changes nothing in the result; the exact command
+    stays in ``recipe.json``."""
+    words, kept = shlex.split(command), []
+    while words:
+        word = words.pop(0)
+        if word == "--output_dir":
+            words.pop(0)
+        elif not word.startswith("--output_dir="):
+            kept.append(word)
+    return shlex.join(kept)
+
+
 def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
     """Fill the card from ``recipe.json``, the stage markers and the results files; save it as
     ``final/README.md`` (and ``<write_card_to>/<NAME>.md``)."""
@@ -405,7 +419,7 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
         f"{mlm['block_size']:,} tokens, with a new MLM head: MiniLM (a sentence-transformers model) has "
         f"none; last logged training loss {last_logged_loss(output_dir / '3-mlm')}.\n\n"
         f"Built with (from the repository root, {recipe['threads']} CPU thread(s)):\n\n"
-        f"```bash\n{recipe['command']}\n```\n\n"
+        f"```bash\n{command_to_rebuild(recipe['command'])}\n```\n\n"
         f"Build time on this CPU: {total / 60:.1f} minutes ("
         + ", ".join(f"{stage} {markers[stage]['seconds']:.0f} s" for stage in STAGES)
         + ")."

@@ -125,8 +125,11 @@ def test_card_holds_the_measured_numbers(built):
     assert "trust_remote_code=True" in card
     assert "| masked LM max_steps | 2 |" in card  # the stages' budgets, without one run's TrainingArguments
     assert f"Positions {TINY_POSITIONS} to {LONG - 1} start as copies" in card  # the recipe's own limits
-    assert f"python scripts/build_checkpoint.py build {NAME} --output_dir {output}" in card
-    assert "--set=mlm.max_steps=2" in card  # the exact command, overrides included
+    # the command a reader reruns, overrides included, without the builder's own folder (kept in recipe.json)
+    (command,) = [line for line in card.splitlines() if line.startswith("python scripts/build_checkpoint.py")]
+    assert command.startswith(f"python scripts/build_checkpoint.py build {NAME} ")
+    assert "--set=mlm.max_steps=2" in command and "--output_dir" not in command and str(output) not in card
+    assert f"--output_dir {output}" in json.loads((output / "recipe.json").read_text())["command"]
     for stage in ("1-distill", "3-mlm"):
         seconds = json.loads((output / stage / "DONE.json").read_text())["seconds"]
         assert f"{stage} {seconds:.0f} s" in card
