@@ -5,7 +5,11 @@ The documents are those of ``hf_efficient.data.long_documents`` (``majority3``: 
 their majority sentiment, the middle one >= 512 tokens, so no 512-token window sees all three; ``imdb``: the
 reviews as they are). ``run`` writes them (once) into ``<out>/data`` and, for each (model, max length)
 setting, runs ``benchmarks.seeds`` over ``scripts/finetune_glue.py`` into ``<out>/<model>-<length>``
-(resumable: a finished seed is not run again, an interrupted one continues from its checkpoint). The plain
+(resumable: a finished seed is not run again, an interrupted one continues from its checkpoint). With
+``--protocol probe`` each setting instead fits a linear probe on the frozen encoder's features
+(``benchmarks/studies/long_document_probe.py``: one forward pass per document, cached in
+``<out>/features/<setting>`` and shared by the seeds; the seed draws the probe's training documents), the
+protocol a CPU can run at 2,048 tokens. The plain
 all-MiniLM-L6-v2 (exact attention, 512 positions) runs at ``--exact_lengths`` (truncated); each
 ``--checkpoint NAME=PATH`` (positions extended, efficient attention) at ``--long_lengths``. The fine-tune
 evaluates on the test split (``--validation_file test.jsonl``): the budget is fixed, nothing is selected on
@@ -110,6 +114,17 @@ def finetune_command(data_dir: Path, checkpoint: str, length: int, args: argpars
     return [*command, "--seed", "{seed}", "--output_dir", "{output_dir}"]
 
 
+def probe_command(data_dir: Path, checkpoint: str, length: int, features_dir: Path) -> list[str]:
+    """The frozen-encoder protocol's command for one setting (``long_document_probe``): the encoder's
+    features cached in ``features_dir`` once, a linear probe fitted per seed."""
+    script = Path(__file__).with_name("long_document_probe.py")
+    return [
+        sys.executable, str(script), "--model_name_or_path", checkpoint, "--max_seq_length", str(length),
+        "--train_file", str(data_dir / "train.jsonl"), "--validation_file", str(data_dir / "test.jsonl"),
+        "--features_dir", str(features_dir), "--seed", "{seed}", "--output_dir", "{output_dir}",
+    ]  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> list[dict]:
     """Every setting's seeds (``benchmarks.seeds``), one after the other; returns their results."""
     from tqdm.auto import tqdm
@@ -119,7 +134,11 @@ def run(args: argparse.Namespace) -> list[dict]:
     results = []
     for label, checkpoint, length in tqdm(settings(args), desc="settings", unit="setting"):
         out = args.out / f"{label}-{length}"
-        command = finetune_command(data_dir, checkpoint, length, args)
+        if args.protocol == "probe":
+            features_dir = (args.out / "features" / out.name).resolve()
+            command = probe_command(data_dir, checkpoint, length, features_dir)
+        else:
+            command = finetune_command(data_dir, checkpoint, length, args)
         argv = ["--seeds", *map(str, args.seeds), "--out", str(out), "--label", label, "--", *command]
         results.append(seeds.main(argv))
     return results
@@ -302,6 +321,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     run_parser = commands.add_parser("run", help="fine-tune every setting over seeds (resumable)")
     add_data_arguments(run_parser)
     run_parser.add_argument("--out", type=Path, required=True, help="folder of the data and the runs")
+    run_parser.add_argument(
+        "--protocol",
+        choices=["finetune", "probe"],
+        default="finetune",
+        help="fine-tune the whole model (finetune_glue.py), or fit a linear probe on the frozen encoder's "
+        "mean-pooled features (long_document_probe.py: one forward pass per document, shared by the seeds)",
+    )
     run_parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     run_parser.add_argument("--exact_model", help="exact-attention checkpoint (default: all-MiniLM-L6-v2)")
     run_parser.add_argument("--exact_lengths", type=int, nargs="*", default=[128, 512])

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
 import sys
 
+import numpy as np
 import pytest
 
 from benchmarks import seeds
-from benchmarks.studies import long_documents
+from benchmarks.studies import long_document_probe, long_documents
 from hf_efficient.data.long_documents import packaged_tokenizer
 
 from ..tiny_models import save_tiny_bert
@@ -129,3 +132,52 @@ def test_run_then_summarize_end_to_end(tmp_path, capsys):
     assert rows[0]["ceiling_head"] <= 1.0 and rows[0]["longer_than_length"] == 1.0
     assert rows[1]["train_s_per_example"] > 0
     assert sys.executable in rows[0]["command"]
+
+
+def test_probe_protocol_end_to_end_caches_features_for_every_seed(tmp_path, capsys):
+    """``--protocol probe``: the encoder runs once per setting and split (features cached), each seed fits its
+    own probe on its own draw of the training documents, and the summary reads the probe like a fine-tune."""
+    checkpoint = tmp_path / "tiny"
+    save_tiny_bert(checkpoint, packaged_tokenizer())
+    out = tmp_path / "study"
+    run = ["run", "--protocol", "probe", "--variant", "majority3", "--out", str(out), "--seeds", "0", "1"]
+    run += ["--max_reviews", "400", "--train_size", "12", "--validation_size", "2", "--test_size", "6"]
+    run += ["--exact_model", str(checkpoint), "--exact_lengths", "32", "--checkpoint", f"tiny={checkpoint}"]
+    run += ["--long_lengths", "64"]
+    results = long_documents.main(run)
+    assert [r["label"] for r in results] == ["exact", "tiny"] and all(len(r["runs"]) == 2 for r in results)
+    features = sorted((out / "features").rglob("*.npz"))
+    assert [p.relative_to(out / "features").as_posix() for p in features] == [
+        "exact-32/test.npz", "exact-32/train.npz", "tiny-64/test.npz", "tiny-64/train.npz",
+    ]  # fmt: skip
+    written = {path: path.stat().st_mtime_ns for path in features}
+    for setting in ("exact-32", "tiny-64"):
+        shutil.rmtree(out / setting / "seed_1")  # the seed runs again, from the cached features
+    long_documents.main(run)
+    assert capsys.readouterr().out.count("not run again") == 2
+    assert {path: path.stat().st_mtime_ns for path in features} == written
+    metrics = json.loads((out / "exact-32" / "seed_1" / "all_results.json").read_text())
+    assert metrics["train_documents"] == round(0.8 * 12) and metrics["eval_documents"] == 6
+    rows = long_documents.main(["summarize", "--results", str(out), "--reference_length", "32"])
+    settings = [(r["model"], r["max_length"], r["accuracy"]["n"]) for r in rows]
+    assert settings == [("exact", 32, 2), ("tiny", 64, 2)]
+    assert rows[1]["eval_s_per_example"] > 0
+
+
+def test_probe_features_do_not_depend_on_batching(tmp_path):
+    """Documents of different lengths padded into one batch (longest first) get the features each has alone:
+    the mean runs over its own tokens only, and every row lands back at its document."""
+    checkpoint = tmp_path / "tiny"
+    save_tiny_bert(checkpoint, packaged_tokenizer())
+    texts = ["a short one", "a longer document than the first, with more words in it", "mid length text"]
+    features = functools.partial(long_document_probe.mean_pooled_features, str(checkpoint), texts, 32)
+    alone, _ = features(batch_size=1, desc="alone")
+    batched, _ = features(batch_size=3, desc="batched")
+    np.testing.assert_allclose(batched, alone, atol=1e-5)
+    assert not np.allclose(alone[0], alone[1])
+
+
+def test_probe_needs_two_documents_of_each_label():
+    features, labels = np.zeros((5, 4)), np.array(["neg", "pos", "pos", "pos", "pos"])
+    with pytest.raises(ValueError, match="at least 2 of each label.*fewest: 1.*--train_size"):
+        long_document_probe.fit_probe(features, labels, seed=0)
