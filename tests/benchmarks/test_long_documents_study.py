@@ -158,6 +158,7 @@ def test_probe_protocol_end_to_end_caches_features_for_every_seed(tmp_path, caps
     assert {path: path.stat().st_mtime_ns for path in features} == written
     metrics = json.loads((out / "exact-32" / "seed_1" / "all_results.json").read_text())
     assert metrics["train_documents"] == round(0.8 * 12) and metrics["eval_documents"] == 6
+    assert "Warning" not in (out / "exact-32" / "seed_1" / "log.txt").read_text()  # a clean log
     rows = long_documents.main(["summarize", "--results", str(out), "--reference_length", "32"])
     settings = [(r["model"], r["max_length"], r["accuracy"]["n"]) for r in rows]
     assert settings == [("exact", 32, 2), ("tiny", 64, 2)]
