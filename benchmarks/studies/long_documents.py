@@ -46,6 +46,7 @@ REFERENCE_LENGTH = 512
 LONG_LENGTH = 2048  # settings at this length or more are the long-context ones of the verdict
 SPREADS = 3  # the issue's margin: more than 3 standard deviations of the seed spread
 DATA_ARGUMENTS = "arguments.json"
+PROBE_SCRIPT = "long_document_probe.py"  # the frozen-encoder protocol's per-seed command
 TRAINING_DEFAULTS = {"epochs": 1.0, "batch_size": 16, "learning_rate": 1e-4}
 
 
@@ -117,7 +118,7 @@ def finetune_command(data_dir: Path, checkpoint: str, length: int, args: argpars
 def probe_command(data_dir: Path, checkpoint: str, length: int, features_dir: Path) -> list[str]:
     """The frozen-encoder protocol's command for one setting (``long_document_probe``): the encoder's
     features cached in ``features_dir`` once, a linear probe fitted per seed."""
-    script = Path(__file__).with_name("long_document_probe.py")
+    script = Path(__file__).with_name(PROBE_SCRIPT)
     return [
         sys.executable, str(script), "--model_name_or_path", checkpoint, "--max_seq_length", str(length),
         "--train_file", str(data_dir / "train.jsonl"), "--validation_file", str(data_dir / "test.jsonl"),
@@ -190,6 +191,7 @@ def read_setting(path: Path, documents_by_file: dict) -> dict:
         "train_s_per_example": seconds_per_example(result["runs"], "train_samples_per_second"),
         "eval_s_per_example": seconds_per_example(result["runs"], "eval_samples_per_second"),
         "failed_seeds": result["failed"],
+        "protocol": "probe" if any(part.endswith(PROBE_SCRIPT) for part in command) else "finetune",
         "command": command,
     }
 
@@ -271,16 +273,24 @@ CEILING_NOTE = (
     "Ceiling: the accuracy of an oracle that knows the true label of every review its one window touches and "
     "answers the majority as well as those allow (exact per test document: 1 when settled, 0.5 for a coin "
     "flip, else 1 or 0 as its best guess is right). Head: the first max length - 2 tokens (truncation); "
-    "best window: the window touching the most reviews, chosen from the layout. Seconds per example: the "
-    "Trainer's runtime / samples, mean over seeds, on the machine of the runs."
+    "best window: the window touching the most reviews, chosen from the layout."
 )
+SECONDS_NOTE = {
+    "finetune": "Seconds per example (fine-tune): the Trainer's runtime / samples, mean over seeds, on the "
+    "machine of the runs.",
+    "probe": "Probe rows (frozen encoder, a logistic regression on its mean-pooled features per seed): "
+    "seconds per example are the encoder's forward pass per document (train / test documents), computed "
+    "once and shared by the seeds.",
+}
 
 
 def summarize(rows: list[dict], decision: dict, root: Path) -> str:
     lines = [f"# Long documents: accuracy against max length ({root})", ""]
     lines += markdown_table(HEADER, [table_row(r) for r in rows])
     failed = [f"{r['model']}-{r['max_length']}: {r['failed_seeds']}" for r in rows if r["failed_seeds"]]
-    lines += ["", decision["text"], "", f"{rows[0]['test_documents']} test documents. {CEILING_NOTE}"]
+    notes = [SECONDS_NOTE[protocol] for protocol in sorted({row["protocol"] for row in rows})]
+    notes = " ".join([f"{rows[0]['test_documents']} test documents.", CEILING_NOTE, *notes])
+    lines += ["", decision["text"], "", notes]
     if failed:
         lines += ["", "Failed seeds (left out; see their log.txt): " + "; ".join(failed)]
     lines += ["", "Commands (per seed, through `benchmarks.seeds`):", ""]

@@ -130,7 +130,7 @@ def test_run_then_summarize_end_to_end(tmp_path, capsys):
     rows = long_documents.main(["summarize", "--results", str(out), "--reference_length", "32"])
     assert [(r["model"], r["max_length"]) for r in rows] == [("exact", 32), ("tiny", 64)]
     assert rows[0]["ceiling_head"] <= 1.0 and rows[0]["longer_than_length"] == 1.0
-    assert rows[1]["train_s_per_example"] > 0
+    assert rows[1]["train_s_per_example"] > 0 and {row["protocol"] for row in rows} == {"finetune"}
     assert sys.executable in rows[0]["command"]
 
 
@@ -162,7 +162,9 @@ def test_probe_protocol_end_to_end_caches_features_for_every_seed(tmp_path, caps
     rows = long_documents.main(["summarize", "--results", str(out), "--reference_length", "32"])
     settings = [(r["model"], r["max_length"], r["accuracy"]["n"]) for r in rows]
     assert settings == [("exact", 32, 2), ("tiny", 64, 2)]
-    assert rows[1]["eval_s_per_example"] > 0
+    assert rows[1]["eval_s_per_example"] > 0 and {row["protocol"] for row in rows} == {"probe"}
+    summary = (out / "long_documents.md").read_text()
+    assert "Probe rows (frozen encoder" in summary and "Trainer's runtime" not in summary
 
 
 def test_probe_features_do_not_depend_on_batching(tmp_path):
