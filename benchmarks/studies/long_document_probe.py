@@ -23,6 +23,7 @@ the same in every seed. Run through ``python -m benchmarks.studies.long_document
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -35,7 +36,7 @@ C_GRID = np.logspace(-4, 2, 13)  # the L2 strengths cross-validation chooses fro
 
 
 def read_documents(path: Path) -> tuple[list[str], np.ndarray]:
-    """(texts, labels as 0 / 1 in sorted label order) of a JSON-lines file."""
+    """(texts, labels) of a JSON-lines file."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if not rows or any("text" not in row or "label" not in row for row in rows):
         raise ValueError(f"{path}: expected JSON lines with 'text' and 'label' fields (the study's data).")
@@ -72,19 +73,35 @@ def mean_pooled_features(
     return features, (time.perf_counter() - start) / len(texts)
 
 
+def cache_key(args: argparse.Namespace, texts: list[str]) -> str:
+    """What a split's features depend on: the encoder, the length read and the documents themselves."""
+    checkpoint = Path(args.model_name_or_path)
+    documents = hashlib.sha256("\x00".join(texts).encode()).hexdigest()
+    return json.dumps(
+        {
+            "checkpoint": str(checkpoint.resolve()) if checkpoint.exists() else args.model_name_or_path,
+            "max_seq_length": args.max_seq_length,
+            "documents": documents,
+        },
+        sort_keys=True,
+    )
+
+
 def cached_features(args: argparse.Namespace, split: str, texts: list[str]) -> tuple[np.ndarray, float]:
-    """The split's features from ``--features_dir``, computed and saved there first if absent."""
-    path = args.features_dir / f"{split}.npz"
+    """The split's features from ``--features_dir``, computed and saved there first if absent or made from
+    another encoder, length or document set (then recomputed, and the reason printed)."""
+    path, key = args.features_dir / f"{split}.npz", cache_key(args, texts)
     if path.exists():
         stored = np.load(path)
-        if stored["features"].shape[0] == len(texts):
+        if "key" in stored and str(stored["key"]) == key:
             return stored["features"], float(stored["seconds_per_document"])
+        print(f"{path} holds features of another encoder, length or document set: computing them again.")
     args.features_dir.mkdir(parents=True, exist_ok=True)
     features, seconds = mean_pooled_features(
         args.model_name_or_path, texts, args.max_seq_length, args.batch_size, desc=f"{split} features"
     )
     partial = path.with_name(f"{path.stem}.partial.npz")  # renamed when complete: a kill leaves no half file
-    np.savez(partial, features=features, seconds_per_document=seconds)
+    np.savez(partial, features=features, seconds_per_document=seconds, key=key)
     os.replace(partial, path)
     return features, seconds
 

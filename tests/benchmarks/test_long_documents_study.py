@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 from benchmarks import seeds
 from benchmarks.studies import long_document_probe, long_documents
@@ -184,3 +185,27 @@ def test_probe_needs_two_documents_of_each_label():
     features, labels = np.zeros((5, 4)), np.array(["neg", "pos", "pos", "pos", "pos"])
     with pytest.raises(ValueError, match="at least 2 of each label.*fewest: 1.*--train_size"):
         long_document_probe.fit_probe(features, labels, seed=0)
+
+
+def test_probe_cache_is_not_reused_for_another_encoder(tmp_path, capsys):
+    """Features cached from one checkpoint are computed again, not reused, when the same ``--features_dir``
+    is given another checkpoint (or length): a rebuilt checkpoint must not be scored on stale features."""
+    tokenizer = packaged_tokenizer()
+    texts = [f"review number {i} {'good' if i % 2 else 'bad'} film" for i in range(10)]
+    data = tmp_path / "docs.jsonl"
+    rows = [json.dumps({"text": text, "label": ["neg", "pos"][i % 2]}) for i, text in enumerate(texts)]
+    data.write_text("\n".join(rows) + "\n")
+    features = tmp_path / "features"
+    for name in ("first", "second"):
+        torch.manual_seed(len(name))  # two encoders with different weights
+        save_tiny_bert(tmp_path / name, tokenizer)
+    common = ["--train_file", str(data), "--validation_file", str(data), "--features_dir", str(features)]
+    common += ["--max_seq_length", "16", "--seed", "0", "--output_dir", str(tmp_path / "out")]
+    long_document_probe.main(["--model_name_or_path", str(tmp_path / "first"), *common])
+    first = np.load(features / "train.npz")["features"]
+    capsys.readouterr()
+    long_document_probe.main(["--model_name_or_path", str(tmp_path / "first"), *common])
+    assert "computing them again" not in capsys.readouterr().out  # same encoder: read from the cache
+    long_document_probe.main(["--model_name_or_path", str(tmp_path / "second"), *common])
+    assert "holds features of another encoder" in capsys.readouterr().out
+    assert not np.allclose(np.load(features / "train.npz")["features"], first)
