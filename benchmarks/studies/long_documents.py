@@ -180,6 +180,8 @@ def read_setting(path: Path, documents_by_file: dict) -> dict:
     return {
         "model": result["label"],
         "checkpoint": flag_value(command, "--model_name_or_path"),
+        # where that checkpoint is from here (a relative path is relative to where the runs ran)
+        "checkpoint_path": str(Path(result.get("cwd", ".")) / flag_value(command, "--model_name_or_path")),
         "max_length": length,
         "folder": str(path.parent),
         "accuracy": accuracy,  # {mean, std, min, max, n} or None when no seed finished
@@ -299,6 +301,40 @@ def summarize(rows: list[dict], decision: dict, root: Path) -> str:
     return "\n".join(lines)
 
 
+def write_to_builds(rows: list[dict]) -> list[Path]:
+    """For each checkpoint that is a zoo build's ``final/`` folder (its parent holds ``recipe.json``), write
+    its rows and the exact references as ``<build>/extra_results/long_documents_<protocol>.json``, which
+    ``scripts/build_checkpoint.py card`` renders into the card: the card's numbers are the table's."""
+    written = []
+    for model in dict.fromkeys(row["model"] for row in rows if row["model"] != EXACT):
+        own = [row for row in rows if row["model"] == model]
+        build = Path(own[0]["checkpoint_path"]).parent
+        if not (build / "recipe.json").exists():
+            continue
+        protocol = own[0]["protocol"]
+        shown = [row for row in rows if row["model"] == EXACT and row["protocol"] == protocol] + own
+        table = [dict(zip(HEADER, table_row(row), strict=True)) for row in shown]
+        how = {
+            "probe": "a logistic regression on the frozen encoder's mean-pooled features",
+            "finetune": "the whole model fine-tuned",
+        }[protocol]
+        extra = {
+            "title": f"Long documents ({protocol})",
+            "description": (
+                "Three IMDB reviews per document, labelled with their majority sentiment; no 512-token "
+                f"window touches all three. Test accuracy over seeds of {how}, beside all-MiniLM-L6-v2 "
+                "(exact attention) truncated to its length; from hf_efficient's "
+                '`python -m benchmarks.studies.long_documents` (docs/results.md, "Long documents").'
+            ),
+            "rows": table,
+        }
+        path = build / "extra_results" / f"long_documents_{protocol}.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(extra, indent=1))
+        written.append(path)
+    return written
+
+
 def plot_accuracy(rows: list[dict], path: Path) -> None:
     """Test accuracy against max length (log 2), a line per model with the seed std as error bars; the
     head-window ceiling dashed."""
@@ -353,6 +389,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     summary_parser.add_argument("--out", type=Path, help="where the summary goes (default: --results)")
     summary_parser.add_argument("--reference_length", type=int, default=REFERENCE_LENGTH, help="of exact")
     summary_parser.add_argument("--long_length", type=int, default=LONG_LENGTH, help="long from here on")
+    summary_parser.add_argument(
+        "--write_to_builds",
+        action="store_true",
+        help="also write each zoo build's rows into <build>/extra_results/ for its card "
+        "(scripts/build_checkpoint.py card renders them)",
+    )
     args = parser.parse_args(argv)
     if args.command == "run":
         return run(args)
@@ -368,6 +410,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         results_name="long_documents.json",
         summary_name="long_documents.md",
     )
+    if args.write_to_builds:
+        for path in write_to_builds(rows):
+            print(f"wrote {path}")
     return rows
 
 

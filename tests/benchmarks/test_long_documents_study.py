@@ -16,6 +16,7 @@ from benchmarks import seeds
 from benchmarks.studies import long_document_probe, long_documents
 from hf_efficient.data.long_documents import packaged_tokenizer
 
+from ..script_loader import load_script
 from ..tiny_models import save_tiny_bert
 
 SPANS = [[0, 100], [101, 701], [702, 800]]  # the middle review is 600 tokens
@@ -26,14 +27,21 @@ DOCUMENTS = [  # at 512 the head sees reviews 0 and 1: right, coin flip, right -
 ]
 
 
-def write_setting(root, label: str, length: int, accuracies: list[float], test_file, cwd=None) -> None:
+def write_setting(
+    root, label: str, length: int, accuracies: list[float], test_file, cwd=None, checkpoint=None
+) -> None:
     """A setting's seeds.json as benchmarks.seeds writes it, for a run that reached these accuracies (its
-    commands run in ``cwd``)."""
+    commands run in ``cwd``, on ``checkpoint``, by default ``ckpt/<label>``)."""
     runs = {
         seed: {"eval_accuracy": accuracy, "train_samples_per_second": 4.0, "eval_samples_per_second": 10.0}
         for seed, accuracy in enumerate(accuracies)
     }
-    command = ["python", "scripts/finetune_glue.py", "--model_name_or_path", f"ckpt/{label}"]
+    command = [
+        "python",
+        "scripts/finetune_glue.py",
+        "--model_name_or_path",
+        str(checkpoint or f"ckpt/{label}"),
+    ]
     command += ["--max_seq_length", str(length), "--validation_file", str(test_file), "--seed", "{seed}"]
     result = {
         "label": label,
@@ -74,6 +82,29 @@ def test_summary_table_plot_and_a_verdict_that_beats(results):
     assert "longformer at 2048, beats exact at 512" in summary and "+10.00 points against 3 x 1.00" in summary
     assert (root / "accuracy_vs_length.png").stat().st_size > 0
     assert json.loads((root / "long_documents.json").read_text())["verdict"]["beats"] is True
+
+
+def test_zoo_cards_get_the_rows_of_the_table(results):
+    """``--write_to_builds``: a checkpoint that is a zoo build's final/ gets its rows and the exact references
+    as an extra_results file, which the builder's ``card`` renders with the table's numbers."""
+    root, test_file = results
+    build = root / "zoo" / "minilm-l6-longformer-4096"
+    (build / "final").mkdir(parents=True)
+    (build / "recipe.json").write_text("{}")
+    write_setting(root, "longformer", 2048, [0.80, 0.81, 0.82], test_file, checkpoint=build / "final")
+    write_setting(root, "plain", 2048, [0.5, 0.5], test_file)  # not a zoo build: nothing written for it
+    long_documents.main(["summarize", "--results", str(root), "--write_to_builds"])
+    written = sorted(root.rglob("extra_results/*.json"))
+    assert written == [build / "extra_results" / "long_documents_finetune.json"]
+    extra = json.loads(written[0].read_text())
+    shown = [(row["model"], row["max length"], row["test accuracy (%)"]) for row in extra["rows"]]
+    assert shown == [("`exact`", "128", "62.00 ± 2.00"), ("`exact`", "512", "71.00 ± 1.00")] + [
+        ("`longformer`", "2048", "81.00 ± 1.00")
+    ]
+    card_section = load_script("build_checkpoint").extra_results(build)
+    assert "### Long documents (finetune)" in card_section
+    assert "| `longformer` | 2048 | 81.00 ± 1.00 | 3 |" in card_section
+    assert "| `longformer` | 2048 | 81.00 ± 1.00 | 3 |" in (root / "long_documents.md").read_text()
 
 
 def test_a_verdict_within_three_spreads_does_not_beat(results):
