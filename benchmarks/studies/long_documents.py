@@ -171,6 +171,7 @@ def read_setting(path: Path, documents_by_file: dict) -> dict:
     result = json.loads(path.read_text())
     command = result["command"]
     length = int(flag_value(command, "--max_seq_length"))
+    checkpoint = flag_value(command, "--model_name_or_path")
     # a relative path in the command is relative to where the seeds runner ran it, not to where we are now
     test_file = Path(result.get("cwd", ".")) / flag_value(command, "--validation_file")
     if test_file not in documents_by_file:
@@ -179,9 +180,9 @@ def read_setting(path: Path, documents_by_file: dict) -> dict:
     accuracy = result["aggregate"].get("eval_accuracy")
     return {
         "model": result["label"],
-        "checkpoint": flag_value(command, "--model_name_or_path"),
+        "checkpoint": checkpoint,
         # where that checkpoint is from here (a relative path is relative to where the runs ran)
-        "checkpoint_path": str(Path(result.get("cwd", ".")) / flag_value(command, "--model_name_or_path")),
+        "checkpoint_path": str(Path(result.get("cwd", ".")) / checkpoint),
         "max_length": length,
         "folder": str(path.parent),
         "accuracy": accuracy,  # {mean, std, min, max, n} or None when no seed finished
