@@ -115,7 +115,7 @@ def run_point(point: argparse.Namespace) -> dict:
     }
     extra, profile = {}, None
     if point.engine == "onnxruntime":
-        from hf_efficient.export import OnnxRuntimeModel
+        from hf_efficient.onnx_runtime import OnnxRuntimeModel
 
         path, extra["export_s"] = onnx_file(model, point)
         session = OnnxRuntimeModel(path, threads=point.threads)

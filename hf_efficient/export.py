@@ -8,7 +8,8 @@ counts.
     model = OnnxRuntimeModel("runs/imdb-longformer-serving")
     logits = model.run(**model.encode_texts(["a fine film", "dull"]))["logits"]
 
-or from the shell (both commands are in docs/serving.md)::
+(``OnnxRuntimeModel`` lives in :mod:`hf_efficient.onnx_runtime`, which needs only onnxruntime), or from the
+shell (both commands are in docs/serving.md)::
 
     python scripts/export.py --model_name_or_path runs/imdb-longformer --output_dir runs/serving
     python scripts/serve_onnx.py --model_dir runs/serving "a fine film" "dull"
@@ -59,10 +60,11 @@ from torch import nn
 from transformers import AutoConfig
 
 from .compat import attn_implementation, size_oblivious_tracing
+from .extras import import_extra
 from .modeling.pretrained import EfficientPreTrainedModel
+from .onnx_runtime import ONNX_FILE, OnnxRuntimeModel, to_numpy
 
 PROGRAM_FILE = "model.pt2"
-ONNX_FILE = "model.onnx"
 MANIFEST_FILE = "export.json"
 # Output fields that are not served: the loss needs labels, the per-layer tensors are for analysis.
 _UNSERVED_OUTPUTS = ("loss", "hidden_states", "attentions")
@@ -97,19 +99,6 @@ def _quiet_exporter() -> Iterator[None]:
     finally:
         for name, dropper in filters.items():
             logging.getLogger(name).removeFilter(dropper)
-
-
-def _import_extra(module: str, needed_by: str):
-    """``module`` of the ``export`` extra, or an ImportError naming the extra to install."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as error:
-        raise ImportError(
-            f"hf_efficient.export.{needed_by} needs {error.name}, which is not installed: "
-            "pip install 'hf_efficient[export]' (onnx, onnxscript, onnxruntime)."
-        ) from error
 
 
 class NotExportableError(ValueError):
@@ -362,8 +351,9 @@ def export_program(model: EfficientPreTrainedModel) -> ExportedModel:
 def export_onnx(exported: ExportedModel, path: str | Path, optimize: bool = True) -> Path:
     """Convert an :class:`ExportedModel` into an ONNX file (``torch.onnx.export(..., dynamo=True)``), with
     the serving input and output names and the dynamic dimensions named as in :data:`DYNAMIC_DIMS`."""
-    onnx = _import_extra("onnx", "export_onnx")
-    _import_extra("onnxscript", "export_onnx")  # torch.onnx.export(dynamo=True) translates with it
+    onnx = import_extra("onnx", "export", "hf_efficient.export.export_onnx")
+    # torch.onnx.export(dynamo=True) translates with onnxscript
+    import_extra("onnxscript", "export", "hf_efficient.export.export_onnx")
 
     with warnings.catch_warnings(), _quiet_exporter():  # the exporter's notes on the ops it decomposes
         warnings.simplefilter("ignore")
@@ -420,82 +410,9 @@ def max_difference(model: EfficientPreTrainedModel, run, sizes: list[dict[str, i
         with torch.no_grad():
             expected = model(**inputs)
         for name, got in run(**inputs).items():
-            difference = np.abs(np.asarray(_to_numpy(got), dtype=np.float64) - _to_numpy(expected[name]))
+            difference = np.abs(np.asarray(to_numpy(got), dtype=np.float64) - to_numpy(expected[name]))
             worst = max(worst, float(difference.max()))
     return worst
-
-
-def _to_numpy(x) -> np.ndarray:
-    return x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)
-
-
-class OnnxRuntimeModel:
-    """An exported folder in an ONNX Runtime session, with the model's pre-processing.
-
-    Args:
-        path: a folder written by :func:`export_folder` (or an ONNX file).
-        threads: ONNX Runtime's intra-op threads (None: its default, every core).
-        providers: ONNX Runtime execution providers.
-
-    ``run(**arrays)`` returns {output name: array}; ``encode_texts`` / ``encode_images`` /
-    ``collate_graphs`` turn raw inputs into the arrays ``run`` takes, with the tokenizer, image processor or
-    collator saved beside the model.
-    """
-
-    def __init__(self, path: str | Path, threads: int | None = None, providers=("CPUExecutionProvider",)):
-        onnxruntime = _import_extra("onnxruntime", "OnnxRuntimeModel")
-        path = Path(path)
-        self.folder = path if path.is_dir() else path.parent
-        options = onnxruntime.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
-        onnx_file = path / ONNX_FILE if path.is_dir() else path
-        self.session = onnxruntime.InferenceSession(str(onnx_file), options, providers=list(providers))
-        self.input_names = [node.name for node in self.session.get_inputs()]
-        self.output_names = [node.name for node in self.session.get_outputs()]
-        self._types = {node.name: node.type for node in self.session.get_inputs()}
-
-    def run(self, **inputs) -> dict[str, np.ndarray]:
-        """Run on named inputs (tensors or arrays; extra names are ignored): {output name: array}."""
-        missing = [name for name in self.input_names if name not in inputs]
-        if missing:
-            raise ValueError(f"missing serving input(s) {missing}; this model takes {self.input_names}.")
-        feeds = {name: _feed(inputs[name], self._types[name]) for name in self.input_names}
-        return dict(zip(self.output_names, self.session.run(self.output_names, feeds), strict=True))
-
-    def config(self):
-        return AutoConfig.from_pretrained(self.folder)
-
-    def encode_texts(self, texts: list[str], max_length: int | None = None) -> dict[str, np.ndarray]:
-        """Tokenize with the tokenizer saved beside the model (padding to the longest, truncation)."""
-        from .modeling.checkpoint_files import load_tokenizer
-
-        tokenizer = load_tokenizer(self.folder)
-        limit = max_length or self.config().max_position_embeddings
-        return dict(tokenizer(texts, padding=True, truncation=True, max_length=limit, return_tensors="np"))
-
-    def encode_images(self, images) -> dict[str, np.ndarray]:
-        """Pixel values from the image processor saved beside the model (PIL images or arrays)."""
-        from transformers import AutoImageProcessor
-
-        processor = AutoImageProcessor.from_pretrained(self.folder)
-        return dict(processor(images, return_tensors="np"))
-
-    def collate_graphs(self, records: list[dict]) -> dict[str, np.ndarray]:
-        """A padded batch of graph records (with the structural columns the config reads), as the model's
-        :class:`~hf_efficient.models.graph.GraphCollator` builds it."""
-        from .models.graph import GraphCollator
-
-        batch = GraphCollator.for_config(self.config())(records)
-        return {name: value.numpy() for name, value in batch.items() if name in self.input_names}
-
-
-_ONNX_TYPES = {"tensor(int64)": np.int64, "tensor(float)": np.float32, "tensor(bool)": np.bool_}
-
-
-def _feed(value, onnx_type: str) -> np.ndarray:
-    """A tensor or array in the dtype the ONNX input declares (tokenizers give int32 on some platforms)."""
-    return np.ascontiguousarray(_to_numpy(value), dtype=_ONNX_TYPES.get(onnx_type))
 
 
 def load_for_export(model_name_or_path: str | Path) -> EfficientPreTrainedModel:

@@ -9,6 +9,8 @@ benchmark plots), ``[demo]`` the offline corpora of ``make demo``, ``[bench]`` t
 
 from __future__ import annotations
 
+import importlib
+
 
 def requires_extra(name: str, extra: str, packages: str) -> type:
     """A stand-in class called ``name`` whose construction and ``from_pretrained`` raise ``ImportError``
@@ -24,3 +26,14 @@ def requires_extra(name: str, extra: str, packages: str) -> type:
         "for_config": classmethod(missing),
     }
     return type(name, (), {**attributes, "__doc__": message, "__module__": __name__})
+
+
+def import_extra(module: str, extra: str, needed_by: str, package: str | None = None):
+    """``importlib.import_module(module, package)``, or an ``ImportError`` saying that ``needed_by`` needs the
+    missing package and ``pip install 'hf_efficient[<extra>]'``."""
+    try:
+        return importlib.import_module(module, package)
+    except ModuleNotFoundError as error:
+        raise ImportError(
+            f"{needed_by} needs {error.name}, which is not installed: pip install 'hf_efficient[{extra}]'."
+        ) from error

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hf_efficient.export import OnnxRuntimeModel
+from hf_efficient.onnx_runtime import OnnxRuntimeModel
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

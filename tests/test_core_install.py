@@ -48,6 +48,9 @@ with pytest.raises(ImportError, match=r"pip install 'hf_efficient\\[vision\\]'")
 with pytest.raises(ImportError, match=r"load_image_splits needs PIL.*hf_efficient\\[vision\\]"):
     from hf_efficient.data import load_image_splits
 from hf_efficient.export import OnnxRuntimeModel, export_onnx  # the module itself is core
+from hf_efficient.onnx_runtime import OnnxRuntimeModel as ServedModel  # (where it lives)
+
+assert ServedModel is OnnxRuntimeModel
 
 with pytest.raises(ImportError, match=r"export_onnx needs onnx.*pip install 'hf_efficient\\[export\\]'"):
     export_onnx(None, "model.onnx")  # (the extra is looked for before the program is read)

@@ -1,7 +1,6 @@
 """Data for the training scripts: text corpora, MLM blocks, WordPiece tokenizers, GLUE, images, ListOps."""
 
-import importlib
-
+from ..extras import import_extra
 from .debian import fetch_debian_package
 from .glue import (
     GLUE_HUB_PATH,
@@ -134,11 +133,5 @@ _IMAGE_NAMES = (
 def __getattr__(name: str):
     if name not in _IMAGE_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        images = importlib.import_module(".images", __name__)
-    except ModuleNotFoundError as error:
-        raise ImportError(
-            f"hf_efficient.data.{name} needs {error.name}, which is not installed: "
-            "pip install 'hf_efficient[vision]'."
-        ) from error
+    images = import_extra(".images", "vision", f"hf_efficient.data.{name}", package=__name__)
     return getattr(images, name)
