@@ -20,7 +20,8 @@ the default 1e-3 where width 64 reaches 99%).
 runs) into one table (type x sequence length x width: test recall accuracy, mean ± std over seeds where there
 are several) and a plot in Zoology's style (accuracy against model width, one panel per sequence length, one
 line per type). Writes ``mqar_summary.md``, ``mqar_summary.json`` and ``mqar_accuracy.png`` into ``--out``
-(default: the results folder), and prints the table.
+(default: the results folder), and prints the table. ``--merge_with <earlier mqar_summary.json>`` keeps the
+settings of an earlier summary that the runs lack (a grid extended on another machine), unchanged.
 
 What to compare with (:data:`ZOOLOGY_NOTE`): Zoology's Figure 2 (attention at or near 100% at every width and
 length, where the attention-free models need more width as the sequence grows) and Based's Figure 2 (linear
@@ -294,8 +295,35 @@ def plot_accuracy(settings: list[dict], path: Path) -> None:
     plt.close(figure)
 
 
-def summarize_results(results_dir: Path, out: Path | None) -> list[dict]:
+def read_earlier_summary(path: Path) -> list[dict]:
+    """The settings of an earlier ``mqar_summary.json`` (a list of :func:`aggregate`'s entries)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--merge_with {path}: no such file; give an earlier mqar_summary.json.")
+    needed = {"formulation", "attention_type", "seq_len", "hidden_size", "accuracy_mean", "learning_rates"}
+    try:
+        settings = json.loads(path.read_text())
+        lacking = [sorted(needed - set(setting)) for setting in settings if needed - set(setting)]
+    except (ValueError, TypeError) as error:  # not JSON, not a list of objects
+        lacking = [repr(error)]
+    if lacking:
+        raise ValueError(
+            f"--merge_with {path}: not an MQAR summary (the list of settings `summarize` writes into "
+            f"mqar_summary.json; here: {lacking[0]})."
+        )
+    return settings
+
+
+def merge_settings(settings: list[dict], earlier: list[dict]) -> list[dict]:
+    """``settings`` plus every setting of ``earlier`` they lack (the runs win where both have one), sorted."""
+    ran = {setting_key(s) for s in settings}
+    merged = settings + [s for s in earlier if setting_key(s) not in ran]
+    return sorted(merged, key=setting_key)
+
+
+def summarize_results(results_dir: Path, out: Path | None, merge_with: Path | None = None) -> list[dict]:
     settings = aggregate(collect(results_dir))
+    if merge_with is not None:
+        settings = merge_settings(settings, read_earlier_summary(merge_with))
     plots = {"mqar_accuracy.png": functools.partial(plot_accuracy, settings)} if settings else {}
     write_report(
         out or results_dir,
@@ -330,6 +358,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     summary = commands.add_parser("summarize", help="the table and plot of the runs under --results")
     summary.add_argument("--results", type=Path, required=True, help="folder holding the runs")
     summary.add_argument("--out", type=Path, help="where the summary goes (default: --results)")
+    summary.add_argument(
+        "--merge_with",
+        type=Path,
+        help="an earlier mqar_summary.json whose settings these runs lack are kept (e.g. the reference "
+        "summary, when its runs are on another machine); a setting both have comes from the runs",
+    )
     argv = sys.argv[1:] if argv is None else list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])
@@ -342,7 +376,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     if args.command == "summarize":
-        return summarize_results(args.results, args.out)
+        return summarize_results(args.results, args.out, args.merge_with)
     failed = run_grid(args)
     settings = summarize_results(args.out, None)
     if failed:

@@ -86,6 +86,47 @@ def test_a_learning_rate_sweep_keeps_the_best_rate_on_validation(tmp_path):
     assert "| full | causal | n=64, d=128 | 95.0 (98.0) | 25.0 (26.0) | 99.9 (50.0) |" in table
 
 
+def test_merge_with_keeps_the_earlier_summarys_settings_the_runs_lack(tmp_path):
+    """A grid extended on another machine: the earlier summary's settings stay, unchanged (their seeds and
+    spread too), beside the new runs; where both have a setting, the runs' numbers win."""
+    earlier_runs, new_runs = tmp_path / "earlier", tmp_path / "new"
+    for seed, accuracy in enumerate([0.9, 1.0]):
+        fake_run(earlier_runs, "full", 64, 64, seed, accuracy, causal=True)
+    fake_run(earlier_runs, "linear", 64, 64, 0, 0.5, causal=True)
+    mqar.main(["summarize", "--results", str(earlier_runs)])
+    fake_run(new_runs, "linear", 64, 64, 0, 0.25, causal=True)  # reruns a setting of the earlier summary
+    fake_run(new_runs, "full", 128, 128, 0, 0.75, causal=True)
+    out = tmp_path / "merged"
+    settings = mqar.main(
+        [
+            "summarize",
+            "--results",
+            str(new_runs),
+            "--out",
+            str(out),
+            "--merge_with",
+            str(earlier_runs / "mqar_summary.json"),
+        ]
+    )
+    by_setting = {(s["attention_type"], s["seq_len"], s["hidden_size"]): s for s in settings}
+    assert sorted(by_setting) == [("full", 64, 64), ("full", 128, 128), ("linear", 64, 64)]
+    assert by_setting[("full", 64, 64)]["seeds"] == [0, 1]
+    assert by_setting[("full", 64, 64)]["accuracy_std"] == pytest.approx(0.0707, abs=1e-4)
+    assert by_setting[("linear", 64, 64)]["accuracy_mean"] == 0.25  # the runs win
+    table = (out / "mqar_summary.md").read_text()
+    assert "| full | causal | 95.0 ± 7.1 (2) | 75.0 |" in table
+
+
+def test_merge_with_refuses_a_file_that_is_no_summary(tmp_path):
+    fake_run(tmp_path, "full", 64, 64, 0, 0.9)
+    with pytest.raises(FileNotFoundError, match="--merge_with .*no such file"):
+        mqar.main(["summarize", "--results", str(tmp_path), "--merge_with", str(tmp_path / "missing.json")])
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"accuracy": 0.9}))
+    with pytest.raises(ValueError, match="--merge_with .*wrong.json: not an MQAR summary"):
+        mqar.main(["summarize", "--results", str(tmp_path), "--merge_with", str(wrong)])
+
+
 def test_summarize_without_results_says_what_to_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="benchmarks.studies.mqar run"):
         mqar.main(["summarize", "--results", str(tmp_path)])
