@@ -12,10 +12,15 @@ from __future__ import annotations
 import importlib
 
 
+def missing_extra_message(needed_by: str, packages: str, extra: str) -> str:
+    """What every missing optional package says: who needs it, and the extra that installs it."""
+    return f"{needed_by} needs {packages}, which is not installed: pip install 'hf_efficient[{extra}]'."
+
+
 def requires_extra(name: str, extra: str, packages: str) -> type:
     """A stand-in class called ``name`` whose construction and ``from_pretrained`` raise ``ImportError``
     naming the missing ``packages`` and ``pip install 'hf_efficient[<extra>]'``."""
-    message = f"{name} needs {packages}, which is not installed: pip install 'hf_efficient[{extra}]'."
+    message = missing_extra_message(name, packages, extra)
 
     def missing(*args, **kwargs):
         raise ImportError(message)
@@ -34,6 +39,4 @@ def import_extra(module: str, extra: str, needed_by: str, package: str | None = 
     try:
         return importlib.import_module(module, package)
     except ModuleNotFoundError as error:
-        raise ImportError(
-            f"{needed_by} needs {error.name}, which is not installed: pip install 'hf_efficient[{extra}]'."
-        ) from error
+        raise ImportError(missing_extra_message(needed_by, error.name, extra)) from error
