@@ -97,6 +97,7 @@ def check_class_labels(
     meaning: str,
     classes: str | None = None,
     fix: str | None = None,
+    name: str = "labels",
 ) -> None:
     """Class-id labels of a head: integer dtype, ``shape`` (``meaning`` names it), ids in [0, num_classes)
     or -100 (no target).
@@ -104,6 +105,7 @@ def check_class_labels(
     Args:
         classes: what the ids index, with its config field (default ``"num_labels=C"``).
         fix: how to get valid labels (default: set num_labels, or use float targets).
+        name: the argument, for the message (``next_sentence_label`` beside an MLM's ``labels``).
     """
     classes = classes or f"num_labels={num_classes}"
     if fix is None:
@@ -113,10 +115,10 @@ def check_class_labels(
         )
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
         raise ValueError(
-            f"{owner}: labels must be integer class ids (torch.long; {IGNORE_INDEX} = no target), got dtype "
+            f"{owner}: {name} must be integer class ids (torch.long; {IGNORE_INDEX} = no target), got dtype "
             f"{labels.dtype}. {fix}"
         )
-    check_same_shape(owner, "labels", labels, shape, meaning)
+    check_same_shape(owner, name, labels, shape, meaning)
     if not checking_values():
         return
     if labels.numel() == 0:
@@ -127,9 +129,24 @@ def check_class_labels(
     low, high = torch.stack([low, high]).tolist()  # one host sync
     if low <= high and (low < 0 or high >= num_classes):  # low > high: every label is -100
         raise ValueError(
-            f"{owner}: labels hold ids in [{low}, {high}] but {classes}: ids must be in [0, {num_classes}), "
+            f"{owner}: {name} hold ids in [{low}, {high}] but {classes}: ids must be in [0, {num_classes}), "
             f"or {IGNORE_INDEX} for no target. {fix}"
         )
+
+
+def check_binary_mask(
+    owner: str, name: str, mask: torch.Tensor, shape: Sequence[int], meaning: str, fix: str
+) -> None:
+    """A mask over positions (``bool_masked_pos``): ``shape`` (``meaning`` names it), bool or integer dtype,
+    and (eager) only 0 and 1, so that it selects positions rather than scales them."""
+    if mask.is_floating_point() or mask.is_complex():
+        raise ValueError(f"{owner}: {name} must be a bool (or 0/1 integer) tensor, got {mask.dtype}. {fix}")
+    check_same_shape(owner, name, mask, shape, meaning)
+    if mask.dtype == torch.bool or not checking_values() or mask.numel() == 0:
+        return
+    low, high = torch.stack(torch.aminmax(mask)).tolist()  # one host sync
+    if low < 0 or high > 1:
+        raise ValueError(f"{owner}: {name} holds values in [{low}, {high}]; it must hold only 0 and 1. {fix}")
 
 
 def check_float_labels(
@@ -153,6 +170,7 @@ def check_float_labels(
 
 __all__ = [
     "IGNORE_INDEX",
+    "check_binary_mask",
     "check_class_labels",
     "check_float_input",
     "check_float_labels",

@@ -17,10 +17,13 @@ from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
     MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    NextSentencePredictorOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import slice_logits_to_keep
+from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
@@ -302,21 +305,52 @@ class EfficientBertLMPredictionHead(nn.Module):
         )
 
 
+def next_sentence_head(config: EfficientBertConfig) -> nn.Linear:
+    """BERT's next-sentence head on the pooled [CLS]: (b, D) -> (b, 2), 0 = B follows A, 1 = B is random."""
+    return nn.Linear(config.hidden_size, 2)
+
+
+def next_sentence_loss(owner: str, logits: torch.Tensor, labels: torch.Tensor, name: str) -> torch.Tensor:
+    """Cross-entropy of (b, 2) next-sentence logits against (b,) labels (the argument ``name``)."""
+    fix = (
+        "Next-sentence labels hold one id per sentence pair: 0 when sentence B follows sentence A, 1 when B "
+        "is a random sentence."
+    )
+    classes = "2 next-sentence classes (0 = is next, 1 = is random)"
+    check_class_labels(owner, labels, 2, logits.shape[:1], "(batch,)", classes=classes, fix=fix, name=name)
+    return mean_cross_entropy(logits, labels)
+
+
 class EfficientBertWithLMHead(EfficientBertPreTrainedModel):
-    """The encoder (no pooler) under BERT's LM head, its decoder tied to the word embeddings: what the masked
-    and the causal language model share (parameter names ``bert.*``, ``cls.predictions.*``, as BERT's)."""
+    """The encoder under BERT's LM head, its decoder tied to the word embeddings: what the masked and the
+    causal language model and BERT's pretraining model share (parameter names ``bert.*``,
+    ``cls.predictions.*``, as BERT's). ``with_next_sentence_head``: the pretraining model's pooler and its
+    next-sentence head ``cls.seq_relationship`` too."""
 
     _tied_weights_keys = {
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
+    with_next_sentence_head = False
 
     def __init__(self, config: EfficientBertConfig):
         super().__init__(config)
-        self.bert = EfficientBertModel(config, add_pooling_layer=False)
+        self.bert = EfficientBertModel(config, add_pooling_layer=self.with_next_sentence_head)
         self.cls = nn.Module()
         self.cls.predictions = EfficientBertLMPredictionHead(config)
+        if self.with_next_sentence_head:
+            self.cls.seq_relationship = next_sentence_head(config)
         self.post_init()
+
+    def check_mlm_labels(self, labels: torch.Tensor, shape: torch.Size) -> None:
+        """Masked-LM labels: (b, n) of the inputs, token ids below vocab_size or -100."""
+        vocab = self.cls.predictions.decoder.out_features
+        check_class_labels(
+            type(self).__name__, labels, vocab, shape, "(batch, seq) of the inputs",
+            classes=f"vocab_size={vocab}",
+            fix="MLM labels hold the original token id at each masked position and -100 elsewhere, one "
+            "per input token (DataCollatorForLanguageModeling makes them).",
+        )  # fmt: skip
 
     def get_output_embeddings(self):
         return self.cls.predictions.decoder
@@ -369,13 +403,7 @@ class EfficientBertForMaskedLM(EfficientBertWithLMHead):
         )
         hidden = outputs.last_hidden_state  # (b, n, D)
         if labels is not None:
-            vocab = self.cls.predictions.decoder.out_features
-            check_class_labels(
-                type(self).__name__, labels, vocab, hidden.shape[:2], "(batch, seq) of the inputs",
-                classes=f"vocab_size={vocab}",
-                fix="MLM labels hold the original token id at each masked position and -100 elsewhere, one "
-                "per input token (DataCollatorForLanguageModeling makes them).",
-            )  # fmt: skip
+            self.check_mlm_labels(labels, hidden.shape[:2])
         sparse = self.config.sparse_prediction
         if labels is not None and (sparse or (sparse is None and self.training)):
             # Only the M masked positions reach the head: hidden (M, D), labels (M,).
@@ -391,6 +419,67 @@ class EfficientBertForMaskedLM(EfficientBertWithLMHead):
         loss = mean_cross_entropy(logits, labels) if labels is not None else None
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientBertForPreTraining(EfficientBertWithLMHead):
+    """BERT's pretraining model (transformers' ``BertForPreTraining``): the masked-LM head, tied to the word
+    embeddings, and the next-sentence head on the pooled [CLS] (``cls.seq_relationship``)."""
+
+    with_next_sentence_head = True
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        next_sentence_label: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> BertForPreTrainingOutput:
+        """Masked-LM logits (b, n, V) and next-sentence logits (b, 2).
+
+        Args:
+            labels: (b, n) token ids at masked positions, -100 elsewhere (the MLM collator's).
+            next_sentence_label: (b,) 0 when sentence B follows sentence A, 1 when B is random.
+
+        Returns:
+            ``BertForPreTrainingOutput``; ``loss`` is the masked-LM loss (averaged over the masked positions)
+            plus the next-sentence loss, as BERT's. Given only one of the two labels, the loss is that one
+            alone (transformers returns no loss then).
+        """
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        hidden = outputs.last_hidden_state  # (b, n, D)
+        if labels is not None:
+            self.check_mlm_labels(labels, hidden.shape[:2])
+        prediction_logits = self.cls.predictions(hidden)  # (b, n, V)
+        seq_relationship_logits = self.cls.seq_relationship(outputs.pooler_output)  # (b, 2)
+        losses = []
+        if labels is not None:
+            losses.append(mean_cross_entropy(prediction_logits, labels))
+        if next_sentence_label is not None:
+            owner, name = type(self).__name__, "next_sentence_label"
+            losses.append(next_sentence_loss(owner, seq_relationship_logits, next_sentence_label, name))
+        return BertForPreTrainingOutput(
+            loss=sum(losses) if losses else None,
+            prediction_logits=prediction_logits,
+            seq_relationship_logits=seq_relationship_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
@@ -582,5 +671,135 @@ class EfficientBertForTokenClassification(EfficientBertPreTrainedModel):
             check_class_labels(type(self).__name__, labels, self.num_labels, shape, "(batch, seq)", fix=fix)
             loss = mean_cross_entropy(logits, labels)  # over the labelled tokens; 0 if there is none
         return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientBertForNextSentencePrediction(EfficientBertPreTrainedModel):
+    """BERT's next-sentence head alone (transformers' ``BertForNextSentencePrediction``): pooled [CLS] ->
+    ``cls.seq_relationship`` -> (b, 2) logits, 0 = sentence B follows sentence A, 1 = B is random."""
+
+    def __init__(self, config: EfficientBertConfig):
+        super().__init__(config)
+        self.bert = EfficientBertModel(config)
+        self.cls = nn.Module()
+        self.cls.seq_relationship = next_sentence_head(config)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> NextSentencePredictorOutput:
+        """``labels``: (b,) 0 when sentence B follows sentence A, 1 when B is random."""
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.cls.seq_relationship(outputs.pooler_output)  # (b, 2)
+        loss = None
+        if labels is not None:
+            loss = next_sentence_loss(type(self).__name__, logits, labels, "labels")
+        return NextSentencePredictorOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientBertForMultipleChoice(EfficientBertPreTrainedModel):
+    """BERT's multiple-choice head (transformers' ``BertForMultipleChoice``): every choice of an example is
+    encoded as its own sequence, pooled [CLS] -> dropout -> linear gives one score per choice, and the
+    scores of an example are its logits (b, num_choices)."""
+
+    def __init__(self, config: EfficientBertConfig):
+        super().__init__(config)
+        self.bert = EfficientBertModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, 1)
+        self.post_init()
+
+    def flatten_choices(self, input_ids, inputs_embeds, **per_token) -> tuple[int, dict]:
+        """Checks the (b, c, n) inputs and returns c and the inputs as b * c sequences: ``input_ids`` and the
+        ``per_token`` tensors (b * c, n), ``inputs_embeds`` (b * c, n, D)."""
+        owner = type(self).__name__
+        fix = (
+            "Multiple-choice inputs hold every choice of an example: tokenize each (question, choice) pair, "
+            "then stack them per example (a (batch, num_choices, seq) tensor; DataCollatorForMultipleChoice "
+            "in transformers' examples does it)."
+        )
+        if input_ids is not None:
+            check_rank(owner, "input_ids", input_ids, "(batch, num_choices, seq)", fix)
+            shape = input_ids.shape
+        elif inputs_embeds is not None:
+            check_rank(owner, "inputs_embeds", inputs_embeds, "(batch, num_choices, seq, hidden_size)", fix)
+            shape = inputs_embeds.shape[:3]
+        else:
+            raise ValueError(f"{owner}: pass input_ids (batch, num_choices, seq) or inputs_embeds. {fix}")
+        flat = {}
+        for name, tensor in per_token.items():
+            if tensor is not None:
+                check_same_shape(owner, name, tensor, shape, "(batch, num_choices, seq) of the inputs")
+                flat[name] = tensor.reshape(-1, shape[-1])
+        flat["input_ids"] = input_ids.reshape(-1, shape[-1]) if input_ids is not None else None
+        if inputs_embeds is not None:
+            flat["inputs_embeds"] = inputs_embeds.reshape(-1, *inputs_embeds.shape[2:])
+        return shape[1], flat
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> MultipleChoiceModelOutput:
+        """Args:
+        input_ids: (b, c, n) token ids, c choices per example (each the question and one answer);
+            ``attention_mask``, ``token_type_ids``, ``position_ids``, ``global_attention_mask`` the same
+            shape, ``inputs_embeds`` (b, c, n, D).
+        labels: (b,) the index of the right choice, in [0, c) (-100: no target).
+
+        Returns:
+            ``MultipleChoiceModelOutput`` with logits (b, c); hidden states and attentions are those of the
+            b * c sequences, as transformers'.
+        """
+        num_choices, flat = self.flatten_choices(
+            input_ids,
+            inputs_embeds,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            global_attention_mask=global_attention_mask,
+        )
+        outputs = self.bert(
+            **flat, output_attentions=output_attentions, output_hidden_states=output_hidden_states
+        )
+        logits = self.classifier(self.dropout(outputs.pooler_output)).view(-1, num_choices)  # (b, c)
+        loss = None
+        if labels is not None:
+            fix = "Multiple-choice labels hold the index of the right choice of each example (batch,)."
+            classes = f"num_choices={num_choices} (the inputs' second dimension)"
+            shape = logits.shape[:1]
+            check_class_labels(type(self).__name__, labels, num_choices, shape, "(batch,)", classes, fix)
+            loss = mean_cross_entropy(logits, labels)
+        return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

@@ -11,6 +11,7 @@ else:
     EfficientViTImageProcessor = requires_extra("EfficientViTImageProcessor", "vision", "Pillow")
 from .modeling_efficient_vit import (
     EfficientViTForImageClassification,
+    EfficientViTForMaskedImageModeling,
     EfficientViTMAEForPreTraining,
     EfficientViTModel,
     EfficientViTPreTrainedModel,
@@ -19,6 +20,7 @@ from .modeling_efficient_vit import (
 __all__ = [
     "EfficientViTConfig",
     "EfficientViTForImageClassification",
+    "EfficientViTForMaskedImageModeling",
     "EfficientViTImageProcessor",
     "EfficientViTMAEForPreTraining",
     "EfficientViTModel",

@@ -44,6 +44,9 @@ class EfficientViTConfig(EfficientEncoderConfig):
     # How ViT's learned position embeddings start: "random" (ViT's truncated normal) or "sincos" (MAE's
     # fixed 2-D sine-cosine table, then learned; a spatial prior that helps small data, see docs/results.md).
     position_embedding_init: str = "random"
+    # ViT's masked image modeling (EfficientViTForMaskedImageModeling): each patch's hidden state becomes an
+    # encoder_stride x encoder_stride block of pixels (PixelShuffle); patch_size gives the image's size.
+    encoder_stride: int = 16
     # ViT-MAE (EfficientViTMAEForPreTraining)
     mask_ratio: float | int = 0.75
     norm_pix_loss: bool = False

@@ -19,7 +19,11 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.modeling_outputs import BaseModelOutputWithPooling, ImageClassifierOutput
+from transformers.modeling_outputs import (
+    BaseModelOutputWithPooling,
+    ImageClassifierOutput,
+    MaskedImageModelingOutput,
+)
 from transformers.models.vit_mae.modeling_vit_mae import (
     ViTMAEForPreTrainingOutput,
     build_2d_sinusoidal_position_embedding,
@@ -29,7 +33,7 @@ from transformers.utils.generic import can_return_tuple
 from ...attention.inputs import AttentionInputs
 from ...compat import loaded_from_checkpoint
 from ...modeling.blocks import CompactDropout, EfficientEncoder, EfficientPreNormLayer
-from ...modeling.checks import check_float_input, check_not_empty, checking_values
+from ...modeling.checks import check_binary_mask, check_float_input, check_not_empty, checking_values
 from ...modeling.heads import classification_loss
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_vit import EfficientViTConfig
@@ -92,12 +96,17 @@ class EfficientViTEmbeddings(nn.Module):
 
     Args:
         fixed_positions: MAE's embeddings: a fixed sin-cos table (no gradient) and no dropout.
+        use_mask_token: a learned ``mask_token`` that replaces the patches ``bool_masked_pos`` marks
+            (masked image modeling, as ViT's).
     """
 
-    def __init__(self, config: EfficientViTConfig, fixed_positions: bool = False):
+    def __init__(
+        self, config: EfficientViTConfig, fixed_positions: bool = False, use_mask_token: bool = False
+    ):
         super().__init__()
         self.config, self.fixed_positions = config, fixed_positions
         self.cls_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size))
+        self.mask_token = nn.Parameter(torch.zeros(1, 1, config.hidden_size)) if use_mask_token else None
         self.patch_embeddings = EfficientViTPatchEmbeddings(config)
         table = torch.zeros(1, config.max_position_embeddings, config.hidden_size)
         self.position_embeddings = nn.Parameter(table, requires_grad=not fixed_positions)
@@ -121,10 +130,17 @@ class EfficientViTEmbeddings(nn.Module):
         return torch.cat([cls_row, patch_rows], dim=1)
 
     def forward(
-        self, pixel_values: torch.Tensor, interpolate_pos_encoding: bool = False
+        self,
+        pixel_values: torch.Tensor,
+        interpolate_pos_encoding: bool = False,
+        bool_masked_pos: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, tuple[int, int]]:
-        """Returns the (b, 1 + N, D) embeddings and the patch grid (h, w)."""
+        """Returns the (b, 1 + N, D) embeddings and the patch grid (h, w); the patches ``bool_masked_pos``
+        (b, N) marks (as checked by ``EfficientViTModel.forward``) become the mask token."""
         patches = self.patch_embeddings(pixel_values)  # (b, N, D)
+        if bool_masked_pos is not None:
+            masked = bool_masked_pos.bool()[..., None]  # (b, N, 1)
+            patches = torch.where(masked, self.mask_token.to(patches.dtype), patches)
         p = self.config.patch_size
         grid = (pixel_values.shape[-2] // p, pixel_values.shape[-1] // p)
         if grid != self.config.grid_size and not interpolate_pos_encoding:
@@ -164,6 +180,8 @@ class EfficientViTPreTrainedModel(EfficientPreTrainedModel):
         ``position_embedding_init="sincos"``); MAE's (sin-cos tables, xavier patches)."""
         super()._init_weights(module)
         std = self.config.initializer_range
+        if isinstance(module, EfficientViTEmbeddings) and module.mask_token is not None:
+            init.zeros_(module.mask_token)
         if isinstance(module, EfficientViTEmbeddings) and module.fixed_positions:
             init.copy_(
                 module.position_embeddings,
@@ -192,10 +210,14 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
     """The bare encoder: final-LayerNorm hidden states (b, 1 + N, D) and, optionally, ViT's pooled [CLS]."""
 
     def __init__(
-        self, config: EfficientViTConfig, add_pooling_layer: bool = True, fixed_positions: bool = False
+        self,
+        config: EfficientViTConfig,
+        add_pooling_layer: bool = True,
+        fixed_positions: bool = False,
+        use_mask_token: bool = False,
     ):
         super().__init__(config)
-        self.embeddings = EfficientViTEmbeddings(config, fixed_positions=fixed_positions)
+        self.embeddings = EfficientViTEmbeddings(config, fixed_positions, use_mask_token)
         self.encoder = EfficientEncoder(config, EfficientPreNormLayer)
         self.layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.pooler = EfficientViTPooler(config) if add_pooling_layer else None
@@ -225,10 +247,24 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
             attentions=all_attentions,
         )
 
+    def check_bool_masked_pos(self, bool_masked_pos: torch.Tensor, pixel_values: torch.Tensor) -> None:
+        """A (b, N) 0/1 mask over the patches of ``pixel_values``, for a model with a mask token."""
+        owner = type(self).__name__
+        if self.embeddings.mask_token is None:
+            raise ValueError(
+                f"{owner}: bool_masked_pos replaces patches by a mask token, which this model does not have. "
+                "Use EfficientViTForMaskedImageModeling, or EfficientViTModel(config, use_mask_token=True)."
+            )
+        p = self.config.patch_size
+        shape = (pixel_values.shape[0], (pixel_values.shape[-2] // p) * (pixel_values.shape[-1] // p))
+        fix = "It marks the masked patches, row by row over the patch grid: 1 (True) = masked, 0 = seen."
+        check_binary_mask(owner, "bool_masked_pos", bool_masked_pos, shape, "(batch, num_patches)", fix)
+
     @can_return_tuple
     def forward(
         self,
         pixel_values: torch.Tensor | None = None,
+        bool_masked_pos: torch.Tensor | None = None,
         interpolate_pos_encoding: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -237,11 +273,16 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
 
         Args:
             pixel_values: (b, C, H, W) images at ``config.image_size`` (the image processor's output).
+            bool_masked_pos: (b, N) 1 (True) for the patches to replace by the mask token (a model built with
+                ``use_mask_token=True``).
             interpolate_pos_encoding: accept another image size (a multiple of the patch size) by resizing
                 the position embeddings.
         """
         check_pixel_values(type(self).__name__, pixel_values, self.config)
-        embeddings, grid = self.embeddings(pixel_values, bool(interpolate_pos_encoding))  # (b, 1 + N, D)
+        if bool_masked_pos is not None:
+            self.check_bool_masked_pos(bool_masked_pos, pixel_values)
+        # (b, 1 + N, D)
+        embeddings, grid = self.embeddings(pixel_values, bool(interpolate_pos_encoding), bool_masked_pos)
         return self.encode(embeddings, grid, output_attentions, output_hidden_states)
 
 
@@ -284,6 +325,77 @@ class EfficientViTForImageClassification(EfficientViTPreTrainedModel):
             loss = classification_loss(self.config, logits, labels, owner=type(self).__name__)
         return ImageClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientViTForMaskedImageModeling(EfficientViTPreTrainedModel):
+    """Masked image modeling as transformers' ``ViTForMaskedImageModeling`` (SimMIM, Xie et al. 2021): the
+    patches ``bool_masked_pos`` marks are replaced by a learned mask token, and every patch's final hidden
+    state goes through a 1x1 convolution to ``encoder_stride**2 * num_channels`` values and a PixelShuffle
+    (``decoder.0``, ``decoder.1``) back to pixels; the loss is the L1 error over the masked pixels.
+
+    Unlike MAE the encoder sees every patch on the full grid, so every vision attention type serves it
+    (``swin_window`` included).
+    """
+
+    def __init__(self, config: EfficientViTConfig):
+        super().__init__(config)
+        self.vit = EfficientViTModel(config, add_pooling_layer=False, use_mask_token=True)
+        stride = config.encoder_stride
+        self.decoder = nn.Sequential(
+            nn.Conv2d(config.hidden_size, stride**2 * config.num_channels, kernel_size=1),
+            nn.PixelShuffle(stride),
+        )
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        pixel_values: torch.Tensor | None = None,
+        bool_masked_pos: torch.Tensor | None = None,
+        interpolate_pos_encoding: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> MaskedImageModelingOutput:
+        """Args:
+        pixel_values: (b, C, H, W).
+        bool_masked_pos: (b, N) 1 (True) = masked patch, row by row over the patch grid; with it, the loss.
+
+        Returns:
+            ``MaskedImageModelingOutput``: ``reconstruction`` (b, C, h * s, w * s), s = ``encoder_stride``
+            (the image size when s = patch_size); ``loss``, with ``bool_masked_pos``, the mean absolute error
+            over the masked pixels and channels.
+        """
+        config = self.config
+        if bool_masked_pos is not None and config.patch_size != config.encoder_stride:
+            raise ValueError(
+                f"{type(self).__name__}: bool_masked_pos needs a reconstruction of the image's size, but "
+                f"encoder_stride={config.encoder_stride} makes each patch of patch_size={config.patch_size} "
+                "another size. Build the model with encoder_stride equal to patch_size."
+            )
+        outputs = self.vit(
+            pixel_values,
+            bool_masked_pos=bool_masked_pos,
+            interpolate_pos_encoding=interpolate_pos_encoding,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        b, _, height, width = pixel_values.shape
+        h, w, p = height // config.patch_size, width // config.patch_size, config.patch_size
+        patches = outputs.last_hidden_state[:, 1:]  # (b, N, D), [CLS] dropped
+        reconstruction = self.decoder(patches.transpose(1, 2).reshape(b, -1, h, w))  # (b, C, h*s, w*s)
+        loss = None
+        if bool_masked_pos is not None:
+            # (b, N) -> (b, 1, H, W): each patch's flag over its p x p pixels
+            mask = bool_masked_pos.reshape(b, 1, h, 1, w, 1).expand(-1, -1, -1, p, -1, p)
+            mask = mask.reshape(b, 1, height, width).to(reconstruction.dtype)
+            error = (pixel_values.to(reconstruction.dtype) - reconstruction).abs()  # (b, C, H, W)
+            loss = (error * mask).sum() / (mask.sum() + 1e-5) / config.num_channels
+        return MaskedImageModelingOutput(
+            loss=loss,
+            reconstruction=reconstruction,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
 
 
