@@ -17,7 +17,6 @@ from hf_efficient import (
     EfficientBertForPreTraining,
     EfficientViTForMaskedImageModeling,
 )
-from hf_efficient.hub import export_remote_code
 
 from .models.text.helpers import batch
 from .models.text.helpers import tiny_config as text_config
@@ -79,15 +78,18 @@ torch.save(results, out_path)
 
 
 def saved_heads(folder) -> dict:
-    """Each head, saved with its remote code into its own folder: {auto class: (folder, inputs file,
-    model class, fields, expected outputs)}."""
+    """Each head, registered for its Auto class and saved (with remote code, as transformers' models) into
+    its own folder: {auto class: (folder, inputs file, model class, fields, expected outputs)}."""
     saved = {}
     for auto_name, (model_class, config, make_inputs, fields) in HEADS.items():
         torch.manual_seed(0)
         model = model_class(config()).eval()
         path = folder / model_class.__name__
-        model.save_pretrained(path)
-        export_remote_code(model, path)
+        model_class.register_for_auto_class(auto_name)
+        try:
+            model.save_pretrained(path)
+        finally:
+            del model_class._auto_class  # back to the inherited None for the other tests
         inputs = make_inputs()
         torch.save(inputs, path / "inputs.pt")
         with torch.no_grad():
