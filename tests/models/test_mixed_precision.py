@@ -19,11 +19,15 @@ import torch
 from hf_efficient import (
     EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
+    EfficientBertForMultipleChoice,
+    EfficientBertForNextSentencePrediction,
+    EfficientBertForPreTraining,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
     EfficientGraphForGraphClassification,
     EfficientGraphForNodeClassification,
     EfficientViTForImageClassification,
+    EfficientViTForMaskedImageModeling,
     EfficientViTMAEForPreTraining,
     GraphCollator,
     causal_attention_types,
@@ -51,12 +55,17 @@ class Head:
     batch: Callable[[torch.nn.Module], dict]
 
 
-def _text_batch(causal=False, token_labels=False, sequence_labels=False):
+def _text_batch(causal=False, token_labels=False, sequence_labels=False, next_sentence=False, choices=0):
+    """Two sequences of 24 tokens (the second padded) and their labels; ``next_sentence``: BERT
+    pretraining's two labels; ``choices``: the multiple-choice head's (1, choices, 24) inputs and label."""
+
     def batch(model):
         g = torch.Generator().manual_seed(0)
         ids = torch.randint(5, model.config.vocab_size, (2, 24), generator=g)
         mask = torch.ones(2, 24, dtype=torch.long)
         mask[1, 18:] = 0
+        if choices:
+            return {"input_ids": ids[None], "attention_mask": mask[None], "labels": torch.tensor([1])}
         if sequence_labels:
             labels = torch.tensor([0, 1])
         elif token_labels:
@@ -65,7 +74,8 @@ def _text_batch(causal=False, token_labels=False, sequence_labels=False):
             labels = ids.masked_fill(mask == 0, -100)
             if not causal:
                 labels[:, ::2] = -100
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        inputs = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        return {**inputs, "next_sentence_label": torch.tensor([1, 0])} if next_sentence else inputs
 
     return batch
 
@@ -106,6 +116,27 @@ HEADS = {
         lambda: list_attention_types("text"),
         lambda t: EfficientBertForTokenClassification(tiny_text_config(t, num_labels=3, **NO_DROPOUT)),
         _text_batch(token_labels=True),
+    ),
+    # BERT's and ViT's other heads: the encoders above under another head, on a few types
+    "pretraining": Head(
+        lambda: ["full", "performer"],
+        lambda t: EfficientBertForPreTraining(tiny_text_config(t, **NO_DROPOUT)),
+        _text_batch(next_sentence=True),
+    ),
+    "next_sentence_prediction": Head(
+        lambda: ["full", "longformer"],
+        lambda t: EfficientBertForNextSentencePrediction(tiny_text_config(t, **NO_DROPOUT)),
+        _text_batch(sequence_labels=True),
+    ),
+    "multiple_choice": Head(
+        lambda: ["full", "linear"],
+        lambda t: EfficientBertForMultipleChoice(tiny_text_config(t, **NO_DROPOUT)),
+        _text_batch(choices=2),
+    ),
+    "masked_image_modeling": Head(
+        lambda: ["full", "swin_window"],
+        lambda t: EfficientViTForMaskedImageModeling(tiny_vision_config(t, encoder_stride=4, **NO_DROPOUT)),
+        lambda model: {"pixel_values": images(), "bool_masked_pos": torch.arange(16).expand(2, -1) % 3 == 0},
     ),
     "image_classification": Head(
         lambda: _vision_types(masked=False),
