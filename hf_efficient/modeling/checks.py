@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ..errors import InputError
+
 IGNORE_INDEX = -100  # transformers' label for "no target here" (padding, unmasked tokens, unlabelled nodes)
 
 
@@ -140,13 +142,13 @@ def check_binary_mask(
     """A mask over positions (``bool_masked_pos``): ``shape`` (``meaning`` names it), bool or integer dtype,
     and (eager) only 0 and 1, so that it selects positions rather than scales them."""
     if mask.is_floating_point() or mask.is_complex():
-        raise ValueError(f"{owner}: {name} must be a bool (or 0/1 integer) tensor, got {mask.dtype}. {fix}")
+        raise InputError(f"{owner}: {name} must be a bool (or 0/1 integer) tensor, got {mask.dtype}. {fix}")
     check_same_shape(owner, name, mask, shape, meaning)
     if mask.dtype == torch.bool or not checking_values() or mask.numel() == 0:
         return
     low, high = torch.stack(torch.aminmax(mask)).tolist()  # one host sync
     if low < 0 or high > 1:
-        raise ValueError(f"{owner}: {name} holds values in [{low}, {high}]; it must hold only 0 and 1. {fix}")
+        raise InputError(f"{owner}: {name} holds values in [{low}, {high}]; it must hold only 0 and 1. {fix}")
 
 
 def check_float_labels(

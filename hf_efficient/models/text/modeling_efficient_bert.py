@@ -28,6 +28,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
 from ...attention.cache import EfficientCache
+from ...errors import InputError
 from ...modeling.blocks import CompactDropout, EfficientEncoder
 from ...modeling.checks import (
     check_class_labels,
@@ -747,7 +748,7 @@ class EfficientBertForMultipleChoice(EfficientBertPreTrainedModel):
             check_rank(owner, "inputs_embeds", inputs_embeds, "(batch, num_choices, seq, hidden_size)", fix)
             shape = inputs_embeds.shape[:3]
         else:
-            raise ValueError(f"{owner}: pass input_ids (batch, num_choices, seq) or inputs_embeds. {fix}")
+            raise InputError(f"{owner}: pass input_ids (batch, num_choices, seq) or inputs_embeds. {fix}")
         flat = {}
         for name, tensor in per_token.items():
             if tensor is not None:

@@ -32,6 +32,7 @@ from transformers.utils.generic import can_return_tuple
 
 from ...attention.inputs import AttentionInputs
 from ...compat import loaded_from_checkpoint
+from ...errors import InputError
 from ...modeling.blocks import CompactDropout, EfficientEncoder, EfficientPreNormLayer
 from ...modeling.checks import check_binary_mask, check_float_input, check_not_empty, checking_values
 from ...modeling.heads import classification_loss
@@ -251,7 +252,7 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
         """A (b, N) 0/1 mask over the patches of ``pixel_values``, for a model with a mask token."""
         owner = type(self).__name__
         if self.embeddings.mask_token is None:
-            raise ValueError(
+            raise InputError(
                 f"{owner}: bool_masked_pos replaces patches by a mask token, which this model does not have. "
                 "Use EfficientViTForMaskedImageModeling, or EfficientViTModel(config, use_mask_token=True)."
             )
@@ -368,7 +369,7 @@ class EfficientViTForMaskedImageModeling(EfficientViTPreTrainedModel):
         """
         config = self.config
         if bool_masked_pos is not None and config.patch_size != config.encoder_stride:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__}: bool_masked_pos needs a reconstruction of the image's size, but "
                 f"encoder_stride={config.encoder_stride} makes each patch of patch_size={config.patch_size} "
                 "another size. Build the model with encoder_stride equal to patch_size."

@@ -170,6 +170,7 @@ BAD_INPUTS = [  # (head, what replaces its inputs, the error's words)
     (MC, {"labels": torch.tensor([[2], [0]])}, r"labels must have shape \(batch,\) = \(2,\)"),
     (MC, {"input_ids": torch.ones(2, 20).long()}, r"input_ids must have shape \(batch, num_choices, seq\)"),
     (MC, {"attention_mask": torch.ones(2, 20)}, r"attention_mask must have shape .* = \(2, 3, 20\)"),
+    (MC, {"input_ids": None}, r"pass input_ids \(batch, num_choices, seq\) or inputs_embeds"),
     (PT, {"next_sentence_label": torch.tensor([0, 2, 1])}, r"next_sentence_label hold ids in \[0, 2\] but 2"),
     (PT, {"next_sentence_label": torch.tensor([0.0, 1.0, 1.0])}, r"next_sentence_label must be integer"),
     (PT, {"labels": torch.full((3, 20), VOCAB)}, rf"labels hold ids in .* but vocab_size={VOCAB}"),

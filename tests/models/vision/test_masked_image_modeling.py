@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedImageModeling, ViTConfig, ViTForMaskedImageModeling
 
 from hf_efficient import EfficientViTForMaskedImageModeling, EfficientViTModel
+from hf_efficient.errors import InputError
 
 from ..helpers import assert_grads_finite
 from .helpers import TINY_VIT, attention_config, images, tiny_config
