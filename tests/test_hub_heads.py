@@ -123,3 +123,12 @@ def test_new_heads_load_with_trust_remote_code_without_hf_efficient(tmp_path):
         )
         for field in fields:  # float32 rounding: a loaded weight may take another BLAS path (1e-9)
             torch.testing.assert_close(result[field], expected[field], atol=1e-6, rtol=1e-6, msg=field)
+
+
+def test_model_card_loads_each_head_with_its_auto_class():
+    from hf_efficient.training.model_card import build_model_card
+
+    for auto_name, (model_class, config, _, _) in HEADS.items():
+        model = model_class(config())
+        card = str(build_model_card(model, summary="A head.", data_description="None.", repo_id="user/head"))
+        assert f'model = {auto_name}.from_pretrained("user/head")' in card, auto_name

@@ -39,6 +39,10 @@ _AUTO = {  # architecture suffix -> (Auto class, pipeline tag)
     "ForTokenClassification": ("AutoModelForTokenClassification", "token-classification"),
     "ForImageClassification": ("AutoModelForImageClassification", "image-classification"),
     "MAEForPreTraining": ("AutoModelForPreTraining", "image-feature-extraction"),
+    "BertForPreTraining": ("AutoModelForPreTraining", "fill-mask"),  # as BERT's own checkpoints
+    "ForNextSentencePrediction": ("AutoModelForNextSentencePrediction", "feature-extraction"),
+    "ForMultipleChoice": ("AutoModelForMultipleChoice", "feature-extraction"),
+    "ForMaskedImageModeling": ("AutoModelForMaskedImageModeling", "image-feature-extraction"),
     "ForGraphClassification": ("AutoModelForSequenceClassification", "graph-ml"),
     "ForNodeClassification": ("AutoModelForTokenClassification", "graph-ml"),
 }
