@@ -114,7 +114,8 @@ def test_head_checkpoint_loads_with_another_attention(ref_class, attention_type,
 @pytest.mark.parametrize("attention_type", ["full", "longformer", "performer"])
 def test_multiple_choice_scores_each_choice_alone(attention_type):
     """Each logit is the score of its choice encoded as a sequence of its own (choices do not see each
-    other, padding of one choice leaves the others alone); the loss is the cross-entropy over the choices."""
+    other, padding of one choice leaves the others alone), by ids or by (b, c, n, D) embeddings; the loss is
+    the cross-entropy over the choices."""
     model = EfficientBertForMultipleChoice(tiny_config(attention_type)).eval()
     inputs, mask = head_inputs(EfficientBertForMultipleChoice)
     out = model(**inputs)
@@ -134,6 +135,9 @@ def test_multiple_choice_scores_each_choice_alone(attention_type):
     flipped = {name: inputs[name].flip(1) for name in ("input_ids", "attention_mask", "token_type_ids")}
     with torch.no_grad():
         torch.testing.assert_close(model(**flipped).logits, out.logits.flip(1), atol=1e-5, rtol=1e-5)
+        embeds = model.bert.embeddings.word_embeddings(inputs["input_ids"])  # (2, 3, 20, D)
+        by_embeds = model(**{**inputs, "input_ids": None, "inputs_embeds": embeds})
+        torch.testing.assert_close(by_embeds.logits, out.logits, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("attention_type", ["full", "bigbird"])
