@@ -384,7 +384,8 @@ class EfficientViTForMaskedImageModeling(EfficientViTPreTrainedModel):
         b, _, height, width = pixel_values.shape
         h, w, p = height // config.patch_size, width // config.patch_size, config.patch_size
         patches = outputs.last_hidden_state[:, 1:]  # (b, N, D), [CLS] dropped
-        reconstruction = self.decoder(patches.transpose(1, 2).reshape(b, -1, h, w))  # (b, C, h*s, w*s)
+        grid_features = patches.transpose(1, 2).unflatten(2, (h, w))  # (b, D, h, w)
+        reconstruction = self.decoder(grid_features)  # (b, C, h * s, w * s)
         loss = None
         if bool_masked_pos is not None:
             # (b, N) -> (b, 1, H, W): each patch's flag over its p x p pixels
