@@ -121,7 +121,7 @@ def test_new_heads_load_with_trust_remote_code_without_hf_efficient(tmp_path):
         assert (
             result["module"].startswith("transformers_modules.") and result["class"] == model_class.__name__
         )
-        for field in fields:  # 1e-9 apart: a loaded (1, D) weight sits at another alignment
+        for field in fields:  # 1e-9 apart: a loaded weight sits at another memory alignment
             torch.testing.assert_close(result[field], expected[field], atol=1e-6, rtol=1e-6, msg=field)
 
 

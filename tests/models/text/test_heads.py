@@ -209,7 +209,7 @@ def test_save_load_identical_through_auto_classes(model_class, auto_class, tmp_p
     assert type(loaded) is model_class and loaded.config.attention_type == "longformer"
     with torch.no_grad():
         got = loaded(**inputs)
-    for field in expected.keys():  # 1e-9 apart: a loaded (1, D) weight sits at another alignment
+    for field in expected.keys():  # 1e-9 apart: a loaded weight sits at another memory alignment
         torch.testing.assert_close(got[field], expected[field], atol=1e-6, rtol=1e-6, msg=field)
 
 
