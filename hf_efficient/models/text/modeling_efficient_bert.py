@@ -732,6 +732,15 @@ class EfficientBertForMultipleChoice(EfficientBertPreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, 1)
         self.post_init()
 
+    def tracing_blockers(self) -> list[str]:
+        return [
+            *super().tracing_blockers(),
+            "EfficientBertForMultipleChoice takes (batch, num_choices, seq) inputs, which the export's text "
+            "signature (batch, seq) does not serve: score the choices as a batch of sequences with the same "
+            "weights instead, e.g. EfficientBertForSequenceClassification.from_pretrained(folder, "
+            "num_labels=1) (its classifier is the choice scorer).",
+        ]
+
     def flatten_choices(self, input_ids, inputs_embeds, **per_token) -> tuple[int, dict]:
         """Checks the (b, c, n) inputs and returns c and the inputs as b * c sequences: ``input_ids`` and the
         ``per_token`` tensors (b * c, n), ``inputs_embeds`` (b * c, n, D)."""

@@ -384,7 +384,7 @@ class EfficientViTForMaskedImageModeling(EfficientViTPreTrainedModel):
         b, _, height, width = pixel_values.shape
         h, w, p = height // config.patch_size, width // config.patch_size, config.patch_size
         patches = outputs.last_hidden_state[:, 1:]  # (b, N, D), [CLS] dropped
-        grid_features = patches.transpose(1, 2).unflatten(2, (h, w))  # (b, D, h, w)
+        grid_features = patches.transpose(1, 2).contiguous().unflatten(2, (h, w))  # (b, D, h, w)
         reconstruction = self.decoder(grid_features)  # (b, C, h * s, w * s)
         loss = None
         if bool_masked_pos is not None:

@@ -27,10 +27,11 @@ from hf_efficient import (
     EfficientBertForMultipleChoice,
     EfficientBertForNextSentencePrediction,
     EfficientBertForPreTraining,
+    EfficientBertForSequenceClassification,
 )
 
 from ...attention.helpers import small_config
-from ..helpers import assert_grads_finite
+from ..helpers import assert_grads_finite, check_export_matches
 from .helpers import TINY_BERT, VOCAB, assert_close_real, batch, tiny_config
 from .test_modeling import _randomise_zero_init
 
@@ -244,3 +245,31 @@ def test_no_pipeline_task_serves_these_heads():
     }  # fmt: skip
     served = {model.__name__ for task in SUPPORTED_TASKS.values() for model in task.get("pt", ())}
     assert not heads & served
+
+
+def test_multiple_choice_does_not_export_and_says_how_to_serve_it(tmp_path):
+    """The export's text signature is (batch, seq): exporting the multiple-choice head raises with the fix
+    (its checkpoint as a one-label sequence classifier), and that fix scores the choices identically."""
+    from hf_efficient.export import NotExportableError, export_program
+
+    model = EfficientBertForMultipleChoice(tiny_config("longformer")).eval()
+    with pytest.raises(NotExportableError, match=r"\(batch, num_choices, seq\) .* num_labels=1"):
+        export_program(model)
+    model.save_pretrained(tmp_path)
+    scorer, info = EfficientBertForSequenceClassification.from_pretrained(
+        tmp_path, num_labels=1, output_loading_info=True
+    )
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    inputs, _ = head_inputs(EfficientBertForMultipleChoice)
+    flat = {name: inputs[name].reshape(6, 20) for name in ("input_ids", "attention_mask", "token_type_ids")}
+    with torch.no_grad():
+        scores = scorer.eval()(**flat).logits.view(2, NUM_CHOICES)
+        torch.testing.assert_close(scores, model(**inputs).logits, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.slow  # torch.export and ONNX Runtime, twice
+@pytest.mark.parametrize("model_class", [EfficientBertForPreTraining, EfficientBertForNextSentencePrediction])
+def test_pretraining_and_next_sentence_heads_export(model_class, tmp_path):
+    """Both exported outputs of the pretraining head (prediction_logits, seq_relationship_logits) and the
+    next-sentence logits match the eager model at sizes the export did not trace."""
+    check_export_matches(model_class(tiny_config("longformer")), tmp_path)

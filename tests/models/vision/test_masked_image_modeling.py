@@ -15,7 +15,7 @@ from transformers import AutoModelForMaskedImageModeling, ViTConfig, ViTForMaske
 from hf_efficient import EfficientViTForMaskedImageModeling, EfficientViTModel
 from hf_efficient.errors import InputError
 
-from ..helpers import assert_grads_finite
+from ..helpers import assert_grads_finite, check_export_matches
 from .helpers import TINY_VIT, attention_config, images, tiny_config
 
 STRIDE = dict(encoder_stride=TINY_VIT["patch_size"])
@@ -126,15 +126,11 @@ def test_bad_bool_masked_pos_raises_naming_it(bad, message):
 
 
 def test_mask_without_mask_token_or_with_another_stride_raises():
-    with pytest.raises(
-        ValueError, match="bool_masked_pos replaces patches by a mask token.*use_mask_token=True"
-    ):
+    with pytest.raises(InputError, match="bool_masked_pos replaces patches by a mask token.*use_mask_token"):
         EfficientViTModel(tiny_config()).eval()(images(), bool_masked_pos=masked_patches())
     model = EfficientViTForMaskedImageModeling(tiny_config(encoder_stride=2)).eval()
     assert model(images()).reconstruction.shape == (2, 3, 8, 8)  # no mask: any stride, as transformers
-    with pytest.raises(
-        ValueError, match="encoder_stride=2 .* patch_size=4 .* encoder_stride equal to patch_size"
-    ):
+    with pytest.raises(InputError, match="encoder_stride=2 .* patch_size=4 .* encoder_stride equal to"):
         model(images(), bool_masked_pos=masked_patches())
 
 
@@ -150,3 +146,10 @@ def test_save_load_identical_through_the_auto_class(tmp_path):
         got = loaded(images(), bool_masked_pos=masked_patches())
     torch.testing.assert_close(got.reconstruction, expected.reconstruction, atol=1e-6, rtol=1e-6)
     torch.testing.assert_close(got.loss, expected.loss, atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.slow  # torch.export and ONNX Runtime
+def test_exports_and_matches_at_unseen_batch_sizes(tmp_path):
+    """The reconstruction of the exported program and of ONNX Runtime match the eager model (batch 1 and 3,
+    traced at 2)."""
+    check_export_matches(EfficientViTForMaskedImageModeling(tiny_config("swin_window", **STRIDE)), tmp_path)
