@@ -8,6 +8,7 @@ from transformers import (
     AutoModelForImageClassification,
     AutoModelForMaskedLM,
     AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
@@ -24,10 +25,12 @@ from .text import (
     EfficientBertConfig,
     EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
+    EfficientBertForQuestionAnswering,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
     EfficientBertModel,
 )
+from .text.question_answering import register_question_answering_pipeline
 from .vision import (
     EfficientViTConfig,
     EfficientViTForImageClassification,
@@ -52,8 +55,10 @@ _register(
         AutoModelForCausalLM: EfficientBertForCausalLM,
         AutoModelForSequenceClassification: EfficientBertForSequenceClassification,
         AutoModelForTokenClassification: EfficientBertForTokenClassification,
+        AutoModelForQuestionAnswering: EfficientBertForQuestionAnswering,
     },
 )
+register_question_answering_pipeline()  # transformers 5 removed pipeline("question-answering")
 
 _register(
     EfficientViTConfig,
@@ -83,6 +88,7 @@ __all__ = [
     "EfficientBertConfig",
     "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",
+    "EfficientBertForQuestionAnswering",
     "EfficientBertForSequenceClassification",
     "EfficientBertForTokenClassification",
     "EfficientBertModel",

@@ -4,6 +4,7 @@ from .configuration_efficient_bert import EfficientBertConfig
 from .modeling_efficient_bert import (
     EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
+    EfficientBertForQuestionAnswering,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
     EfficientBertModel,
@@ -14,6 +15,7 @@ __all__ = [
     "EfficientBertConfig",
     "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",
+    "EfficientBertForQuestionAnswering",
     "EfficientBertForSequenceClassification",
     "EfficientBertForTokenClassification",
     "EfficientBertModel",
