@@ -116,7 +116,9 @@ def build_long_qa(
             )
         splits[split] = Dataset.from_list(rows)
     return DatasetDict(splits).map(
-        lambda row: {"answer_token_start": _answer_token_start(row, tokenizer)}, desc="Answer positions"
+        lambda batch: {"answer_token_start": answer_token_starts(batch, tokenizer)},
+        batched=True,
+        desc="Answer positions",
     )
 
 
@@ -164,12 +166,18 @@ def _unanswerable(row: dict, texts: list[str], rng) -> dict:
             }
 
 
-def _answer_token_start(row: dict, tokenizer: PreTrainedTokenizerBase) -> int:
-    """The answer's first token in the context (its tokens before it), -1 for no answer."""
-    if not row["answers"]["text"]:
-        return -1
-    before = row["context"][: row["answers"]["answer_start"][0]]
-    return len(tokenizer(before, add_special_tokens=False, verbose=False)["input_ids"])
+def answer_token_starts(batch: dict, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Each row's first answer token in its context (the tokens before it), -1 for no answer."""
+    before = [
+        context[: answers["answer_start"][0]] if answers["text"] else ""
+        for context, answers in zip(batch["context"], batch["answers"], strict=True)
+    ]
+    counts = tokenizer(before, add_special_tokens=False, verbose=False, return_attention_mask=False)[
+        "input_ids"
+    ]
+    return [
+        len(ids) if answers["text"] else -1 for ids, answers in zip(counts, batch["answers"], strict=True)
+    ]
 
 
 def _check_arguments(
