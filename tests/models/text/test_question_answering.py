@@ -210,6 +210,10 @@ def test_pipeline_by_path_options_and_errors(bert_checkpoint, tmp_path):
     assert [a["score"] for a in answers] == sorted((a["score"] for a in answers), reverse=True)
     short = qa(question="Where did the cat sit?", context=context, top_k=500, max_answer_len=2)
     assert len(short) == 2 * tokens - 1 and all(len(a["answer"].split()) <= 2 for a in short)
+    several = qa(
+        [{"question": "Who sat?", "context": context}, {"question": "Who ran?", "context": "A dog ran."}]
+    )
+    assert len(several) == 2 and several[1]["answer"] in "A dog ran."
     bert = pipeline(
         "question-answering", model=bert_checkpoint[1], tokenizer=AutoTokenizer.from_pretrained(MINILM)
     )
