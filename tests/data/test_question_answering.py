@@ -15,10 +15,9 @@ from hf_efficient.data.question_answering import (
     QAColumns,
     answer_questions,
     check_answers,
-    evaluation_features,
     load_squad_files,
+    question_windows,
     squad_scores,
-    training_features,
 )
 from hf_efficient.errors import InputError
 
@@ -93,7 +92,7 @@ def test_columns_as_run_qa_finds_them_and_answer_checks():
 
 
 def test_training_windows_point_at_the_answer_or_cls(tokenizer):
-    features = training_features(Dataset.from_list(ROWS), tokenizer=tokenizer, **WINDOWS)
+    features = question_windows(Dataset.from_list(ROWS), tokenizer=tokenizer, training=True, **WINDOWS)
     assert len(features) > 4 and all(len(ids) <= 64 for ids in features["input_ids"])
     found = 0
     for ids, start, end in zip(
@@ -105,7 +104,9 @@ def test_training_windows_point_at_the_answer_or_cls(tokenizer):
         else:
             assert end == 0
     assert found >= 1  # the answer's windows; every other window of "a", and all of "b" (no answer): [CLS]
-    padded = training_features(Dataset.from_list(ROWS), tokenizer=tokenizer, padding="max_length", **WINDOWS)
+    padded = question_windows(
+        Dataset.from_list(ROWS), tokenizer, padding="max_length", training=True, **WINDOWS
+    )
     assert {len(ids) for ids in padded["input_ids"]} == {64}
 
 
@@ -126,7 +127,7 @@ def logits_for(features, tokenizer, answer_start: int, answer_end: int, null: fl
 
 def test_logits_become_answers_and_scores(tokenizer):
     examples = Dataset.from_list(ROWS)
-    features = evaluation_features(examples, tokenizer=tokenizer, **WINDOWS)
+    features = question_windows(examples, tokenizer=tokenizer, **WINDOWS)
     assert set(features["example_id"]) == {"a", "b"} and len(features) > 4
     first = CONTEXT.index(ANSWER)
     start, end = logits_for(features, tokenizer, first, first + len(ANSWER))
