@@ -48,6 +48,7 @@ from hf_efficient.training import (
     efficiency_metrics,
     end_distributed_run,
     finish_run,
+    given_phase_flags,
     random_state_callbacks,
     setup_run,
     train_and_save,
@@ -129,15 +130,13 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
     # Saved with the model: pipeline("question-answering", model=output_dir) then reads windows this long.
     tokenizer.model_max_length = max_length
-    phases = {
-        "train": training_args.do_train,
-        "validation": training_args.do_eval,
-        "test": training_args.do_predict,
-    }
+    phases = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
+    asked = given_phase_flags(args)  # a phase asked for needs its data; a default one reads what is there
     limits = {split: getattr(data_args, flag) for split, flag in SAMPLE_FLAGS.items()}
     with training_args.main_process_first(desc="tokenizing"):
         examples, train, features = question_answering_features(
-            raw, [split for split, wanted in phases.items() if wanted], columns, limits, tokenizer=tokenizer,
+            raw, [split for split, flag in phases.items() if getattr(training_args, flag)], columns, limits,
+            required=[split for split, flag in phases.items() if flag in asked], tokenizer=tokenizer,
             max_length=max_length, doc_stride=data_args.doc_stride,
             padding="max_length" if data_args.pad_to_max_length else False,
             num_proc=data_args.preprocessing_num_workers, load_from_cache_file=data_args.load_from_cache_file,

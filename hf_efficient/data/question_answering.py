@@ -369,6 +369,7 @@ def question_answering_features(
     splits: list[str],
     columns: QAColumns,
     limits: dict[str, int | None] | None = None,
+    required: list[str] | None = None,
     **windows,
 ) -> tuple[dict[str, Dataset], Dataset | None, dict[str, Dataset]]:
     """What a run reads: the questions of ``splits`` (train / validation / test, capped by ``limits``, the
@@ -376,6 +377,8 @@ def question_answering_features(
     limit, as run_qa.py caps its features) and the evaluation windows of the other splits.
 
     Args:
+        required: the splits whose absence is an error (a phase flag given); the others of ``splits`` (the
+            scripts' default phases) are read where the data has them. None: all of ``splits``.
         windows: :func:`question_windows`' ``tokenizer``, ``max_length``,
             ``doc_stride``, ``padding`` and ``datasets.map`` options.
 
@@ -387,11 +390,12 @@ def question_answering_features(
     """
     limits = limits or {}
     for split in splits:
-        if split not in raw:
+        if split not in raw and split in (splits if required is None else required):
             raise InputError(
                 f"{PHASE_FLAGS[split]} needs the {split} questions: give --{split}_file (or a --dataset_name "
                 f"with a {split!r} split); the data has {list(raw)}."
             )
+    splits = [split for split in splits if split in raw]
     examples = {split: first_examples(raw[split], limits.get(split), SAMPLE_FLAGS[split]) for split in splits}
     for split, rows in examples.items():
         if columns.has_answers(rows):

@@ -8,6 +8,7 @@ from .arguments import (
     VisionModelArguments,
     decide_phases,
     first_examples,
+    given_phase_flags,
 )
 from .callbacks import (
     OneProgressBarCallback,
@@ -70,6 +71,7 @@ __all__ = [
     "SampleLimitArguments",
     "decide_phases",
     "first_examples",
+    "given_phase_flags",
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",

@@ -227,9 +227,15 @@ def decide_phases(training_args: TrainingArguments, args: list[str] | None) -> N
     ``sys.argv``), the script trains and evaluates (``do_predict`` stays off); with any of them, exactly the
     phases given run, as in transformers' examples (``--eval_strategy`` other than ``no`` turns
     ``do_eval`` on there too)."""
-    given = {arg.removeprefix("--").split("=")[0] for arg in (sys.argv[1:] if args is None else args)}
-    if not given & set(PHASE_FLAGS):
+    if not given_phase_flags(args):
         training_args.do_train = training_args.do_eval = True
+
+
+def given_phase_flags(args: list[str] | None) -> set[str]:
+    """The phase flags (``do_train``, ``do_eval``, ``do_predict``) on the command line (``args``, or
+    ``sys.argv``): a phase asked for, rather than the scripts' default."""
+    given = {arg.removeprefix("--").split("=")[0] for arg in (sys.argv[1:] if args is None else args)}
+    return given & set(PHASE_FLAGS)
 
 
 @dataclass(frozen=True)

@@ -111,3 +111,12 @@ def test_wrong_flags_raise_naming_them(finetune_qa, long_qa, checkpoint, tmp_pat
         finetune_qa.main([*qa_args(long_qa, checkpoint, tmp_path / "c"), "--max_seq_length", "2048"])
     with pytest.raises(InputError, match=r"Give the questions: --train_file"):
         finetune_qa.main([*base, "--output_dir", str(tmp_path / "d")])
+
+
+def test_default_phases_read_the_splits_there_are(finetune_qa, long_qa, checkpoint, tmp_path):
+    """Without phase flags the script trains and evaluates what the data has (as finetune_glue.py): a run
+    with training questions only trains; --do_eval without them is the error above."""
+    args = ["--model_name_or_path", str(checkpoint), "--train_file", long_qa["train"], *LONGFORMER]
+    args += ["--max_seq_length", "1024", "--max_steps", "1", "--output_dir", str(tmp_path), *COMMON]
+    assert finetune_qa.main(args) == {}
+    assert (tmp_path / "model.safetensors").exists() and not (tmp_path / "eval_predictions.json").exists()
