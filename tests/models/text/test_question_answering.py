@@ -17,12 +17,16 @@ from transformers import (
     pipeline,
 )
 
+import hf_efficient
 from hf_efficient import EfficientBertForQuestionAnswering
 from hf_efficient.data import load_movie_reviews
 from hf_efficient.hub import export_remote_code
 from hf_efficient.models.text.question_answering import QuestionAnsweringPipeline
 
-from .helpers import MINILM, TINY_BERT, assert_close_real, batch, tiny_config
+from ..helpers import assert_grads_finite
+from .helpers import LENGTHS, MINILM, TINY_BERT, assert_close_real, batch, tiny_config
+
+TEXT_TYPES = hf_efficient.list_attention_types("text")
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +126,32 @@ def test_loss_ignores_answers_past_the_input_and_checks_the_labels():
     for labels, message in bad:
         with pytest.raises(ValueError, match=message):
             model(ids, attention_mask=mask, **labels)
+
+
+@pytest.mark.parametrize("attention_type", TEXT_TYPES)
+def test_every_text_type_padded_rows_and_a_fully_padded_row(attention_type):
+    """Each row of a padded batch scores as it does alone; a row of padding only (its answer past the input:
+    no target) leaves the loss and every gradient finite."""
+    model = EfficientBertForQuestionAnswering(tiny_config(attention_type)).eval()
+    ids, mask = batch()
+    with torch.no_grad():
+        together = model(ids, attention_mask=mask)
+        for row, length in enumerate(LENGTHS):
+            alone = model(ids[row : row + 1, :length])
+            for field in ("start_logits", "end_logits"):
+                torch.testing.assert_close(
+                    together[field][row, :length], alone[field][0], atol=1e-5, rtol=1e-5
+                )
+    mask[1] = 0
+    out = model(
+        ids,
+        attention_mask=mask,
+        start_positions=torch.tensor([3, 20, 1]),
+        end_positions=torch.tensor([5, 20, 1]),
+    )
+    assert torch.isfinite(out.loss) and torch.isfinite(out.start_logits).all()
+    out.loss.backward()
+    assert_grads_finite(model)
 
 
 # ---- the pipeline ----------------------------------------------------------------------------------------
