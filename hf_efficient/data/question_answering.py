@@ -162,6 +162,11 @@ def check_answers(data: Dataset, columns: QAColumns, where: str) -> None:
                 )
 
 
+def question_ids(examples: Dataset) -> list[str]:
+    """The questions' ``id`` column, or their row numbers where there is none."""
+    return list(examples["id"]) if "id" in examples.column_names else [str(i) for i in range(len(examples))]
+
+
 def question_windows(
     examples: Dataset,
     tokenizer: PreTrainedTokenizerBase,
@@ -179,7 +184,7 @@ def question_windows(
     * else ``example_id`` (the question's ``id``, or its row) and ``offset_mapping`` (each token's characters
       in the context, None outside it), what :func:`answer_questions` reads.
     """
-    ids = examples["id"] if "id" in examples.column_names else [str(i) for i in range(len(examples))]
+    ids = question_ids(examples)
 
     def featurize(batch: dict, rows: list[int]) -> dict:
         encoded = encode_windows(
@@ -235,13 +240,13 @@ def answer_questions(
     ``null_score_diff_threshold`` (as SQuAD 2.0's official evaluation, and run_qa.py).
 
     Returns:
-        (answers ``{id: text}``, n-best ``{id: [{"text", "score", "start", "end"}...]}`` with probabilities,
+        (answers ``{id: text}``, n-best ``{id: [{"answer", "score", "start", "end", "probability"}...]}``,
         null-odds ``{id: null score - best span score}`` (SQuAD 2.0; empty otherwise)).
     """
     by_example = defaultdict(list)
     for index, example_id in enumerate(features["example_id"]):
         by_example[example_id].append(index)
-    ids = examples["id"] if "id" in examples.column_names else [str(i) for i in range(len(examples))]
+    ids = question_ids(examples)
     answers, nbest, null_odds = {}, {}, {}
     offsets = features["offset_mapping"]
     for example_id, context in zip(ids, examples[context_column], strict=True):
@@ -276,7 +281,7 @@ def squad_scores(
 ) -> dict[str, float]:
     """SQuAD's exact match and F1 of ``answers`` (``squad`` or, with ``version_2_with_negative``,
     ``squad_v2``: the shipped ``evaluate`` modules)."""
-    ids = examples["id"] if "id" in examples.column_names else [str(i) for i in range(len(examples))]
+    ids = question_ids(examples)
     predictions = [{"id": i, "prediction_text": answers[i]} for i in ids]
     if version_2_with_negative:
         predictions = [{**p, "no_answer_probability": 0.0} for p in predictions]
