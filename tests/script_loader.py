@@ -18,6 +18,7 @@ SCRIPT_NAMES = (
     "pretrain_mlm",
     "pretrain_clm",
     "finetune_glue",
+    "finetune_qa",
     "fill_mask",
     "distill_attention",
     "pretrain_mae",

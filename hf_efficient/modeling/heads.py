@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .checks import IGNORE_INDEX, check_class_labels, check_float_labels
+from .checks import IGNORE_INDEX, check_class_labels, check_float_labels, check_same_shape, checking_values
 
 
 def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -77,6 +77,50 @@ def classification_loss(
         )
     config.problem_type = problem_type
     return loss
+
+
+def span_loss(
+    owner: str,
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    start_positions: torch.Tensor | None,
+    end_positions: torch.Tensor | None,
+) -> torch.Tensor:
+    """Extractive question answering's loss, as transformers' ``BertForQuestionAnswering``: the mean of the
+    cross-entropies of the start and of the end position; a position at or past the input's n tokens (an
+    answer the window does not hold) is ignored. Where no position of the batch is scored the loss is 0, not
+    NaN (:func:`mean_cross_entropy`).
+
+    Args:
+        start_logits, end_logits: (b, n).
+        start_positions, end_positions: (b,) or (b, 1) token indices of the answer's first and last token.
+    """
+    b, n = start_logits.shape
+    if start_positions is None or end_positions is None:
+        raise ValueError(
+            f"{owner}: pass both start_positions and end_positions (the answer's first and last token), or "
+            "neither; got only " + ("start_positions." if end_positions is None else "end_positions.")
+        )
+    losses = []
+    for name, positions, logits in (
+        ("start_positions", start_positions, start_logits),
+        ("end_positions", end_positions, end_logits),
+    ):
+        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+            raise ValueError(
+                f"{owner}: {name} must be integer token indices (torch.long), got {positions.dtype}."
+            )
+        if positions.dim() > 1:
+            positions = positions.squeeze(-1)
+        check_same_shape(owner, name, positions, (b,), "(batch,) of the inputs")
+        if checking_values() and positions.numel() and int(positions.min()) < 0:
+            raise ValueError(
+                f"{owner}: {name} holds {int(positions.min())}: token indices start at 0 (the [CLS] token, "
+                f"the target of an unanswerable question); an index >= the input's {n} tokens is ignored."
+            )
+        ignored = positions.clamp(0, n) == n  # past the input: no target here
+        losses.append(mean_cross_entropy(logits, positions.masked_fill(ignored, IGNORE_INDEX)))
+    return (losses[0] + losses[1]) / 2
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

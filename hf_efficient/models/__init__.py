@@ -11,6 +11,7 @@ from transformers import (
     AutoModelForMultipleChoice,
     AutoModelForNextSentencePrediction,
     AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
@@ -30,10 +31,12 @@ from .text import (
     EfficientBertForMultipleChoice,
     EfficientBertForNextSentencePrediction,
     EfficientBertForPreTraining,
+    EfficientBertForQuestionAnswering,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
     EfficientBertModel,
 )
+from .text.question_answering import register_question_answering_pipeline
 from .vision import (
     EfficientViTConfig,
     EfficientViTForImageClassification,
@@ -62,8 +65,10 @@ _register(
         AutoModelForSequenceClassification: EfficientBertForSequenceClassification,
         AutoModelForMultipleChoice: EfficientBertForMultipleChoice,
         AutoModelForTokenClassification: EfficientBertForTokenClassification,
+        AutoModelForQuestionAnswering: EfficientBertForQuestionAnswering,
     },
 )
+register_question_answering_pipeline()  # transformers 5 removed pipeline("question-answering")
 
 _register(
     EfficientViTConfig,
@@ -97,6 +102,7 @@ __all__ = [
     "EfficientBertForMultipleChoice",
     "EfficientBertForNextSentencePrediction",
     "EfficientBertForPreTraining",
+    "EfficientBertForQuestionAnswering",
     "EfficientBertForSequenceClassification",
     "EfficientBertForTokenClassification",
     "EfficientBertModel",

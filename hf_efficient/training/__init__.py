@@ -4,9 +4,11 @@ from .arguments import (
     DataCacheArguments,
     ModelArguments,
     SampleLimitArguments,
+    TextModelArguments,
     VisionModelArguments,
     decide_phases,
     first_examples,
+    given_phase_flags,
 )
 from .callbacks import (
     OneProgressBarCallback,
@@ -63,11 +65,13 @@ from .trainer import EfficientTrainer, NonFiniteTrainingError, no_weight_decay_p
 __all__ = [
     "METRICS",
     "ModelArguments",
+    "TextModelArguments",
     "VisionModelArguments",
     "DataCacheArguments",
     "SampleLimitArguments",
     "decide_phases",
     "first_examples",
+    "given_phase_flags",
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",

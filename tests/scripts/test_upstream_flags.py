@@ -29,6 +29,10 @@ CLASSIFICATION = [*GLUE, "do_regression", "text_column_names", "text_column_deli
 CLASSIFICATION += ["validation_split_name", "test_split_name", "remove_splits", "remove_columns"]
 CLASSIFICATION += ["label_column_name", "preprocessing_num_workers", "shuffle_train_dataset", "shuffle_seed"]
 CLASSIFICATION += ["metric_name"]
+QA = [*MODEL, "tokenizer_name", "dataset_name", "dataset_config_name", "train_file", "validation_file"]
+QA += ["test_file", "overwrite_cache", "preprocessing_num_workers", "max_seq_length", "pad_to_max_length"]
+QA += ["max_train_samples", "max_eval_samples", "max_predict_samples", "version_2_with_negative"]
+QA += ["null_score_diff_threshold", "doc_stride", "n_best_size", "max_answer_length"]
 IMAGES = [*MODEL, "image_processor_name", "dataset_name", "dataset_config_name", "image_column_name"]
 IMAGES += ["train_dir", "validation_dir", "train_val_split", "max_train_samples", "max_eval_samples"]
 # The flags of each example script (besides TrainingArguments'), by the script here that stands for it.
@@ -37,6 +41,7 @@ UPSTREAM = {
     + ["pad_to_max_length"],
     "pretrain_clm": [*LANGUAGE_MODEL, *LANGUAGE_DATA, "block_size", "keep_linebreaks"],
     "finetune_glue": CLASSIFICATION,
+    "finetune_qa": QA,  # run_qa.py
     "finetune_image_classification": [*IMAGES, "model_type", "label_column_name", "ignore_mismatched_sizes"],
     "pretrain_mae": [*IMAGES, "config_overrides", "mask_ratio", "norm_pix_loss", "base_learning_rate"],
 }

@@ -94,7 +94,10 @@ def test_compute_metrics_for_trainer():
 
 
 def test_every_shipped_module_loads_by_path_with_evaluate():
-    assert METRICS == ("accuracy", "f1", "mae", "matthews_correlation", "pearson", "rmse", "spearmanr")
+    assert METRICS == (
+        *("accuracy", "f1", "mae", "matthews_correlation", "pearson", "rmse", "spearmanr"),
+        *("squad", "squad_v2"),
+    )
     for name in METRICS:
         module = evaluate.load(metric_path(name), keep_in_memory=True)
         assert isinstance(module, evaluate.Metric) and module.name == name
@@ -144,3 +147,30 @@ assert result == {"accuracy": 2 / 3, "f1": 0.8}, result
     env = {"HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1"}
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # nothing listens there: any hub request would fail
     run_python(script, env=env, cwd=tmp_path)
+
+
+def test_squad_exact_match_and_f1_by_hand():
+    """Answers normalised as SQuAD's script does (case, punctuation, articles); each question scores its best
+    reference; SQuAD 2.0 splits the questions with and without an answer, where only "" is right."""
+    references = [
+        {"id": "q1", "answers": {"text": ["The Cat"], "answer_start": [0]}},
+        {"id": "q2", "answers": {"text": ["a big red dog", "dog"], "answer_start": [3, 11]}},
+    ]
+    predictions = [{"id": "q1", "prediction_text": "cat!"}, {"id": "q2", "prediction_text": "red dog"}]
+    # q1: exact after normalisation; q2: "red dog" vs "big red dog": precision 1, recall 2/3, F1 0.8
+    assert load_metric("squad").compute(predictions=predictions, references=references) == pytest.approx(
+        {"exact_match": 50.0, "f1": 90.0}
+    )
+    references.append({"id": "q3", "answers": {"text": [], "answer_start": []}})
+    predictions = [{**p, "no_answer_probability": 0.0} for p in predictions]
+    wrong = [*predictions, {"id": "q3", "prediction_text": "the dog", "no_answer_probability": 0.0}]
+    results = load_metric("squad_v2").compute(predictions=wrong, references=references)
+    assert results == pytest.approx(
+        {"exact": 100 / 3, "f1": 60.0, "total": 3, "HasAns_exact": 50.0, "HasAns_f1": 90.0, "HasAns_total": 2}
+        | {"NoAns_exact": 0.0, "NoAns_f1": 0.0, "NoAns_total": 1}
+    )
+    right = [*predictions, {"id": "q3", "prediction_text": "", "no_answer_probability": 0.0}]
+    assert load_metric("squad_v2").compute(predictions=right, references=references)["NoAns_exact"] == 100.0
+    with pytest.raises(ValueError, match=r"No prediction for 1 question\(s\) .*, e.g. \['q3'\]"):
+        other = [*predictions, {"id": "q9", "prediction_text": "", "no_answer_probability": 0.0}]
+        load_metric("squad_v2").compute(predictions=other, references=references)

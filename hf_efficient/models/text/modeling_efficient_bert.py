@@ -19,6 +19,7 @@ from transformers.modeling_outputs import (
     MaskedLMOutput,
     MultipleChoiceModelOutput,
     NextSentencePredictorOutput,
+    QuestionAnsweringModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
@@ -45,6 +46,7 @@ from ...modeling.heads import (
     classifier_dropout,
     mean_cross_entropy,
     next_token_targets,
+    span_loss,
 )
 from ...modeling.losses import chunked_cross_entropy
 from ...modeling.pretrained import EfficientPreTrainedModel
@@ -812,4 +814,57 @@ class EfficientBertForMultipleChoice(EfficientBertPreTrainedModel):
             loss = mean_cross_entropy(logits, labels)
         return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class EfficientBertForQuestionAnswering(EfficientBertPreTrainedModel):
+    """Extractive question answering as transformers' ``BertForQuestionAnswering``: the encoder (no pooler)
+    and ``qa_outputs``, a linear map of every token to a start and an end logit. With a long-context type
+    (Longformer, BigBird) one window reads a whole document, where a 512-token BERT reads it in strided
+    windows (the question-answering pipeline's ``doc_stride``)."""
+
+    def __init__(self, config: EfficientBertConfig):
+        super().__init__(config)
+        self.bert = EfficientBertModel(config, add_pooling_layer=False)
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        global_attention_mask: torch.Tensor | None = None,
+        start_positions: torch.Tensor | None = None,
+        end_positions: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> QuestionAnsweringModelOutput:
+        """Start and end logits (b, n); with ``start_positions`` and ``end_positions`` (b,) the loss,
+        transformers' (:func:`~hf_efficient.modeling.heads.span_loss`): positions past the input are
+        ignored, and the loss is the mean of the start and the end cross-entropies."""
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            global_attention_mask=global_attention_mask,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.qa_outputs(outputs.last_hidden_state)  # (b, n, 2)
+        start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
+        loss = None
+        if start_positions is not None or end_positions is not None:
+            loss = span_loss(type(self).__name__, start_logits, end_logits, start_positions, end_positions)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
         )
