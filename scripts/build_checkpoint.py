@@ -197,15 +197,18 @@ def run_training(command: list[str]) -> dict:
 
 def extend_positions(source: Path, folder: Path, length: int) -> dict:
     """The distilled encoder with its position table copied out to ``length`` rows, saved with the
-    tokenizer."""
+    tokenizer, whose ``model_max_length`` says ``length``."""
     from hf_efficient import EfficientBertModel
+    from hf_efficient.data import match_tokenizer_to_model
     from hf_efficient.modeling.checkpoint_files import load_tokenizer
 
     model = EfficientBertModel.from_pretrained(source)
     old = model.config.max_position_embeddings
     model.resize_position_embeddings(length)
     model.save_pretrained(folder)
-    load_tokenizer(str(source)).save_pretrained(folder)
+    tokenizer = load_tokenizer(str(source))
+    match_tokenizer_to_model(tokenizer, length)  # truncation=True must cut at `length`, not MiniLM's 512
+    tokenizer.save_pretrained(folder)
     return {"positions_from": old, "positions_to": length}
 
 

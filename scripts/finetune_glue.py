@@ -31,6 +31,7 @@ from hf_efficient.data import (
     check_sequence_length,
     load_hub_task_datasets,
     load_task_datasets,
+    match_tokenizer_to_model,
     preprocess_task,
     write_predictions,
 )
@@ -208,6 +209,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.bert.resize_position_embeddings(max_length)
     check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
+    match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(
             raw, task, tokenizer, max_length, task_args.preprocessing_num_workers,

@@ -27,6 +27,7 @@ from ..data.text import (
     load_corpus_from_args,
     load_or_train_tokenizer,
     load_text_corpus,
+    match_tokenizer_to_model,
     tokenize_lines,
 )
 from .arguments import DataCacheArguments, ModelArguments, first_examples
@@ -174,6 +175,7 @@ def language_model(
     model = model_args.load_model(model_class, config_kwargs)
     if model_args.resize_position_embeddings and block_size > model.config.max_position_embeddings:
         model.base_model.resize_position_embeddings(block_size)
+    match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     return model
 
 

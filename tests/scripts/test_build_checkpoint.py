@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -167,6 +168,15 @@ def test_other_overrides_on_the_same_folder_are_refused(builder, built):
     output, overrides = built
     with pytest.raises(ValueError, match="another recipe"):
         builder.build(NAME, str(output), [*overrides, "mlm.max_steps=3"], write_card_to=None)
+
+
+def test_extended_checkpoint_saves_a_tokenizer_of_its_length(builder, tiny_bert, tmp_path):
+    """Stage 2 saves the tokenizer with the new length, so truncation=True (pipelines) cuts there, not at the
+    base tokenizer's 512."""
+    facts = builder.extend_positions(Path(tiny_bert), tmp_path / "2-extend", LONG)
+    assert facts == {"positions_from": TINY_POSITIONS, "positions_to": LONG}
+    assert AutoTokenizer.from_pretrained(tiny_bert).model_max_length == 512
+    assert AutoTokenizer.from_pretrained(tmp_path / "2-extend").model_max_length == LONG
 
 
 def test_interrupted_stage_resumes_from_its_checkpoint(builder, tmp_path):
