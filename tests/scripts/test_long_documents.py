@@ -6,6 +6,7 @@ process without hf_efficient) reads every token of a long input."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 import pytest
@@ -65,6 +66,25 @@ def test_an_empty_text_cell_is_refused_with_its_row_column_and_file(finetune_glu
     expected = r"--validation_file .*dev.csv, column 'review': row 3 \(counting data rows from 1\) holds"
     with pytest.raises(InputError, match=expected + r" no text \(empty\); 1 of the 4 rows hold none"):
         finetune_glue.main(command)
+
+
+def test_a_window_covering_every_input_is_said_once(finetune_glue, tiny_checkpoint, tmp_path, caplog):  # noqa: F811
+    """attention_window 512 over texts of a few tokens trains (the model takes short inputs), and the run's
+    info log says once that this is exact attention at extra cost; a window shorter than the texts says
+    nothing."""
+    train = reviews_csv(tmp_path / "reviews.csv", ROWS)
+    for window, run in ((512, "wide"), (2, "narrow")):
+        config = json.dumps({"attention_window": window, "global_token_indices": [0]})
+        attention = ("--attention_type", "longformer", "--attention_config", config)
+        finetune_glue.main(finetune_command(tiny_checkpoint, train, tmp_path / run, *attention))
+        said = [r.getMessage() for r in caplog.records if "covers every input" in r.getMessage()]
+        if window == 512:
+            (message,) = said
+            assert message.startswith("longformer attention covers every input: each query sees every key")
+            assert re.search(r"to 257 tokens and the longest here has [0-9]+, so this run is exact", message)
+        else:
+            assert said == []
+        caplog.clear()
 
 
 # In a process where hf_efficient cannot be imported: the user's pipeline on the fine-tuned folder, the tokens
