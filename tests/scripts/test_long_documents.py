@@ -101,12 +101,14 @@ tokenizer, model = classifier.tokenizer, classifier.model
 fed = []  # the length of every input_ids the pipeline gives the model
 model.register_forward_pre_hook(lambda _, args, kw: fed.append(kw["input_ids"].shape[1]), with_kwargs=True)
 scores = {row["label"]: row["score"] for row in classifier([text], truncation=True)[0]}
+fed_by_pipeline = list(fed)
 every_token = tokenizer(text, return_tensors="pt")
 with torch.no_grad():
     probs = model(**every_token).logits.softmax(-1)[0].tolist()
 json.dump({
     "pipeline": [scores[model.config.id2label[i]] for i in range(model.config.num_labels)], "all": probs,
-    "tokens": every_token["input_ids"].shape[1], "fed": fed, "model_max_length": tokenizer.model_max_length,
+    "tokens": every_token["input_ids"].shape[1], "fed": fed_by_pipeline,
+    "model_max_length": tokenizer.model_max_length,
     "labels": sorted(model.config.id2label.values()), "module": type(model).__module__,
     "hf_efficient_imported": any(name.split(".")[0] == "hf_efficient" for name in sys.modules),
 }, open(out, "w"))
