@@ -208,12 +208,25 @@ def add_image_processor_auto_map(save_directory: str | os.PathLike, class_refere
     return True
 
 
+def names_remote_code(config) -> bool:
+    """Whether ``config.auto_map`` names our flat remote code (``hfe_*`` modules, as
+    :func:`export_remote_code` writes them; a hub copy's ``"repo--hfe_..."`` too): a model loaded from a
+    folder that ships it (a zoo checkpoint) keeps that ``auto_map``, so every folder it is saved to must
+    carry the files it names, or ``trust_remote_code=True`` fails there on a missing ``hfe_*.py``."""
+    references = (getattr(config, "auto_map", None) or {}).values()
+    flat = [ref for value in references for ref in (value if isinstance(value, (list, tuple)) else [value])]
+    return any(str(ref).rpartition("--")[2].startswith(_PREFIX) for ref in flat if ref)
+
+
 def save_pretrained_with_remote_code(
     model, save, save_directory, is_main_process=True, state_dict=None, push_to_hub=False, **kwargs
 ):
     """``save`` (transformers' ``save_pretrained``), with our flat folder in place of transformers' copy when
-    the model or its config is registered for an Auto class; uploads afterwards, as transformers does."""
-    if not (auto_class_of(type(model)) or auto_class_of(type(model.config))):
+    the model or its config is registered for an Auto class, or its config's ``auto_map`` already names the
+    flat files (:func:`names_remote_code`: a model fine-tuned from a checkpoint that ships them); uploads
+    afterwards, as transformers does."""
+    registered = auto_class_of(type(model)) or auto_class_of(type(model.config))
+    if not (registered or names_remote_code(model.config)):
         return save(save_directory, is_main_process, state_dict, push_to_hub=push_to_hub, **kwargs)
     hub_keys = ("repo_id", "commit_message", "create_pr", "private", "token")
     hub_kwargs = {key: kwargs.pop(key) for key in hub_keys if key in kwargs}

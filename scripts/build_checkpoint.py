@@ -7,7 +7,9 @@
 
 A recipe (``configs/zoo/<NAME>.json``) names the attention (``attention_type``, ``attention_config``), the
 target ``max_position_embeddings`` and the budget of each stage. ``build`` runs the stages in order, each in
-its own subfolder of ``--output_dir`` (default ``runs/zoo/<NAME>``) that ends with a ``DONE.json`` marker:
+its own subfolder of ``--output_dir`` (default ``runs/zoo/<NAME>``, the length in NAME replaced by the
+positions the build holds: ``--set max_position_embeddings=1024`` builds ``minilm-l6-longformer-1024``; an
+``--output_dir`` whose name ends in another length is refused) that ends with a ``DONE.json`` marker:
 
 1. ``1-distill``: attention distillation at 512 tokens (``scripts/distill_attention.py``): the student is
    MiniLM's weights with the recipe's attention, trained to reproduce the hidden states of MiniLM with its
@@ -48,6 +50,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -111,6 +114,35 @@ def load_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
         node[leaf] = value
     recipe["name"] = name
     return recipe
+
+
+def checkpoint_name(recipe: dict) -> str:
+    """The name of what the build makes: the recipe's, its length replaced by the positions it holds
+    (``minilm-l6-longformer-4096`` built with ``--set max_position_embeddings=1024``:
+    ``minilm-l6-longformer-1024``), so that neither the folder nor the card claims 4,096 tokens it lacks."""
+    return f"{re.sub(r'-[0-9]+$', '', recipe['name'])}-{recipe['max_position_embeddings']}"
+
+
+def output_folder(recipe: dict, output_dir: str | None) -> Path:
+    """``--output_dir``, else ``runs/zoo/<checkpoint_name>``.
+
+    Raises:
+        InputError: ``--output_dir``'s name ends in a length (``-4096``) other than the positions built.
+    """
+    from hf_efficient.errors import InputError
+
+    name, positions = checkpoint_name(recipe), recipe["max_position_embeddings"]
+    if output_dir is None:
+        return Path("runs/zoo") / name
+    folder = Path(output_dir)
+    claimed = re.search(r"-([0-9]+)$", folder.name)
+    if claimed and int(claimed.group(1)) != positions:
+        raise InputError(
+            f"--output_dir {output_dir}: its name says {claimed.group(1)} tokens, but this build holds "
+            f"{positions} positions (max_position_embeddings); name the folder by what it holds, e.g. "
+            f"--output_dir {folder.with_name(name)}, or leave --output_dir out (runs/zoo/{name})."
+        )
+    return folder
 
 
 def base_model_path(recipe: dict) -> str:
@@ -197,15 +229,18 @@ def run_training(command: list[str]) -> dict:
 
 def extend_positions(source: Path, folder: Path, length: int) -> dict:
     """The distilled encoder with its position table copied out to ``length`` rows, saved with the
-    tokenizer."""
+    tokenizer, whose ``model_max_length`` says ``length``."""
     from hf_efficient import EfficientBertModel
+    from hf_efficient.data import match_tokenizer_to_model
     from hf_efficient.modeling.checkpoint_files import load_tokenizer
 
     model = EfficientBertModel.from_pretrained(source)
     old = model.config.max_position_embeddings
     model.resize_position_embeddings(length)
     model.save_pretrained(folder)
-    load_tokenizer(str(source)).save_pretrained(folder)
+    tokenizer = load_tokenizer(str(source))
+    match_tokenizer_to_model(tokenizer, length)  # truncation=True must cut at `length`, not MiniLM's 512
+    tokenizer.save_pretrained(folder)
     return {"positions_from": old, "positions_to": length}
 
 
@@ -282,7 +317,7 @@ def evaluate(recipe: dict, model_dir: Path, folder: Path) -> dict:
         )
         blocks = blocks.select(range(min(len(blocks), max(1, settings["tokens"] // length))))
         batch = max(1, settings["batch_tokens"] // length)
-        runs = [(recipe["name"], model.config.attention_type, model)]
+        runs = [(checkpoint_name(recipe), model.config.attention_type, model)]
         if length <= teacher_positions:
             runs.append(("all-MiniLM-L6-v2 encoder + this MLM head (reference)", "full", reference))
         for name, attention, evaluated in runs:
@@ -397,7 +432,7 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
             "same --output_dir."
         )
     recipe = json.loads((output_dir / "recipe.json").read_text())
-    name, final = recipe["name"], output_dir / "final"
+    name, final = checkpoint_name(recipe), output_dir / "final"
     markers = {stage: json.loads((stage_dir(output_dir, stage) / MARKER).read_text()) for stage in STAGES}
     results = json.loads((stage_dir(output_dir, "4-evaluate") / RESULTS).read_text())
     model = EfficientBertForMaskedLM.from_pretrained(final)
@@ -484,7 +519,7 @@ def build(name: str, output_dir: str | None, overrides: list[str], write_card_to
     import torch
 
     recipe = load_recipe(name, overrides)
-    output = Path(output_dir or f"runs/zoo/{name}")
+    output = output_folder(recipe, output_dir)
     saved = output / "recipe.json"
     if saved.exists():
         earlier = json.loads(saved.read_text())
@@ -526,7 +561,7 @@ def build(name: str, output_dir: str | None, overrides: list[str], write_card_to
         run_stage(folders[stage], works[stage])
     assemble_final(output)
     card = render_card(output, write_card_to)
-    print(f"{name}: built in {output / 'final'} (card {card})", flush=True)
+    print(f"{checkpoint_name(recipe)}: built in {output / 'final'} (card {card})", flush=True)
     return output / "final"
 
 
@@ -551,8 +586,8 @@ def main(args: list[str] | None = None) -> None:
     elif parsed.command == "build":
         build(parsed.name, parsed.output_dir, parsed.overrides, parsed.write_card_to)
     else:
-        load_recipe(parsed.name)  # an unknown name: the error lists the names
-        output = Path(parsed.output_dir or f"runs/zoo/{parsed.name}")
+        recipe = load_recipe(parsed.name)  # an unknown name: the error lists the names
+        output = Path(parsed.output_dir) if parsed.output_dir else output_folder(recipe, None)
         print(render_card(output, parsed.write_card_to))
 
 

@@ -31,6 +31,7 @@ from hf_efficient.data import (
     check_sequence_length,
     load_hub_task_datasets,
     load_task_datasets,
+    match_tokenizer_to_model,
     preprocess_task,
     write_predictions,
 )
@@ -48,6 +49,7 @@ from hf_efficient.training import (
     evaluate_and_save,
     finish_run,
     first_examples,
+    note_exact_attention,
     predictions_from_logits,
     random_state_callbacks,
     setup_run,
@@ -175,6 +177,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.bert.resize_position_embeddings(max_length)
     check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
+    match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(
             raw, task, tokenizer, max_length, task_args.preprocessing_num_workers,
@@ -209,9 +212,11 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     logger.info("task %s, %d training rows, %s attention", task.name, len(train or []), attention)
     efficiency = None
     if train is not None:
+        lengths = [len(ids) for ids in train["input_ids"]]
+        if lengths:  # none: train_and_save refuses the empty training set
+            note_exact_attention(model, max(lengths))
         train_result = train_and_save(trainer)
-        mean_length = float(np.mean([len(ids) for ids in train["input_ids"]]))
-        efficiency = efficiency_metrics(train_result.metrics, mean_length)
+        efficiency = efficiency_metrics(train_result.metrics, float(np.mean(lengths)))
     eval_metrics: dict[str, float] = {}
     for split, dataset in evals.items():
         prefix = "eval" if len(evals) == 1 else f"eval_{split}"  # MNLI: matched and mismatched

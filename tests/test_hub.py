@@ -13,10 +13,12 @@ Not covered: real authentication (the local hub accepts any token), LFS/Xet tran
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
-from hf_efficient import EfficientBertForMaskedLM
+from hf_efficient import EfficientBertForMaskedLM, EfficientBertForSequenceClassification
 from hf_efficient.hub import export_remote_code
 
 from .hub_server import LocalHub
@@ -139,6 +141,24 @@ def test_register_for_auto_class_save_writes_the_same_folder(reference, tmp_path
     assert (tmp_path / "registered" / "model.safetensors").exists()
     for name in [*python, "config.json"]:
         assert (tmp_path / "exported" / name).read_text() == (tmp_path / "registered" / name).read_text()
+
+
+def test_a_model_loaded_from_a_remote_code_folder_saves_the_code_its_auto_map_names(reference, tmp_path):
+    """A classifier fine-tuned from a checkpoint that ships remote code (a zoo folder) keeps its auto_map:
+    the folder it is saved to must hold every file that auto_map names (issue 57: a fine-tuned zoo model
+    failed with trust_remote_code, "does not appear to have a file named hfe_...")."""
+    model, _, _ = reference
+    model.save_pretrained(tmp_path / "zoo")
+    export_remote_code(model, tmp_path / "zoo")  # the code beside the weights, as a zoo folder holds it
+    tuned = EfficientBertForSequenceClassification.from_pretrained(tmp_path / "zoo", num_labels=3)
+    tuned.save_pretrained(tmp_path / "tuned")  # no register_for_auto_class, no --hub_remote_code
+    auto_map = json.loads((tmp_path / "tuned" / "config.json").read_text())["auto_map"]
+    assert "AutoModelForSequenceClassification" in auto_map and "AutoModelForMaskedLM" in auto_map
+    for reference_name in auto_map.values():
+        assert (tmp_path / "tuned" / f"{reference_name.rpartition('.')[0]}.py").is_file(), reference_name
+    plain = EfficientBertForSequenceClassification(tuned.config.__class__(**tiny_config("full").to_dict()))
+    plain.save_pretrained(tmp_path / "plain")  # a config without auto_map: no python files
+    assert not list((tmp_path / "plain").glob("*.py"))
 
 
 @pytest.mark.slow  # three fresh interpreters and a local hub server

@@ -304,6 +304,14 @@ class AttentionCore(nn.Module):
         from inside ``forward``.
         """
 
+    def covered_length(self) -> int | None:
+        """The longest input this core, as configured, covers whole: up to this many tokens every query sees
+        every key, so the result is exact softmax attention, computed at the extra cost of the pattern (a
+        Longformer window wider than the text). The scripts say so once when every input of a run is that
+        short; the model accepts such inputs (a long-context checkpoint reads short texts too). None (the
+        default): no such length, the core is exact at every length or approximates at every length."""
+        return None
+
     def tracing_blocker(self) -> str | None:
         """Why this core, as configured, cannot be traced by ``torch.export`` / ``torch.compile``, with the
         fix; None when it can (the default). Cores compute in one piece while tracing (no Python branch on

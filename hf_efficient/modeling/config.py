@@ -56,6 +56,9 @@ class EfficientEncoderConfig(PreTrainedConfig):
     modality: ClassVar[str] = "text"
     # Checkpoint model types whose weights map onto this architecture without renaming.
     compatible_model_types: ClassVar[tuple[str, ...]] = ()
+    # Fields that fix the shapes of a checkpoint's weights: overriding one of them when loading a checkpoint
+    # makes its weights not fit (``ModelArguments.load_model`` says so before transformers' load report).
+    weight_shape_fields: ClassVar[tuple[str, ...]] = ("hidden_size", "intermediate_size")
 
     attention_type: str = "full"
     attention_config: dict | None = None

@@ -117,8 +117,36 @@ class ModelArguments(RandomStateArguments):
             config = model_class.config_class(**config_kwargs)
         if self.model_name_or_path is None:
             return model_class(config)
+        if self.config_name is None and not self.ignore_mismatched_sizes:
+            self.check_weight_shapes(model_class.config_class, config_kwargs)
         overrides = {"config": config} if self.config_name is not None else config_kwargs
         return model_class.from_pretrained(self.model_name_or_path, **overrides, **self.model_kwargs())
+
+    def check_weight_shapes(self, config_class: type, config_kwargs: dict[str, Any]) -> None:
+        """Refuse model settings that override the checkpoint's sizes (``config_class.weight_shape_fields``:
+        a ``--config`` for 28-pixel, 1-channel images over a 32-pixel, 3-channel MAE), so that its weights
+        would not fit: said here, with both values and the fix, instead of transformers' load report and
+        "You set `ignore_mismatched_sizes` to `False`".
+
+        Raises:
+            InputError: naming the fields, the checkpoint's values and the settings' values.
+        """
+        fields = [name for name in config_class.weight_shape_fields if name in config_kwargs]
+        if not fields:
+            return
+        checkpoint = config_class.from_pretrained(self.model_name_or_path, **self.download_kwargs())
+        differ = [name for name in fields if getattr(checkpoint, name, None) != config_kwargs[name]]
+        if differ:
+            theirs = ", ".join(f"{name}={getattr(checkpoint, name, None)}" for name in differ)
+            ours = ", ".join(f"{name}={config_kwargs[name]}" for name in differ)
+            raise InputError(
+                f"--model_name_or_path {self.model_name_or_path} has {theirs}, but the model settings "
+                f"(--config's model section, --config_overrides) set {ours}, and they override the "
+                "checkpoint's config, so its weights would not fit. Use a --config of the checkpoint's sizes "
+                f"(or one without {', '.join(differ)}: the checkpoint's values are kept, and inputs are "
+                "prepared for them), or pass --ignore_mismatched_sizes to train the weights they shape "
+                "afresh."
+            )
 
 
 @dataclass

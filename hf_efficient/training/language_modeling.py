@@ -27,11 +27,18 @@ from ..data.text import (
     load_corpus_from_args,
     load_or_train_tokenizer,
     load_text_corpus,
+    match_tokenizer_to_model,
     tokenize_lines,
 )
 from .arguments import DataCacheArguments, ModelArguments, first_examples
 from .model_card import efficiency_metrics
-from .run import finish_run, random_state_callbacks, random_state_settings, train_and_save
+from .run import (
+    finish_run,
+    note_exact_attention,
+    random_state_callbacks,
+    random_state_settings,
+    train_and_save,
+)
 from .trainer import EfficientTrainer
 
 logger = logging.getLogger(__name__)
@@ -174,6 +181,7 @@ def language_model(
     model = model_args.load_model(model_class, config_kwargs)
     if model_args.resize_position_embeddings and block_size > model.config.max_position_embeddings:
         model.base_model.resize_position_embeddings(block_size)
+    match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     return model
 
 
@@ -288,6 +296,8 @@ def pretrain_language_model(
         "%s blocks of %d tokens, attention %s, %s parameters", count(train_blocks), data_args.block_size,
         model.config.attention_type, f"{model.num_parameters():,}",
     )  # fmt: skip
+    if training_args.do_train:  # every block is block_size tokens (line_by_line rows: at most that)
+        note_exact_attention(model, data_args.block_size)
     train_result = train_and_save(trainer) if training_args.do_train else None
     if trainer.is_world_process_zero():
         write_data_settings(

@@ -19,6 +19,7 @@ from .distributed import enable_cpu_ddp_if_launched, has_accelerator
 from .model_card import build_model_card, efficiency_metrics, save_model_card
 from .output_dir import claim_output_dir
 
+logger = logging.getLogger(__name__)
 # Loggers whose INFO records the scripts show: this package's and the script's own (run as a file).
 SCRIPT_LOGGERS = ("hf_efficient", "__main__")
 # Flags of the scripts that name a checkpoint, config, tokenizer or image processor folder (or a hub id).
@@ -122,6 +123,29 @@ def random_state_settings(
         "random_state_redraw_steps": arguments.random_state_redraw_steps,
         "random_state_fixed_final_fraction": arguments.random_state_fixed_final_fraction,
     }
+
+
+def note_exact_attention(model: nn.Module, longest: int) -> None:
+    """Say once per attention type, in the run's info log, when its pattern covers every input of the run
+    (the cores' ``covered_length()``: a Longformer window of 512 over texts of at most 64 tokens): every query
+    then sees every key, so the run computes exact attention at the extra cost of the pattern. Not refused:
+    a long-context checkpoint is fine-tuned and used on short texts too.
+
+    Args:
+        longest: the most tokens of any input of the run.
+    """
+    covering: dict[str, int] = {}
+    for core in model.attention_cores():
+        reach = core.covered_length()
+        if reach is not None and reach >= longest:
+            covering.setdefault(core.attention_type, reach)
+    for attention_type, reach in covering.items():
+        logger.info(
+            "%s attention covers every input: each query sees every key of inputs up to %d tokens and the "
+            "longest here has %d, so this run is exact attention at the extra cost of the pattern (full "
+            "attention computes the same faster; a smaller window or block keeps it sparse)",
+            attention_type, reach, longest,
+        )  # fmt: skip
 
 
 def train_and_save(trainer: Trainer) -> TrainOutput:

@@ -15,7 +15,7 @@ import hf_efficient
 from hf_efficient.attention import AttentionInputs, AttentionSpec, build_attention, get_attention_class
 
 from . import contract
-from .helpers import make_core, make_qkv
+from .helpers import make_core, make_qkv, reference_attention
 
 ALL_TYPES = hf_efficient.list_attention_types()
 EQUIVARIANT_TYPES = [t for t in ALL_TYPES if get_attention_class(t).capabilities.permutation_equivariant]
@@ -154,3 +154,33 @@ def test_docs_attention_table_is_the_registry_table(page):
         cls = get_attention_class(name)
         assert cls.paper and cls.cost and cls.summary, f"{name} lacks a fact the table shows"
         assert f"| `{name}` | {cls.paper} | {cls.cost} |" in text
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_a_covered_length_is_exact_attention(attention_type, causal):
+    """A core that declares ``covered_length()`` computes exact softmax attention on inputs of that length
+    (what the scripts tell a run whose inputs are all that short); one declaring none is not checked."""
+    cls = get_attention_class(attention_type)
+    if causal and not cls.capabilities.causal or "text" not in cls.capabilities.modalities:
+        pytest.skip(f"{attention_type} has no {'causal' if causal else 'text'} form")
+    core = make_core(attention_type, causal=causal)
+    n = core.covered_length()
+    if n is None:
+        return
+    q, k, v = make_qkv(n=n)
+    expected = reference_attention(q, k, v, causal=causal).float()
+    torch.testing.assert_close(core(q, k, v, is_causal=causal).output, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_covered_lengths_of_windows_and_blocks():
+    """Longformer covers w/2 + 1 tokens (w + 1 causal, none dilated), one token more is no longer exact;
+    BigBird covers its global blocks."""
+    assert make_core("longformer", attention_window=512).covered_length() == 257
+    assert make_core("longformer", causal=True, attention_window=8).covered_length() == 9
+    assert make_core("longformer", attention_window=8, attention_dilation=2).covered_length() is None
+    assert make_core("bigbird", block_size=16).covered_length() == 32
+    assert make_core("full").covered_length() is None and make_core("performer").covered_length() is None
+    core = make_core("longformer", attention_window=8, global_token_indices=[])
+    q, k, v = make_qkv(n=6)
+    assert not torch.allclose(core(q, k, v).output, reference_attention(q, k, v).float(), atol=1e-3)

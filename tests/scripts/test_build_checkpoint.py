@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertModel
 
 from hf_efficient import EfficientBertForMaskedLM, EfficientBertModel
+from hf_efficient.errors import InputError
 
 from ..models.text.helpers import MINILM
 from ..processes import BLOCK_HF_EFFICIENT, run_python
@@ -19,6 +21,7 @@ from ..script_loader import load_script
 
 NAME = "minilm-l6-longformer-4096"
 TINY_POSITIONS, LONG = 64, 128
+BUILT = f"minilm-l6-longformer-{LONG}"  # the recipe at LONG positions: what the folder and card are named
 
 
 def small_budget(base_model: str, long: int, short: int, texts: int = 40) -> list[str]:
@@ -65,7 +68,7 @@ def tiny_bert(tmp_path_factory) -> str:
 @pytest.fixture(scope="module")
 def built(builder, tiny_bert, tmp_path_factory):
     """(output folder, overrides) of a finished tiny build."""
-    output = tmp_path_factory.mktemp("zoo") / NAME
+    output = tmp_path_factory.mktemp("zoo") / BUILT
     overrides = small_budget(tiny_bert, LONG, 32)
     builder.build(NAME, str(output), overrides, write_card_to=None)
     return output, overrides
@@ -118,7 +121,8 @@ def test_card_holds_the_measured_numbers(built):
     results = json.loads((output / "4-evaluate" / "results.json").read_text())
     card = (output / "final" / "README.md").read_text()
     lengths = {(row["model"], row["length"]) for row in results["rows"]}
-    assert lengths == {(NAME, 32), (NAME, LONG), ("all-MiniLM-L6-v2 encoder + this MLM head (reference)", 32)}
+    reference = "all-MiniLM-L6-v2 encoder + this MLM head (reference)"
+    assert lengths == {(BUILT, 32), (BUILT, LONG), (reference, 32)}
     for row in results["rows"]:
         assert f"{row['loss']:.4f}" in card and f"{row['perplexity']:.2f}" in card
     assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
@@ -159,7 +163,7 @@ def test_card_subcommand_rerenders_with_extra_results(builder, built, tmp_path):
     builder.main(["card", NAME, "--output_dir", str(output), "--write_card_to", str(tmp_path)])
     card = (output / "final" / "README.md").read_text()
     assert "Long-document classification" in card and "0.8765" in card
-    assert (tmp_path / f"{NAME}.md").read_text() == card
+    assert (tmp_path / f"{BUILT}.md").read_text() == card
 
 
 @pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
@@ -167,6 +171,27 @@ def test_other_overrides_on_the_same_folder_are_refused(builder, built):
     output, overrides = built
     with pytest.raises(ValueError, match="another recipe"):
         builder.build(NAME, str(output), [*overrides, "mlm.max_steps=3"], write_card_to=None)
+
+
+def test_extended_checkpoint_saves_a_tokenizer_of_its_length(builder, tiny_bert, tmp_path):
+    """Stage 2 saves the tokenizer with the new length, so truncation=True (pipelines) cuts there, not at the
+    base tokenizer's 512."""
+    facts = builder.extend_positions(Path(tiny_bert), tmp_path / "2-extend", LONG)
+    assert facts == {"positions_from": TINY_POSITIONS, "positions_to": LONG}
+    assert AutoTokenizer.from_pretrained(tiny_bert).model_max_length == 512
+    assert AutoTokenizer.from_pretrained(tmp_path / "2-extend").model_max_length == LONG
+
+
+def test_the_folder_is_named_by_the_positions_it_holds(builder, tmp_path):
+    """A build at 1,024 positions goes to runs/zoo/minilm-l6-longformer-1024 by default; a folder named -4096
+    for it is refused before any stage runs (issue 57: a -4096 folder held 1,024 positions)."""
+    recipe = builder.load_recipe(NAME, ["max_position_embeddings=1024"])
+    assert builder.output_folder(recipe, None) == Path("runs/zoo/minilm-l6-longformer-1024")
+    assert builder.output_folder(builder.load_recipe(NAME), None) == Path(f"runs/zoo/{NAME}")
+    assert builder.output_folder(recipe, str(tmp_path / "mine")) == tmp_path / "mine"
+    with pytest.raises(InputError, match=r"its name says 4096 tokens, but this build holds 1024 positions"):
+        builder.build(NAME, str(tmp_path / NAME), ["max_position_embeddings=1024"], write_card_to=None)
+    assert not (tmp_path / NAME).exists()
 
 
 def test_interrupted_stage_resumes_from_its_checkpoint(builder, tmp_path):
@@ -198,7 +223,7 @@ def test_every_recipe_names_five_attentions_at_4096(builder):
 @pytest.mark.slow
 def test_minilm_smoke_build(builder, tmp_path):
     """The real MiniLM through every stage: two steps each, blocks of 64 and 1024 tokens."""
-    output = tmp_path / NAME
+    output = tmp_path / "minilm-l6-longformer-1024"
     overrides = small_budget("all-MiniLM-L6-v2", 1024, 64, texts=120)
     builder.build(NAME, str(output), overrides, write_card_to=None)
     model = EfficientBertForMaskedLM.from_pretrained(output / "final")

@@ -18,11 +18,17 @@ import torch
 from transformers import HfArgumentParser, ViTConfig, ViTForImageClassification, pipeline
 
 import hf_efficient
-from hf_efficient import EfficientViTConfig, EfficientViTImageProcessor, validate_attention_config
+from hf_efficient import (
+    EfficientViTConfig,
+    EfficientViTImageProcessor,
+    EfficientViTMAEForPreTraining,
+    validate_attention_config,
+)
 from hf_efficient.data import (
     load_digits_dataset,
     load_fashion_mnist,
 )
+from hf_efficient.errors import InputError
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
 from ..models.helpers import CONFIG_ERRORS
@@ -220,6 +226,24 @@ def test_script_errors_are_clear(pretrain_mae, finetune_image_classification, tm
         finetune_image_classification.main(run_args(tmp_path, "--attention_type", "graph_sparse"))
     with pytest.raises(ValueError, match=r"swin_window attends by 2-D patch position"):
         pretrain_mae.main(run_args(tmp_path, "--attention_type", "swin_window"))
+
+
+def test_a_config_of_other_image_sizes_than_the_checkpoint_is_refused(
+    finetune_image_classification, tmp_path
+):
+    """docs/vision.md's MAE -> classifier pattern over an MAE of 32-pixel, 3-channel images with a --config
+    of 8-pixel grey ones: one error naming both values and the fix, before transformers' load report (issue
+    57); --ignore_mismatched_sizes starts those weights afresh and trains."""
+    sizes = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    config = EfficientViTConfig(image_size=32, num_channels=3, patch_size=2, **sizes)
+    EfficientViTMAEForPreTraining(config).save_pretrained(tmp_path / "mae")
+    args = run_args(tmp_path / "run", "--model_name_or_path", str(tmp_path / "mae"), "--max_steps", "1")
+    with pytest.raises(InputError, match=r"mae has image_size=32, num_channels=3, but the model settings "
+                       r"\(--config's model section, --config_overrides\) set image_size=8, num_channels=1.*"
+                       r"pass --ignore_mismatched_sizes"):  # fmt: skip
+        finetune_image_classification.main(args)
+    finetune_image_classification.main([*args, "--ignore_mismatched_sizes", "--max_eval_samples", "8"])
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["image_size"] == 8
 
 
 @pytest.mark.parametrize("name", ["pretrain_mae", "finetune_image_classification"])

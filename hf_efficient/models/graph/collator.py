@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...errors import InputError
+from .configuration_efficient_graph import STRUCTURAL_INPUTS
 from .records import check_graph_record
 
 # Per-node / per-pair columns from hf_efficient.data.graph_transforms -> padding value.
@@ -171,9 +173,12 @@ class GraphCollator:
             return [name for name in PADDING if first.get(name) is not None]
         for name in self.columns:
             if first.get(name) is None:
-                raise ValueError(
+                transform = STRUCTURAL_INPUTS[name][1]
+                raise InputError(
                     f"The model reads {name} but the records lack it; add it with "
-                    "hf_efficient.data.graph_transforms (dataset.map)."
+                    f"hf_efficient.data.graph_transforms.{transform}, once per record: "
+                    f"`from hf_efficient.data.graph_transforms import {transform}`, then "
+                    f"`dataset = dataset.map({transform})` before collating."
                 )
         return list(self.columns)
 

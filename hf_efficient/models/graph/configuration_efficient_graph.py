@@ -84,6 +84,13 @@ class EfficientGraphConfig(EfficientEncoderConfig):
 
     model_type = "efficient_graph"
     modality = "graph"
+    weight_shape_fields = (
+        "node_feature_dim",
+        "node_vocab_size",
+        "edge_dim",
+        "hidden_size",
+        "intermediate_size",
+    )
 
     hidden_size: int = 128
     num_hidden_layers: int = 4

@@ -25,6 +25,9 @@ class EfficientBertConfig(EfficientEncoderConfig):
     model_type = "efficient_bert"
     modality = "text"
     compatible_model_types = ("bert",)
+    weight_shape_fields = (
+        "vocab_size", "hidden_size", "intermediate_size", "max_position_embeddings", "type_vocab_size",
+    )  # fmt: skip
 
     vocab_size: int = 30522
     hidden_size: int = 768

@@ -25,6 +25,7 @@ class EfficientViTConfig(EfficientEncoderConfig):
     model_type = "efficient_vit"
     modality = "vision"
     compatible_model_types = ("vit", "vit_mae")
+    weight_shape_fields = ("image_size", "patch_size", "num_channels", "hidden_size", "intermediate_size")
 
     image_size: int = 224
     patch_size: int = 16

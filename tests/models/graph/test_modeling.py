@@ -39,6 +39,7 @@ from hf_efficient.data.graph_transforms import (
     random_node_features,
     shortest_path_distances,
 )
+from hf_efficient.errors import InputError
 from hf_efficient.models.graph.graphormer import GraphormerAttentionBias
 from hf_efficient.models.graph.modeling_efficient_graph import _with_virtual_token
 
@@ -509,8 +510,10 @@ def test_collator_errors():
         collate([{**records[2], "edge_attr": [[0.0, 0.0]] * 2}])
     with pytest.raises(ValueError, match="node_feat has 3 rows"):
         collate([{**records[2], "node_feat": [[0.0] * 3] * 3}])
-    with pytest.raises(ValueError, match="records lack it"):
+    with pytest.raises(InputError, match=r"add it with hf_efficient.data.graph_transforms.shortest_path_d"):
         GraphCollator.for_config(tiny_config(graph_bias="graphormer"))([{**records[2], "spatial_pos": None}])
+    with pytest.raises(InputError, match=r"dataset.map\(node_degrees\)"):  # the function and its call
+        GraphCollator.for_config(tiny_config(max_degree=8))([{**records[2], "in_degree": None}])
     with pytest.raises(ValueError, match="label_level='node'"):
         collate([{**records[2], "y": [0, 1, 0, 1]}, records[1]])
     with pytest.raises(ValueError, match="spatial_pos has shape"):
