@@ -225,3 +225,19 @@ def test_encoder_states_are_checked():
         InputError, match=r"encoder_attention_mask must have shape .* \(2, 9\) .* got \(2, 8\)"
     ):
         decoder(ids, encoder_hidden_states=states, encoder_attention_mask=mask[:, :8])
+
+
+def test_a_saved_bert2bert_loads_with_its_cross_attention(tmp_path):
+    """save_pretrained / EncoderDecoderModel.from_pretrained keep the cross-attention type, its random state
+    (performer's features) and every weight: the same logits."""
+    model = bert2bert("rfa", "performer").eval()
+    model.save_pretrained(tmp_path)
+    loaded = EncoderDecoderModel.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded.decoder, EfficientBertForCausalLM)
+    assert loaded.decoder.config.cross_attention_type == "performer"
+    ids, mask = encoder_batch()
+    decoder_ids = torch.randint(5, VOCAB, (2, 4))
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+        got = loaded(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
