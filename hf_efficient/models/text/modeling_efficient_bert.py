@@ -333,7 +333,16 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
                     "windows) besides keys and values. generate() makes the right one when given none."
                 )
             return cache
-        use_cache = self.config.use_cache if use_cache is None else use_cache
+        # A layer recomputed in backward (gradient checkpointing) would fill a cache twice (and read the
+        # encoder's keys from it the second time): training so makes none.
+        recomputed = self.training and self.is_gradient_checkpointing
+        if use_cache and recomputed:
+            raise InputError(
+                f"{type(self).__name__}: use_cache=True cannot be combined with gradient checkpointing in "
+                "training (recomputed layers would update the cache twice). Pass use_cache=False, or call "
+                "model.eval() / model.gradient_checkpointing_disable() to generate."
+            )
+        use_cache = self.config.use_cache and not recomputed if use_cache is None else use_cache
         if not use_cache:
             return None
         return EncoderDecoderCache(self.new_cache(), DynamicCache()) if cross else self.new_cache()

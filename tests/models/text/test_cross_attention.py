@@ -16,7 +16,7 @@ import hf_efficient
 from hf_efficient import EfficientBertConfig, EfficientBertForCausalLM, EfficientBertModel, EfficientCache
 from hf_efficient.errors import InputError
 
-from ..helpers import CONFIG_ERRORS
+from ..helpers import CONFIG_ERRORS, assert_same_gradients, enable_gradient_checkpointing
 from .helpers import TINY_BERT, VOCAB, assert_close_real, tiny_causal_config, tiny_config
 
 CROSS_TYPES = hf_efficient.cross_attention_types("text")
@@ -241,3 +241,23 @@ def test_a_saved_bert2bert_loads_with_its_cross_attention(tmp_path):
         expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
         got = loaded(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    """EncoderDecoderModel gives the decoder no labels, so training would make a cache by default; recomputed
+    layers must not fill one (nor read the encoder's keys from it): the gradients equal plain ones."""
+    torch.manual_seed(0)
+    model = bert2bert("linear", "full", **NO_DROPOUT).train()
+    ids, mask = encoder_batch()
+    labels = torch.randint(5, VOCAB, (2, 5))
+
+    def gradients():
+        model.zero_grad()
+        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+        return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    plain = gradients()
+    enable_gradient_checkpointing(model)
+    assert_same_gradients(gradients(), plain)
+    with pytest.raises(InputError, match="use_cache=True cannot be combined with gradient checkpointing"):
+        model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=True)
