@@ -54,9 +54,12 @@ def test_identical_keys_average_the_real_values_as_exact_attention(attention_typ
     phi(q)^T phi(k): the output is the mean of the real values, whatever the queries (eps ~ 0: the kernelized
     normaliser's guard is the only other difference)."""
     q, _, v, mask = queries_and_keys()
-    k = torch.randn(1, HEADS, 1, HEAD_DIM).expand(2, HEADS, 11, HEAD_DIM).contiguous()
+    k = torch.randn(1, HEADS, 1, HEAD_DIM, generator=torch.Generator().manual_seed(1))
+    k = k.expand(2, HEADS, 11, HEAD_DIM).contiguous()  # one key, 11 times
     no_guard = (
-        {"eps": 1e-12} if "eps" in ATTENTION_REGISTRY[attention_type].config_class.__dataclass_fields__ else {}
+        {"eps": 1e-12}
+        if "eps" in ATTENTION_REGISTRY[attention_type].config_class.__dataclass_fields__
+        else {}
     )
     out = cross_core(attention_type, **no_guard)(q, k, v, attention_mask=mask).output
     torch.testing.assert_close(out.double(), reference_attention(q, k, v, mask), atol=1e-5, rtol=1e-4)

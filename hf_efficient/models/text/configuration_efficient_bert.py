@@ -16,7 +16,9 @@ class EfficientBertConfig(EfficientEncoderConfig):
 
     BERT's own fields keep their names and defaults, so a BERT ``config.json`` loads as an
     ``EfficientBertConfig`` (with ``attention_type="full"`` unless given). ``is_decoder=True`` makes it a
-    causal language model (:class:`EfficientBertForCausalLM`), as BERT's ``BertLMHeadModel``.
+    causal language model (:class:`EfficientBertForCausalLM`), as BERT's ``BertLMHeadModel``; with
+    ``add_cross_attention=True`` too, the decoder of an ``EncoderDecoderModel`` (its cross-attention of
+    ``cross_attention_type``, exact by default).
 
     Example:
         >>> config = EfficientBertConfig(

@@ -479,6 +479,10 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
     ``longformer`` (the last w keys). Greedy search, sampling and beam search work as with any transformers
     model; assisted generation, which rolls a cache back, is refused for recurrent and windowed states.
 
+    With ``add_cross_attention=True`` every layer also attends to an encoder's states
+    (``encoder_hidden_states``; BERT's ``crossattention``, of ``config.cross_attention_type``): the decoder of
+    a bert2bert ``EncoderDecoderModel``, whose cache is then transformers' ``EncoderDecoderCache``.
+
     Example:
         >>> config = EfficientBertConfig(is_decoder=True, attention_type="linear", vocab_size=8000)
         >>> model = EfficientBertForCausalLM(config)
