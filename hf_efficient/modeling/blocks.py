@@ -108,16 +108,15 @@ class EfficientSelfAttention(nn.Module):
 
 @dataclass(frozen=True)
 class CrossAttentionInputs:
-    """What the cross-attention of every decoder layer reads, built once per forward by the model.
+    """What the cross-attention of every decoder layer reads besides the encoder's states (which travel as a
+    positional tensor, so that reentrant gradient checkpointing sees them), built once per forward.
 
     Attributes:
-        hidden_states: (b, m, D) the encoder's states, projected to keys and values by each layer.
         inputs: the :class:`AttentionInputs` of the keys: the encoder's padding (b, m), the kernel.
         cache: transformers' ``EncoderDecoderCache`` while generating: its ``cross_attention_cache`` keeps
             each layer's projected keys and values, computed at the first step, then reused.
     """
 
-    hidden_states: torch.Tensor
     inputs: AttentionInputs
     cache: EncoderDecoderCache | None = None
 
@@ -133,16 +132,17 @@ class EfficientCrossAttention(EfficientSelfAttention):
         return self.config.cross_attention_type, dict(self.config.cross_attention_config or {})
 
     def forward(
-        self, hidden_states: torch.Tensor, cross: CrossAttentionInputs
+        self, hidden_states: torch.Tensor, cross: CrossAttentionInputs, encoder_hidden_states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Decoder states (b, n, D) attend to the encoder's (b, m, D)."""
         query = self._heads(self.query(hidden_states))  # (b, h, n, d)
         cache, idx = cross.cache, self.layer_idx
         if cache is not None and cache.is_updated.get(idx):  # generating: the keys of the first step
             layer = cache.cross_attention_cache.layers[idx]
             key, value = layer.keys, layer.values  # (b, h, m, d)
         else:
-            key = self._heads(self.key(cross.hidden_states))  # (b, h, m, d)
-            value = self._heads(self.value(cross.hidden_states))
+            key = self._heads(self.key(encoder_hidden_states))  # (b, h, m, d)
+            value = self._heads(self.value(encoder_hidden_states))
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, idx)
                 cache.is_updated[idx] = True
@@ -176,9 +176,11 @@ class EfficientAttention(nn.Module):
         self.self = (self_attention_class or EfficientSelfAttention)(config, layer_idx)
         self.output = EfficientSelfOutput(config)
 
-    def forward(self, hidden_states, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        context, weights = self.self(hidden_states, inputs)
-        return self.output(context, hidden_states), weights
+    def forward(self, hidden_states, inputs, *context) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``inputs``: the :class:`AttentionInputs` (a cross-attention's :class:`CrossAttentionInputs`,
+        with the encoder's states as ``context``)."""
+        attended, weights = self.self(hidden_states, inputs, *context)
+        return self.output(attended, hidden_states), weights
 
 
 class EfficientIntermediate(nn.Module):
@@ -216,11 +218,15 @@ class EfficientLayer(GradientCheckpointingLayer):
         self.output = EfficientOutput(config)
 
     def forward(
-        self, hidden_states: torch.Tensor, inputs: AttentionInputs, cross: CrossAttentionInputs | None = None
+        self,
+        hidden_states: torch.Tensor,
+        inputs: AttentionInputs,
+        encoder_hidden_states: torch.Tensor | None = None,
+        cross: CrossAttentionInputs | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attention_output, weights = self.attention(hidden_states, inputs)
-        if cross is not None:
-            attention_output, _ = self.crossattention(attention_output, cross)
+        if encoder_hidden_states is not None:
+            attention_output, _ = self.crossattention(attention_output, cross, encoder_hidden_states)
         return feed_forward(self, attention_output, attention_output), weights
 
 
@@ -345,16 +351,19 @@ class EfficientEncoder(nn.Module):
         hidden_states: torch.Tensor,
         inputs: AttentionInputs,
         output_hidden_states: bool = False,
+        encoder_hidden_states: torch.Tensor | None = None,
         cross: CrossAttentionInputs | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
         """Returns (last hidden state (b, n, D), all hidden states or None, attention weights or None); with
-        ``cross``, every layer also attends to the encoder's states (a decoder with cross-attention)."""
+        ``encoder_hidden_states`` (b, m, D) and ``cross``, every layer also attends to the encoder's states
+        (a decoder with cross-attention)."""
         all_hidden, all_weights = [], []
         for layer in self.layer:
             if output_hidden_states:
                 all_hidden.append(hidden_states)
-            # hidden_states positional: gradient checkpointing (use_reentrant) propagates its gradient.
-            extra = () if cross is None else (cross,)  # layers without cross-attention take two arguments
+            # hidden_states (and the encoder's) positional: gradient checkpointing (use_reentrant) propagates
+            # their gradient. Layers without cross-attention take two arguments.
+            extra = () if encoder_hidden_states is None else (encoder_hidden_states, cross)
             hidden_states, weights = layer(hidden_states, inputs, *extra)
             all_weights.append(weights)
         if output_hidden_states:

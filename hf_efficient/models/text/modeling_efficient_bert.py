@@ -256,8 +256,10 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
         if cross_states is not None:
             keys = self.attention_inputs(b, cross_states.shape[1], attention_mask=encoder_attention_mask)
             cross_cache = cache if isinstance(cache, EncoderDecoderCache) else None
-            cross = CrossAttentionInputs(cross_states, keys, cross_cache)
-        last, all_hidden, all_attentions = self.encoder(hidden_states, inputs, output_hidden_states, cross)
+            cross = CrossAttentionInputs(keys, cross_cache)
+        last, all_hidden, all_attentions = self.encoder(
+            hidden_states, inputs, output_hidden_states, cross_states, cross
+        )
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=last,
             pooler_output=self.pooler(last) if self.pooler is not None else None,

@@ -7,6 +7,8 @@ keys projected once while generating, the encoder's padding, and what is refused
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from transformers import BertConfig, BertLMHeadModel, BertModel, EncoderDecoderModel
@@ -16,7 +18,7 @@ import hf_efficient
 from hf_efficient import EfficientBertConfig, EfficientBertForCausalLM, EfficientBertModel, EfficientCache
 from hf_efficient.errors import InputError
 
-from ..helpers import CONFIG_ERRORS, assert_same_gradients, enable_gradient_checkpointing
+from ..helpers import CONFIG_ERRORS, assert_same_gradients
 from .helpers import TINY_BERT, VOCAB, assert_close_real, tiny_causal_config, tiny_config
 
 CROSS_TYPES = hf_efficient.cross_attention_types("text")
@@ -243,7 +245,8 @@ def test_a_saved_bert2bert_loads_with_its_cross_attention(tmp_path):
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
 
 
-def test_gradient_checkpointing_gives_the_same_gradients():
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_gradient_checkpointing_gives_the_same_gradients(reentrant):
     """EncoderDecoderModel gives the decoder no labels, so training would make a cache by default; recomputed
     layers must not fill one (nor read the encoder's keys from it): the gradients equal plain ones."""
     torch.manual_seed(0)
@@ -257,7 +260,10 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
     plain = gradients()
-    enable_gradient_checkpointing(model)
+    with warnings.catch_warnings():  # transformers 5.23 renamed it activation_checkpointing_enable
+        warnings.simplefilter("ignore", FutureWarning)
+        # reentrant: the encoder's states reach each layer as a positional tensor, so their gradient flows
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     assert_same_gradients(gradients(), plain)
     with pytest.raises(InputError, match="use_cache=True cannot be combined with gradient checkpointing"):
         model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=True)
