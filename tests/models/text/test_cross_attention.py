@@ -96,6 +96,17 @@ def test_bert2bert_checkpoint_loads_into_ours_with_the_same_logits():
         expected = upstream(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
         got = ours(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    # and they generate alike, each from its own cache (transformers' DynamicCache, our EfficientCache)
+    options = dict(max_new_tokens=8, do_sample=False, decoder_start_token_id=START, pad_token_id=PAD)
+    with torch.no_grad():
+        expected = upstream.generate(
+            ids, attention_mask=mask, output_scores=True, return_dict_in_generate=True, **options
+        )
+        got = ours.generate(
+            ids, attention_mask=mask, output_scores=True, return_dict_in_generate=True, **options
+        )
+    torch.testing.assert_close(got.sequences, expected.sequences, atol=0, rtol=0)
+    torch.testing.assert_close(torch.stack(got.scores), torch.stack(expected.scores), atol=1e-5, rtol=1e-5)
 
 
 # every type that can serve cross-attention, under a decoder of the same type, and the default (exact
