@@ -91,6 +91,10 @@ class EfficientSelfAttention(nn.Module):
         query = self._heads(self.query(hidden_states))  # (b, h, n, d)
         key = query if self.key is None else self._heads(self.key(hidden_states))
         value = self._heads(self.value(hidden_states))
+        return self.attend(query, key, value, inputs)
+
+    def attend(self, query, key, value, inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The core on (b, h, n, d) heads, checkpointed when asked; returns ((b, n, D), weights)."""
         if self.checkpoint_core and self.training and torch.is_grad_enabled():
             # Keep query, key and value only; the core runs again in backward (same RNG state: dropout too).
             # A shared key (Reformer) travels as None: the recomputation may get copies of the arguments,
@@ -146,9 +150,7 @@ class EfficientCrossAttention(EfficientSelfAttention):
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, idx)
                 cache.is_updated[idx] = True
-        output, weights = self.core(query, key, value, cross.inputs)
-        b, _, n, _ = output.shape
-        return output.transpose(1, 2).reshape(b, n, -1), weights  # (b, h, n, d) -> (b, n, D)
+        return self.attend(query, key, value, cross.inputs)
 
 
 class EfficientSelfOutput(nn.Module):

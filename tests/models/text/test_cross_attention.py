@@ -276,5 +276,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(reentrant):
         # reentrant: the encoder's states reach each layer as a positional tensor, so their gradient flows
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     assert_same_gradients(gradients(), plain)
+    model.decoder.attention_checkpointing_enable()  # the cores' own recomputation, cross-attention's included
+    assert model.decoder.bert.encoder.layer[0].crossattention.self.checkpoint_core
+    assert_same_gradients(gradients(), plain)
     with pytest.raises(InputError, match="use_cache=True cannot be combined with gradient checkpointing"):
         model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=True)
