@@ -31,7 +31,7 @@ def test_the_page_has_the_commands_this_test_expects():
     assert any("benchmarks.studies.clm_perplexity" in line for line in bash)
     assert any("benchmarks.generation" in line for line in bash)
     assert [block.kind for block in blocks if block.language == "bash"] == ["budget", None, "budget"]
-    assert sum(block.language == "python" for block in blocks) == 2
+    assert sum(block.language == "python" for block in blocks) == 3  # generating, the pipeline, bert2bert
     assert "PERPLEXITY_TABLE" not in PAGE.read_text() and "GENERATION_TABLE" not in PAGE.read_text()
 
 

@@ -181,6 +181,7 @@ class EdgeAttention(AttentionCore):
     (:data:`~hf_efficient.attention.kernels.edges.CSR_KERNEL`)."""
 
     config_class = EdgeAttentionConfig
+    cross_attention_refusal = "it attends along the edges of one graph, between nodes of the same sequence"
     capabilities = AttentionCapabilities(
         padding_mask=True,
         edges=True,

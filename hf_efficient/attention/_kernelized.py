@@ -253,6 +253,15 @@ class KernelizedAttentionCore(AttentionCore):
         )
         return AttentionOutput(output, None)
 
+    def attend_across(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        """Cross-attention: the non-causal sums S, z over the other sequence's m keys (their padding in
+        ``inputs.attention_mask``), read by each of the n queries."""
+        maps = self.feature_maps(query, None)  # the mask is the keys'; no query is padding here
+        output, _ = kernelized_reference(
+            query, key, value, inputs.attention_mask, maps, causal=False, eps=self.config.eps
+        )
+        return AttentionOutput(output, None)
+
     def new_cache_layer(self) -> RecurrentStateLayer:
         return RecurrentStateLayer()
 

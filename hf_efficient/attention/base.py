@@ -64,6 +64,9 @@ class AttentionCapabilities:
     fixed_max_length: bool = False  # needs spec.max_seq_len and refuses longer inputs (Linformer)
     permutation_equivariant: bool = False  # permuting tokens permutes outputs (no notion of position)
     patch_grid: bool = False  # attends by 2-D patch position: reads inputs.grid_size, tokens in grid order
+    # cross-attention: queries of one sequence attend (non-causally) to the keys and values of another, of any
+    # length (a decoder's tokens to its encoder's states); built with AttentionSpec(cross_attention=True)
+    cross_attention: bool = False
     modalities: frozenset[str] = frozenset(MODALITIES)
 
 
@@ -86,6 +89,9 @@ class AttentionSpec:
             of a generation cache).
         causal: the core serves a causal model (a decoder: every call is ``is_causal=True``). A core builds
             the parameters only its causal form uses (RFA's recency gate) when this is True, and only then.
+        cross_attention: the core serves cross-attention: queries (b, h, n, d) of one sequence against keys
+            and values (b, h, m, d) of another, the keys' padding as ``attention_mask`` (b, m); non-causal,
+            never given a cache. Only types with ``capabilities.cross_attention`` can be built so.
     """
 
     num_heads: int
@@ -95,8 +101,14 @@ class AttentionSpec:
     max_seq_len: int | None = None
     layer_idx: int = 0
     causal: bool = False
+    cross_attention: bool = False
 
     def __post_init__(self):
+        if self.causal and self.cross_attention:
+            raise ValueError(
+                "AttentionSpec: cross_attention=True is non-causal (every query sees the whole other "
+                "sequence); build it with causal=False."
+            )
         for name in ("num_heads", "head_dim", "layer_idx", "max_seq_len"):
             value = getattr(self, name)
             if (value is not None or name != "max_seq_len") and (
@@ -200,6 +212,9 @@ class AttentionCore(nn.Module):
     # LayerNorm modules; hf_efficient.training.EfficientTrainer also spares these.
     no_weight_decay: ClassVar[tuple[str, ...]] = ()
     float32_for: ClassVar[tuple[torch.dtype, ...]] = ()
+    # Why the maths cannot attend from one sequence's queries to another sequence's keys, read when
+    # capabilities.cross_attention is False: the error refusing such a core for cross-attention shows it.
+    cross_attention_refusal: ClassVar[str] = "it declares no form that attends to another sequence"
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()
@@ -247,6 +262,14 @@ class AttentionCore(nn.Module):
         bool (b, n) or None. Inputs the core does not declare in its capabilities are None/False here.
         """
         raise NotImplementedError
+
+    def attend_across(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, inputs: AttentionInputs
+    ) -> AttentionOutput:
+        """Cross-attention (cores with ``capabilities.cross_attention``): queries (b, h, n, d) against keys
+        and values (b, h, m, d) of another sequence, ``inputs.attention_mask`` the keys' padding (b, m)
+        bool or None; non-causal. Default: the reference, whose non-causal form must then take m != n."""
+        return self.reference(query, key, value, inputs)
 
     def kernel_for(self, query: torch.Tensor, inputs: AttentionInputs) -> Kernel | None:
         """The kernel that computes this call under the configured ``implementation``; None: the reference."""
@@ -376,6 +399,8 @@ class AttentionCore(nn.Module):
         name = self.attention_type or type(self).__name__
         inputs = _as_inputs(inputs, fields, name)
         self._check_qkv(query, key, value, name)
+        if self.spec.cross_attention:
+            return self._forward_across(query, key, value, inputs, name)
         b, _, n, _ = query.shape
         inputs = inputs.prepare(b, n, name)
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
@@ -406,6 +431,35 @@ class AttentionCore(nn.Module):
         if weights is not None and inputs.empty_rows is not None and not weights.is_sparse:
             # no real key: no attention at all (sparse per-edge weights hold no entry there anyway)
             weights = weights.masked_fill(inputs.empty_rows[:, None, None, None], 0.0)
+        return AttentionOutput(output, weights)
+
+    def _forward_across(self, query, key, value, inputs: AttentionInputs, name: str) -> AttentionOutput:
+        """Cross-attention (``spec.cross_attention``): n queries over the m keys of another sequence, whose
+        padding is ``inputs.attention_mask`` (b, m). A batch row whose keys are all padding attends to
+        nothing: its output is 0 (computed on zeroed keys counted real, as the parallel path does)."""
+        for field in ("attention_bias", "edges", "global_attention_mask", "cache", "grid_size"):
+            if getattr(inputs, field) is not None:
+                raise ValueError(
+                    f"{name} cross-attention takes the other sequence's padding mask only, not {field}; "
+                    f"drop {field}."
+                )
+        if inputs.is_causal:
+            raise ValueError(
+                f"{name} cross-attention is not causal: every query sees the whole other sequence. Call it "
+                "with is_causal=False."
+            )
+        b, _, m, _ = key.shape
+        inputs = inputs.prepare(b, m, name)  # the keys' padding mask
+        check_supported(inputs, self.capabilities, tuple(key.shape), name)
+        blank = None if inputs.empty_rows is None else inputs.empty_rows[:, None, None, None]  # (b, 1, 1, 1)
+        if blank is not None:
+            key, value = key.masked_fill(blank, 0.0), value.masked_fill(blank, 0.0)
+        output, weights = self._attend_in_precision(
+            query, key, value, inputs.with_empty_rows_filled(), self.attend_across
+        )
+        if blank is not None:
+            output = output.masked_fill(blank, 0.0)
+            weights = None if weights is None else weights.masked_fill(blank, 0.0)
         return AttentionOutput(output, weights)
 
     def _forward_cached(self, query, key, value, inputs: AttentionInputs, name: str) -> AttentionOutput:
@@ -472,15 +526,27 @@ class AttentionCore(nn.Module):
                 f"{value.device}); move them to one device."
             )
         b, h, n, d = query.shape
+        across = self.spec.cross_attention  # keys and values of another sequence: any length m
         if h != self.num_heads or d != self.head_dim:
             raise ValueError(
                 f"{name}: expected {self.num_heads} heads of size {self.head_dim}, got query of shape "
                 f"{tuple(query.shape)}. Build the core with the model's num_attention_heads and head size."
             )
-        if key.shape != query.shape or value.shape[:3] != query.shape[:3]:
+        if across and (
+            key.shape[:2] != query.shape[:2] or key.shape[3] != d or value.shape[:3] != key.shape[:3]
+        ):
+            raise ValueError(
+                f"{name}: query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
+                "must share (batch, heads), keys and values (batch, heads, seq) of the other sequence."
+            )
+        if not across and (key.shape != query.shape or value.shape[:3] != query.shape[:3]):
             raise ValueError(
                 f"{name}: query {tuple(query.shape)}, key {tuple(key.shape)} and value {tuple(value.shape)} "
                 "must share (batch, heads, seq); this is self-attention over one sequence."
+            )
+        if across and key.shape[2] == 0:
+            raise ValueError(
+                f"{name}: the other sequence is empty (key {tuple(key.shape)}); give it a token."
             )
         if n == 0 or b == 0:
             raise ValueError(

@@ -141,6 +141,11 @@ def dense_rows(q, k, v, key_mask, dropout_p) -> torch.Tensor:
 class BigBirdAttention(AttentionCore):
     config_class = BigBirdConfig
     kernels = (FLEX, NATIVE)  # "auto": FlexAttention on CUDA, the native kernels elsewhere (not traced)
+    cross_attention_refusal = (
+        "its blocks pair each query block with the key blocks at the same and chosen positions of one "
+        "sequence (window, global and random blocks), so a decoder's queries have no blocks in the "
+        "encoder's sequence"
+    )
     capabilities = AttentionCapabilities()
     paper = "Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences (ITC)"
     cost = "O(n·b·(w+r+g))"

@@ -36,7 +36,11 @@ from .utils import additive_mask
 class FullAttention(AttentionCore):
     kernels = FULL_KERNELS
     capabilities = AttentionCapabilities(
-        attention_bias=True, causal=True, output_attentions=True, permutation_equivariant=True
+        attention_bias=True,
+        causal=True,
+        output_attentions=True,
+        permutation_equivariant=True,
+        cross_attention=True,
     )
     paper = "Vaswani et al. 2017, Attention Is All You Need"
     cost = "O(n²)"
@@ -61,6 +65,15 @@ class FullAttention(AttentionCore):
         n = query.shape[-2]
         mask = self.score_mask(query, inputs.attention_mask, inputs.attention_bias, inputs.is_causal, n)
         return self.softmax_attention(query, key, value, mask, inputs.output_attentions)
+
+    def attend_across(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        """Cross-attention, softmax(Q K^T / sqrt(d) + M) V over the other sequence's m keys (M: their
+        padding): BERT's eager maths with ``implementation="reference"``, else HF's function of the call
+        (sdpa in place of flex_attention)."""
+        mask = self.score_mask(query, inputs.attention_mask, None, False, key.shape[2])  # (b, 1, 1, m)
+        if self.config.implementation == "reference":
+            return self.softmax_attention(query, key, value, mask, inputs.output_attentions)
+        return run_hf(self, query, key, value, mask, False, hf_function_name(self, inputs), inputs)
 
     def score_mask(self, query, key_mask, bias, causal: bool, total: int) -> torch.Tensor | None:
         """B + M for queries (b, h, n, d) over ``total`` keys: the padded keys of ``key_mask`` ((b, T) bool or

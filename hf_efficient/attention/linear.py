@@ -78,7 +78,7 @@ class LinearAttention(KernelizedAttentionCore):
 
     config_class = LinearAttentionConfig
     kernels = (PARALLEL, CHUNKED)  # auto: parallel on CUDA, chunked elsewhere
-    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
+    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
     paper = (
         "Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear "
         "Attention"

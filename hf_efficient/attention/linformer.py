@@ -77,6 +77,11 @@ class LinformerAttention(AttentionCore):
     config_class = LinformerConfig
     # Not for graphs: it projects along token positions up to a fixed maximum length, and a graph's nodes
     # have neither an order nor a maximum count (the graph config has no max_position_embeddings).
+    cross_attention_refusal = (
+        "its learned projections E, F compress the keys of the model's own sequence by position (k x "
+        "max_position_embeddings), and a decoder decodes one query at a time against an encoder sequence "
+        "of another length; cross-attention over another sequence is not defined for it here"
+    )
     capabilities = AttentionCapabilities(fixed_max_length=True, modalities=frozenset({"text", "vision"}))
     paper = "Wang et al. 2020, Linformer: Self-Attention with Linear Complexity"
     cost = "O(n·k)"

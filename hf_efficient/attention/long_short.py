@@ -78,6 +78,10 @@ class LongShortConfig(AttentionConfig):
 @register_attention("long_short")
 class LongShortAttention(AttentionCore):
     config_class = LongShortConfig
+    cross_attention_refusal = (
+        "its sliding window pairs query i with the keys around position i of the same sequence, which a "
+        "decoder's query has no place in"
+    )
     capabilities = AttentionCapabilities(modalities=frozenset({"text", "vision", "graph"}))
     paper = "Zhu et al. 2021, Long-Short Transformer: Efficient Transformers for Language and Vision"
     cost = "O(n·(w+r))"

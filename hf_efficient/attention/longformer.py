@@ -88,6 +88,10 @@ def band_pairs(n: int, half: int) -> int:
 class LongformerAttention(AttentionCore):
     config_class = LongformerAttentionConfig
     kernels = LONGFORMER_KERNELS
+    cross_attention_refusal = (
+        "its sliding window pairs query i with the keys around position i of the same sequence, which a "
+        "decoder's query has no place in (Longformer-Encoder-Decoder uses full cross-attention too)"
+    )
     capabilities = AttentionCapabilities(global_attention_mask=True, causal=True)
     paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
     cost = "O(n·w)"

@@ -133,6 +133,10 @@ def iterative_pinv(matrix: torch.Tensor, iterations: int) -> torch.Tensor:
 @register_attention("nystromformer")
 class NystromformerAttention(AttentionCore):
     config_class = NystromformerConfig
+    cross_attention_refusal = (
+        "its landmarks average the queries as well as the keys, so a decoder token's cross-attention "
+        "would depend on the later tokens (not causal) and change at every decoding step"
+    )
     capabilities = AttentionCapabilities()
     paper = "Xiong et al. 2021, Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention"
     cost = "O(n·m)"

@@ -117,7 +117,7 @@ class PerformerAttention(KernelizedAttentionCore):
 
     config_class = PerformerConfig
     kernels = (PARALLEL, CHUNKED)  # auto: parallel on CUDA, chunked elsewhere
-    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
+    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
     paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
     cost = "O(n·m·d)"
     summary = "FAVOR+ positive orthogonal random features, redraw callback"

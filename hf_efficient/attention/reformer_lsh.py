@@ -100,6 +100,10 @@ def num_buckets(n: int, config: ReformerLSHConfig) -> int:
 @register_attention("reformer_lsh")
 class ReformerLSHAttention(AttentionCore):
     config_class = ReformerLSHConfig
+    cross_attention_refusal = (
+        "its keys are its own normalised queries (shared query/key) and it hashes queries and keys of one"
+        " sequence into the same buckets"
+    )
     capabilities = AttentionCapabilities(
         padding_mask=True, shared_query_key=True, modalities=frozenset({"text", "vision"})
     )

@@ -53,6 +53,28 @@ def causal_attention_types(modality: str | None = None) -> list[str]:
     return [name for name in list_attention_types(modality) if ATTENTION_REGISTRY[name].capabilities.causal]
 
 
+def cross_attention_types(modality: str | None = None) -> list[str]:
+    """Sorted names of the types that can attend from one sequence to another (``capabilities.
+    cross_attention``): the ``cross_attention_type`` choices of a decoder with ``add_cross_attention``."""
+    return [
+        name
+        for name in list_attention_types(modality)
+        if ATTENTION_REGISTRY[name].capabilities.cross_attention
+    ]
+
+
+def check_cross_attention_type(attention_type: str, modality: str | None = None) -> type[AttentionCore]:
+    """The core class of ``attention_type`` for cross-attention; a type that cannot attend to another
+    sequence raises with the reason its core declares (``cross_attention_refusal``) and the types that can."""
+    cls = get_attention_class(attention_type, modality)
+    if not cls.capabilities.cross_attention:
+        raise ValueError(
+            f"attention_type {attention_type!r} cannot serve cross-attention: {cls.cross_attention_refusal}. "
+            f"Types that can: {', '.join(cross_attention_types(modality))} (set cross_attention_type to one)."
+        )
+    return cls
+
+
 def get_attention_class(attention_type: str, modality: str | None = None) -> type[AttentionCore]:
     """The core class registered under ``attention_type``; a clear error lists the valid names. With
     ``modality``, a type not meant for it (``graph_sparse`` for text) raises, listing the types that are."""
@@ -101,6 +123,8 @@ def build_attention(
             f"{type(spec).__name__}: {spec!r}."
         )
     cls = get_attention_class(attention_type, modality)
+    if spec.cross_attention:
+        check_cross_attention_type(attention_type, modality)
     if not isinstance(attention_config, AttentionConfig):
         attention_config = cls.config_class.from_dict(attention_type, attention_config)
     elif not isinstance(attention_config, cls.config_class):

@@ -105,7 +105,7 @@ class RFAConfig(AttentionConfig):
 class RandomFeatureAttention(AttentionCore):
     config_class = RFAConfig
     kernels = (CHUNKED,)
-    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True)
+    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
     paper = "Peng et al. 2021, Random Feature Attention (ICLR)"
     cost = "O(n·m·d)"
     summary = "random Fourier features, gated causal form"

@@ -119,6 +119,7 @@ def window_plan(height: int, width: int, window: tuple[int, int], shift: tuple[i
 class SwinWindowAttention(AttentionCore):
     config_class = SwinWindowConfig
     kernels = WINDOW_KERNELS
+    cross_attention_refusal = "its windows pair patches of one 2-D patch grid"
     capabilities = AttentionCapabilities(
         output_attentions=True, patch_grid=True, modalities=frozenset({"vision"})
     )

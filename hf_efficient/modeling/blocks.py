@@ -17,10 +17,13 @@ Shapes: b = batch, n = sequence length, D = hidden_size, h = heads, d = D / h.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 from transformers.activations import ACT2FN
+from transformers.cache_utils import EncoderDecoderCache
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from ..attention.base import AttentionCore, AttentionSpec
@@ -36,6 +39,8 @@ class EfficientSelfAttention(nn.Module):
     The core is chosen by ``config.attention_for_layer(layer_idx)``. Cores that share queries and keys
     (Reformer) have no ``key`` projection: their keys are the queries.
     """
+
+    cross_attention = False  # keys and values from another sequence (EfficientCrossAttention)
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
@@ -71,7 +76,8 @@ class EfficientSelfAttention(nn.Module):
             attn_implementation=attn_implementation(config) or "sdpa",
             max_seq_len=getattr(config, "max_position_embeddings", None),
             layer_idx=self.layer_idx,
-            causal=getattr(config, "is_decoder", False),
+            causal=getattr(config, "is_decoder", False) and not self.cross_attention,
+            cross_attention=self.cross_attention,
         )
         return build_attention(attention_type, spec, attention_config, config.modality)
 
@@ -85,6 +91,10 @@ class EfficientSelfAttention(nn.Module):
         query = self._heads(self.query(hidden_states))  # (b, h, n, d)
         key = query if self.key is None else self._heads(self.key(hidden_states))
         value = self._heads(self.value(hidden_states))
+        return self.attend(query, key, value, inputs)
+
+    def attend(self, query, key, value, inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The core on (b, h, n, d) heads, checkpointed when asked; returns ((b, n, D), weights)."""
         if self.checkpoint_core and self.training and torch.is_grad_enabled():
             # Keep query, key and value only; the core runs again in backward (same RNG state: dropout too).
             # A shared key (Reformer) travels as None: the recomputation may get copies of the arguments,
@@ -98,6 +108,49 @@ class EfficientSelfAttention(nn.Module):
 
     def _core_call(self, query, key, value, inputs):
         return self.core(query, query if key is None else key, value, inputs)
+
+
+@dataclass(frozen=True)
+class CrossAttentionInputs:
+    """What the cross-attention of every decoder layer reads besides the encoder's states (which travel as a
+    positional tensor, so that reentrant gradient checkpointing sees them), built once per forward.
+
+    Attributes:
+        inputs: the :class:`AttentionInputs` of the keys: the encoder's padding (b, m), the kernel.
+        cache: transformers' ``EncoderDecoderCache`` while generating: its ``cross_attention_cache`` keeps
+            each layer's projected keys and values, computed at the first step, then reused.
+    """
+
+    inputs: AttentionInputs
+    cache: EncoderDecoderCache | None = None
+
+
+class EfficientCrossAttention(EfficientSelfAttention):
+    """BERT's ``crossattention.self``: queries of the decoder's states, keys and values of the encoder's, one
+    core of ``config.cross_attention_type`` built for cross-attention (``AttentionSpec.cross_attention``: a
+    type that cannot attend to another sequence is refused with its reason)."""
+
+    cross_attention = True
+
+    def attention_for_layer(self) -> tuple[str, dict]:
+        return self.config.cross_attention_type, dict(self.config.cross_attention_config or {})
+
+    def forward(
+        self, hidden_states: torch.Tensor, cross: CrossAttentionInputs, encoder_hidden_states: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Decoder states (b, n, D) attend to the encoder's (b, m, D)."""
+        query = self._heads(self.query(hidden_states))  # (b, h, n, d)
+        cache, idx = cross.cache, self.layer_idx
+        if cache is not None and cache.is_updated.get(idx):  # generating: the keys of the first step
+            layer = cache.cross_attention_cache.layers[idx]
+            key, value = layer.keys, layer.values  # (b, h, m, d)
+        else:
+            key = self._heads(self.key(encoder_hidden_states))  # (b, h, m, d)
+            value = self._heads(self.value(encoder_hidden_states))
+            if cache is not None:
+                key, value = cache.cross_attention_cache.update(key, value, idx)
+                cache.is_updated[idx] = True
+        return self.attend(query, key, value, cross.inputs)
 
 
 class EfficientSelfOutput(nn.Module):
@@ -125,9 +178,11 @@ class EfficientAttention(nn.Module):
         self.self = (self_attention_class or EfficientSelfAttention)(config, layer_idx)
         self.output = EfficientSelfOutput(config)
 
-    def forward(self, hidden_states, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        context, weights = self.self(hidden_states, inputs)
-        return self.output(context, hidden_states), weights
+    def forward(self, hidden_states, inputs, *context) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``inputs``: the :class:`AttentionInputs` (a cross-attention's :class:`CrossAttentionInputs`,
+        with the encoder's states as ``context``)."""
+        attended, weights = self.self(hidden_states, inputs, *context)
+        return self.output(attended, hidden_states), weights
 
 
 class EfficientIntermediate(nn.Module):
@@ -152,18 +207,28 @@ class EfficientOutput(nn.Module):
 
 
 class EfficientLayer(GradientCheckpointingLayer):
-    """One post-LayerNorm transformer layer: attention, then the feed-forward network."""
+    """One post-LayerNorm transformer layer: attention, then the feed-forward network. A decoder with
+    ``config.add_cross_attention`` attends to the encoder's states in between (BERT's ``crossattention``:
+    the same block, its core built for another sequence)."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
         self.attention = EfficientAttention(config, layer_idx)
+        if getattr(config, "add_cross_attention", False):
+            self.crossattention = EfficientAttention(config, layer_idx, EfficientCrossAttention)
         self.intermediate = EfficientIntermediate(config)
         self.output = EfficientOutput(config)
 
     def forward(
-        self, hidden_states: torch.Tensor, inputs: AttentionInputs
+        self,
+        hidden_states: torch.Tensor,
+        inputs: AttentionInputs,
+        encoder_hidden_states: torch.Tensor | None = None,
+        cross: CrossAttentionInputs | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attention_output, weights = self.attention(hidden_states, inputs)
+        if encoder_hidden_states is not None:
+            attention_output, _ = self.crossattention(attention_output, cross, encoder_hidden_states)
         return feed_forward(self, attention_output, attention_output), weights
 
 
@@ -240,7 +305,8 @@ class EfficientEncoder(nn.Module):
         self.tie_attention_parameters()
 
     def self_attentions(self) -> list[EfficientSelfAttention]:
-        """The projections + core of every layer (``attention.self``, or ViT's ``attention.attention``)."""
+        """The projections + core of every layer (``attention.self``, or ViT's ``attention.attention``; a
+        decoder's ``crossattention.self`` too)."""
         return [module for module in self.modules() if isinstance(module, EfficientSelfAttention)]
 
     def attention_cores(self) -> list[AttentionCore]:
@@ -283,15 +349,24 @@ class EfficientEncoder(nn.Module):
         return shared
 
     def forward(
-        self, hidden_states: torch.Tensor, inputs: AttentionInputs, output_hidden_states: bool = False
+        self,
+        hidden_states: torch.Tensor,
+        inputs: AttentionInputs,
+        output_hidden_states: bool = False,
+        encoder_hidden_states: torch.Tensor | None = None,
+        cross: CrossAttentionInputs | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
-        """Returns (last hidden state (b, n, D), all hidden states or None, attention weights or None)."""
+        """Returns (last hidden state (b, n, D), all hidden states or None, attention weights or None); with
+        ``encoder_hidden_states`` (b, m, D) and ``cross``, every layer also attends to the encoder's states
+        (a decoder with cross-attention)."""
         all_hidden, all_weights = [], []
         for layer in self.layer:
             if output_hidden_states:
                 all_hidden.append(hidden_states)
-            # hidden_states positional: gradient checkpointing (use_reentrant) propagates its gradient.
-            hidden_states, weights = layer(hidden_states, inputs)
+            # hidden_states (and the encoder's) positional: gradient checkpointing (use_reentrant) propagates
+            # their gradient. Layers without cross-attention take two arguments.
+            extra = () if encoder_hidden_states is None else (encoder_hidden_states, cross)
+            hidden_states, weights = layer(hidden_states, inputs, *extra)
             all_weights.append(weights)
         if output_hidden_states:
             all_hidden.append(hidden_states)

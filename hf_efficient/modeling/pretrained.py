@@ -118,7 +118,10 @@ class EfficientPreTrainedModel(PreTrainedModel):
         """An empty generation cache for this model: one layer per attention layer, as each core needs
         (keys and values for ``full``, a window for ``longformer``, running sums for the kernelized types).
         ``generate()`` makes its own; pass one as ``cache=`` to keep decoding state across calls."""
-        return EfficientCache.for_cores(self.attention_cores())
+        # cross-attention cores keep nothing here (the encoder's keys: an EncoderDecoderCache's other half)
+        return EfficientCache.for_cores(
+            core for core in self.attention_cores() if not core.spec.cross_attention
+        )
 
     def tracing_blockers(self) -> list[str]:
         """Why this model, as configured, cannot be traced by ``torch.export`` / ``torch.compile``: one line

@@ -2,7 +2,11 @@
 
 from huggingface_hub.dataclasses import strict
 
-from ...attention.registry import causal_attention_types
+from ...attention.registry import (
+    causal_attention_types,
+    check_cross_attention_type,
+    validate_attention_config,
+)
 from ...modeling.config import EfficientEncoderConfig
 
 
@@ -12,7 +16,9 @@ class EfficientBertConfig(EfficientEncoderConfig):
 
     BERT's own fields keep their names and defaults, so a BERT ``config.json`` loads as an
     ``EfficientBertConfig`` (with ``attention_type="full"`` unless given). ``is_decoder=True`` makes it a
-    causal language model (:class:`EfficientBertForCausalLM`), as BERT's ``BertLMHeadModel``.
+    causal language model (:class:`EfficientBertForCausalLM`), as BERT's ``BertLMHeadModel``; with
+    ``add_cross_attention=True`` too, the decoder of an ``EncoderDecoderModel`` (its cross-attention of
+    ``cross_attention_type``, exact by default).
 
     Example:
         >>> config = EfficientBertConfig(
@@ -51,6 +57,13 @@ class EfficientBertConfig(EfficientEncoderConfig):
     # form (hf_efficient.causal_attention_types()).
     is_decoder: bool = False
     use_cache: bool = True
+    # A decoder that also attends to an encoder's states (BERT's add_cross_attention: the decoder of a
+    # bert2bert EncoderDecoderModel); its cross-attention has its own type, exact by default (as
+    # Longformer-Encoder-Decoder's), or any type that can attend to another sequence
+    # (hf_efficient.cross_attention_types()).
+    add_cross_attention: bool = False
+    cross_attention_type: str = "full"
+    cross_attention_config: dict | None = None
     # Masked LM with labels: which positions reach the vocabulary projection (EfficientBertForMaskedLM.forward
     # says what `logits` then holds). None: in training only the masked ones, through a chunked loss that
     # never builds an n x V tensor; in eval every position (BERT's logits). True: the masked ones, whose
@@ -70,11 +83,14 @@ class EfficientBertConfig(EfficientEncoderConfig):
                 f"position_embedding_type={position_type!r} is not supported: EfficientBert uses BERT's "
                 "absolute position embeddings. Convert a checkpoint with absolute positions."
             )
-        if getattr(self, "add_cross_attention", False):
-            raise ValueError(
-                "add_cross_attention=True is not supported: EfficientBert has no cross-attention (no "
-                "encoder-decoder models). Use is_decoder=True alone for a causal language model."
-            )
+        if self.add_cross_attention:
+            if not self.is_decoder:
+                raise ValueError(
+                    "add_cross_attention=True needs is_decoder=True: cross-attention belongs to a decoder "
+                    "(EfficientBertForCausalLM, the decoder of an EncoderDecoderModel)."
+                )
+            check_cross_attention_type(self.cross_attention_type, self.modality)
+            validate_attention_config(self.cross_attention_type, self.cross_attention_config)
         if self.is_decoder:
             layer_types = self.layer_attention_types or [self.attention_type]
             causal = causal_attention_types(self.modality)

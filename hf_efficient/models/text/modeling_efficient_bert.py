@@ -13,6 +13,7 @@ import torch
 from torch import nn
 from transformers import GenerationMixin
 from transformers.activations import ACT2FN
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
@@ -30,7 +31,7 @@ from transformers.utils.generic import can_return_tuple
 
 from ...attention.cache import EfficientCache
 from ...errors import InputError
-from ...modeling.blocks import CompactDropout, EfficientEncoder
+from ...modeling.blocks import CompactDropout, CrossAttentionInputs, EfficientEncoder
 from ...modeling.checks import (
     check_class_labels,
     check_float_input,
@@ -208,10 +209,12 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         global_attention_mask: torch.Tensor | None = None,
-        cache: EfficientCache | None = None,
+        cache: EfficientCache | EncoderDecoderCache | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
     ) -> BaseModelOutputWithPoolingAndCrossAttentions:
         """Encode a batch; a decoder (``config.is_decoder``) attends causally and can decode from a cache.
 
@@ -226,12 +229,18 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
                 or the ``cache`` of the previous output), updated in place.
             use_cache: decoders only (default ``config.use_cache``): return the state after these tokens as
                 ``cache``, starting a new one if none is given.
+            encoder_hidden_states: decoders with cross-attention (``add_cross_attention``): (b, m, D) the
+                encoder's states every layer attends to. With a cache the cache is transformers'
+                ``EncoderDecoderCache`` (this model's state, and each layer's projected encoder keys and
+                values, computed at the first step and reused after, as BERT's).
+            encoder_attention_mask: (b, m) the encoder's padding, 1 = real token (the encoder's input mask).
         """
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         b, n = self.check_inputs(input_ids, token_type_ids, position_ids, inputs_embeds)
-        cache = self._generation_cache(cache, use_cache)
+        cross_states = self.check_encoder_states(b, encoder_hidden_states, encoder_attention_mask)
+        cache = self._generation_cache(cache, use_cache, cross_states is not None)
         past = cache.get_seq_length() if cache is not None else 0
         # (b, n, D)
         hidden_states = self.embeddings(
@@ -246,9 +255,16 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
             global_attention_mask=global_attention_mask,
             output_attentions=output_attentions,
             is_causal=self.config.is_decoder,
-            cache=cache,
+            cache=cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache,
         )
-        last, all_hidden, all_attentions = self.encoder(hidden_states, inputs, output_hidden_states)
+        cross = None
+        if cross_states is not None:
+            keys = self.attention_inputs(b, cross_states.shape[1], attention_mask=encoder_attention_mask)
+            cross_cache = cache if isinstance(cache, EncoderDecoderCache) else None
+            cross = CrossAttentionInputs(keys, cross_cache)
+        last, all_hidden, all_attentions = self.encoder(
+            hidden_states, inputs, output_hidden_states, cross_states, cross
+        )
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=last,
             pooler_output=self.pooler(last) if self.pooler is not None else None,
@@ -257,10 +273,48 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
             attentions=all_attentions,
         )
 
+    def check_encoder_states(
+        self, b: int, states: torch.Tensor | None, mask: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """``encoder_hidden_states`` (b, m, D) and ``encoder_attention_mask`` (b, m) against this model: given
+        exactly when it has cross-attention, of its batch and width; returns the states."""
+        owner, width = type(self).__name__, self.config.hidden_size
+        if not self.config.add_cross_attention:
+            if states is not None or mask is not None:
+                raise InputError(
+                    f"{owner}: encoder_hidden_states / encoder_attention_mask were given, but this model has "
+                    "no cross-attention. Build the decoder with is_decoder=True, add_cross_attention=True "
+                    "(an EncoderDecoderModel sets both), or drop them."
+                )
+            return None
+        if states is None:
+            raise InputError(
+                f"{owner}: this decoder has cross-attention (add_cross_attention=True) and needs "
+                "encoder_hidden_states, (batch, encoder seq, hidden_size) = the encoder's last_hidden_state; "
+                "none were given. Call it through EncoderDecoderModel, or pass them."
+            )
+        if states.dim() != 3 or states.shape[0] != b or states.shape[2] != width or states.shape[1] == 0:
+            raise InputError(
+                f"{owner}: encoder_hidden_states must have shape (batch, encoder seq, hidden_size) = "
+                f"({b}, m > 0, {width}), got {tuple(states.shape)}. Pass the encoder's last_hidden_state for "
+                "this batch (an encoder of another width needs EncoderDecoderModel's enc_to_dec_proj)."
+            )
+        check_float_input(owner, "encoder_hidden_states", states, "Pass the encoder's last_hidden_state.")
+        if mask is not None and tuple(mask.shape) != tuple(states.shape[:2]):
+            raise InputError(
+                f"{owner}: encoder_attention_mask must have shape (batch, encoder seq) = "
+                f"{tuple(states.shape[:2])} of encoder_hidden_states, got {tuple(mask.shape)}. Pass the "
+                "encoder's own attention_mask (1 = real token)."
+            )
+        return states
+
     def _generation_cache(
-        self, cache: EfficientCache | None, use_cache: bool | None
-    ) -> EfficientCache | None:
-        """The cache of this forward: the one given, a new one when a decoder is asked for one, or None."""
+        self, cache: EfficientCache | EncoderDecoderCache | None, use_cache: bool | None, cross: bool = False
+    ) -> EfficientCache | EncoderDecoderCache | None:
+        """The cache of this forward: the one given, a new one when a decoder is asked for one, or None. With
+        cross-attention (``cross``) a new one is an ``EncoderDecoderCache`` (this model's EfficientCache, and
+        the encoder's keys and values); the empty transformers caches ``generate()`` of an EncoderDecoderModel
+        passes get an EfficientCache in place of their self-attention half."""
         if not self.config.is_decoder:
             if cache is not None or use_cache:
                 raise ValueError(
@@ -268,6 +322,16 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
                     "(is_decoder=False). Load a decoder: EfficientBertForCausalLM with is_decoder=True."
                 )
             return None
+        if isinstance(cache, EncoderDecoderCache):
+            if not isinstance(cache.self_attention_cache, EfficientCache):
+                if cache.self_attention_cache.get_seq_length() > 0:
+                    raise TypeError(
+                        "cache: the EncoderDecoderCache's self-attention half already holds transformers' "
+                        "keys and values; this decoder keeps an EfficientCache there (model.new_cache()). "
+                        "Start from an empty cache, or let generate() make it."
+                    )
+                cache.self_attention_cache = self.new_cache()
+            return cache
         if cache is not None:
             if not isinstance(cache, EfficientCache):
                 raise TypeError(
@@ -276,8 +340,19 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
                     "windows) besides keys and values. generate() makes the right one when given none."
                 )
             return cache
-        use_cache = self.config.use_cache if use_cache is None else use_cache
-        return self.new_cache() if use_cache else None
+        # A layer recomputed in backward (gradient checkpointing) would fill a cache twice (and read the
+        # encoder's keys from it the second time): training so makes none.
+        recomputed = self.training and self.is_gradient_checkpointing
+        if use_cache and recomputed:
+            raise InputError(
+                f"{type(self).__name__}: use_cache=True cannot be combined with gradient checkpointing in "
+                "training (recomputed layers would update the cache twice). Pass use_cache=False, or call "
+                "model.eval() / model.gradient_checkpointing_disable() to generate."
+            )
+        use_cache = self.config.use_cache and not recomputed if use_cache is None else use_cache
+        if not use_cache:
+            return None
+        return EncoderDecoderCache(self.new_cache(), DynamicCache()) if cross else self.new_cache()
 
 
 class EfficientBertLMPredictionHead(nn.Module):
@@ -497,6 +572,10 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
     ``longformer`` (the last w keys). Greedy search, sampling and beam search work as with any transformers
     model; assisted generation, which rolls a cache back, is refused for recurrent and windowed states.
 
+    With ``add_cross_attention=True`` every layer also attends to an encoder's states
+    (``encoder_hidden_states``; BERT's ``crossattention``, of ``config.cross_attention_type``): the decoder of
+    a bert2bert ``EncoderDecoderModel``, whose cache is then transformers' ``EncoderDecoderCache``.
+
     Example:
         >>> config = EfficientBertConfig(is_decoder=True, attention_type="linear", vocab_size=8000)
         >>> model = EfficientBertForCausalLM(config)
@@ -539,6 +618,8 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
         logits_to_keep: int | torch.Tensor = 0,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
     ) -> CausalLMOutputWithCrossAttentions:
         """Next-token logits (b, n, V); with ``labels`` (b, n) the loss of predicting token i + 1 at i
         (labels are the input ids, shifted here; -100 is ignored). In training mode with labels the decoder
@@ -551,6 +632,8 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
                 labels makes none unless one is given.
             logits_to_keep: an int k > 0 computes the logits of the last k positions only (``generate()``
                 asks for 1 during the prompt); a 1-D tensor, those of the positions it lists.
+            encoder_hidden_states, encoder_attention_mask: a decoder with cross-attention (the decoder of
+                an EncoderDecoderModel): the encoder's states and padding (see EfficientBertModel.forward).
         """
         if labels is not None and cache is None:
             use_cache = False
@@ -564,6 +647,8 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
+            encoder_hidden_states=encoder_hidden_states,
+            encoder_attention_mask=encoder_attention_mask,
         )
         hidden = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (b, n | k, D)
         if self.training and labels is not None and hidden.shape[1] == labels.shape[1]:
