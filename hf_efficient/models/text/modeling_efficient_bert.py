@@ -342,7 +342,7 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
             return cache
         # A layer recomputed in backward (gradient checkpointing) would fill a cache twice (and read the
         # encoder's keys from it the second time): training so makes none.
-        recomputed = self.training and self.is_gradient_checkpointing
+        recomputed = self.training and self.is_activation_checkpointing
         if use_cache and recomputed:
             raise InputError(
                 f"{type(self).__name__}: use_cache=True cannot be combined with gradient checkpointing in "
