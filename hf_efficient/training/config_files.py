@@ -24,6 +24,7 @@ from typing import Any
 
 from transformers import HfArgumentParser
 
+from ..errors import InputError, InputFileNotFoundError
 from .arguments import translate_upstream_flags
 
 SECTIONS = ("model", "training")
@@ -59,7 +60,7 @@ def _check_keys(keys, valid, where: str, section: str) -> None:
         if key not in valid:
             close = difflib.get_close_matches(key, valid, n=3)
             hint = f" Did you mean {close}?" if close else ""
-            raise ValueError(f"{where}: unknown {section} key {key!r}.{hint}")
+            raise InputError(f"{where}: unknown {section} key {key!r}.{hint}")
 
 
 def load_config_file(path: str | Path, model_keys, training_keys) -> dict[str, dict[str, Any]]:
@@ -67,11 +68,11 @@ def load_config_file(path: str | Path, model_keys, training_keys) -> dict[str, d
     try:
         data = json.loads(Path(path).read_text())
     except json.JSONDecodeError as error:
-        raise ValueError(
+        raise InputError(
             f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}."
         ) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a config file holds a JSON object with sections {SECTIONS}.")
+        raise InputError(f"{path}: a config file holds a JSON object with sections {SECTIONS}.")
     _check_keys([k for k in data if k != "description"], SECTIONS, str(path), "section")
     config = {section: dict(data.get(section) or {}) for section in SECTIONS}
     _check_keys(config["model"], sorted(model_keys), str(path), "model")
@@ -99,7 +100,7 @@ def parse_overrides(text: str | None) -> dict[str, Any]:
     for item in filter(None, (text or "").split(",")):
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"--config_overrides items look like key=value; got {item!r}.")
+            raise InputError(f"--config_overrides items look like key=value; got {item!r}.")
         try:
             result[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -112,12 +113,12 @@ def parse_attention_config(text: str) -> dict[str, Any]:
     try:
         values = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(
+        raise InputError(
             f"--attention_config {text!r} is not valid JSON ({error.msg} at character {error.pos}). Write a "
             """JSON object, quoted for the shell: --attention_config '{"attention_window": 64}'."""
         ) from None
     if not isinstance(values, dict):
-        raise ValueError(
+        raise InputError(
             f"--attention_config must be a JSON object of hyperparameters ({{...}}), got "
             f"{type(values).__name__}: {text}."
         )
@@ -157,7 +158,7 @@ def parse_args_with_config_files(
     merged = {"model": {}, "training": {}}
     base_dir = Path(attention_dir) if attention_dir is not None else None
     if known.config and not Path(known.config).is_file():
-        raise FileNotFoundError(
+        raise InputFileNotFoundError(
             f"--config {known.config}: no such file ({Path(known.config).absolute()}). The base configs are "
             "configs/<text|vision|graph>/base_*.json."
         )

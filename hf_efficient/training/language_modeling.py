@@ -29,6 +29,7 @@ from ..data.text import (
     load_text_corpus,
     tokenize_lines,
 )
+from ..errors import InputError
 from .arguments import DataCacheArguments, ModelArguments, first_examples
 from .model_card import efficiency_metrics
 from .run import finish_run, random_state_callbacks, random_state_settings, train_and_save
@@ -132,7 +133,7 @@ def language_model_corpus(
         }
         missing = [need for need, unmet in needs.items() if unmet]
         if missing:
-            raise ValueError(f"--streaming needs {'; and '.join(missing)}.")
+            raise InputError(f"--streaming needs {'; and '.join(missing)}.")
     return load_corpus_from_args(data_args, streaming=data_args.streaming)
 
 
@@ -205,7 +206,7 @@ def language_model_blocks(
             model's position table.
     """
     if data_args.validation_file and data_args.validation_split_percentage > 0:
-        raise ValueError(
+        raise InputError(
             f"Give --validation_file or --validation_split_percentage, not both (got "
             f"{data_args.validation_file!r} and {data_args.validation_split_percentage:g}): the file is the "
             "evaluation set."

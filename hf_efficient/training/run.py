@@ -10,6 +10,7 @@ from torch import nn
 from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import HubStrategy, TrainOutput
 
+from ..errors import InputError
 from ..modeling.checkpoint_files import check_pretrained_path
 from .arguments import RandomStateArguments, decide_phases
 from .callbacks import RandomStateCallback, has_random_state
@@ -103,7 +104,7 @@ def random_state_callbacks(
     evaluated with."""
     every, fixed = arguments.random_state_redraw_steps, arguments.random_state_fixed_final_fraction
     if every < 0:
-        raise ValueError(
+        raise InputError(
             f"--random_state_redraw_steps must be >= 0, got {every}: N >= 1 redraws every N steps, "
             "0 never redraws."
         )
@@ -130,7 +131,7 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
     args = trainer.args
     size = len(trainer.train_dataset) if hasattr(trainer.train_dataset, "__len__") else None
     if size == 0:
-        raise ValueError(
+        raise InputError(
             "The training set is empty (0 examples): check the data files, the split and filters such as "
             "--max_train_samples."
         )
@@ -140,7 +141,7 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
     except ValueError as error:  # torch's optimizer.load_state_dict on differently grouped parameters
         if resume is None or "parameter group" not in str(error):
             raise
-        raise ValueError(
+        raise InputError(
             f"Cannot resume the optimizer saved in {resume}: its parameter groups differ from this run's "
             f"({error}). Checkpoints written before the scripts trained with EfficientTrainer (which keeps "
             "RFA's sigma and Transformer-LS's LayerNorm gains out of weight decay) group them differently. "

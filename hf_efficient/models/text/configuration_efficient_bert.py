@@ -3,6 +3,7 @@
 from huggingface_hub.dataclasses import strict
 
 from ...attention.registry import causal_attention_types
+from ...errors import InputError
 from ...modeling.config import EfficientEncoderConfig
 
 
@@ -57,18 +58,18 @@ class EfficientBertConfig(EfficientEncoderConfig):
     def validate_bert_fields(self):
         """Class validator: sizes agree, and no BERT option we do not implement is silently dropped."""
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise InputError(
                 f"hidden_size={self.hidden_size} must be a multiple of num_attention_heads="
                 f"{self.num_attention_heads}."
             )
         position_type = getattr(self, "position_embedding_type", "absolute")
         if position_type != "absolute":
-            raise ValueError(
+            raise InputError(
                 f"position_embedding_type={position_type!r} is not supported: EfficientBert uses BERT's "
                 "absolute position embeddings. Convert a checkpoint with absolute positions."
             )
         if getattr(self, "add_cross_attention", False):
-            raise ValueError(
+            raise InputError(
                 "add_cross_attention=True is not supported: EfficientBert has no cross-attention (no "
                 "encoder-decoder models). Use is_decoder=True alone for a causal language model."
             )
@@ -77,7 +78,7 @@ class EfficientBertConfig(EfficientEncoderConfig):
             causal = causal_attention_types(self.modality)
             refused = sorted(set(layer_types) - set(causal))
             if refused:
-                raise ValueError(
+                raise InputError(
                     f"is_decoder=True needs attention types with a causal form; {refused} has none. Causal "
                     f"attention types: {', '.join(causal)}."
                 )
