@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hf_efficient.cli import run_script
 from hf_efficient.errors import InputError, InputFileNotFoundError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -559,4 +560,4 @@ def main(args: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

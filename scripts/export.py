@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hf_efficient.cli import run_script
 from hf_efficient.export import ExportReport, export_folder
 
 
@@ -50,4 +51,4 @@ def main(args: list[str] | None = None) -> ExportReport:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -14,6 +14,7 @@ import argparse
 from transformers import pipeline
 
 import hf_efficient  # noqa: F401  (registers the efficient_bert Auto classes)
+from hf_efficient.cli import run_script
 from hf_efficient.errors import InputError
 from hf_efficient.modeling.checkpoint_files import check_pretrained_path, load_tokenizer
 
@@ -51,4 +52,4 @@ def main(args: list[str] | None = None) -> list[list[dict]]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

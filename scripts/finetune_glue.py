@@ -25,6 +25,7 @@ import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
+from hf_efficient.cli import run_script
 from hf_efficient.data import (
     GLUE_HUB_PATH,
     TASKS,
@@ -44,7 +45,6 @@ from hf_efficient.training import (
     SampleLimitArguments,
     build_compute_metrics,
     efficiency_metrics,
-    end_distributed_run,
     evaluate_and_save,
     finish_run,
     first_examples,
@@ -279,5 +279,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -25,6 +25,7 @@ from pathlib import Path
 from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
+from hf_efficient.cli import run_script
 from hf_efficient.data import (
     ImageDataArguments,
     describe_images,
@@ -38,7 +39,6 @@ from hf_efficient.training import (
     VisionModelArguments,
     build_compute_metrics,
     efficiency_metrics,
-    end_distributed_run,
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
@@ -123,5 +123,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -33,6 +33,7 @@ from hf_efficient import (
     EfficientGraphForNodeClassification,
     GraphCollator,
 )
+from hf_efficient.cli import run_script
 from hf_efficient.data.graph_tasks import (
     add_structural_features,
     describe_graphs,
@@ -46,7 +47,6 @@ from hf_efficient.training import (
     EfficientTrainer,
     EfficientTrainingArguments,
     efficiency_metrics,
-    end_distributed_run,
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
@@ -189,5 +189,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -5,6 +5,7 @@ from .arguments import (
     ModelArguments,
     SampleLimitArguments,
     VisionModelArguments,
+    build_model_config,
     decide_phases,
     first_examples,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "SampleLimitArguments",
     "decide_phases",
     "first_examples",
+    "build_model_config",
     "AttentionDistillationTrainer",
     "ConfigArguments",
     "EfficientTrainer",

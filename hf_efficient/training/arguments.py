@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from datasets import IterableDataset
+from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedModel, TrainingArguments
 
 from ..errors import InputError
@@ -114,11 +115,23 @@ class ModelArguments(RandomStateArguments):
             config_class = model_class.config_class
             config = config_class.from_pretrained(self.config_name, **self.download_kwargs(), **config_kwargs)
         elif self.model_name_or_path is None:
-            config = model_class.config_class(**config_kwargs)
+            config = build_model_config(model_class.config_class, config_kwargs)
         if self.model_name_or_path is None:
             return model_class(config)
         overrides = {"config": config} if self.config_name is not None else config_kwargs
         return model_class.from_pretrained(self.model_name_or_path, **overrides, **self.model_kwargs())
+
+
+def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
+    """``config_class(**config_kwargs)``; a field the config files or flags set wrongly (a type, a range) is
+    a user error naming where model fields come from."""
+    try:
+        return config_class(**config_kwargs)
+    except StrictDataclassError as error:
+        raise InputError(
+            f"The model config from --config's model section, --config_overrides, --attention_type and "
+            f"--attention_config is invalid: {error}"
+        ) from error
 
 
 @dataclass

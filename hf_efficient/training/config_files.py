@@ -23,11 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
 
+from ..attention import list_attention_types
+from ..cli import unknown_flags_error
 from ..errors import InputError, InputFileNotFoundError
 from .arguments import translate_upstream_flags
 
 SECTIONS = ("model", "training")
+# The values HfArgumentParser's boolean flags take (transformers.hf_argparser.string_to_bool).
+SWITCH_VALUES = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
 
 
 @dataclass
@@ -166,13 +171,18 @@ def parse_args_with_config_files(
         merged = load_config_file(known.config, model_keys, training_keys)
         base_dir = Path(known.config).parent / "attention"
     attention_type = known.attention_type or merged["model"].get("attention_type")
+    where = "--attention_type" if known.attention_type else f"--config {known.config}: model.attention_type"
+    check_attention_type(attention_type, getattr(model_config_class, "modality", None), where)
     if attention_type and base_dir is not None and (base_dir / f"{attention_type}.json").exists():
         override = load_config_file(base_dir / f"{attention_type}.json", model_keys, training_keys)
         merged["model"] = merge_model_configs(merged["model"], override["model"])
         merged["training"].update(override["training"])
 
     parser.set_defaults(**merged["training"])
-    parsed = parser.parse_args_into_dataclasses(args=args)
+    check_switch_values(parser, args)
+    *parsed, unknown = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+    if unknown:
+        raise unknown_flags_error(parser, unknown)
     config_args = next(p for p in parsed if isinstance(p, ConfigArguments))
     cli_model: dict[str, Any] = {}
     if config_args.attention_type:
@@ -182,3 +192,40 @@ def parse_args_with_config_files(
     cli_model.update(parse_overrides(config_args.config_overrides))
     _check_keys(cli_model, sorted(model_keys), "command line", "model")
     return tuple(parsed), merge_model_configs(merged["model"], cli_model)
+
+
+def check_attention_type(name: str | None, modality: str | None, where: str) -> None:
+    """``name`` (None: the config's default) is an attention type of ``modality``; else an error naming
+    ``where`` it was given, the closest type and the types there are."""
+    types = list_attention_types(modality)
+    if name is None or name in types:
+        return
+    close = difflib.get_close_matches(name, types, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise InputError(
+        f"{where} {name!r} is not available for {modality or 'any'} models: {hint}"
+        f"give one of {', '.join(types)}."
+    )
+
+
+def check_switch_values(parser: HfArgumentParser, args: list[str]) -> None:
+    """A value after a boolean flag (a switch) that is no true/false word is refused, saying what the switch
+    does, rather than HfArgumentParser's "Truthy value expected" after the usage of every flag."""
+    switches = {
+        option: action
+        for action in parser._actions
+        if action.type is string_to_bool
+        for option in action.option_strings
+    }
+    for position, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        if not equals and position + 1 < len(args) and not args[position + 1].startswith("-"):
+            value = args[position + 1]
+        action = switches.get(flag)
+        if action is None or not value or value.lower() in SWITCH_VALUES:
+            continue
+        what = f" ({action.help.rstrip('.')})" if action.help else ""
+        raise InputError(
+            f"{flag} is a switch{what} and takes no value such as {value!r}: give {flag} alone to turn it "
+            f"on ({flag} false: off)."
+        )
