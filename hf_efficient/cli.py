@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -82,7 +83,7 @@ def user_error_message(error: BaseException, args: Sequence[str]) -> str | None:
 def unknown_flags_error(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> InputError:
     """The error for command-line words ``parser`` does not take: each unknown flag with the closest of the
     parser's flags (``unknown flag --label_column; did you mean --label_column_name?``)."""
-    flags = [option for action in parser._actions for option in action.option_strings]
+    flags = list(_flags(parser))
     said = []
     for word in unknown:
         name = word.split("=", 1)[0]
@@ -95,10 +96,21 @@ def unknown_flags_error(parser: argparse.ArgumentParser, unknown: Sequence[str])
     return InputError("; ".join(said))
 
 
+def _flags(parser: argparse.ArgumentParser):
+    """The option strings of ``parser`` and of its sub-commands' parsers."""
+    for action in parser._actions:
+        yield from action.option_strings
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _flags(sub)
+
+
 def _raise_input_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     """``ArgumentParser.error`` while :func:`run_script` runs: raise the message (an unknown flag with its
     closest match) instead of printing the usage and exiting."""
     unrecognized = "unrecognized arguments: "  # argparse's message for words that match no flag
     if message.startswith(unrecognized):
         raise unknown_flags_error(parser, message.removeprefix(unrecognized).split())
+    # "argument --max_steps/--max-steps: invalid int value: 'x'" -> "--max_steps: invalid int value: 'x'"
+    message = re.sub(r"^argument ([^/: ]+)(/\S+)?: ", r"\1: ", message)
     raise InputError(f"{message} ({HELP_HINT})")
