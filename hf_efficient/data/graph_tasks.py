@@ -80,7 +80,7 @@ def infer_graph_task(dataset: Dataset, label_column: str = "y", level: str | Non
     if label_column not in dataset.column_names:
         raise InputError(
             f"The dataset has no label column {label_column!r}; its columns: {dataset.column_names}. "
-            "Pass --label_column."
+            "Pass --label_column_name."
         )
     check_graph_dataset(dataset, require_edges=False)
     head = dataset.select(range(min(len(dataset), 64)))

