@@ -134,7 +134,8 @@ class ModelArguments(SharedModelArguments):
     )
 
     resize_position_embeddings: bool = field(
-        default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
+        default=False,
+        metadata={"help": "Extend the position table to --max_seq_length by copying its rows."},
     )
 
     def __post_init__(self):
@@ -208,7 +209,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     max_length = task_args.max_seq_length
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.bert.resize_position_embeddings(max_length)
-    check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
+    check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(
             raw, task, tokenizer, max_length, task_args.preprocessing_num_workers,

@@ -150,7 +150,7 @@ def main(args: list[str] | None = None) -> dict:
             "label2id": {label: i for i, label in id2label.items()},
         },
     )
-    check_sequence_length(spec.max_length + 1, config.max_position_embeddings, "max_length + 1 ([CLS])")
+    check_sequence_length(spec.max_length + 1, config.max_position_embeddings, "--max_length (+ 1 for [CLS])")
     model = EfficientBertForSequenceClassification(config)
     tokenizer = build_listops_tokenizer(config.max_position_embeddings)
     fixed_length = any(core.capabilities.fixed_max_length for core in model.attention_cores())

@@ -118,6 +118,13 @@ class TextCorpusArguments:
         """The corpus as the model card names it."""
         return self.dataset_name or ", ".join(self.train_files or [])
 
+    @property
+    def source_flag(self) -> str:
+        """The corpus as the command line named it, for errors: ``--train_files imdb.txt``."""
+        if self.dataset_name:
+            return f"--dataset_name {self.dataset_name}"
+        return f"--train_files {' '.join(self.train_files or [])}"
+
 
 def load_corpus_from_args(args: TextCorpusArguments, streaming: bool = False) -> Dataset | IterableDataset:
     """:func:`load_text_corpus` for the scripts' flags, cut to ``max_train_texts`` (``streaming``: read as
@@ -323,19 +330,24 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
     )
 
 
-def check_sequence_length(length: int, max_position_embeddings: int, what: str = "block_size") -> None:
-    """Raise when ``length`` tokens would not fit the model's position table, saying how to fix it."""
+# The name transformers' example scripts give a flag, where ours differs (what the user may have typed).
+_ALSO_CALLED = {"--block_size": " (--max_seq_length in run_mlm.py)"}
+
+
+def check_sequence_length(length: int, max_position_embeddings: int, flag: str = "--block_size") -> None:
+    """Raise when ``length`` tokens (given as ``flag``) would not fit the model's position table, saying how
+    to fix it."""
     if length > max_position_embeddings:
         raise InputError(
-            f"{what}={length} is larger than the model's max_position_embeddings={max_position_embeddings}. "
-            f"Use {what} <= {max_position_embeddings}, or give the model more positions: "
-            f"max_position_embeddings={length} in its config for a model trained from scratch "
-            f"(--config_overrides max_position_embeddings={length}), or extend a pretrained checkpoint with "
-            f"--resize_position_embeddings (model.bert.resize_position_embeddings({length}) copies the "
-            "learned table)."
+            f"{flag} {length}{_ALSO_CALLED.get(flag, '')} is larger than the model's max_position_embeddings="
+            f"{max_position_embeddings}. Use {flag} {max_position_embeddings} or less, or give the model "
+            f"{length} positions: a model trained from scratch with --config_overrides "
+            f"max_position_embeddings={length}; a pretrained checkpoint with the switch "
+            f"--resize_position_embeddings (it takes no value: it extends the checkpoint's position table to "
+            f"{flag} by copying its learned rows)."
         )
     if length < 3:
-        raise InputError(f"{what}={length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
+        raise InputError(f"{flag} {length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
 
 
 def _map_options(dataset: Dataset | IterableDataset, num_proc, load_from_cache_file: bool, desc: str) -> dict:
@@ -391,8 +403,10 @@ def group_texts(
     num_proc: int | None = None,
     causal: bool = False,
     load_from_cache_file: bool = True,
+    source: str = "The corpus",
 ) -> Dataset:
-    """Tokenise a corpus and cut it into blocks of exactly ``block_size`` tokens.
+    """Tokenise a corpus and cut it into blocks of exactly ``block_size`` tokens (``source``: the corpus as
+    an error names it, e.g. ``--train_files imdb.txt``).
 
     Documents are tokenised without special tokens and joined, each ending with ``[SEP]`` (the tokenizer's
     eos token, if it has one, for ``causal``). Masked LM (BERT's input): every block is ``[CLS] ... [SEP]``.
@@ -453,8 +467,8 @@ def group_texts(
     if len(blocks) == 0:
         tokens = sum(len(ids) + 1 for ids in tokenized["input_ids"])
         raise InputError(
-            f"The corpus has {tokens} tokens, fewer than one block of block_size={block_size}. Use a smaller "
-            "block_size or more text."
+            f"{source} has {tokens} tokens, fewer than one block of --block_size {block_size}"
+            f"{_ALSO_CALLED['--block_size']}. Use a smaller --block_size, or more text."
         )
     return blocks
 

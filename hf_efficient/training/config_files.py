@@ -224,8 +224,8 @@ def check_switch_values(parser: HfArgumentParser, args: list[str]) -> None:
         action = switches.get(flag)
         if action is None or not value or value.lower() in SWITCH_VALUES:
             continue
-        what = f" ({action.help.rstrip('.')})" if action.help else ""
+        what = f": {action.help[0].lower()}{action.help[1:]}" if action.help else "."
         raise InputError(
-            f"{flag} is a switch{what} and takes no value such as {value!r}: give {flag} alone to turn it "
-            f"on ({flag} false: off)."
+            f"{flag} is a switch and takes no value, got {value!r}. Give {flag} alone to turn it on ({flag} "
+            f"false: off){what}"
         )

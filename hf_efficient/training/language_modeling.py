@@ -52,7 +52,8 @@ class LanguageModelArguments(ModelArguments):
     )
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a WordPiece trained here."})
     resize_position_embeddings: bool = field(
-        default=False, metadata={"help": "Extend a checkpoint's position table to block_size by copying it."}
+        default=False,
+        metadata={"help": "Extend a checkpoint's position table to --block_size by copying its rows."},
     )
 
     @property
@@ -213,7 +214,7 @@ def language_model_blocks(
         )
     check_sequence_length(data_args.block_size, model.config.max_position_embeddings)
 
-    def examples(texts: Dataset) -> Dataset:
+    def examples(texts: Dataset, source: str) -> Dataset:
         if line_by_line:
             return tokenize_lines(
                 texts, tokenizer, data_args.block_size, data_args.text_column, pad_to_max_length,
@@ -222,23 +223,27 @@ def language_model_blocks(
         return group_texts(
             texts, tokenizer, data_args.block_size, data_args.text_column,
             model.config.max_position_embeddings, data_args.preprocessing_num_workers, causal=causal,
-            load_from_cache_file=data_args.load_from_cache_file,
+            load_from_cache_file=data_args.load_from_cache_file, source=source,
         )  # fmt: skip
 
     seed, percentage = training_args.seed, data_args.validation_split_percentage
+    source = data_args.source_flag
     with training_args.main_process_first(desc="grouping texts"):
         if data_args.validation_file:
             eval_texts = load_text_corpus(
                 files=[data_args.validation_file], text_column=data_args.text_column,
                 keep_linebreaks=data_args.keep_linebreaks,
             )  # fmt: skip
-            train_examples, eval_examples = examples(corpus), examples(eval_texts)
+            validation = f"--validation_file {data_args.validation_file}"
+            train_examples, eval_examples = examples(corpus, source), examples(eval_texts, validation)
         elif data_args.validation_split_by == "blocks" or percentage <= 0:
-            train_examples, eval_examples = hold_out_blocks(examples(corpus), percentage, seed)
+            train_examples, eval_examples = hold_out_blocks(examples(corpus, source), percentage, seed)
         else:
             check_enough_to_split(len(corpus), percentage, "texts")
             split = corpus.train_test_split(test_size=percentage / 100, seed=seed)
-            train_examples, eval_examples = examples(split["train"]), examples(split["test"])
+            held_out = f"The {percentage:g}% of {source}'s texts held out (--validation_split_percentage)"
+            train_examples = examples(split["train"], f"{source} (its texts not held out)")
+            eval_examples = examples(split["test"], held_out)
     if not training_args.do_eval:
         eval_examples = None
     return (

@@ -110,6 +110,33 @@ def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
     assert "Traceback" not in stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "args", "expected"),
+    [
+        (  # a switch given a length: what it does, not "Truthy value expected" after every flag's usage
+            "pretrain_mlm",
+            ["--output_dir", "{tmp}/out", "--resize_position_embeddings", "2048"],
+            "error: --resize_position_embeddings is a switch and takes no value, got '2048'. Give "
+            "--resize_position_embeddings alone to turn it on (--resize_position_embeddings false: off): "
+            "extend a checkpoint's position table to --block_size by copying its rows.",
+        ),
+        (  # a mistyped type, before the checkpoint's config.json is read (and blamed)
+            "finetune_glue",
+            ["--task_name", "rotten_tomatoes", "--output_dir", "{tmp}/out", "--attention_type", "longformr"],
+            "error: --attention_type 'longformr' is not available for text models: did you mean 'longformer'",
+        ),
+        (
+            "train_graph",
+            ["--output_dir", "{tmp}/out", "--label_column", "y", "--label_colunm_name", "y"],
+            "error: unknown flag --label_colunm_name; did you mean --label_column_name?",
+        ),
+    ],
+)
+def test_the_message_says_what_where_and_the_fix(name, args, expected, tmp_path, capsys):
+    status, stderr = run_in_process(name, [arg.replace("{tmp}", str(tmp_path)) for arg in args], capsys)
+    assert status == 2 and stderr.startswith(expected) and stderr.count("\n") == 1, stderr
+
+
 def test_debug_shows_the_traceback_of_a_user_error(tmp_path, capsys, monkeypatch):
     args = ["--model", str(tmp_path / "no_model"), "--debug", "a [MASK] film"]  # --debug anywhere
     status, stderr = run_in_process("fill_mask", args, capsys)
