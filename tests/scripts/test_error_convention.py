@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 
@@ -135,6 +137,35 @@ def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
 def test_the_message_says_what_where_and_the_fix(name, args, expected, tmp_path, capsys):
     status, stderr = run_in_process(name, [arg.replace("{tmp}", str(tmp_path)) for arg in args], capsys)
     assert status == 2 and stderr.startswith(expected) and stderr.count("\n") == 1, stderr
+
+
+def raised_strings() -> list[str]:
+    """The string literals (f-strings' literal parts) of every ``raise`` in hf_efficient/ and scripts/, and
+    of every function that builds an InputError."""
+    strings = []
+    for path in [*(ROOT / "hf_efficient").rglob("*.py"), *SCRIPTS.glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            builds = isinstance(node, ast.FunctionDef) and any(
+                isinstance(name, ast.Name) and name.id in ("InputError", "InputFileNotFoundError")
+                for name in ast.walk(node)
+            )
+            if isinstance(node, ast.Raise) or builds:
+                strings += [
+                    c.value
+                    for c in ast.walk(node)
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                ]
+    return strings
+
+
+def test_the_documented_messages_are_raised_by_the_code():
+    page = (ROOT / "docs" / "errors.md").read_text()
+    table = page.split("<!-- script-errors -->")[1].split("<!-- /script-errors -->")[0]
+    fragments = re.findall(r"^\| `([^`]+)` \|", table, flags=re.MULTILINE)
+    assert len(fragments) >= 15
+    strings = raised_strings()
+    missing = [fragment for fragment in fragments if not any(fragment in string for string in strings)]
+    assert not missing, f"docs/errors.md lists messages no raise in the code says: {missing}"
 
 
 def test_debug_shows_the_traceback_of_a_user_error(tmp_path, capsys, monkeypatch):
