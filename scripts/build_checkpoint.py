@@ -56,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hf_efficient.cli import run_script
+from hf_efficient.cli import USER_ERROR_STATUS, run_script
 from hf_efficient.errors import InputError, InputFileNotFoundError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,7 +194,11 @@ def run_training(command: list[str]) -> dict:
     # The stage imports the hf_efficient this script runs with (this checkout's, where another copy is
     # installed too): a script's sys.path starts at scripts/, not at the checkout.
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": path})
+    status = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}).returncode
+    if status == USER_ERROR_STATUS:  # the stage printed its one "error: ..." line; no traceback here either
+        raise SystemExit(status)
+    if status != 0:
+        raise subprocess.CalledProcessError(status, command)
     return {}
 
 

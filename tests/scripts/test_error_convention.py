@@ -207,3 +207,23 @@ def test_python_scripts_x_py_prints_one_line_and_exits_2(tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, env=child_env(), cwd=ROOT, timeout=300)
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("error: --model: no such folder") and result.stderr.count("\n") == 1
+
+
+def test_build_checkpoint_passes_a_stages_user_error_on(monkeypatch):
+    """A stage (a training script in a child process) that stopped on a user error has printed its line:
+    build_checkpoint.py exits with the same status, without a traceback of its own; other failures raise."""
+    builder = load_script("build_checkpoint")
+    stage = ["python", "scripts/pretrain_mlm.py"]
+
+    def stage_ends_with(status):
+        monkeypatch.setattr(
+            subprocess, "run", lambda *args, **kwargs: subprocess.CompletedProcess(args, status)
+        )
+
+    stage_ends_with(2)
+    with pytest.raises(SystemExit) as exit_info:
+        builder.run_training(stage)
+    assert exit_info.value.code == 2
+    stage_ends_with(1)
+    with pytest.raises(subprocess.CalledProcessError):
+        builder.run_training(stage)
