@@ -38,8 +38,9 @@ def run_script(main: Callable[[list[str]], Any], args: Sequence[str] | None = No
         SystemExit: status 2 after a user error.
     """
     args = list(sys.argv[1:] if args is None else args)
-    debug = DEBUG_FLAG in args or os.environ.get(DEBUG_ENVIRONMENT_VARIABLE, "") not in ("", "0")
-    args = [arg for arg in args if arg != DEBUG_FLAG]
+    ours = _our_debug_flags(args)
+    debug = bool(ours) or os.environ.get(DEBUG_ENVIRONMENT_VARIABLE, "") not in ("", "0")
+    args = [arg for position, arg in enumerate(args) if position not in ours]
     try:
         with mock.patch.object(argparse.ArgumentParser, "error", _raise_input_error):
             main(args)
@@ -59,6 +60,19 @@ def run_script(main: Callable[[list[str]], Any], args: Sequence[str] | None = No
         from .training.distributed import end_distributed_run
 
         end_distributed_run()
+
+
+def _our_debug_flags(args: Sequence[str]) -> set[int]:
+    """The positions of ``--debug`` in ``args`` that ask for tracebacks: all but those followed by a value of
+    TrainingArguments' own ``--debug`` (``--debug underflow_overflow``)."""
+    from transformers.debug_utils import DebugOption
+
+    theirs = {option.value for option in DebugOption}
+    return {
+        position
+        for position, arg in enumerate(args)
+        if arg == DEBUG_FLAG and (position + 1 == len(args) or args[position + 1] not in theirs)
+    }
 
 
 def user_error_message(error: BaseException, args: Sequence[str]) -> str | None:

@@ -175,6 +175,10 @@ def test_debug_shows_the_traceback_of_a_user_error(tmp_path, capsys, monkeypatch
     monkeypatch.setenv("HF_EFFICIENT_DEBUG", "1")
     status, stderr = run_in_process("fill_mask", args[:2] + args[3:], capsys)
     assert status == 2 and "Traceback" in stderr
+    monkeypatch.delenv("HF_EFFICIENT_DEBUG")
+    seen = []
+    run_script(seen.append, ["--debug", "underflow_overflow", "--debug"])  # the first is TrainingArguments'
+    assert seen == [["--debug", "underflow_overflow"]]
 
 
 def test_a_fault_of_ours_keeps_its_traceback_and_status(tmp_path):
