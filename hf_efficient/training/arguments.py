@@ -26,6 +26,8 @@ from ..errors import InputError
 
 TORCH_DTYPES = ("auto", "bfloat16", "float16", "float32")
 PHASE_FLAGS = ("do_train", "do_eval", "do_predict")
+# Where the scripts' model config fields come from, for errors about them.
+MODEL_FIELD_SOURCES = "--config's model section, --config_overrides, --attention_type or --attention_config"
 
 
 @dataclass
@@ -119,7 +121,16 @@ class ModelArguments(RandomStateArguments):
         if self.model_name_or_path is None:
             return model_class(config)
         overrides = {"config": config} if self.config_name is not None else config_kwargs
-        return model_class.from_pretrained(self.model_name_or_path, **overrides, **self.model_kwargs())
+        try:
+            return model_class.from_pretrained(self.model_name_or_path, **overrides, **self.model_kwargs())
+        except InputError as error:  # the checkpoint's config.json, or the flags' fields over it?
+            if not (config_kwargs and isinstance(error.__cause__, StrictDataclassError)):
+                raise
+            model_class.config_class.from_pretrained(self.model_name_or_path, **self.download_kwargs())
+            raise InputError(
+                f"{MODEL_FIELD_SOURCES} set a field of the model config ({self.model_name_or_path}'s) "
+                f"wrongly: {error.__cause__}"
+            ) from error
 
 
 def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
@@ -128,10 +139,7 @@ def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
     try:
         return config_class(**config_kwargs)
     except StrictDataclassError as error:
-        raise InputError(
-            f"The model config from --config's model section, --config_overrides, --attention_type and "
-            f"--attention_config is invalid: {error}"
-        ) from error
+        raise InputError(f"{MODEL_FIELD_SOURCES} set a field of the model config wrongly: {error}") from error
 
 
 @dataclass

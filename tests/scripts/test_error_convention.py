@@ -127,6 +127,13 @@ def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
             ["--task_name", "rotten_tomatoes", "--output_dir", "{tmp}/out", "--attention_type", "longformr"],
             "error: --attention_type 'longformr' is not available for text models: did you mean 'longformer'",
         ),
+        (  # a flag's field, not the checkpoint's config.json, is wrong: the flags are named
+            "finetune_glue",
+            ["--task_name", "rotten_tomatoes", "--output_dir", "{tmp}/out", "--attention_type", "longformer"]
+            + ["--attention_config", '{"attention_windw": 4}'],
+            "error: --config's model section, --config_overrides, --attention_type or --attention_config "
+            "set a field of the model config (",
+        ),
         (
             "train_graph",
             ["--output_dir", "{tmp}/out", "--label_column", "y", "--label_colunm_name", "y"],
