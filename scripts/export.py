@@ -33,7 +33,9 @@ def main(args: list[str] | None = None) -> ExportReport:
         "--no_optimize", action="store_true", help="skip the ONNX graph optimisation (faster export)"
     )
     parsed = parser.parse_args(args)
-    check_pretrained_path(parsed.model_name_or_path, "--model_name_or_path")  # before the progress lines
+    check_pretrained_path(
+        parsed.model_name_or_path, "--model_name_or_path", holds="config.json"
+    )  # before the progress lines
     report = export_folder(
         parsed.model_name_or_path,
         parsed.output_dir,

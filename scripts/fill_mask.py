@@ -21,7 +21,9 @@ from hf_efficient.modeling.checkpoint_files import check_pretrained_path, load_t
 
 def fill_mask(model: str, texts: list[str], top_k: int = 5) -> list[list[dict]]:
     """The pipeline's predictions per text: ``[[{"token_str", "score", "sequence", ...}, ...], ...]``."""
-    check_pretrained_path(model, "--model")  # a missing folder, said as such (not as a hub lookup error)
+    check_pretrained_path(
+        model, "--model", holds="config.json"
+    )  # a missing folder, said as such (not as a hub lookup error)
     if top_k < 1:
         raise InputError(f"--top_k must be >= 1 (the number of predictions per mask), got {top_k}.")
     tokenizer = load_tokenizer(model)

@@ -36,20 +36,29 @@ def looks_like_local_path(name: str) -> bool:
     )
 
 
-def check_pretrained_path(name_or_path, what: str) -> Path | None:
+def check_pretrained_path(name_or_path, what: str, holds: str | None = None) -> Path | None:
     """The local folder or file ``from_pretrained`` will read, or None for a hub id.
 
     Args:
         what: who reads it, for the message (``"EfficientBertModel.from_pretrained"``,
             ``"--model_name_or_path"``).
 
+    Args:
+        holds: a file a folder given must hold (``config.json`` for a model).
+
     Raises:
-        FileNotFoundError: ``name_or_path`` can only be a local path, and nothing is there.
+        FileNotFoundError: ``name_or_path`` can only be a local path, and nothing is there; or it is a folder
+            without ``holds``.
     """
     if not isinstance(name_or_path, (str, os.PathLike)):
         return None
     name = os.fspath(name_or_path)
     path = Path(name).expanduser()
+    if path.is_dir() and holds is not None and not (path / holds).is_file():
+        raise InputFileNotFoundError(
+            f"{what} {name}: the folder holds no {holds}. Give a folder written by save_pretrained: a "
+            "training script's --output_dir once it has saved, or one of its checkpoint-N folders."
+        )
     if path.exists():
         return path
     if looks_like_local_path(name):

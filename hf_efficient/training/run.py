@@ -22,8 +22,14 @@ from .output_dir import claim_output_dir
 
 # Loggers whose INFO records the scripts show: this package's and the script's own (run as a file).
 SCRIPT_LOGGERS = ("hf_efficient", "__main__")
-# Flags of the scripts that name a checkpoint, config, tokenizer or image processor folder (or a hub id).
-PRETRAINED_PATH_FLAGS = ("model_name_or_path", "config_name", "tokenizer_name", "image_processor_name")
+# Flags of the scripts that name a checkpoint, config, tokenizer or image processor folder (or a hub id), with
+# the file such a folder must hold.
+PRETRAINED_PATH_FLAGS = {
+    "model_name_or_path": "config.json",
+    "config_name": "config.json",
+    "tokenizer_name": None,  # tokenizer.json, vocab.txt, ...: the tokenizer class decides
+    "image_processor_name": "preprocessor_config.json",
+}
 
 
 @dataclass
@@ -74,8 +80,8 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     enable_cpu_ddp_if_launched()  # before TrainingArguments exists
     parsed, model_kwargs = parse_args_with_config_files(parser, model_config_class, attention_dir, args)
     for arguments in parsed:  # a checkpoint path that does not exist: said now, not as a hub lookup error
-        for flag in PRETRAINED_PATH_FLAGS:
-            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}")
+        for flag, holds in PRETRAINED_PATH_FLAGS.items():
+            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}", holds)
     training_args = parsed[-1]
     decide_phases(training_args, args)
     if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)

@@ -127,6 +127,11 @@ def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
             ["--task_name", "rotten_tomatoes", "--output_dir", "{tmp}/out", "--attention_type", "longformr"],
             "error: --attention_type 'longformr' is not available for text models: did you mean 'longformer'",
         ),
+        (  # a folder, but not a saved model: said before the tokenizer fails to load from it
+            "pretrain_mlm",
+            ["--output_dir", "{tmp}/out", "--model_name_or_path", "{tmp}", "--train_files", "{tmp}/none.txt"],
+            "error: --model_name_or_path {tmp}: the folder holds no config.json. Give a folder written by",
+        ),
         (  # a flag's field, not the checkpoint's config.json, is wrong: the flags are named
             "finetune_glue",
             ["--task_name", "rotten_tomatoes", "--output_dir", "{tmp}/out", "--attention_type", "longformer"]
@@ -143,6 +148,7 @@ def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
 )
 def test_the_message_says_what_where_and_the_fix(name, args, expected, tmp_path, capsys):
     status, stderr = run_in_process(name, [arg.replace("{tmp}", str(tmp_path)) for arg in args], capsys)
+    expected = expected.replace("{tmp}", str(tmp_path))
     assert status == 2 and stderr.startswith(expected) and stderr.count("\n") == 1, stderr
 
 
