@@ -97,7 +97,11 @@ def user_error_message(error: BaseException, args: Sequence[str]) -> str | None:
 def unknown_flags_error(parser: argparse.ArgumentParser, unknown: Sequence[str]) -> InputError:
     """The error for command-line words ``parser`` does not take: each unknown flag with the closest of the
     parser's flags (``unknown flag --label_column; did you mean --label_column_name?``)."""
-    flags = list(_flags(parser))
+    every = set(_flags(parser))
+    # HfArgumentParser adds --max-steps beside --max_steps: suggest the spelling with underscores
+    flags = sorted(
+        flag for flag in every if _underscored(flag) in (flag, None) or _underscored(flag) not in every
+    )
     said = []
     for word in unknown:
         name = word.split("=", 1)[0]
@@ -108,6 +112,11 @@ def unknown_flags_error(parser: argparse.ArgumentParser, unknown: Sequence[str])
     if not said:
         said = [f"unexpected argument(s) {' '.join(unknown)} ({HELP_HINT})"]
     return InputError("; ".join(said))
+
+
+def _underscored(flag: str) -> str | None:
+    """``--max-steps`` -> ``--max_steps`` (None for a short flag such as ``-h``)."""
+    return "--" + flag[2:].replace("-", "_") if flag.startswith("--") else None
 
 
 def _flags(parser: argparse.ArgumentParser):

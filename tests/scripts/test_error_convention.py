@@ -10,8 +10,9 @@ import subprocess
 import sys
 
 import pytest
+from transformers import HfArgumentParser, TrainingArguments
 
-from hf_efficient.cli import run_script
+from hf_efficient.cli import run_script, unknown_flags_error
 from hf_efficient.errors import InputError
 
 from ..processes import ROOT, child_env
@@ -249,3 +250,12 @@ def test_build_checkpoint_passes_a_stages_user_error_on(monkeypatch):
     stage_ends_with(1)
     with pytest.raises(subprocess.CalledProcessError):
         builder.run_training(stage)
+
+
+def test_unknown_flags_are_matched_to_the_underscore_spelling():
+    parser = HfArgumentParser(TrainingArguments)  # it adds --max-steps beside --max_steps
+    message = str(unknown_flags_error(parser, ["--max-step", "5", "--learnig_rate"]))
+    assert message == (
+        "unknown flag --max-step; did you mean --max_steps?; "
+        "unknown flag --learnig_rate; did you mean --learning_rate?"
+    )
