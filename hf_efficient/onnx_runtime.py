@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from transformers import AutoConfig
 
+from .errors import InputFileNotFoundError
 from .extras import import_extra
 
 ONNX_FILE = "model.onnx"
@@ -52,6 +53,11 @@ class OnnxRuntimeModel:
         if threads is not None:
             options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
         onnx_file = path / ONNX_FILE if path.is_dir() else path
+        if not onnx_file.is_file():
+            raise InputFileNotFoundError(
+                f"{onnx_file}: no such file. A serving folder is written by scripts/export.py (with its ONNX "
+                "file unless --no_onnx); give that folder."
+            )
         self.session = onnxruntime.InferenceSession(str(onnx_file), options, providers=list(providers))
         self.input_names = [node.name for node in self.session.get_inputs()]
         self.output_names = [node.name for node in self.session.get_outputs()]

@@ -59,6 +59,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hf_efficient.cli import USER_ERROR_STATUS, run_script
+from hf_efficient.errors import InputError, InputFileNotFoundError
+
 ROOT = Path(__file__).resolve().parents[1]
 # benchmarks.report (markdown tables) lives beside scripts/, outside the package
 sys.path.insert(0, str(ROOT))
@@ -92,12 +95,12 @@ def load_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
     """
     path = RECIPES / f"{name}.json"
     if not path.exists():
-        raise ValueError(f"Unknown checkpoint {name!r}; choose one of: {', '.join(recipe_names())}.")
+        raise InputError(f"Unknown checkpoint {name!r}; choose one of: {', '.join(recipe_names())}.")
     recipe = json.loads(path.read_text())
     for override in overrides:
         key, sep, raw = override.partition("=")
         if not sep:
-            raise ValueError(f"--set {override!r}: write KEY=VALUE, e.g. --set mlm.max_steps=20.")
+            raise InputError(f"--set {override!r}: write KEY=VALUE, e.g. --set mlm.max_steps=20.")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
@@ -106,11 +109,11 @@ def load_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
         node = recipe
         for part in parents:
             if not isinstance(node.get(part), dict):
-                raise ValueError(f"--set {override!r}: the recipe has no section {part!r} ({sorted(node)}).")
+                raise InputError(f"--set {override!r}: the recipe has no section {part!r} ({sorted(node)}).")
             node = node[part]
         open_sections = ("distill", "mlm", "attention_config")
         if leaf not in node and not (parents and parents[-1] in open_sections):
-            raise ValueError(f"--set {override!r}: the recipe has no key {key!r}; keys here: {sorted(node)}.")
+            raise InputError(f"--set {override!r}: the recipe has no key {key!r}; keys here: {sorted(node)}.")
         node[leaf] = value
     recipe["name"] = name
     return recipe
@@ -223,7 +226,11 @@ def run_training(command: list[str]) -> dict:
     # The stage imports the hf_efficient this script runs with (this checkout's, where another copy is
     # installed too): a script's sys.path starts at scripts/, not at the checkout.
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": path})
+    status = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}).returncode
+    if status == USER_ERROR_STATUS:  # the stage printed its one "error: ..." line; no traceback here either
+        raise SystemExit(status)
+    if status != 0:
+        raise subprocess.CalledProcessError(status, command)
     return {}
 
 
@@ -427,7 +434,7 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
     from hf_efficient.training import build_model_card
 
     if not (output_dir / "final").exists():
-        raise FileNotFoundError(
+        raise InputFileNotFoundError(
             f"--output_dir {output_dir} holds no finished build (no final/); run `build` first, with the "
             "same --output_dir."
         )
@@ -525,7 +532,7 @@ def build(name: str, output_dir: str | None, overrides: list[str], write_card_to
         earlier = json.loads(saved.read_text())
         keys = ("command", "threads")
         if {k: v for k, v in earlier.items() if k not in keys} != recipe:
-            raise ValueError(
+            raise InputError(
                 f"--output_dir {output} holds a build of another recipe (or other --set overrides): "
                 f"{saved}. Rerun with its overrides, or choose a new --output_dir."
             )
@@ -592,4 +599,4 @@ def main(args: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -27,6 +27,7 @@ from pathlib import Path
 from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientBertConfig, EfficientBertModel
+from hf_efficient.cli import run_script
 from hf_efficient.data import load_corpus_from_args
 from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
@@ -37,7 +38,6 @@ from hf_efficient.training import (
     RandomStateArguments,
     check_attention_changed,
     efficiency_metrics,
-    end_distributed_run,
     evaluate_and_save,
     finish_run,
     language_model_blocks,
@@ -150,5 +150,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -16,7 +16,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from hf_efficient.cli import run_script
 from hf_efficient.export import ExportReport, export_folder
+from hf_efficient.modeling.checkpoint_files import check_pretrained_path
 
 
 def main(args: list[str] | None = None) -> ExportReport:
@@ -31,6 +33,9 @@ def main(args: list[str] | None = None) -> ExportReport:
         "--no_optimize", action="store_true", help="skip the ONNX graph optimisation (faster export)"
     )
     parsed = parser.parse_args(args)
+    check_pretrained_path(
+        parsed.model_name_or_path, "--model_name_or_path", holds="config.json"
+    )  # before the progress lines
     report = export_folder(
         parsed.model_name_or_path,
         parsed.output_dir,
@@ -50,4 +55,4 @@ def main(args: list[str] | None = None) -> ExportReport:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

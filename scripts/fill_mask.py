@@ -14,18 +14,22 @@ import argparse
 from transformers import pipeline
 
 import hf_efficient  # noqa: F401  (registers the efficient_bert Auto classes)
+from hf_efficient.cli import run_script
+from hf_efficient.errors import InputError
 from hf_efficient.modeling.checkpoint_files import check_pretrained_path, load_tokenizer
 
 
 def fill_mask(model: str, texts: list[str], top_k: int = 5) -> list[list[dict]]:
     """The pipeline's predictions per text: ``[[{"token_str", "score", "sequence", ...}, ...], ...]``."""
-    check_pretrained_path(model, "--model")  # a missing folder, said as such (not as a hub lookup error)
+    check_pretrained_path(
+        model, "--model", holds="config.json"
+    )  # a missing folder, said as such (not as a hub lookup error)
     if top_k < 1:
-        raise ValueError(f"--top_k must be >= 1 (the number of predictions per mask), got {top_k}.")
+        raise InputError(f"--top_k must be >= 1 (the number of predictions per mask), got {top_k}.")
     tokenizer = load_tokenizer(model)
     for text in texts:
         if tokenizer.mask_token not in text:
-            raise ValueError(
+            raise InputError(
                 f"{text!r} holds no mask token; write {tokenizer.mask_token} where a word should be "
                 "predicted."
             )
@@ -50,4 +54,4 @@ def main(args: list[str] | None = None) -> list[list[dict]]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -25,6 +25,7 @@ import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
+from hf_efficient.cli import run_script
 from hf_efficient.data import (
     GLUE_HUB_PATH,
     TASKS,
@@ -35,6 +36,7 @@ from hf_efficient.data import (
     preprocess_task,
     write_predictions,
 )
+from hf_efficient.errors import InputError
 from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
     ConfigArguments,
@@ -45,7 +47,6 @@ from hf_efficient.training import (
     TextModelArguments,
     build_compute_metrics,
     efficiency_metrics,
-    end_distributed_run,
     evaluate_and_save,
     finish_run,
     first_examples,
@@ -144,7 +145,7 @@ def column_flags(task_args: TaskArguments) -> dict:
     if task_args.label_column_name != "label":
         given.append("--label_column_name")
     if given and task_args.dataset_name is None and not any(files):
-        raise ValueError(
+        raise InputError(
             f"{', '.join(given)} apply to a dataset loaded with --dataset_name or to --train_file / "
             f"--validation_file / --test_file, as in run_classification.py; --task_name "
             f"{task_args.task_name} has its own columns."
@@ -176,7 +177,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     max_length = task_args.max_seq_length
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.bert.resize_position_embeddings(max_length)
-    check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
+    check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
     match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(
@@ -250,5 +251,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -25,12 +25,14 @@ from pathlib import Path
 from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
+from hf_efficient.cli import run_script
 from hf_efficient.data import (
     ImageDataArguments,
     describe_images,
     load_image_splits,
     with_image_transform,
 )
+from hf_efficient.errors import InputError
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
@@ -38,7 +40,6 @@ from hf_efficient.training import (
     VisionModelArguments,
     build_compute_metrics,
     efficiency_metrics,
-    end_distributed_run,
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
@@ -46,7 +47,8 @@ from hf_efficient.training import (
     train_and_save,
 )
 
-ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision" / "attention"
+VISION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "vision"
+ATTENTION_CONFIGS = VISION_CONFIGS / "attention"
 logger = logging.getLogger(__name__)
 
 
@@ -65,12 +67,34 @@ class ImageClassificationTask:
     is_regression: bool = False
 
 
+def check_model_given(model_args: ModelArguments, config_args: ConfigArguments) -> None:
+    """A checkpoint or the model's sizes must be given: without either, EfficientViTConfig's defaults would
+    build ViT-base (86M parameters, 224-pixel images) whatever the images' size. (transformers'
+    run_image_classification.py starts from a pretrained ViT by default; offline there is none to start from.)
+    """
+    sources = (
+        model_args.model_name_or_path,
+        model_args.config_name,
+        config_args.config,
+        config_args.config_overrides,
+    )
+    if any(source is not None for source in sources):
+        return
+    bases = ", ".join(f"configs/vision/{path.name}" for path in sorted(VISION_CONFIGS.glob("base_*.json")))
+    raise InputError(
+        "No model given: pass --model_name_or_path (a ViT, ViT-MAE or EfficientViT checkpoint) or --config "
+        f"with the model's sizes to train from scratch ({bases}); without either the defaults would build "
+        "ViT-base (86M parameters, 224-pixel images) whatever the size of the images."
+    )
+
+
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
         (ModelArguments, ImageDataArguments, ConfigArguments, EfficientTrainingArguments)
     )
     parsed, model_kwargs = setup_run(parser, EfficientViTConfig, ATTENTION_CONFIGS, args)
-    model_args, data_args, _, training_args = parsed
+    model_args, data_args, config_args, training_args = parsed
+    check_model_given(model_args, config_args)
     training_args.remove_unused_columns = False  # the image column feeds the transform, not forward()
 
     with training_args.main_process_first(desc="loading images"):  # rank 0 fetches / converts first
@@ -123,5 +147,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -29,6 +29,7 @@ import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForQuestionAnswering
+from hf_efficient.cli import run_script
 from hf_efficient.data import check_sequence_length
 from hf_efficient.data.question_answering import (
     SAMPLE_FLAGS,
@@ -46,7 +47,6 @@ from hf_efficient.training import (
     SampleLimitArguments,
     TextModelArguments,
     efficiency_metrics,
-    end_distributed_run,
     finish_run,
     given_phase_flags,
     random_state_callbacks,
@@ -127,7 +127,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     max_length = data_args.max_seq_length
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.resize_position_embeddings(max_length)
-    check_sequence_length(max_length, model.config.max_position_embeddings, "max_seq_length")
+    check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
     # Saved with the model: pipeline("question-answering", model=output_dir) then reads windows this long.
     tokenizer.model_max_length = max_length
     phases = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
@@ -200,5 +200,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -25,6 +25,7 @@ from pathlib import Path
 from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientViTConfig, EfficientViTMAEForPreTraining
+from hf_efficient.cli import run_script
 from hf_efficient.data import (
     ImageDataArguments,
     describe_images,
@@ -37,7 +38,6 @@ from hf_efficient.training import (
     EfficientTrainingArguments,
     VisionModelArguments,
     efficiency_metrics,
-    end_distributed_run,
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
@@ -139,5 +139,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -20,13 +20,13 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+from hf_efficient.cli import run_script
 from hf_efficient.data import SeededMLMCollator
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainingArguments,
     LanguageModelArguments,
     LanguageModelDataArguments,
-    end_distributed_run,
     language_model,
     language_model_blocks,
     language_model_corpus,
@@ -86,5 +86,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

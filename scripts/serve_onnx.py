@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hf_efficient.cli import run_script
 from hf_efficient.onnx_runtime import OnnxRuntimeModel
 
 
@@ -89,4 +90,4 @@ def main(args: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -10,7 +10,7 @@ reads (shortest paths, degrees, Laplacian / random-walk PE, WL colours) are adde
     python scripts/train_graph.py --config configs/graph/base_molecules.json --attention_type performer \
         --config_overrides graph_layer_type=gps --dataset_name solubility --output_dir runs/solubility-gps
 
-Data (``--dataset_name``): ``solubility`` (``--label_column sol_class``: 3 classes), ``freesolv``,
+Data (``--dataset_name``): ``solubility`` (``--label_column_name sol_class``: 3 classes), ``freesolv``,
 ``mouse_connectomes`` (strain of 32 mouse brains, with ``configs/graph/base_connectomes.json``), ``karate`` or
 ``polblogs`` (node classification), your own JSON lines / Parquet graph records (a file or a folder of them;
 or ``--train_file`` / ``--validation_file``), a save_to_disk folder, or a hub dataset (online, e.g.
@@ -33,6 +33,7 @@ from hf_efficient import (
     EfficientGraphForNodeClassification,
     GraphCollator,
 )
+from hf_efficient.cli import run_script
 from hf_efficient.data.graph_tasks import (
     add_structural_features,
     describe_graphs,
@@ -46,7 +47,6 @@ from hf_efficient.training import (
     EfficientTrainer,
     EfficientTrainingArguments,
     efficiency_metrics,
-    end_distributed_run,
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
@@ -80,7 +80,9 @@ class GraphDataArguments:
         default=None, metadata={"help": "Graph records to evaluate on (as --train_file)."}
     )
     dataset_config_name: str | None = field(default=None, metadata={"help": "The hub dataset's config."})
-    label_column: str = field(default="y", metadata={"help": "Label column (solubility: y or sol_class)."})
+    label_column_name: str = field(
+        default="y", metadata={"help": "Label column (solubility: y or sol_class), named as in run_glue.py."}
+    )
     task: str | None = field(
         default=None, metadata={"help": "graph or node; none: inferred from the labels."}
     )
@@ -121,7 +123,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             data_args.train_file,
             data_args.validation_file,
         )
-    task = infer_graph_task(splits.train, data_args.label_column, data_args.task)
+    task = infer_graph_task(splits.train, data_args.label_column_name, data_args.task)
     model_class = MODELS[task.level]
     # A checkpoint knows its input widths; a new model takes them (and edge_dim) from the data.
     if model_args.model_name_or_path:
@@ -141,7 +143,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         check_graph_dataset(dataset, config.needs_edges() and not data_args.add_self_loops, f"{split} split")
         with training_args.main_process_first(desc="structural features"):
             dataset = add_structural_features(dataset, config, desc=split)
-        data[split] = select_label(dataset, data_args.label_column)  # Trainer keeps `labels` (forward's)
+        data[split] = select_label(dataset, data_args.label_column_name)  # Trainer keeps `labels` (forward's)
 
     trainer = EfficientTrainer(
         model=model,
@@ -171,13 +173,13 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         f"{'regression' if task.is_regression else 'classification'} on {splits.source} by "
         f"`scripts/train_graph.py`, from {start}.",
         data_description=describe_graphs(
-            replace(splits, train=data["train"], eval=data.get("eval")), task, data_args.label_column
+            replace(splits, train=data["train"], eval=data.get("eval")), task, data_args.label_column_name
         ),
         datasets=[splits.hub_id] if splits.hub_id else None,
         base_model=model_args.model_name_or_path,
         training_args=training_args,
         extra_hyperparameters={
-            "label_column": data_args.label_column,
+            "label_column_name": data_args.label_column_name,
             "add_self_loops": data_args.add_self_loops,
             "structural inputs": ", ".join(config.structural_inputs()) or "none",
         },
@@ -189,5 +191,4 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -34,6 +34,7 @@ import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
+from hf_efficient.cli import run_script
 from hf_efficient.data import check_sequence_length
 from hf_efficient.data.listops import (
     LABEL_NAMES,
@@ -52,7 +53,7 @@ from hf_efficient.training import (
     EfficientTrainingArguments,
     RandomStateArguments,
     build_compute_metrics,
-    end_distributed_run,
+    build_model_config,
     finish_run,
     generated_task_run,
     random_state_callbacks,
@@ -138,17 +139,18 @@ def main(args: list[str] | None = None) -> dict:
         logger.info("ListOps %s: %s", split, described)
 
     id2label = dict(enumerate(LABEL_NAMES))
-    config = EfficientBertConfig(
-        **{
+    config = build_model_config(
+        EfficientBertConfig,
+        {
             **model_kwargs,
             "vocab_size": len(VOCAB),
             "pad_token_id": VOCAB.index("[PAD]"),
             "num_labels": len(LABEL_NAMES),
             "id2label": id2label,
             "label2id": {label: i for i, label in id2label.items()},
-        }
+        },
     )
-    check_sequence_length(spec.max_length + 1, config.max_position_embeddings, "max_length + 1 ([CLS])")
+    check_sequence_length(spec.max_length + 1, config.max_position_embeddings, "--max_length (+ 1 for [CLS])")
     model = EfficientBertForSequenceClassification(config)
     tokenizer = build_listops_tokenizer(config.max_position_embeddings)
     fixed_length = any(core.capabilities.fixed_max_length for core in model.attention_cores())
@@ -221,5 +223,4 @@ def main(args: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

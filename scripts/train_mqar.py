@@ -42,6 +42,7 @@ from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientBertConfig, EfficientBertForCausalLM, EfficientBertForMaskedLM
 from hf_efficient.attention.registry import causal_attention_types
+from hf_efficient.cli import run_script
 from hf_efficient.data.mqar import (
     ZOOLOGY_TEST_SEED_OFFSET,
     MQARSpec,
@@ -51,12 +52,13 @@ from hf_efficient.data.mqar import (
     recall_accuracy,
     zoology_num_kv_pairs,
 )
+from hf_efficient.errors import InputError
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
     EfficientTrainingArguments,
     RandomStateArguments,
-    end_distributed_run,
+    build_model_config,
     finish_run,
     generated_task_run,
     masked_lm_predictions,
@@ -113,19 +115,20 @@ def build_model(model_kwargs: dict, spec: MQARSpec, causal: bool):
     vocabulary and length; a type without a causal form is refused for ``causal``."""
     attention = model_kwargs.get("attention_type", "full")
     if causal and attention not in causal_attention_types("text"):
-        raise ValueError(
+        raise InputError(
             f"--causal needs an attention type with a causal form; {attention!r} has none. Causal types: "
             f"{', '.join(causal_attention_types('text'))}; or leave out --causal to train the bidirectional "
             "encoder, which every text type can."
         )
-    config = EfficientBertConfig(
-        **{
+    config = build_model_config(
+        EfficientBertConfig,
+        {
             **model_kwargs,
             "vocab_size": spec.vocab_size,
             "max_position_embeddings": spec.seq_len,
             "pad_token_id": 0,  # the filler token; nothing is padded (attention_mask is all ones)
             **({"is_decoder": True} if causal else {"sparse_prediction": True}),
-        }
+        },
     )
     return (EfficientBertForCausalLM if causal else EfficientBertForMaskedLM)(config)
 
@@ -221,5 +224,4 @@ def main(args: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
-    end_distributed_run()  # every process: gloo threads must not outlive the group
+    run_script(main)  # a user error: one "error: ..." line, exit status 2

@@ -387,7 +387,7 @@ def test_serve_onnx_classifies_graph_records_like_the_model(tmp_path, export, se
 def test_export_of_a_missing_folder_names_it(tmp_path, export):
     """A mistyped --model_name_or_path names the folder and the flag (not a hub repo-id error)."""
     missing = tmp_path / "runs" / "no_such_model"
-    with pytest.raises(FileNotFoundError, match=r"--model_name_or_path\): no such folder .*no_such_model"):
+    with pytest.raises(FileNotFoundError, match=r"--model_name_or_path: no such folder .*no_such_model"):
         export.main(["--model_name_or_path", str(missing), "--output_dir", str(tmp_path / "serving")])
     assert not (tmp_path / "serving").exists()
 

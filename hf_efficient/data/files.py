@@ -11,6 +11,8 @@ from pathlib import Path
 import datasets
 from datasets import DatasetDict
 
+from ..errors import InputError, InputFileNotFoundError
+
 
 def check_data_files(files: dict[str, str]) -> None:
     """Each ``{flag: path}`` names an existing, non-empty file.
@@ -23,18 +25,18 @@ def check_data_files(files: dict[str, str]) -> None:
         file = Path(path)
         if not file.is_file():
             kind = "a folder, not a file" if file.is_dir() else "no such file"
-            raise FileNotFoundError(f"{flag} {path}: {kind} ({file.absolute()}).")
+            raise InputFileNotFoundError(f"{flag} {path}: {kind} ({file.absolute()}).")
         if file.stat().st_size == 0:
-            raise ValueError(f"{flag} {path} is empty (0 bytes): it holds no rows to train or evaluate on.")
+            raise InputError(f"{flag} {path} is empty (0 bytes): it holds no rows to train or evaluate on.")
 
 
 def check_data_folder(flag: str, path: str) -> None:
     """``path`` is an existing folder holding at least one file (an imagefolder's class sub-folders)."""
     folder = Path(path)
     if not folder.is_dir():
-        raise FileNotFoundError(f"{flag} {path}: no such folder ({folder.absolute()}).")
+        raise InputFileNotFoundError(f"{flag} {path}: no such folder ({folder.absolute()}).")
     if not any(p.is_file() for p in folder.rglob("*")):
-        raise ValueError(f"{flag} {path} holds no files; an imagefolder has a folder of images per class.")
+        raise InputError(f"{flag} {path} holds no files; an imagefolder has a folder of images per class.")
 
 
 def load_data_files(builder: str, files: dict[str, tuple[str, list[str]]], **kwargs) -> DatasetDict:
@@ -47,12 +49,12 @@ def load_data_files(builder: str, files: dict[str, tuple[str, list[str]]], **kwa
         loaded = datasets.load_dataset(builder, data_files=data_files, **kwargs)
     except (ValueError, datasets.exceptions.DatasetGenerationError) as error:
         named = ", ".join(f"{flag} {' '.join(paths)}" for flag, paths in files.values())
-        raise ValueError(f"No rows could be read from {named}: {error}") from error
+        raise InputError(f"No rows could be read from {named}: {error}") from error
     if kwargs.get("streaming"):
         return loaded
     for split, (flag, paths) in files.items():
         if len(loaded[split]) == 0:
-            raise ValueError(f"{flag} {' '.join(paths)} holds no rows (a header only?).")
+            raise InputError(f"{flag} {' '.join(paths)} holds no rows (a header only?).")
     return loaded
 
 

@@ -124,7 +124,7 @@ GLUE_TASK_NAMES = tuple(name for name in TASKS if name != "rotten_tomatoes")
 def get_task(name: str) -> TextClassificationTask:
     """The task called ``name``; an unknown name raises listing the valid ones."""
     if name not in TASKS:
-        raise ValueError(f"Unknown task_name {name!r}. Valid task names: {', '.join(TASKS)}.")
+        raise InputError(f"Unknown task_name {name!r}. Valid task names: {', '.join(TASKS)}.")
     return TASKS[name]
 
 
@@ -149,7 +149,7 @@ def load_task_datasets(
     if files:
         suffixes = {Path(f).suffix.lower() for f in files.values()}
         if len(suffixes) != 1 or next(iter(suffixes)) not in (".csv", ".json", ".jsonl"):
-            raise ValueError(
+            raise InputError(
                 f"Data files must all be .csv or all .json / .jsonl; got {list(files.values())}."
             )
         builder = "csv" if suffixes == {".csv"} else "json"
@@ -166,7 +166,7 @@ def load_task_datasets(
             source=", ".join(files.values()),
         )
     elif task is None:
-        raise ValueError(f"Give --task_name (one of {', '.join(TASKS)}) or --train_file / --validation_file.")
+        raise InputError(f"Give --task_name (one of {', '.join(TASKS)}) or --train_file / --validation_file.")
     elif task.loader is not None:
         raw = task.loader()
     else:
@@ -275,7 +275,7 @@ def shape_columns(
     raw, sources = _rename_splits(raw, sources, source, split_names or {})
     texts = _names(text_column_names)
     if text_column_delimiter is None and len(texts) > 2:
-        raise ValueError(
+        raise InputError(
             "--text_column_names takes one column or two (a pair), comma-separated, or any number joined "
             f"into one text with --text_column_delimiter; got {text_column_names!r}."
         )
@@ -284,7 +284,7 @@ def shape_columns(
         needed = [*([label_column_name] if split != "test" else []), *texts]
         missing = [name for name in dict.fromkeys(needed) if name not in data.column_names]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"{sources[split]} has no column(s) {missing}; its columns are {data.column_names}: "
                 f"{COLUMN_FLAGS_HINT}."
             )
@@ -331,7 +331,7 @@ def _rename_splits(
     chosen = {role: name for role, name in split_names.items() if name is not None and name != role}
     for role, name in chosen.items():
         if name not in raw:
-            raise ValueError(f"--{role}_split_name {name!r}: {source} has the splits {list(raw)}.")
+            raise InputError(f"--{role}_split_name {name!r}: {source} has the splits {list(raw)}.")
     kept = {role: raw[name] for role, name in chosen.items()}
     rest = {split: data for split, data in raw.items() if split not in chosen.values() and split not in kept}
     names = {**{role: sources[name] for role, name in chosen.items()}, **{k: sources[k] for k in rest}}
@@ -351,14 +351,14 @@ def _remove_parts(raw: DatasetDict, source: str, splits: list[str], columns: lis
     """
     unknown = [split for split in splits if split not in raw]
     if unknown:
-        raise ValueError(f"--remove_splits {unknown}: {source} has the splits {list(raw)}.")
+        raise InputError(f"--remove_splits {unknown}: {source} has the splits {list(raw)}.")
     kept = DatasetDict({name: data for name, data in raw.items() if name not in splits})
     if not kept:
-        raise ValueError(f"--remove_splits {splits} removes every split of {source}.")
+        raise InputError(f"--remove_splits {splits} removes every split of {source}.")
     for name, data in kept.items():
         absent = [column for column in columns if column not in data.column_names]
         if absent:
-            raise ValueError(
+            raise InputError(
                 f"--remove_columns {absent}: split {name!r} of {source} has the columns {data.column_names}."
             )
     return DatasetDict({name: data.remove_columns(columns) for name, data in kept.items()})
@@ -387,7 +387,7 @@ def infer_task(raw: DatasetDict) -> TextClassificationTask:
     split = raw["train"] if "train" in raw else next(iter(raw.values()))
     columns = split.column_names
     if LABEL_COLUMN not in columns:
-        raise ValueError(
+        raise InputError(
             f"The data has no {LABEL_COLUMN!r} column. Its columns are {columns}: name the label column with "
             "--label_column_name (and the text columns with --text_column_names)."
         )
@@ -395,7 +395,7 @@ def infer_task(raw: DatasetDict) -> TextClassificationTask:
         (t.sentence_keys for t in TASKS.values() if {*t.sentence_keys} - {None} <= set(columns)), None
     )
     if keys is None:
-        raise ValueError(
+        raise InputError(
             f"Cannot tell the sentence columns from {columns}: {COLUMN_FLAGS_HINT}, or name the columns "
             "sentence1/sentence2 (pairs) or sentence / text (single sentences)."
         )
@@ -428,14 +428,14 @@ def check_task_data(
         if split is None:
             continue
         if split not in raw:
-            raise ValueError(f"Task {task.name!r} needs a {split!r} split; the data has {list(raw)}.")
+            raise InputError(f"Task {task.name!r} needs a {split!r} split; the data has {list(raw)}.")
         data = raw[split]
         needed = [k for k in task.sentence_keys if k] + (
             [LABEL_COLUMN] if split not in task.test_splits else []
         )
         missing = [k for k in needed if k not in data.column_names]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"Split {split!r} has no column(s) {missing} needed by task {task.name!r}. Its columns are "
                 f"{data.column_names}."
             )
@@ -479,19 +479,19 @@ def _check_labels(labels: list, task: TextClassificationTask, split: str, hidden
     if task.is_regression:
         bad = [v for v in values if isinstance(v, (str, bool)) or v is None]
         if bad:
-            raise ValueError(
+            raise InputError(
                 f"{where} is a regression task; labels must be numbers, got {sorted(map(str, bad))[:5]}."
             )
         return
     if any(isinstance(v, str) for v in values):
         unknown = sorted(str(v) for v in values if v not in task.label_names)
         if unknown:
-            raise ValueError(
+            raise InputError(
                 f"{where}: labels {unknown[:5]} are not among the task's labels {list(task.label_names)}."
             )
         return
     if any(isinstance(v, float) and not float(v).is_integer() for v in values):
-        raise ValueError(
+        raise InputError(
             f"{where} is classification with {task.num_labels} classes, but the labels are fractional "
             "numbers (a regression target?). Use class ids 0..num_labels-1 or a regression task (stsb)."
         )
@@ -500,7 +500,7 @@ def _check_labels(labels: list, task: TextClassificationTask, split: str, hidden
         int(v) for v in values if v is not None and int(v) not in allowed and str(v) not in task.label_names
     )
     if bad or None in values:
-        raise ValueError(
+        raise InputError(
             f"{where}: labels must be class ids 0..{task.num_labels - 1} ({', '.join(task.label_names)}); "
             "got "
             f"{bad[:5] or ['missing values']}. Check that the data belongs to this task."

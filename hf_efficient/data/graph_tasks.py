@@ -14,6 +14,7 @@ from datasets import ClassLabel, Dataset, Sequence
 from transformers import EvalPrediction
 
 from ..attention.registry import get_attention_class
+from ..errors import InputError
 from ..models.graph.configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
 from ..training.metrics import combine_metrics
 from . import graph_transforms
@@ -77,9 +78,9 @@ def infer_graph_task(dataset: Dataset, label_column: str = "y", level: str | Non
     largest id), multi-label (several int targets per graph, or several float ones that are all 0, 1 or
     NaN = missing, as OGB's molpcba), and the widths of ``node_feat`` / ``edge_attr``."""
     if label_column not in dataset.column_names:
-        raise ValueError(
+        raise InputError(
             f"The dataset has no label column {label_column!r}; its columns: {dataset.column_names}. "
-            "Pass --label_column."
+            "Pass --label_column_name."
         )
     check_graph_dataset(dataset, require_edges=False)
     head = dataset.select(range(min(len(dataset), 64)))
@@ -89,9 +90,9 @@ def infer_graph_task(dataset: Dataset, label_column: str = "y", level: str | Non
     per_node &= any(n > 1 for n in sizes)
     level = level or ("node" if per_node else "graph")
     if level not in ("graph", "node"):
-        raise ValueError(f"task must be 'graph' or 'node', got {level!r}.")
+        raise InputError(f"task must be 'graph' or 'node', got {level!r}.")
     if level == "node" and not per_node:
-        raise ValueError(f"task='node' needs a label per node: {label_column!r} has other lengths.")
+        raise InputError(f"task='node' needs a label per node: {label_column!r} has other lengths.")
     values = np.concatenate([y.reshape(-1) for y in labels])
     width = 1 if level == "node" else max(int(y.size) for y in labels)
     feature = dataset.features[label_column]

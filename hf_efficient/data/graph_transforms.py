@@ -32,6 +32,7 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse import csgraph
 
+from ..errors import InputError
 from ..models.graph.records import check_graph_record
 
 UNREACHABLE = -1  # shortest-path distance of a pair in different connected components
@@ -98,7 +99,7 @@ def laplacian_pe(example: dict[str, Any], k: int = 8) -> dict[str, list]:
         ``{"lap_pe": [N][k], "lap_eigvals": [k]}`` floats (zero-padded).
     """
     if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}.")
+        raise InputError(f"k must be >= 1, got {k}.")
     adj = adjacency(example).toarray()  # (N, N)
     np.fill_diagonal(adj, 0.0)  # self loops dropped
     n = adj.shape[0]
@@ -127,7 +128,7 @@ def random_walk_pe(example: dict[str, Any], k: int = 8) -> dict[str, list]:
         ``{"rw_pe": [N][k]}`` floats.
     """
     if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}.")
+        raise InputError(f"k must be >= 1, got {k}.")
     adj = adjacency(example)
     degree = np.asarray(adj.sum(axis=1)).ravel()  # (N,)
     inverse = np.divide(1.0, degree, out=np.zeros_like(degree), where=degree > 0)
@@ -204,7 +205,7 @@ def random_node_features(example: dict[str, Any], k: int = 8, seed: int = 0) -> 
         ``{"rnf": [N][k]}`` floats.
     """
     if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}.")
+        raise InputError(f"k must be >= 1, got {k}.")
     _, n = check_graph_record(example)
     rng = np.random.default_rng([seed, graph_fingerprint(example)])
     return {"rnf": rng.standard_normal((n, k)).tolist()}
@@ -231,17 +232,17 @@ def distance_encoding(
         ``{"de": [N][max_distance + 2]}`` floats (counts; each row sums to |S|).
     """
     if max_distance < 0:
-        raise ValueError(f"max_distance must be >= 0, got {max_distance}.")
+        raise InputError(f"max_distance must be >= 0, got {max_distance}.")
     targets = target_nodes if target_nodes is not None else example.get("target_nodes")
     if targets is None or len(targets) == 0:
-        raise ValueError(
+        raise InputError(
             "distance_encoding needs a target node set: a 'target_nodes' column (the two ends of a link, or "
             "the centre of an ego graph from ego_graph) or target_nodes=[...]."
         )
     _, n = check_graph_record(example)
     targets = np.asarray(targets, dtype=np.int64)
     if targets.min() < 0 or targets.max() >= n:
-        raise ValueError(f"target_nodes must be node ids in [0, {n}), got {targets.tolist()}.")
+        raise InputError(f"target_nodes must be node ids in [0, {n}), got {targets.tolist()}.")
     adj = adjacency(example)
     dist = csgraph.shortest_path(adj, method="D", unweighted=True, indices=targets)  # (|S|, N), inf apart
     buckets = np.where(np.isfinite(dist), np.minimum(dist, max_distance + 1), max_distance + 1).astype(
@@ -265,7 +266,7 @@ def ego_graph(example: dict[str, Any], node: int, num_hops: int = 2) -> dict[str
     """
     edge_index, n = check_graph_record(example)
     if not 0 <= node < n:
-        raise ValueError(f"node must be in [0, {n}), got {node}.")
+        raise InputError(f"node must be in [0, {n}), got {node}.")
     dist = csgraph.shortest_path(adjacency(example), method="D", unweighted=True, indices=[node])[0]
     others = np.flatnonzero((dist <= num_hops) & (np.arange(n) != node))
     kept = np.concatenate([[node], others]).astype(np.int64)  # (M,): centre first

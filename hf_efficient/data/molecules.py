@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import InputError
+
 # OGB's atom features (ogb.utils.features), as integer categories; the last value of each list is "other".
 ATOM_FEATURES = {
     "atomic_num": list(range(1, 119)) + ["misc"],
@@ -71,5 +73,5 @@ def smiles_to_record(smiles: str) -> dict[str, Any]:
 
     mol = Chem.MolFromSmiles(smiles)
     if mol is None:
-        raise ValueError(f"RDKit could not parse the SMILES {smiles!r}.")
+        raise InputError(f"RDKit could not parse the SMILES {smiles!r}.")
     return mol_to_record(mol)

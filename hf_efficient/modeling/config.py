@@ -14,6 +14,7 @@ from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
 from ..attention.registry import get_attention_class, validate_attention_config
+from ..errors import InputError
 from .checkpoint_files import check_pretrained_path
 from .loading import OTHER_TYPE_WARNING, dropped_log_message, source_model_type
 
@@ -81,27 +82,27 @@ class EfficientEncoderConfig(PreTrainedConfig):
         for name in POSITIVE_SIZES:
             value = getattr(self, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value}.")
+                raise InputError(f"{name} must be a positive int, got {value}.")
         for name in PROBABILITIES:
             value = getattr(self, name, None)
             if value is not None and not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} is a dropout probability and must be in [0, 1), got {value}.")
+                raise InputError(f"{name} is a dropout probability and must be in [0, 1), got {value}.")
         if not self.layer_norm_eps > 0:
-            raise ValueError(
+            raise InputError(
                 f"layer_norm_eps must be > 0 (LayerNorm divides by it), got {self.layer_norm_eps}."
             )
         if self.initializer_range < 0:
-            raise ValueError(
+            raise InputError(
                 f"initializer_range is a standard deviation, >= 0; got {self.initializer_range}."
             )
         if self.hidden_act not in ACT2FN:
-            raise ValueError(
+            raise InputError(
                 f"hidden_act={self.hidden_act!r} is not an activation transformers knows; use one of "
                 f"{', '.join(sorted(ACT2FN))}."
             )
         pad, vocab = getattr(self, "pad_token_id", None), getattr(self, "vocab_size", None)
         if isinstance(pad, int) and isinstance(vocab, int) and not 0 <= pad < vocab:
-            raise ValueError(
+            raise InputError(
                 f"pad_token_id={pad} is not a row of the vocab_size={vocab} word embeddings; use the "
                 "tokenizer's pad_token_id, in [0, vocab_size)."
             )
@@ -110,13 +111,13 @@ class EfficientEncoderConfig(PreTrainedConfig):
         """Class validator (run by ``@strict``): every named type exists for this modality, configs parse."""
         for index, name in enumerate(self.layer_attention_types or []):
             if not isinstance(name, str):
-                raise ValueError(
+                raise InputError(
                     f"layer_attention_types[{index}] must be an attention type name (str), got {name!r}: "
                     "give one name per layer, e.g. ['longformer', 'full']."
                 )
         for name, values in (self.layer_attention_configs or {}).items():
             if values is not None and not isinstance(values, dict):
-                raise ValueError(
+                raise InputError(
                     f"layer_attention_configs[{name!r}] must be a dict of that type's hyperparameters (or "
                     f"None), got {type(values).__name__}: {values!r}."
                 )
@@ -125,14 +126,14 @@ class EfficientEncoderConfig(PreTrainedConfig):
         if self.layer_attention_types is not None:
             num_layers = getattr(self, "num_hidden_layers", None)
             if num_layers is not None and len(self.layer_attention_types) != num_layers:
-                raise ValueError(
+                raise InputError(
                     f"layer_attention_types names {len(self.layer_attention_types)} types but the model has "
                     f"num_hidden_layers={num_layers}; give exactly one type per layer."
                 )
         extra = set(self.layer_attention_configs or {}) - set(self.layer_attention_types or [])
         extra |= {self.attention_type} & set(self.layer_attention_configs or {})
         if extra:
-            raise ValueError(
+            raise InputError(
                 f"layer_attention_configs has entries for {sorted(extra)}, which no layer uses apart from "
                 "attention_type (whose hyperparameters belong in attention_config). Remove them."
             )
@@ -150,7 +151,7 @@ class EfficientEncoderConfig(PreTrainedConfig):
             with dropped_log_message(*OTHER_TYPE_WARNING):
                 return super().from_pretrained(pretrained_model_name_or_path, **kwargs)
         except StrictDataclassError as error:
-            raise ValueError(
+            raise InputError(
                 f"{cls.__name__}.from_pretrained({str(pretrained_model_name_or_path)!r}): its config.json "
                 f"(or a keyword override) is invalid. {error}"
             ) from error
@@ -161,7 +162,7 @@ class EfficientEncoderConfig(PreTrainedConfig):
         source = config_dict.get("model_type")
         if source is not None and source not in (cls.model_type, *cls.compatible_model_types):
             supported = ", ".join((cls.model_type, *cls.compatible_model_types))
-            raise ValueError(
+            raise InputError(
                 f"A checkpoint of model_type {source!r} cannot be mapped onto {cls.__name__}: its weights "
                 f"have another architecture. Supported checkpoint types: {supported}."
             )

@@ -19,12 +19,15 @@ from typing import Any
 
 import torch
 from datasets import IterableDataset
+from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedModel, TrainingArguments
 
 from ..errors import InputError
 
 TORCH_DTYPES = ("auto", "bfloat16", "float16", "float32")
 PHASE_FLAGS = ("do_train", "do_eval", "do_predict")
+# Where the scripts' model config fields come from, for errors about them.
+MODEL_FIELD_SOURCES = "--config's model section, --config_overrides, --attention_type or --attention_config"
 
 
 @dataclass
@@ -114,13 +117,31 @@ class ModelArguments(RandomStateArguments):
             config_class = model_class.config_class
             config = config_class.from_pretrained(self.config_name, **self.download_kwargs(), **config_kwargs)
         elif self.model_name_or_path is None:
-            config = model_class.config_class(**config_kwargs)
+            config = build_model_config(model_class.config_class, config_kwargs)
         if self.model_name_or_path is None:
             return model_class(config)
         if self.config_name is None and not self.ignore_mismatched_sizes:
             self.check_weight_shapes(model_class.config_class, config_kwargs)
         overrides = {"config": config} if self.config_name is not None else config_kwargs
-        return model_class.from_pretrained(self.model_name_or_path, **overrides, **self.model_kwargs())
+        try:
+            return model_class.from_pretrained(self.model_name_or_path, **overrides, **self.model_kwargs())
+        except InputError as error:  # the checkpoint's config.json, or the flags' fields over it?
+            if not (config_kwargs and isinstance(error.__cause__, StrictDataclassError)):
+                raise
+            model_class.config_class.from_pretrained(self.model_name_or_path, **self.download_kwargs())
+            raise InputError(
+                f"{MODEL_FIELD_SOURCES} set a field of the model config ({self.model_name_or_path}'s) "
+                f"wrongly: {error.__cause__}"
+            ) from error
+
+
+def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
+    """``config_class(**config_kwargs)``; a field the config files or flags set wrongly (a type, a range) is
+    a user error naming where model fields come from."""
+    try:
+        return config_class(**config_kwargs)
+    except StrictDataclassError as error:
+        raise InputError(f"{MODEL_FIELD_SOURCES} set a field of the model config wrongly: {error}") from error
 
     def check_weight_shapes(self, config_class: type, config_kwargs: dict[str, Any]) -> None:
         """Refuse model settings that override the checkpoint's sizes (``config_class.weight_shape_fields``:
@@ -162,7 +183,10 @@ class TextModelArguments(ModelArguments):
         },
     )
     resize_position_embeddings: bool = field(
-        default=False, metadata={"help": "Extend the position table to max_seq_length by copying it."}
+        default=False,
+        metadata={
+            "help": "Extend the position table to --max_seq_length by copying its rows (a switch: no value)."
+        },
     )
 
     def __post_init__(self):
@@ -244,7 +268,7 @@ def first_examples(dataset, limit: int | None, flag: str):
     if dataset is None or limit is None:
         return dataset
     if limit < 1:
-        raise ValueError(f"--{flag} must be at least 1, got {limit}; leave it out to use every example.")
+        raise InputError(f"--{flag} must be at least 1, got {limit}; leave it out to use every example.")
     if isinstance(dataset, IterableDataset):  # a stream (--streaming): its first examples as it is read
         return dataset.take(limit)
     return dataset.select(range(min(limit, len(dataset))))
@@ -372,11 +396,11 @@ def translate_upstream_flags(args: list[str], known: set[str]) -> list[str]:
                 try:
                     value = f"{float(value) * flag.scale:g}"
                 except ValueError:
-                    raise ValueError(f"--{name} takes a number, got {value!r}.") from None
+                    raise InputError(f"--{name} takes a number, got {value!r}.") from None
             result += [f"--{flag.ours}", value] if equals else [f"--{flag.ours}"]
         elif (value.lower() if equals else "true") not in flag.accepted:
             given = f"--{name}" + (f" {value}" if equals else "")
-            raise ValueError(
+            raise InputError(
                 f"{given} (a flag of transformers' example scripts) does not apply here: {flag.reason}."
             )
     return result

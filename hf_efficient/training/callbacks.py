@@ -19,6 +19,7 @@ from transformers import ProgressCallback, TrainerCallback, TrainerControl, Trai
 from transformers.trainer_utils import has_length
 
 from ..attention.base import AttentionCore
+from ..errors import InputError
 
 
 def resample_attention_random_state(model: nn.Module, seed: int) -> int:
@@ -73,11 +74,11 @@ class RandomStateCallback(TrainerCallback):
 
     def __init__(self, redraw_every_n_steps: int, seed: int = 0, fixed_final_fraction: float = 0.2):
         if isinstance(redraw_every_n_steps, bool) or not isinstance(redraw_every_n_steps, int):
-            raise ValueError(f"redraw_every_n_steps must be an int, got {redraw_every_n_steps!r}.")
+            raise InputError(f"redraw_every_n_steps must be an int, got {redraw_every_n_steps!r}.")
         if redraw_every_n_steps < 1:
-            raise ValueError(f"redraw_every_n_steps must be >= 1, got {redraw_every_n_steps}.")
+            raise InputError(f"redraw_every_n_steps must be >= 1, got {redraw_every_n_steps}.")
         if not 0.0 <= fixed_final_fraction < 1.0:
-            raise ValueError(
+            raise InputError(
                 f"fixed_final_fraction must be in [0, 1), got {fixed_final_fraction}: it is the final part "
                 "of training with fixed features (0 = redraw until the last step)."
             )

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from ..errors import InputError
 from ..modeling.checkpoint_files import check_weights_files
 
 logger = logging.getLogger(__name__)
@@ -110,17 +111,17 @@ def resolve_resume_checkpoint(value: str | bool | None, output_dir: str | Path) 
                 if incomplete
                 else ""
             )
-            raise ValueError(
+            raise InputError(
                 f"No valid checkpoint found in output directory ({output_dir}).{details} Start the run "
                 "without --resume_from_checkpoint, or point it at a complete checkpoint-N folder."
             )
         return str(found)
     folder = Path(value)
     if not folder.is_dir():
-        raise ValueError(f"Can't find a valid checkpoint at {value}: no such folder.")
+        raise InputError(f"Can't find a valid checkpoint at {value}: no such folder.")
     problem = checkpoint_problem(folder)
     if problem is not None:
-        raise ValueError(
+        raise InputError(
             f"Cannot resume from {value}: {problem}. It is an incomplete checkpoint (a run killed while "
             "saving); --resume_from_checkpoint last picks the newest complete one."
         )

@@ -23,10 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from transformers import HfArgumentParser
+from transformers.hf_argparser import string_to_bool
 
+from ..attention import list_attention_types
+from ..cli import unknown_flags_error
+from ..errors import InputError, InputFileNotFoundError
 from .arguments import translate_upstream_flags
 
 SECTIONS = ("model", "training")
+# The values HfArgumentParser's boolean flags take (transformers.hf_argparser.string_to_bool).
+SWITCH_VALUES = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
 
 
 @dataclass
@@ -59,7 +65,7 @@ def _check_keys(keys, valid, where: str, section: str) -> None:
         if key not in valid:
             close = difflib.get_close_matches(key, valid, n=3)
             hint = f" Did you mean {close}?" if close else ""
-            raise ValueError(f"{where}: unknown {section} key {key!r}.{hint}")
+            raise InputError(f"{where}: unknown {section} key {key!r}.{hint}")
 
 
 def load_config_file(path: str | Path, model_keys, training_keys) -> dict[str, dict[str, Any]]:
@@ -67,11 +73,11 @@ def load_config_file(path: str | Path, model_keys, training_keys) -> dict[str, d
     try:
         data = json.loads(Path(path).read_text())
     except json.JSONDecodeError as error:
-        raise ValueError(
+        raise InputError(
             f"{path} is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}."
         ) from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: a config file holds a JSON object with sections {SECTIONS}.")
+        raise InputError(f"{path}: a config file holds a JSON object with sections {SECTIONS}.")
     _check_keys([k for k in data if k != "description"], SECTIONS, str(path), "section")
     config = {section: dict(data.get(section) or {}) for section in SECTIONS}
     _check_keys(config["model"], sorted(model_keys), str(path), "model")
@@ -99,7 +105,7 @@ def parse_overrides(text: str | None) -> dict[str, Any]:
     for item in filter(None, (text or "").split(",")):
         key, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"--config_overrides items look like key=value; got {item!r}.")
+            raise InputError(f"--config_overrides items look like key=value; got {item!r}.")
         try:
             result[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
@@ -112,12 +118,12 @@ def parse_attention_config(text: str) -> dict[str, Any]:
     try:
         values = json.loads(text)
     except json.JSONDecodeError as error:
-        raise ValueError(
+        raise InputError(
             f"--attention_config {text!r} is not valid JSON ({error.msg} at character {error.pos}). Write a "
             """JSON object, quoted for the shell: --attention_config '{"attention_window": 64}'."""
         ) from None
     if not isinstance(values, dict):
-        raise ValueError(
+        raise InputError(
             f"--attention_config must be a JSON object of hyperparameters ({{...}}), got "
             f"{type(values).__name__}: {text}."
         )
@@ -157,7 +163,7 @@ def parse_args_with_config_files(
     merged = {"model": {}, "training": {}}
     base_dir = Path(attention_dir) if attention_dir is not None else None
     if known.config and not Path(known.config).is_file():
-        raise FileNotFoundError(
+        raise InputFileNotFoundError(
             f"--config {known.config}: no such file ({Path(known.config).absolute()}). The base configs are "
             "configs/<text|vision|graph>/base_*.json."
         )
@@ -165,13 +171,18 @@ def parse_args_with_config_files(
         merged = load_config_file(known.config, model_keys, training_keys)
         base_dir = Path(known.config).parent / "attention"
     attention_type = known.attention_type or merged["model"].get("attention_type")
+    where = "--attention_type" if known.attention_type else f"--config {known.config}: model.attention_type"
+    check_attention_type(attention_type, getattr(model_config_class, "modality", None), where)
     if attention_type and base_dir is not None and (base_dir / f"{attention_type}.json").exists():
         override = load_config_file(base_dir / f"{attention_type}.json", model_keys, training_keys)
         merged["model"] = merge_model_configs(merged["model"], override["model"])
         merged["training"].update(override["training"])
 
     parser.set_defaults(**merged["training"])
-    parsed = parser.parse_args_into_dataclasses(args=args)
+    check_switch_values(parser, args)
+    *parsed, unknown = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+    if unknown:
+        raise unknown_flags_error(parser, unknown)
     config_args = next(p for p in parsed if isinstance(p, ConfigArguments))
     cli_model: dict[str, Any] = {}
     if config_args.attention_type:
@@ -181,3 +192,40 @@ def parse_args_with_config_files(
     cli_model.update(parse_overrides(config_args.config_overrides))
     _check_keys(cli_model, sorted(model_keys), "command line", "model")
     return tuple(parsed), merge_model_configs(merged["model"], cli_model)
+
+
+def check_attention_type(name: str | None, modality: str | None, where: str) -> None:
+    """``name`` (None: the config's default) is an attention type of ``modality``; else an error naming
+    ``where`` it was given, the closest type and the types there are."""
+    types = list_attention_types(modality)
+    if name is None or name in types:
+        return
+    close = difflib.get_close_matches(name, types, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    raise InputError(
+        f"{where} {name!r} is not available for {modality or 'any'} models: {hint}"
+        f"give one of {', '.join(types)}."
+    )
+
+
+def check_switch_values(parser: HfArgumentParser, args: list[str]) -> None:
+    """A value after a boolean flag (a switch) that is no true/false word is refused, saying what the switch
+    does, rather than HfArgumentParser's "Truthy value expected" after the usage of every flag."""
+    switches = {
+        option: action
+        for action in parser._actions
+        if action.type is string_to_bool
+        for option in action.option_strings
+    }
+    for position, arg in enumerate(args):
+        flag, equals, value = arg.partition("=")
+        if not equals and position + 1 < len(args) and not args[position + 1].startswith("-"):
+            value = args[position + 1]
+        action = switches.get(flag)
+        if action is None or not value or value.lower() in SWITCH_VALUES:
+            continue
+        what = f": {action.help[0].lower()}{action.help[1:]}" if action.help else "."
+        raise InputError(
+            f"{flag} is a switch and takes no value, got {value!r}. Give {flag} alone to turn it on ({flag} "
+            f"false: off){what}"
+        )

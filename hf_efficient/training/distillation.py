@@ -23,6 +23,7 @@ from torch import nn
 from transformers import PreTrainedConfig, PreTrainedModel
 
 from ..compat import trainer_prepare_inputs
+from ..errors import InputError
 from .trainer import EfficientTrainer
 
 
@@ -42,7 +43,7 @@ def layer_relative_errors(
         (L,) float32: ``sum ||s - t||^2 / sum ||t||^2`` over the real tokens of each layer 1..L.
     """
     if len(student_hidden) != len(teacher_hidden):
-        raise ValueError(
+        raise InputError(
             f"The student has {len(student_hidden) - 1} layers and the teacher {len(teacher_hidden) - 1}: "
             "distillation matches them one to one."
         )
@@ -68,7 +69,7 @@ def attention_settings(config: PreTrainedConfig) -> list[tuple[str, dict[str, An
 def check_attention_changed(teacher_config: PreTrainedConfig, student_config: PreTrainedConfig) -> None:
     """Raise a ``ValueError`` when the student would use exactly the teacher's attention in every layer."""
     if attention_settings(teacher_config) == attention_settings(student_config):
-        raise ValueError(
+        raise InputError(
             f"The student's attention ({student_config.attention_type!r}, attention_config "
             f"{student_config.attention_config or {}}) is the teacher's: there is nothing to distil. Choose "
             "the student's attention with --attention_type (e.g. --attention_type performer) and optionally "

@@ -36,7 +36,8 @@ def end_distributed_run() -> None:
     A process that exits with a gloo group alive leaves gloo's worker threads to be destroyed during
     interpreter shutdown, where they can call ``std::terminate`` ("terminate called without an active
     exception", SIGABRT): a two-process fine-tuning run failed that way after both ranks had finished
-    (pytorch/pytorch#190489). The training scripts call this last; a no-op in a single process.
+    (pytorch/pytorch#190489). :func:`hf_efficient.cli.run_script` calls it after a script's ``main``; a
+    no-op in a single process.
     """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()  # rank 0 may still be writing the model card

@@ -30,6 +30,7 @@ from ..data.text import (
     match_tokenizer_to_model,
     tokenize_lines,
 )
+from ..errors import InputError
 from .arguments import DataCacheArguments, ModelArguments, first_examples
 from .model_card import efficiency_metrics
 from .run import (
@@ -58,7 +59,8 @@ class LanguageModelArguments(ModelArguments):
     )
     vocab_size: int = field(default=8000, metadata={"help": "Vocabulary size of a WordPiece trained here."})
     resize_position_embeddings: bool = field(
-        default=False, metadata={"help": "Extend a checkpoint's position table to block_size by copying it."}
+        default=False,
+        metadata={"help": "Extend a checkpoint's position table to --block_size by copying its rows."},
     )
 
     @property
@@ -139,7 +141,7 @@ def language_model_corpus(
         }
         missing = [need for need, unmet in needs.items() if unmet]
         if missing:
-            raise ValueError(f"--streaming needs {'; and '.join(missing)}.")
+            raise InputError(f"--streaming needs {'; and '.join(missing)}.")
     return load_corpus_from_args(data_args, streaming=data_args.streaming)
 
 
@@ -213,14 +215,14 @@ def language_model_blocks(
             model's position table.
     """
     if data_args.validation_file and data_args.validation_split_percentage > 0:
-        raise ValueError(
+        raise InputError(
             f"Give --validation_file or --validation_split_percentage, not both (got "
             f"{data_args.validation_file!r} and {data_args.validation_split_percentage:g}): the file is the "
             "evaluation set."
         )
     check_sequence_length(data_args.block_size, model.config.max_position_embeddings)
 
-    def examples(texts: Dataset) -> Dataset:
+    def examples(texts: Dataset, source: str) -> Dataset:
         if line_by_line:
             return tokenize_lines(
                 texts, tokenizer, data_args.block_size, data_args.text_column, pad_to_max_length,
@@ -229,23 +231,27 @@ def language_model_blocks(
         return group_texts(
             texts, tokenizer, data_args.block_size, data_args.text_column,
             model.config.max_position_embeddings, data_args.preprocessing_num_workers, causal=causal,
-            load_from_cache_file=data_args.load_from_cache_file,
+            load_from_cache_file=data_args.load_from_cache_file, source=source,
         )  # fmt: skip
 
     seed, percentage = training_args.seed, data_args.validation_split_percentage
+    source = data_args.source_flag
     with training_args.main_process_first(desc="grouping texts"):
         if data_args.validation_file:
             eval_texts = load_text_corpus(
                 files=[data_args.validation_file], text_column=data_args.text_column,
                 keep_linebreaks=data_args.keep_linebreaks,
             )  # fmt: skip
-            train_examples, eval_examples = examples(corpus), examples(eval_texts)
+            validation = f"--validation_file {data_args.validation_file}"
+            train_examples, eval_examples = examples(corpus, source), examples(eval_texts, validation)
         elif data_args.validation_split_by == "blocks" or percentage <= 0:
-            train_examples, eval_examples = hold_out_blocks(examples(corpus), percentage, seed)
+            train_examples, eval_examples = hold_out_blocks(examples(corpus, source), percentage, seed)
         else:
             check_enough_to_split(len(corpus), percentage, "texts")
             split = corpus.train_test_split(test_size=percentage / 100, seed=seed)
-            train_examples, eval_examples = examples(split["train"]), examples(split["test"])
+            held_out = f"The {percentage:g}% of {source}'s texts held out (--validation_split_percentage)"
+            train_examples = examples(split["train"], f"{source} (its texts not held out)")
+            eval_examples = examples(split["test"], held_out)
     if not training_args.do_eval:
         eval_examples = None
     return (

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from transformers import EvalPrediction
 
+from ..errors import InputError
+
 METRIC_MODULES = Path(__file__).resolve().parent / "metric_modules"
 METRICS = tuple(sorted(path.stem for path in METRIC_MODULES.glob("[!_]*.py")))
 IGNORE_INDEX = -100  # the label of padding / unlabelled positions in Hugging Face collators
@@ -28,7 +30,7 @@ IGNORE_INDEX = -100  # the label of padding / unlabelled positions in Hugging Fa
 def metric_path(name: str) -> str:
     """The path of the ``evaluate`` module of metric ``name``, for ``evaluate.load(metric_path("f1"))``."""
     if name not in METRICS:
-        raise ValueError(f"Unknown metric {name!r}; the metrics hf_efficient ships: {', '.join(METRICS)}.")
+        raise InputError(f"Unknown metric {name!r}; the metrics hf_efficient ships: {', '.join(METRICS)}.")
     return str(METRIC_MODULES / f"{name}.py")
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from ..errors import InputError
 from .checkpoints import checkpoint_folders, checkpoint_problem, discard_checkpoint
 
 try:  # POSIX; without it (Windows) runs are not locked
@@ -42,11 +43,11 @@ _MODEL_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_mo
 _held: dict[Path, int] = {}  # output folder -> file descriptor of the lock this process holds
 
 
-class OutputDirInUseError(RuntimeError):
+class OutputDirInUseError(InputError, RuntimeError):
     """Another live run holds the output folder's lock."""
 
 
-class OutputDirNotEmptyError(FileExistsError):
+class OutputDirNotEmptyError(InputError, FileExistsError):
     """The output folder holds an earlier run's model or checkpoints, and this run neither resumes it nor
     asks to overwrite it."""
 

@@ -10,6 +10,7 @@ from torch import nn
 from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import HubStrategy, TrainOutput
 
+from ..errors import InputError
 from ..modeling.checkpoint_files import check_pretrained_path
 from .arguments import RandomStateArguments, decide_phases
 from .callbacks import RandomStateCallback, has_random_state
@@ -22,8 +23,14 @@ from .output_dir import claim_output_dir
 logger = logging.getLogger(__name__)
 # Loggers whose INFO records the scripts show: this package's and the script's own (run as a file).
 SCRIPT_LOGGERS = ("hf_efficient", "__main__")
-# Flags of the scripts that name a checkpoint, config, tokenizer or image processor folder (or a hub id).
-PRETRAINED_PATH_FLAGS = ("model_name_or_path", "config_name", "tokenizer_name", "image_processor_name")
+# Flags of the scripts that name a checkpoint, config, tokenizer or image processor folder (or a hub id), with
+# the file such a folder must hold.
+PRETRAINED_PATH_FLAGS = {
+    "model_name_or_path": "config.json",
+    "config_name": "config.json",
+    "tokenizer_name": None,  # tokenizer.json, vocab.txt, ...: the tokenizer class decides
+    "image_processor_name": "preprocessor_config.json",
+}
 
 
 @dataclass
@@ -74,8 +81,8 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     enable_cpu_ddp_if_launched()  # before TrainingArguments exists
     parsed, model_kwargs = parse_args_with_config_files(parser, model_config_class, attention_dir, args)
     for arguments in parsed:  # a checkpoint path that does not exist: said now, not as a hub lookup error
-        for flag in PRETRAINED_PATH_FLAGS:
-            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}")
+        for flag, holds in PRETRAINED_PATH_FLAGS.items():
+            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}", holds)
     training_args = parsed[-1]
     decide_phases(training_args, args)
     if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
@@ -104,7 +111,7 @@ def random_state_callbacks(
     evaluated with."""
     every, fixed = arguments.random_state_redraw_steps, arguments.random_state_fixed_final_fraction
     if every < 0:
-        raise ValueError(
+        raise InputError(
             f"--random_state_redraw_steps must be >= 0, got {every}: N >= 1 redraws every N steps, "
             "0 never redraws."
         )
@@ -154,7 +161,7 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
     args = trainer.args
     size = len(trainer.train_dataset) if hasattr(trainer.train_dataset, "__len__") else None
     if size == 0:
-        raise ValueError(
+        raise InputError(
             "The training set is empty (0 examples): check the data files, the split and filters such as "
             "--max_train_samples."
         )
@@ -164,7 +171,7 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
     except ValueError as error:  # torch's optimizer.load_state_dict on differently grouped parameters
         if resume is None or "parameter group" not in str(error):
             raise
-        raise ValueError(
+        raise InputError(
             f"Cannot resume the optimizer saved in {resume}: its parameter groups differ from this run's "
             f"({error}). Checkpoints written before the scripts trained with EfficientTrainer (which keeps "
             "RFA's sigma and Transformer-LS's LayerNorm gains out of weight decay) group them differently. "

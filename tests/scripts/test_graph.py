@@ -64,7 +64,7 @@ def test_solubility_regression_with_gps_performer(train_graph, tmp_path):
 
 
 def test_solubility_classes_with_graphormer(train_graph, tmp_path):
-    args = run_args(tmp_path, *SLICE, "--attention_type", "full", "--label_column", "sol_class")
+    args = run_args(tmp_path, *SLICE, "--attention_type", "full", "--label_column_name", "sol_class")
     metrics = train_graph.main(args)
     assert round(metrics["eval_accuracy"] * 32, 6).is_integer()  # over exactly the 32 capped test molecules
     model = AutoModelForSequenceClassification.from_pretrained(tmp_path)
@@ -104,6 +104,8 @@ def test_script_errors_are_clear(train_graph, tmp_path):
     with pytest.raises(ValueError, match=r"Unknown dataset_name 'karat': did you mean 'karate'\?"):
         train_graph.main(run_args(tmp_path, "--dataset_name", "karat"))
     with pytest.raises(ValueError, match=r"no label column 'logS'; its columns: \['edge_index'"):
+        train_graph.main(run_args(tmp_path, *SLICE, "--label_column_name", "logS"))
+    with pytest.raises(ValueError, match=r"no label column 'logS'"):  # the old name: an abbreviation of it
         train_graph.main(run_args(tmp_path, *SLICE, "--label_column", "logS"))
     no_loops = ["--dataset_name", "freesolv", "--add_self_loops", "false"]
     with pytest.raises(ValueError, match=r"have no edges .*Pass --add_self_loops"):

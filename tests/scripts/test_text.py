@@ -401,8 +401,20 @@ def test_resume_continues_the_same_loss_curve(pretrain_mlm, pretrained, data, tm
 
 
 def test_script_errors_are_clear(pretrain_mlm, finetune_glue, data, tmp_path):
-    with pytest.raises(ValueError, match=r"block_size=128 is larger than .*max_position_embeddings=64"):
+    too_long = (
+        r"--block_size 128 \(--max_seq_length in run_mlm.py\) is larger than .*max_position_embeddings=64"
+    )
+    switch = r"the switch --resize_position_embeddings \(it takes no value: it extends .* to --block_size"
+    with pytest.raises(ValueError, match=f"{too_long}.*{switch}"):
         pretrain_mlm.main(pretrain_args(data, tmp_path / "a", "full", {}, "--block_size", "128"))
+    short = tmp_path / "short.txt"
+    short.write_text("a film of few words\nand fewer scenes\n")
+    message = (
+        rf"--train_files {short} has \d+ tokens, fewer than one block of --block_size 64 \(--max_seq_length"
+    )
+    small = ["--train_files", str(short), "--max_seq_length", "64"]  # run_mlm.py's name for --block_size
+    with pytest.raises(ValueError, match=message):
+        pretrain_mlm.main([*pretrain_args(data, tmp_path / "s", "full", {}), *small])
     with pytest.raises(ValueError, match=r"no column 'body'.*\['text'\]"):
         pretrain_mlm.main(pretrain_args(data, tmp_path / "b", "full", {}, "--text_column", "body"))
     with pytest.raises(ValueError, match=r"Unknown task_name 'sst-2'. Valid task names: cola, sst2"):
@@ -410,7 +422,7 @@ def test_script_errors_are_clear(pretrain_mlm, finetune_glue, data, tmp_path):
             ["--task_name", "sst-2", "--model_name_or_path", str(MINILM), "--output_dir", str(tmp_path / "c")]
         )
     long_inputs = ["--task_name", "rotten_tomatoes", "--model_name_or_path", str(MINILM)]
-    with pytest.raises(ValueError, match=r"max_seq_length=1024 is larger than .*=512"):
+    with pytest.raises(ValueError, match=r"--max_seq_length 1024 is larger than .*=512"):
         finetune_glue.main([*long_inputs, "--max_seq_length", "1024", "--output_dir", str(tmp_path)])
 
 

@@ -212,6 +212,10 @@ def test_finetune_a_transformers_vit_checkpoint_on_an_imagefolder(finetune_image
 
 
 def test_script_errors_are_clear(pretrain_mae, finetune_image_classification, tmp_path):
+    no_model = ["--dataset_name", "digits", "--output_dir", str(tmp_path), "--max_steps", "1", *COMMON]
+    message = r"No model given: pass --model_name_or_path .* or --config .*configs/vision/base_tiny.json"
+    with pytest.raises(ValueError, match=message):  # not a ViT-base for 8-pixel digits
+        finetune_image_classification.main(no_model)
     with pytest.raises(ValueError, match=r"Unknown dataset 'no_such_images'.*fashion_mnist, digits"):
         finetune_image_classification.main(run_args(tmp_path, dataset=("--dataset_name", "no_such_images")))
     with pytest.raises(ValueError, match=r"exactly one image dataset"):

@@ -3,6 +3,7 @@
 from huggingface_hub.dataclasses import strict
 
 from ...attention.registry import get_attention_class, list_attention_types, validate_attention_config
+from ...errors import InputError
 from ...modeling.config import EfficientEncoderConfig
 
 GRAPH_LAYER_TYPES = ("transformer", "gps")
@@ -145,7 +146,7 @@ class EfficientGraphConfig(EfficientEncoderConfig):
     def validate_graph_fields(self):
         """Class validator: choices exist, sizes agree, and every structural input has a consumer."""
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise InputError(
                 f"hidden_size={self.hidden_size} must be a multiple of num_attention_heads="
                 f"{self.num_attention_heads}."
             )
@@ -155,27 +156,27 @@ class EfficientGraphConfig(EfficientEncoderConfig):
             ("graph_pooling", self.graph_pooling, GRAPH_POOLINGS),
         ):
             if value not in choices:
-                raise ValueError(f"{name}={value!r} is not one of {choices}.")
+                raise InputError(f"{name}={value!r} is not one of {choices}.")
         if self.de_dim is not None and self.de_dim < 2:
-            raise ValueError(f"de_dim must be None or >= 2 (max_distance + 2), got {self.de_dim}.")
+            raise InputError(f"de_dim must be None or >= 2 (max_distance + 2), got {self.de_dim}.")
         if self.graph_pooling == "virtual_token" and not self.add_virtual_token:
-            raise ValueError("graph_pooling='virtual_token' needs add_virtual_token=True.")
+            raise InputError("graph_pooling='virtual_token' needs add_virtual_token=True.")
         for name in ("node_feature_dim", "max_spatial_distance", "max_edge_hops"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}.")
         optional_sizes = (
             "node_vocab_size", "edge_dim", "max_degree", "lap_pe_dim", "rw_pe_dim", "wl_vocab_size", "rnf_dim"
         )  # fmt: skip
         for name in optional_sizes:
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be None or >= 1, got {getattr(self, name)}.")
+                raise InputError(f"{name} must be None or >= 1, got {getattr(self, name)}.")
         if self.graph_layer_type == "gps":
             local = self.local_attention_type
             if (
                 local not in list_attention_types("graph")
                 or not get_attention_class(local).capabilities.edges
             ):
-                raise ValueError(
+                raise InputError(
                     f"local_attention_type={local!r} must be a graph attention type over edges: "
                     f"{_edge_attention_types()}."
                 )
@@ -183,14 +184,14 @@ class EfficientGraphConfig(EfficientEncoderConfig):
         for index in range(self.num_hidden_layers):
             name, _ = self.attention_for_layer(index)
             if self.graph_bias is not None and not get_attention_class(name).capabilities.attention_bias:
-                raise ValueError(
+                raise InputError(
                     f"graph_bias={self.graph_bias!r} adds a dense bias to the global attention of every "
                     f"layer, which attention_type={name!r} cannot take; use attention_type='full' (or drop "
                     "graph_bias)."
                 )
         if self.edge_dim is not None and not self.needs_edges() and self.graph_bias is None:
             edge_types = ", ".join(_edge_attention_types())
-            raise ValueError(
+            raise InputError(
                 f"edge_dim={self.edge_dim} but nothing reads edge features: use an attention type over edges "
                 f"({edge_types}, or graph_layer_type='gps') or graph_bias='graphormer', or set edge_dim=None."
             )
@@ -198,7 +199,7 @@ class EfficientGraphConfig(EfficientEncoderConfig):
             if get_attention_class(name).capabilities.edges:
                 core_edge_dim = getattr(validate_attention_config(name, attention_config), "edge_dim", None)
                 if core_edge_dim != self.edge_dim:
-                    raise ValueError(
+                    raise InputError(
                         f"{name} is configured with attention_config['edge_dim']={core_edge_dim} but the "
                         "model's "
                         f"edge_dim={self.edge_dim}: set both to the width of edge_attr (or both to None)."

@@ -7,6 +7,7 @@ from ...attention.registry import (
     check_cross_attention_type,
     validate_attention_config,
 )
+from ...errors import InputError
 from ...modeling.config import EfficientEncoderConfig
 
 
@@ -73,19 +74,19 @@ class EfficientBertConfig(EfficientEncoderConfig):
     def validate_bert_fields(self):
         """Class validator: sizes agree, and no BERT option we do not implement is silently dropped."""
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise InputError(
                 f"hidden_size={self.hidden_size} must be a multiple of num_attention_heads="
                 f"{self.num_attention_heads}."
             )
         position_type = getattr(self, "position_embedding_type", "absolute")
         if position_type != "absolute":
-            raise ValueError(
+            raise InputError(
                 f"position_embedding_type={position_type!r} is not supported: EfficientBert uses BERT's "
                 "absolute position embeddings. Convert a checkpoint with absolute positions."
             )
         if self.add_cross_attention:
             if not self.is_decoder:
-                raise ValueError(
+                raise InputError(
                     "add_cross_attention=True needs is_decoder=True: cross-attention belongs to a decoder "
                     "(EfficientBertForCausalLM, the decoder of an EncoderDecoderModel)."
                 )
@@ -96,7 +97,7 @@ class EfficientBertConfig(EfficientEncoderConfig):
             causal = causal_attention_types(self.modality)
             refused = sorted(set(layer_types) - set(causal))
             if refused:
-                raise ValueError(
+                raise InputError(
                     f"is_decoder=True needs attention types with a causal form; {refused} has none. Causal "
                     f"attention types: {', '.join(causal)}."
                 )

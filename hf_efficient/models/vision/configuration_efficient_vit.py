@@ -2,6 +2,7 @@
 
 from huggingface_hub.dataclasses import strict
 
+from ...errors import InputError
 from ...modeling.config import EfficientEncoderConfig
 
 
@@ -73,7 +74,7 @@ class EfficientViTConfig(EfficientEncoderConfig):
         ratio = self.mask_ratio
         kept = int(num_patches * (1 - ratio))
         if kept < 1:
-            raise ValueError(
+            raise InputError(
                 f"mask_ratio={ratio} keeps int({num_patches} * (1 - {ratio})) = {kept} of {num_patches} "
                 f"patches: MAE's encoder would see no patch. Use mask_ratio <= 1 - 1/{num_patches} (larger "
                 "images or smaller patches allow higher ratios)."
@@ -84,11 +85,11 @@ class EfficientViTConfig(EfficientEncoderConfig):
         """Class validator: sizes agree, and no ViT option we do not implement is silently dropped."""
         for name in ("image_size", "patch_size"):
             if not isinstance(getattr(self, name), int):
-                raise ValueError(
+                raise InputError(
                     f"{name} must be one int (square images and patches), got {getattr(self, name)!r}."
                 )
         if self.image_size % self.patch_size:
-            raise ValueError(
+            raise InputError(
                 f"image_size={self.image_size} must be a multiple of patch_size={self.patch_size}."
             )
         for prefix in ("", "decoder_"):
@@ -97,18 +98,18 @@ class EfficientViTConfig(EfficientEncoderConfig):
                 getattr(self, f"{prefix}num_attention_heads"),
             )
             if hidden % heads:
-                raise ValueError(
+                raise InputError(
                     f"{prefix}hidden_size={hidden} must be a multiple of {prefix}num_attention_heads={heads}."
                 )
         if not 0.0 <= self.mask_ratio < 1.0:
-            raise ValueError(
+            raise InputError(
                 f"mask_ratio must be in [0, 1), got {self.mask_ratio}: it is the share of patches MAE hides "
                 "(0.75 in the paper; 0 shows the encoder every patch)."
             )
         if self.position_embedding_init not in ("random", "sincos"):
-            raise ValueError(
+            raise InputError(
                 f"position_embedding_init must be 'random' (ViT's truncated normal) or 'sincos' (the 2-D "
                 f"sine-cosine table, then learned), got {self.position_embedding_init!r}."
             )
         if not self.qkv_bias:
-            raise ValueError("qkv_bias=False is not supported: the query/key/value projections have biases.")
+            raise InputError("qkv_bias=False is not supported: the query/key/value projections have biases.")
