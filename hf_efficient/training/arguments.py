@@ -134,15 +134,6 @@ class ModelArguments(RandomStateArguments):
                 f"wrongly: {error.__cause__}"
             ) from error
 
-
-def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
-    """``config_class(**config_kwargs)``; a field the config files or flags set wrongly (a type, a range) is
-    a user error naming where model fields come from."""
-    try:
-        return config_class(**config_kwargs)
-    except StrictDataclassError as error:
-        raise InputError(f"{MODEL_FIELD_SOURCES} set a field of the model config wrongly: {error}") from error
-
     def check_weight_shapes(self, config_class: type, config_kwargs: dict[str, Any]) -> None:
         """Refuse model settings that override the checkpoint's sizes (``config_class.weight_shape_fields``:
         a ``--config`` for 28-pixel, 1-channel images over a 32-pixel, 3-channel MAE), so that its weights
@@ -168,6 +159,15 @@ def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
                 "prepared for them), or pass --ignore_mismatched_sizes to train the weights they shape "
                 "afresh."
             )
+
+
+def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
+    """``config_class(**config_kwargs)``; a field the config files or flags set wrongly (a type, a range) is
+    a user error naming where model fields come from."""
+    try:
+        return config_class(**config_kwargs)
+    except StrictDataclassError as error:
+        raise InputError(f"{MODEL_FIELD_SOURCES} set a field of the model config wrongly: {error}") from error
 
 
 @dataclass

@@ -22,6 +22,7 @@ HF_TRAINING_SCRIPTS = (
     "distill_attention",
     "finetune_glue",
     "finetune_image_classification",
+    "finetune_qa",
     "pretrain_clm",
     "pretrain_mae",
     "pretrain_mlm",
