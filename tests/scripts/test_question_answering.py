@@ -106,7 +106,7 @@ def test_wrong_flags_raise_naming_them(finetune_qa, long_qa, checkpoint, tmp_pat
     with pytest.raises(InputError, match="doc_stride=2000 must be below"):
         finetune_qa.main([*qa_args(long_qa, checkpoint, tmp_path / "b"), "--doc_stride", "2000"])
     with pytest.raises(
-        ValueError, match="max_seq_length=2048 is larger than the model's max_position_embeddings"
+        InputError, match="--max_seq_length 2048 is larger than the model.s max_position_embeddings"
     ):
         finetune_qa.main([*qa_args(long_qa, checkpoint, tmp_path / "c"), "--max_seq_length", "2048"])
     with pytest.raises(InputError, match=r"Give the questions: --train_file"):
