@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..errors import InputError
 from .checks import IGNORE_INDEX, check_class_labels, check_float_labels
 
 
@@ -79,17 +80,46 @@ def classification_loss(
     return loss
 
 
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy, as transformers' causal LM loss: position i predicts ``labels[:, i + 1]``.
+# The keywords of transformers' causal-LM loss (ForCausalLMLoss) that Trainer and sequence-parallel training
+# pass to a causal LM's forward.
+CAUSAL_LM_LOSS_KWARGS = ("shift_labels", "num_items_in_batch", "ignore_index")
+
+
+def causal_lm_targets(owner: str, labels: torch.Tensor, loss_kwargs: dict) -> tuple[torch.Tensor, object]:
+    """The (b, n) target of each position of a causal LM (-100 where none) and the ``num_items_in_batch``
+    to divide by, from ``labels`` and transformers' loss keywords, as ``ForCausalLMLoss`` reads them.
 
     Args:
-        logits: (b, n, V).
-        labels: (b, n) token ids (the inputs themselves; the shift is done here), -100 where not scored.
-
-    Returns:
-        The mean over scored positions, computed in float32.
+        owner: the model's class name, for errors.
+        labels: (b, n) token ids (the inputs themselves): position i predicts ``labels[:, i + 1]``.
+        loss_kwargs: ``shift_labels`` (b, n), targets already aligned with the positions (sequence-parallel
+            training shifts before sharding), used instead of shifting ``labels``; ``num_items_in_batch``
+            (Trainer's count of targets over devices and accumulation steps); ``ignore_index``, the label of
+            positions without a target (default -100).
     """
-    return mean_cross_entropy(logits.float(), next_token_targets(labels).to(logits.device))
+    unknown = sorted(set(loss_kwargs) - set(CAUSAL_LM_LOSS_KWARGS))
+    if unknown:
+        raise InputError(
+            f"{owner}.forward got unexpected keyword arguments {unknown}: besides its named inputs it takes "
+            f"the loss keywords {', '.join(CAUSAL_LM_LOSS_KWARGS)} (transformers' ForCausalLMLoss). Remove "
+            "them."
+        )
+    shift_labels = loss_kwargs.get("shift_labels")
+    targets = next_token_targets(labels) if shift_labels is None else shift_labels
+    ignore_index = loss_kwargs.get("ignore_index", IGNORE_INDEX)
+    if ignore_index != IGNORE_INDEX:
+        targets = targets.masked_fill(targets == ignore_index, IGNORE_INDEX)
+    return targets, loss_kwargs.get("num_items_in_batch")
+
+
+def per_item_loss(mean_loss: torch.Tensor, targets: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """A loss averaged over this batch's targets, or with ``num_items_in_batch`` their sum divided by it
+    (transformers' ``fixed_cross_entropy``: the mean over every target of a step when Trainer accumulates
+    gradients or runs on several devices)."""
+    if num_items_in_batch is None:
+        return mean_loss
+    scored = (targets != IGNORE_INDEX).sum().to(mean_loss.device)
+    return mean_loss * scored / torch.as_tensor(num_items_in_batch, device=mean_loss.device)
 
 
 def next_token_targets(labels: torch.Tensor) -> torch.Tensor:

@@ -21,10 +21,12 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import slice_logits_to_keep
+from transformers.utils import logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
 from ...attention.cache import EfficientCache
+from ...errors import InputError
 from ...modeling.blocks import CompactDropout, EfficientEncoder
 from ...modeling.checks import (
     check_class_labels,
@@ -36,15 +38,17 @@ from ...modeling.checks import (
 )
 from ...modeling.heads import (
     Pooler,
-    causal_lm_loss,
+    causal_lm_targets,
     classification_loss,
     classifier_dropout,
     mean_cross_entropy,
-    next_token_targets,
+    per_item_loss,
 )
 from ...modeling.losses import chunked_cross_entropy
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_bert import EfficientBertConfig
+
+logger = logging.get_logger(__name__)
 
 
 class EfficientBertEmbeddings(nn.Module):
@@ -255,11 +259,12 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
         self, cache: EfficientCache | None, use_cache: bool | None
     ) -> EfficientCache | None:
         """The cache of this forward: the one given, a new one when a decoder is asked for one, or None."""
-        if not self.config.is_decoder:
-            if cache is not None or use_cache:
-                raise ValueError(
-                    "cache / use_cache are for causal models: this EfficientBert is a bidirectional encoder "
-                    "(is_decoder=False). Load a decoder: EfficientBertForCausalLM with is_decoder=True."
+        if not self.config.is_decoder:  # use_cache is ignored, as BertModel does without is_decoder
+            if cache is not None:
+                raise InputError(
+                    "cache is for causal models: this EfficientBert is a bidirectional encoder "
+                    "(is_decoder=False), whose every token attends to later ones. Load a decoder: "
+                    "EfficientBertForCausalLM with is_decoder=True."
                 )
             return None
         if cache is not None:
@@ -411,12 +416,16 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
         >>> model.generate(input_ids, max_new_tokens=50)
     """
 
+    # forward hands Trainer's num_items_in_batch to the loss (a sum over the targets divided by the count over
+    # every device and accumulation step), so Trainer must pass it, and not average the loss again.
+    accepts_loss_kwargs = True
+
     def __init__(self, config: EfficientBertConfig):
-        if not config.is_decoder:
-            raise ValueError(
-                "EfficientBertForCausalLM needs a causal config: is_decoder=True (EfficientBertConfig("
-                "is_decoder=True, ...), or EfficientBertForCausalLM.from_pretrained(path, is_decoder=True) "
-                "to start from an encoder checkpoint)."
+        if not config.is_decoder:  # builds and warns, as BertLMHeadModel (a BERT checkpoint opens as a LM)
+            logger.warning_once(
+                "EfficientBertForCausalLM with is_decoder=False attends in both directions (every token sees "
+                "the later ones): add is_decoder=True to use it as a causal language model "
+                "(EfficientBertForCausalLM.from_pretrained(path, is_decoder=True) for an encoder checkpoint)."
             )
         super().__init__(config)
 
@@ -447,6 +456,7 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
         logits_to_keep: int | torch.Tensor = 0,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        **loss_kwargs,
     ) -> CausalLMOutputWithCrossAttentions:
         """Next-token logits (b, n, V); with ``labels`` (b, n) the loss of predicting token i + 1 at i
         (labels are the input ids, shifted here; -100 is ignored). In training mode with labels the decoder
@@ -459,6 +469,10 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
                 labels makes none unless one is given.
             logits_to_keep: an int k > 0 computes the logits of the last k positions only (``generate()``
                 asks for 1 during the prompt); a 1-D tensor, those of the positions it lists.
+            loss_kwargs: transformers' causal-LM loss keywords, as ``BertLMHeadModel`` hands them to its
+                ``loss_function``: ``shift_labels`` (targets already aligned, used instead of shifting
+                ``labels``), ``num_items_in_batch`` (the loss is the sum over the targets divided by it:
+                Trainer's count over devices and accumulation steps), ``ignore_index``.
         """
         if labels is not None and cache is None:
             use_cache = False
@@ -474,18 +488,27 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
             output_hidden_states=output_hidden_states,
         )
         hidden = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (b, n | k, D)
-        if self.training and labels is not None and hidden.shape[1] == labels.shape[1]:
+        if labels is not None:
+            targets, num_items = causal_lm_targets(type(self).__name__, labels, loss_kwargs)  # (b, n)
+            targets = targets.to(hidden.device)
+        elif loss_kwargs:
+            raise InputError(
+                f"{type(self).__name__}.forward: {sorted(loss_kwargs)} shape the loss, which needs labels; "
+                "pass labels (the input ids) too."
+            )
+        if self.training and labels is not None and hidden.shape[1] == targets.shape[1]:
             # Training: the decoder and the loss fused chunk by chunk, no (b, n, V) logits (logits None)
-            targets = next_token_targets(labels).to(hidden.device)  # (b, n)
             return CausalLMOutputWithCrossAttentions(
-                loss=self.cls.predictions.loss(hidden, targets),
+                loss=per_item_loss(self.cls.predictions.loss(hidden, targets), targets, num_items),
                 logits=None,
                 cache=outputs.cache,
                 hidden_states=outputs.hidden_states,
                 attentions=outputs.attentions,
             )
         logits = self.cls.predictions(hidden)  # (b, n | k, V)
-        loss = causal_lm_loss(logits, labels) if labels is not None else None
+        loss = None
+        if labels is not None:  # over float32 logits, as transformers' ForCausalLMLoss
+            loss = per_item_loss(mean_cross_entropy(logits.float(), targets), targets, num_items)
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,
