@@ -10,6 +10,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, BertConfig, BertForMaskedLM
 from transformers.loss.loss_utils import ForCausalLMLoss
+from transformers.utils import logging as transformers_logging
 
 from hf_efficient import (
     EfficientBertConfig,
@@ -66,6 +67,7 @@ def test_encoder_ignores_use_cache():
 def test_causal_lm_builds_from_an_encoder_config(tmp_path, caplog):
     """As BertLMHeadModel(BertConfig()): without is_decoder the causal LM builds and warns once; an encoder
     checkpoint (ours, or transformers' BERT) opens with AutoModelForCausalLM / from_pretrained."""
+    transformers_logging.warning_once.cache_clear()  # an earlier test in this process may have warned
     with caplog.at_level(logging.WARNING):
         EfficientBertForCausalLM(tiny_config("full"))
         EfficientBertForCausalLM(tiny_config("full"))
