@@ -3,9 +3,7 @@
 The one place that decides it (tests/upstream/test_transformers_common.py applies it): an entry names the
 test, the groups (``text``, ``vision``, ``mae``) and attention types it applies to, and why. ``skip``: the
 test does not apply (it needs the Hub, a GPU, or checks something our models by design do not have);
-``xfail``: a known difference, run strictly so that a fix shows up as a failure here. One more switch is
-derived, not listed: :func:`has_attentions` (the mixin's own flag) for the types that cannot return attention
-weights.
+``xfail``: a known difference, run strictly so that a fix shows up as a failure here.
 
 The mixin also skips tests by its own conditions, with its own reasons (``pytest -rs`` lists them): a GPU,
 several accelerators, MPS, Flash Attention, DeepSpeed or the kernels library; ``RUN_SLOW``; features our
@@ -22,7 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from hf_efficient.attention.registry import get_attention_class
+from hf_efficient.attention.registry import get_attention_class, list_attention_types
 
 ALL = None  # every group / every attention type
 
@@ -41,7 +39,25 @@ class Expectation:
         )
 
 
+# Types whose core cannot return attention weights (linear, longformer, bigbird among those tested).
+WITHOUT_WEIGHTS = tuple(
+    name for name in list_attention_types() if not get_attention_class(name).capabilities.output_attentions
+)
+NO_WEIGHTS = (
+    "attention weights: this type never forms the (n, n) attention matrix, so it cannot return it "
+    "(capabilities.output_attentions=False; output_attentions=True raises saying so)"
+)
+
 EXPECTATIONS: tuple[Expectation, ...] = (
+    *(
+        Expectation(test, "skip", NO_WEIGHTS + why, types=WITHOUT_WEIGHTS)
+        for test, why in (
+            ("test_attention_outputs", ""),
+            ("test_eager_matches_sdpa_inference_24_fp32_pad_left_output_attentions", ""),
+            ("test_model_outputs_equivalence", "; the test asks for them in every call"),
+            ("test_retain_grad_hidden_states_attentions", "; the test asks for them in every call"),
+        )
+    ),
     Expectation(
         "test_sdpa_can_dispatch_non_composite_models",
         "xfail",
@@ -71,14 +87,6 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         types=("linear", "longformer", "bigbird"),
     ),
 )
-
-
-def has_attentions(attention_type: str) -> bool:
-    """The mixin's ``has_attentions`` for a type (False: the common tests leave attention weights out, and
-    skip the tests of nothing else, test_attention_outputs): whether its core can return the weights. A type
-    that cannot (linear, longformer, bigbird) never forms the (n, n) attention matrix and raises when asked
-    for it (capabilities.output_attentions=False)."""
-    return get_attention_class(attention_type).capabilities.output_attentions
 
 
 def _own_copy(test):

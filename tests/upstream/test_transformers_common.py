@@ -30,7 +30,7 @@ from hf_efficient import (
 
 from ..attention.helpers import small_config
 from . import sdist
-from .expectations import apply_expectations, has_attentions
+from .expectations import apply_expectations
 
 UPSTREAM = sdist.load()
 if UPSTREAM is None:
@@ -157,7 +157,6 @@ def _model_test_class(group: str, attention_type: str) -> type:
         self.config_tester.run_common_tests()
 
     body = {"all_model_classes": classes, "setUp": setUp, "test_config": test_config}
-    body["has_attentions"] = has_attentions(attention_type)
     name = f"Test{group.capitalize()}_{attention_type}"
     mixins = (UPSTREAM.modeling.ModelTesterMixin,)
     if any(model_class.can_generate() for model_class in classes):  # as upstream's testers of generators
