@@ -23,16 +23,10 @@ lint: install
 	$(PY) -m ruff format --check .
 
 # transformers' own model tests run on ours (tests/upstream): the test mixins of the installed transformers
-# version's source distribution, fetched once from PyPI into build/upstream (about 10 MB; kept there, so
-# later runs download nothing; without it tests/upstream skips and names this target).
-UPSTREAM := build/upstream
+# version's source distribution, fetched once from PyPI into build/upstream (a 10 MB download; later runs
+# download nothing; without it tests/upstream skips and names this target). They add about 1.5 CPU-minutes.
 upstream-tests: install
-	@version=$$($(PY) -c "import transformers; print(transformers.__version__)") && \
-	if [ ! -f $(UPSTREAM)/transformers-$$version/tests/test_modeling_common.py ]; then \
-		$(PY) -m pip download --quiet --no-deps --no-binary :all: --dest $(UPSTREAM) "transformers==$$version" && \
-		tar -xzf $(UPSTREAM)/transformers-$$version.tar.gz -C $(UPSTREAM) transformers-$$version/tests && \
-		rm $(UPSTREAM)/transformers-$$version.tar.gz; \
-	fi
+	.ci/fetch-upstream-tests $(PY)
 
 # The full suite, what CI runs (.ci/run): lint, then every test, the `slow` and `distributed` ones included
 # (about 25 minutes on a quiet 2-core machine; tests marked `gpu` are skipped without CUDA).
