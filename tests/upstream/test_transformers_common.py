@@ -135,6 +135,18 @@ class MAETester(VisionTester):
         return config, inputs
 
 
+def _text_prepare_for_class(self, inputs_dict, model_class, return_labels=False):
+    """The mixin's inputs and labels, plus BERT's pre-training labels (MLM and next sentence), as
+    transformers' BERT tests add them."""
+    mixin = UPSTREAM.modeling
+    inputs = mixin.ModelTesterMixin._prepare_for_class(self, inputs_dict, model_class, return_labels)
+    if return_labels and model_class.__name__ in mixin.get_values(mixin.MODEL_FOR_PRETRAINING_MAPPING_NAMES):
+        tester = self.model_tester
+        inputs["labels"] = torch.zeros(tester.batch_size, tester.seq_length, dtype=torch.long)
+        inputs["next_sentence_label"] = torch.zeros(tester.batch_size, dtype=torch.long)
+    return inputs
+
+
 GROUPS = {  # group name: (tester, model classes)
     "text": (TextTester, TEXT_CLASSES),
     "vision": (VisionTester, VISION_CLASSES),
@@ -157,6 +169,8 @@ def _model_test_class(group: str, attention_type: str) -> type:
         self.config_tester.run_common_tests()
 
     body = {"all_model_classes": classes, "setUp": setUp, "test_config": test_config}
+    if group == "text":
+        body["_prepare_for_class"] = _text_prepare_for_class
     name = f"Test{group.capitalize()}_{attention_type}"
     mixins = (UPSTREAM.modeling.ModelTesterMixin,)
     if any(model_class.can_generate() for model_class in classes):  # as upstream's testers of generators
