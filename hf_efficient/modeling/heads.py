@@ -85,18 +85,9 @@ def classification_loss(
 CAUSAL_LM_LOSS_KWARGS = ("shift_labels", "num_items_in_batch", "ignore_index")
 
 
-def causal_lm_targets(owner: str, labels: torch.Tensor, loss_kwargs: dict) -> tuple[torch.Tensor, object]:
-    """The (b, n) target of each position of a causal LM (-100 where none) and the ``num_items_in_batch``
-    to divide by, from ``labels`` and transformers' loss keywords, as ``ForCausalLMLoss`` reads them.
-
-    Args:
-        owner: the model's class name, for errors.
-        labels: (b, n) token ids (the inputs themselves): position i predicts ``labels[:, i + 1]``.
-        loss_kwargs: ``shift_labels`` (b, n), targets already aligned with the positions (sequence-parallel
-            training shifts before sharding), used instead of shifting ``labels``; ``num_items_in_batch``
-            (Trainer's count of targets over devices and accumulation steps); ``ignore_index``, the label of
-            positions without a target (default -100).
-    """
+def check_loss_kwargs(owner: str, loss_kwargs: dict) -> None:
+    """Refuse keywords other than :data:`CAUSAL_LM_LOSS_KWARGS` (with or without labels: without, they are
+    unused, as in transformers, e.g. Trainer's num_items_in_batch when a label smoother took the labels)."""
     unknown = sorted(set(loss_kwargs) - set(CAUSAL_LM_LOSS_KWARGS))
     if unknown:
         raise InputError(
@@ -104,6 +95,19 @@ def causal_lm_targets(owner: str, labels: torch.Tensor, loss_kwargs: dict) -> tu
             f"the loss keywords {', '.join(CAUSAL_LM_LOSS_KWARGS)} (transformers' ForCausalLMLoss). Remove "
             "them."
         )
+
+
+def causal_lm_targets(labels: torch.Tensor, loss_kwargs: dict) -> tuple[torch.Tensor, object]:
+    """The (b, n) target of each position of a causal LM (-100 where none) and the ``num_items_in_batch``
+    to divide by, from ``labels`` and transformers' loss keywords, as ``ForCausalLMLoss`` reads them.
+
+    Args:
+        labels: (b, n) token ids (the inputs themselves): position i predicts ``labels[:, i + 1]``.
+        loss_kwargs: ``shift_labels`` (b, n), targets already aligned with the positions (sequence-parallel
+            training shifts before sharding), used instead of shifting ``labels``; ``num_items_in_batch``
+            (Trainer's count of targets over devices and accumulation steps); ``ignore_index``, the label of
+            positions without a target (default -100).
+    """
     shift_labels = loss_kwargs.get("shift_labels")
     targets = next_token_targets(labels) if shift_labels is None else shift_labels
     ignore_index = loss_kwargs.get("ignore_index", IGNORE_INDEX)

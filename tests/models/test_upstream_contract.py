@@ -50,6 +50,7 @@ def test_causal_lm_hands_loss_keywords_to_the_loss(training):
             torch.testing.assert_close(model(ids, labels=ids, **kwargs).loss, expected)
     with pytest.raises(InputError, match=r"unexpected keyword arguments \['label_smoothing'\]"):
         model(ids, labels=ids, label_smoothing=0.1)
+    assert model(ids, num_items_in_batch=3).loss is None  # no labels, no loss (a label smoother took them)
     assert EfficientBertForCausalLM.accepts_loss_kwargs  # Trainer passes num_items_in_batch
 
 

@@ -39,6 +39,7 @@ from ...modeling.checks import (
 from ...modeling.heads import (
     Pooler,
     causal_lm_targets,
+    check_loss_kwargs,
     classification_loss,
     classifier_dropout,
     mean_cross_entropy,
@@ -488,14 +489,10 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
             output_hidden_states=output_hidden_states,
         )
         hidden = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (b, n | k, D)
+        check_loss_kwargs(type(self).__name__, loss_kwargs)
         if labels is not None:
-            targets, num_items = causal_lm_targets(type(self).__name__, labels, loss_kwargs)  # (b, n)
+            targets, num_items = causal_lm_targets(labels, loss_kwargs)  # (b, n)
             targets = targets.to(hidden.device)
-        elif loss_kwargs:
-            raise InputError(
-                f"{type(self).__name__}.forward: {sorted(loss_kwargs)} shape the loss, which needs labels; "
-                "pass labels (the input ids) too."
-            )
         if self.training and labels is not None and hidden.shape[1] == targets.shape[1]:
             # Training: the decoder and the loss fused chunk by chunk, no (b, n, V) logits (logits None)
             return CausalLMOutputWithCrossAttentions(
