@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test test-fast test-floor lint demo bench-demo bench bench-peers clean
+.PHONY: install upstream-tests test test-fast test-floor lint demo bench-demo bench bench-peers clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -22,15 +22,21 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# transformers' own model tests run on ours (tests/upstream): the test mixins of the installed transformers
+# version's source distribution, fetched once from PyPI into build/upstream (a 10 MB download; later runs
+# download nothing; without it tests/upstream skips and names this target). They add about 1.5 CPU-minutes.
+upstream-tests: install
+	.ci/fetch-upstream-tests $(PY)
+
 # The full suite, what CI runs (.ci/run): lint, then every test, the `slow` and `distributed` ones included
 # (about 25 minutes on a quiet 2-core machine; tests marked `gpu` are skipped without CUDA).
-test: lint
+test: lint upstream-tests
 	$(PY) -m pytest -q
 
 # While developing: the tests not marked `slow` or `distributed` (multi-process launches, fresh interpreters,
 # real checkpoints, data downloads), about 4 minutes on a quiet 2-core machine (3 min 43 s of pytest), no
 # lint. Not a substitute for `make test` before a commit. Markers: pyproject.toml [tool.pytest.ini_options].
-test-fast: install
+test-fast: install upstream-tests
 	$(PY) -m pytest -q -m "not slow and not distributed"
 
 # The dependency floors: the fast suite again in a separate venv (build/venv-floor) holding the lowest

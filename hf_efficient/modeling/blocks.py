@@ -30,7 +30,21 @@ from ..attention.base import AttentionCore, AttentionSpec
 from ..attention.inputs import AttentionInputs
 from ..attention.registry import build_attention, get_attention_class
 from ..compat import attn_implementation
+from ..errors import InputError
 from .memory import CompactDropout, feed_forward
+
+
+def check_heads_divide(hidden_size: int, num_heads: int, prefix: str = "") -> None:
+    """Raise unless ``hidden_size`` splits into ``num_heads`` equal heads. Checked when a model is built, as
+    transformers' BERT and ViT do (their configs accept any sizes); ``prefix`` names the fields (MAE's
+    ``decoder_``)."""
+    if hidden_size % num_heads:
+        hidden, heads = f"{prefix}hidden_size", f"{prefix}num_attention_heads"
+        raise InputError(
+            f"{hidden}={hidden_size} is not a multiple of {heads}={num_heads}: each head gets {hidden} / "
+            f"{heads} features. Set {hidden} to a multiple of {num_heads} (e.g. "
+            f"{num_heads * max(1, round(hidden_size / num_heads))}) or {heads} to a divisor of {hidden_size}."
+        )
 
 
 class EfficientSelfAttention(nn.Module):
@@ -44,11 +58,7 @@ class EfficientSelfAttention(nn.Module):
 
     def __init__(self, config, layer_idx: int):
         super().__init__()
-        if config.hidden_size % config.num_attention_heads:
-            raise ValueError(
-                f"hidden_size={config.hidden_size} is not a multiple of num_attention_heads="
-                f"{config.num_attention_heads}."
-            )
+        check_heads_divide(config.hidden_size, config.num_attention_heads)
         self.config = config
         self.layer_idx = layer_idx
         self.num_heads = config.num_attention_heads

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from ..errors import InputError
 from .checks import IGNORE_INDEX, check_class_labels, check_float_labels, check_same_shape, checking_values
 
 
@@ -97,7 +98,7 @@ def span_loss(
     """
     b, n = start_logits.shape
     if start_positions is None or end_positions is None:
-        raise ValueError(
+        raise InputError(
             f"{owner}: pass both start_positions and end_positions (the answer's first and last token), or "
             "neither; got only " + ("start_positions." if end_positions is None else "end_positions.")
         )
@@ -107,14 +108,14 @@ def span_loss(
         ("end_positions", end_positions, end_logits),
     ):
         if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-            raise ValueError(
+            raise InputError(
                 f"{owner}: {name} must be integer token indices (torch.long), got {positions.dtype}."
             )
         if positions.dim() > 1:
             positions = positions.squeeze(-1)
         check_same_shape(owner, name, positions, (b,), "(batch,) of the inputs")
         if checking_values() and positions.numel() and int(positions.min()) < 0:
-            raise ValueError(
+            raise InputError(
                 f"{owner}: {name} holds {int(positions.min())}: token indices start at 0 (the [CLS] token, "
                 f"the target of an unanswerable question); an index >= the input's {n} tokens is ignored."
             )
@@ -123,17 +124,50 @@ def span_loss(
     return (losses[0] + losses[1]) / 2
 
 
-def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy, as transformers' causal LM loss: position i predicts ``labels[:, i + 1]``.
+# The keywords of transformers' causal-LM loss (ForCausalLMLoss) that Trainer and sequence-parallel training
+# pass to a causal LM's forward.
+CAUSAL_LM_LOSS_KWARGS = ("shift_labels", "num_items_in_batch", "ignore_index")
+
+
+def check_loss_kwargs(owner: str, loss_kwargs: dict) -> None:
+    """Refuse keywords other than :data:`CAUSAL_LM_LOSS_KWARGS` (with or without labels: without, they are
+    unused, as in transformers, e.g. Trainer's num_items_in_batch when a label smoother took the labels)."""
+    unknown = sorted(set(loss_kwargs) - set(CAUSAL_LM_LOSS_KWARGS))
+    if unknown:
+        raise InputError(
+            f"{owner}.forward got unexpected keyword arguments {unknown}: besides its named inputs it takes "
+            f"the loss keywords {', '.join(CAUSAL_LM_LOSS_KWARGS)} (transformers' ForCausalLMLoss). Remove "
+            "them."
+        )
+
+
+def causal_lm_targets(labels: torch.Tensor, loss_kwargs: dict) -> tuple[torch.Tensor, object]:
+    """The (b, n) target of each position of a causal LM (-100 where none) and the ``num_items_in_batch``
+    to divide by, from ``labels`` and transformers' loss keywords, as ``ForCausalLMLoss`` reads them.
 
     Args:
-        logits: (b, n, V).
-        labels: (b, n) token ids (the inputs themselves; the shift is done here), -100 where not scored.
-
-    Returns:
-        The mean over scored positions, computed in float32.
+        labels: (b, n) token ids (the inputs themselves): position i predicts ``labels[:, i + 1]``.
+        loss_kwargs: ``shift_labels`` (b, n), targets already aligned with the positions (sequence-parallel
+            training shifts before sharding), used instead of shifting ``labels``; ``num_items_in_batch``
+            (Trainer's count of targets over devices and accumulation steps); ``ignore_index``, the label of
+            positions without a target (default -100).
     """
-    return mean_cross_entropy(logits.float(), next_token_targets(labels).to(logits.device))
+    shift_labels = loss_kwargs.get("shift_labels")
+    targets = next_token_targets(labels) if shift_labels is None else shift_labels
+    ignore_index = loss_kwargs.get("ignore_index", IGNORE_INDEX)
+    if ignore_index != IGNORE_INDEX:
+        targets = targets.masked_fill(targets == ignore_index, IGNORE_INDEX)
+    return targets, loss_kwargs.get("num_items_in_batch")
+
+
+def per_item_loss(mean_loss: torch.Tensor, targets: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """A loss averaged over this batch's targets, or with ``num_items_in_batch`` their sum divided by it
+    (transformers' ``fixed_cross_entropy``: the mean over every target of a step when Trainer accumulates
+    gradients or runs on several devices)."""
+    if num_items_in_batch is None:
+        return mean_loss
+    scored = (targets != IGNORE_INDEX).sum().to(mean_loss.device)
+    return mean_loss * scored / torch.as_tensor(num_items_in_batch, device=mean_loss.device)
 
 
 def next_token_targets(labels: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,13 @@ class EfficientPreTrainedModel(PreTrainedModel):
     # assumes a summed loss and multiplies it by the number of processes under DDP.
     accepts_loss_kwargs = False
 
+    def __init__(self, config, *inputs, **kwargs):
+        # The config's validators run at construction, not on `config.x = value` afterwards: run them again
+        # here, so a field read only while building (sizes, position_embedding_type, the attention fields)
+        # is honoured or refused by the model built from it, never silently ignored.
+        config.validate()
+        super().__init__(config, *inputs, **kwargs)
+
     def post_init(self):
         super().post_init()
         # Parameters a checkpoint saved in another setting may hold but these cores do not build (RFA's gate

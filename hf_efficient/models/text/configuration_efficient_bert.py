@@ -72,12 +72,10 @@ class EfficientBertConfig(EfficientEncoderConfig):
     sparse_prediction: bool | None = None
 
     def validate_bert_fields(self):
-        """Class validator: sizes agree, and no BERT option we do not implement is silently dropped."""
-        if self.hidden_size % self.num_attention_heads:
-            raise InputError(
-                f"hidden_size={self.hidden_size} must be a multiple of num_attention_heads="
-                f"{self.num_attention_heads}."
-            )
+        """Class validator: no BERT option we do not implement is silently dropped. (Whether hidden_size
+        splits into num_attention_heads is checked when a model is built, as BertConfig accepts any sizes.)
+        Models run these validators again when built (``EfficientPreTrainedModel.__init__``), so an option
+        set on the config after construction is refused there too."""
         position_type = getattr(self, "position_embedding_type", "absolute")
         if position_type != "absolute":
             raise InputError(

@@ -26,6 +26,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import slice_logits_to_keep
 from transformers.models.bert.modeling_bert import BertForPreTrainingOutput
+from transformers.utils import logging
 from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
@@ -42,16 +43,19 @@ from ...modeling.checks import (
 )
 from ...modeling.heads import (
     Pooler,
-    causal_lm_loss,
+    causal_lm_targets,
+    check_loss_kwargs,
     classification_loss,
     classifier_dropout,
     mean_cross_entropy,
-    next_token_targets,
+    per_item_loss,
     span_loss,
 )
 from ...modeling.losses import chunked_cross_entropy
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_bert import EfficientBertConfig
+
+logger = logging.get_logger(__name__)
 
 
 class EfficientBertEmbeddings(nn.Module):
@@ -315,11 +319,12 @@ class EfficientBertModel(EfficientBertPreTrainedModel):
         cross-attention (``cross``) a new one is an ``EncoderDecoderCache`` (this model's EfficientCache, and
         the encoder's keys and values); the empty transformers caches ``generate()`` of an EncoderDecoderModel
         passes get an EfficientCache in place of their self-attention half."""
-        if not self.config.is_decoder:
-            if cache is not None or use_cache:
-                raise ValueError(
-                    "cache / use_cache are for causal models: this EfficientBert is a bidirectional encoder "
-                    "(is_decoder=False). Load a decoder: EfficientBertForCausalLM with is_decoder=True."
+        if not self.config.is_decoder:  # use_cache is ignored, as BertModel does without is_decoder
+            if cache is not None:
+                raise InputError(
+                    "cache is for causal models: this EfficientBert is a bidirectional encoder "
+                    "(is_decoder=False), whose every token attends to later ones. Load a decoder: "
+                    "EfficientBertForCausalLM with is_decoder=True."
                 )
             return None
         if isinstance(cache, EncoderDecoderCache):
@@ -582,12 +587,16 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
         >>> model.generate(input_ids, max_new_tokens=50)
     """
 
+    # forward hands Trainer's num_items_in_batch to the loss (a sum over the targets divided by the count over
+    # every device and accumulation step), so Trainer must pass it, and not average the loss again.
+    accepts_loss_kwargs = True
+
     def __init__(self, config: EfficientBertConfig):
-        if not config.is_decoder:
-            raise ValueError(
-                "EfficientBertForCausalLM needs a causal config: is_decoder=True (EfficientBertConfig("
-                "is_decoder=True, ...), or EfficientBertForCausalLM.from_pretrained(path, is_decoder=True) "
-                "to start from an encoder checkpoint)."
+        if not config.is_decoder:  # builds and warns, as BertLMHeadModel (a BERT checkpoint opens as a LM)
+            logger.warning_once(
+                "EfficientBertForCausalLM with is_decoder=False attends in both directions (every token sees "
+                "the later ones): add is_decoder=True to use it as a causal language model "
+                "(EfficientBertForCausalLM.from_pretrained(path, is_decoder=True) for an encoder checkpoint)."
             )
         super().__init__(config)
 
@@ -620,6 +629,7 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
         output_hidden_states: bool | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
+        **loss_kwargs,
     ) -> CausalLMOutputWithCrossAttentions:
         """Next-token logits (b, n, V); with ``labels`` (b, n) the loss of predicting token i + 1 at i
         (labels are the input ids, shifted here; -100 is ignored). In training mode with labels the decoder
@@ -634,6 +644,10 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
                 asks for 1 during the prompt); a 1-D tensor, those of the positions it lists.
             encoder_hidden_states, encoder_attention_mask: a decoder with cross-attention (the decoder of
                 an EncoderDecoderModel): the encoder's states and padding (see EfficientBertModel.forward).
+            loss_kwargs: transformers' causal-LM loss keywords, as ``BertLMHeadModel`` hands them to its
+                ``loss_function``: ``shift_labels`` (targets already aligned, used instead of shifting
+                ``labels``), ``num_items_in_batch`` (the loss is the sum over the targets divided by it:
+                Trainer's count over devices and accumulation steps), ``ignore_index``.
         """
         if labels is not None and cache is None:
             use_cache = False
@@ -651,18 +665,23 @@ class EfficientBertForCausalLM(EfficientBertWithLMHead, GenerationMixin):
             encoder_attention_mask=encoder_attention_mask,
         )
         hidden = slice_logits_to_keep(outputs.last_hidden_state, logits_to_keep)  # (b, n | k, D)
-        if self.training and labels is not None and hidden.shape[1] == labels.shape[1]:
+        check_loss_kwargs(type(self).__name__, loss_kwargs)
+        if labels is not None:
+            targets, num_items = causal_lm_targets(labels, loss_kwargs)  # (b, n)
+            targets = targets.to(hidden.device)
+        if self.training and labels is not None and hidden.shape[1] == targets.shape[1]:
             # Training: the decoder and the loss fused chunk by chunk, no (b, n, V) logits (logits None)
-            targets = next_token_targets(labels).to(hidden.device)  # (b, n)
             return CausalLMOutputWithCrossAttentions(
-                loss=self.cls.predictions.loss(hidden, targets),
+                loss=per_item_loss(self.cls.predictions.loss(hidden, targets), targets, num_items),
                 logits=None,
                 cache=outputs.cache,
                 hidden_states=outputs.hidden_states,
                 attentions=outputs.attentions,
             )
         logits = self.cls.predictions(hidden)  # (b, n | k, V)
-        loss = causal_lm_loss(logits, labels) if labels is not None else None
+        loss = None
+        if labels is not None:  # over float32 logits, as transformers' ForCausalLMLoss
+            loss = per_item_loss(mean_cross_entropy(logits.float(), targets), targets, num_items)
         return CausalLMOutputWithCrossAttentions(
             loss=loss,
             logits=logits,

@@ -82,7 +82,9 @@ class EfficientViTConfig(EfficientEncoderConfig):
         return kept
 
     def validate_vit_fields(self):
-        """Class validator: sizes agree, and no ViT option we do not implement is silently dropped."""
+        """Class validator: sizes agree, and no ViT option we do not implement is silently dropped. (Whether
+        hidden_size splits into num_attention_heads is checked when a model is built, as ViTConfig accepts
+        any sizes.)"""
         for name in ("image_size", "patch_size"):
             if not isinstance(getattr(self, name), int):
                 raise InputError(
@@ -92,15 +94,6 @@ class EfficientViTConfig(EfficientEncoderConfig):
             raise InputError(
                 f"image_size={self.image_size} must be a multiple of patch_size={self.patch_size}."
             )
-        for prefix in ("", "decoder_"):
-            hidden, heads = (
-                getattr(self, f"{prefix}hidden_size"),
-                getattr(self, f"{prefix}num_attention_heads"),
-            )
-            if hidden % heads:
-                raise InputError(
-                    f"{prefix}hidden_size={hidden} must be a multiple of {prefix}num_attention_heads={heads}."
-                )
         if not 0.0 <= self.mask_ratio < 1.0:
             raise InputError(
                 f"mask_ratio must be in [0, 1), got {self.mask_ratio}: it is the share of patches MAE hides "

@@ -33,7 +33,7 @@ from transformers.utils.generic import can_return_tuple
 from ...attention.inputs import AttentionInputs
 from ...compat import loaded_from_checkpoint
 from ...errors import InputError
-from ...modeling.blocks import CompactDropout, EfficientEncoder, EfficientPreNormLayer
+from ...modeling.blocks import CompactDropout, EfficientEncoder, EfficientPreNormLayer, check_heads_divide
 from ...modeling.checks import check_binary_mask, check_float_input, check_not_empty, checking_values
 from ...modeling.heads import classification_loss
 from ...modeling.pretrained import EfficientPreTrainedModel
@@ -412,6 +412,7 @@ class EfficientViTMAEDecoder(nn.Module):
 
     def __init__(self, config: EfficientViTConfig):
         super().__init__()
+        check_heads_divide(config.decoder_hidden_size, config.decoder_num_attention_heads, "decoder_")
         decoder_config = copy.deepcopy(config)
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"):
             setattr(decoder_config, name, getattr(config, f"decoder_{name}"))

@@ -114,15 +114,13 @@ def test_full_equals_bert_lm_head_model_with_and_without_cache():
 
 
 def test_decoder_refusals():
-    """A causal LM needs is_decoder=True; a cache belongs to decoders and must be ours; assisted decoding,
-    which rolls a cache back, is refused for recurrent states; positions past the table raise before
-    indexing it."""
-    with pytest.raises(ValueError, match=r"needs a causal config: is_decoder=True"):
-        EfficientBertForCausalLM(tiny_config("full"))
+    """A cache belongs to decoders and must be ours; assisted decoding, which rolls a cache back, is refused
+    for recurrent states; positions past the table raise before indexing it. (Without is_decoder the causal
+    LM builds and use_cache is ignored, as in transformers: tests/models/text/test_upstream_contract.py.)"""
     encoder = EfficientBertModel(tiny_config("full"))
     ids, mask = left_padded_batch()
-    with pytest.raises(ValueError, match="cache / use_cache are for causal models"):
-        encoder(ids, use_cache=True)
+    with pytest.raises(ValueError, match="cache is for causal models"):
+        encoder(ids, cache=EfficientBertForCausalLM(tiny_causal_config("full")).new_cache())
     decoder = EfficientBertForCausalLM(tiny_causal_config("linear")).eval()
     with pytest.raises(TypeError, match="cache must be an hf_efficient EfficientCache"):
         decoder(ids, cache=DynamicCache())
