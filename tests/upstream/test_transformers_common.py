@@ -19,11 +19,16 @@ from hf_efficient import (
     EfficientBertConfig,
     EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
+    EfficientBertForMultipleChoice,
+    EfficientBertForNextSentencePrediction,
+    EfficientBertForPreTraining,
+    EfficientBertForQuestionAnswering,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
     EfficientBertModel,
     EfficientViTConfig,
     EfficientViTForImageClassification,
+    EfficientViTForMaskedImageModeling,
     EfficientViTMAEForPreTraining,
     EfficientViTModel,
 )
@@ -53,13 +58,15 @@ TEXT_CLASSES = (
     EfficientBertForCausalLM,
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
-    # EfficientBertForQuestionAnswering, EfficientBertForMultipleChoice, EfficientBertForPreTraining,
-    # EfficientBertForNextSentencePrediction: one line each here
+    EfficientBertForQuestionAnswering,
+    EfficientBertForMultipleChoice,
+    EfficientBertForPreTraining,
+    EfficientBertForNextSentencePrediction,
 )
 VISION_CLASSES = (
     EfficientViTModel,
     EfficientViTForImageClassification,
-    # EfficientViTForMaskedImageModeling: one line here
+    EfficientViTForMaskedImageModeling,
 )
 MAE_CLASSES = (EfficientViTMAEForPreTraining,)
 
@@ -106,13 +113,16 @@ class VisionTester:
         self.parent, self.attention_type = parent, attention_type
         num_patches = (self.image_size // self.patch_size) ** 2
         self.seq_length = int(math.ceil((1 - self.mask_ratio) * (num_patches + 1)))  # [CLS] + kept patches
+        # masked image modeling: the common tests mask the first num_masks of the mask_length patches
+        self.num_masks, self.mask_length = num_patches // 2, num_patches
 
     def get_config(self) -> EfficientViTConfig:
         return EfficientViTConfig(
             image_size=self.image_size, patch_size=self.patch_size, num_channels=self.num_channels,
             hidden_size=self.hidden_size, num_hidden_layers=self.num_hidden_layers,
             num_attention_heads=self.num_attention_heads, intermediate_size=self.intermediate_size,
-            num_labels=self.num_labels, mask_ratio=self.mask_ratio, decoder_hidden_size=16,
+            num_labels=self.num_labels, mask_ratio=self.mask_ratio, encoder_stride=self.patch_size,
+            decoder_hidden_size=16,
             decoder_num_hidden_layers=1, decoder_num_attention_heads=2, decoder_intermediate_size=20,
             attention_type=self.attention_type, attention_config=small_config(self.attention_type),
         )  # fmt: skip
