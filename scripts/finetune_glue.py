@@ -49,6 +49,7 @@ from hf_efficient.training import (
     first_examples,
     predictions_from_logits,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
     train_and_save,
 )
@@ -185,6 +186,7 @@ def column_flags(task_args: TaskArguments) -> dict:
     return {**flags, "label_column_name": task_args.label_column_name, "split_names": split_names}
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser((ModelArguments, TaskArguments, ConfigArguments, EfficientTrainingArguments))
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)
