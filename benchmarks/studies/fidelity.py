@@ -30,7 +30,7 @@ their numbers are a lower bound on what trained projections give. long_short run
 (``dual_ln=False``), whose fresh LayerNorms would change even the windowed branch.
 
     python -m benchmarks.studies.fidelity                  # reference run (see --num_texts)
-    python -m benchmarks.studies.fidelity --quick --out /tmp/fid  # seconds: 2 texts, n = 64, two settings
+    python -m benchmarks.studies.fidelity --quick --out /tmp/fid  # seconds: 2 texts, n = 64, 2 settings each
 
 The families below cover the registry's text types; a text type without one (a new core, or one registered
 by ``--plugin``) runs with its defaults against exact attention (shared-QK exact attention if its keys are
