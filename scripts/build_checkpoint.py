@@ -56,9 +56,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The benchmarks package of this checkout, whose root the installs the docs give put on the import path
+# (make install, pip install -e .: the editable install names it); imported here, so that an environment
+# without it fails now rather than at the end of a build. It imports no torch.
+from benchmarks.report import markdown_table
+
 ROOT = Path(__file__).resolve().parents[1]
-# benchmarks.report (markdown tables) lives beside scripts/, outside the package
-sys.path.insert(0, str(ROOT))
 RECIPES = ROOT / "configs" / "zoo"
 SCRIPTS = ROOT / "scripts"
 MARKER = "DONE.json"
@@ -188,8 +191,8 @@ def training_command(script: str, folder: Path, model: str, recipe: dict, stage:
 
 def run_training(command: list[str]) -> dict:
     print("  " + shlex.join(command), flush=True)
-    # The stage imports the hf_efficient this script runs with (this checkout's, where another copy is
-    # installed too): a script's sys.path starts at scripts/, not at the checkout.
+    # The stage imports this checkout's hf_efficient (where another copy is installed too): a script's
+    # sys.path starts at scripts/, not at the checkout.
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     subprocess.run(command, check=True, env={**os.environ, "PYTHONPATH": path})
     return {}
@@ -319,8 +322,6 @@ def assemble_final(output_dir: Path) -> Path:
 
 
 def results_table(rows: list[dict]) -> str:
-    from benchmarks.report import markdown_table
-
     header = ["model", "attention", "tokens per block", "blocks", "masked-LM loss", "perplexity"]
     cells = [
         [
@@ -339,8 +340,6 @@ def results_table(rows: list[dict]) -> str:
 def extra_results(output_dir: Path) -> str:
     """Markdown sections from ``extra_results/*.json``, evaluations added after the build (e.g. a
     long-document classification accuracy): ``{"title", "description", "rows": [{column: value}]}``."""
-    from benchmarks.report import markdown_table
-
     sections = []
     for path in sorted((output_dir / EXTRA_RESULTS).glob("*.json")):
         extra = json.loads(path.read_text())
