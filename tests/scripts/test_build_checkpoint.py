@@ -197,7 +197,9 @@ def test_every_recipe_names_five_attentions_at_4096(builder):
 
 @pytest.mark.slow
 def test_minilm_smoke_build(builder, tmp_path):
-    """The real MiniLM through every stage: two steps each, blocks of 64 and 1024 tokens."""
+    """The real MiniLM through every stage: two steps each, blocks of 64 and 1024 tokens (docs/zoo.md's build
+    command at the budget its docs test ran it with). Over a minute: the 6-layer model at 1024 tokens, and the
+    stages run in fresh interpreters."""
     output = tmp_path / NAME
     overrides = small_budget("all-MiniLM-L6-v2", 1024, 64, texts=120)
     builder.build(NAME, str(output), overrides, write_card_to=None)
