@@ -8,7 +8,8 @@ that must not run side by side (multi-process launches, which each want every co
 mounts) run one at a time: every ``distributed`` test and every test marked ``one_at_a_time`` holds a lock
 that the workers of one run share. A lock rather than xdist's ``--dist loadgroup``: with pytest 9.2,
 xdist 3.8 no longer renames the grouped tests, so its groups silently split across workers. Every test writes
-only under its own ``tmp_path``.
+under its own ``tmp_path``; the data caches tests share (graph sets, Fashion-MNIST) build under locks of their
+own.
 
 Fixtures shared by one folder's tests live in that folder's conftest.py; plain helpers in modules named for
 what they build (attention/helpers.py, models/<encoder>/helpers.py, ...), which register below for pytest's
@@ -54,7 +55,8 @@ def _seed():
 @pytest.fixture(autouse=True)
 def _one_at_a_time(request, tmp_path_factory):
     """Under xdist, a ``distributed`` or ``one_at_a_time`` test holds the run's machine lock while it runs
-    (a worker that reaches another such test waits for it); set up before the test's other fixtures."""
+    (a worker that reaches another such test waits for it); autouse, so set up before the test's other
+    function-scoped fixtures."""
     exclusive = any(request.node.get_closest_marker(name) for name in ("distributed", "one_at_a_time"))
     if not exclusive or "PYTEST_XDIST_WORKER" not in os.environ:
         yield
