@@ -4,7 +4,6 @@
     python -m benchmarks.model_step           # a whole training step: tokens/s, MFU, memory, per component
     python -m benchmarks.peers                # ours against third-party implementations of a mechanism
     python -m benchmarks.patterns             # which keys each query draws on (one PNG)
-    python -m benchmarks.fidelity             # error vs exact attention on MiniLM's real queries/keys/values
     python -m benchmarks.generation           # causal decoding: time per token and cache size vs context
     python -m benchmarks.serving              # serving engines (eager, compile, ONNX Runtime) vs length
     python -m benchmarks.gpu --out DIR        # one CUDA GPU: every type vs sdpa, bf16 (gpu_check.sh runs it)

@@ -59,12 +59,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+# The benchmarks package of this checkout, whose root the installs the docs give put on the import path
+# (make install, pip install -e .: the editable install names it); imported here, so that an environment
+# without it fails now rather than at the end of a build.
+from benchmarks.report import markdown_table
 from hf_efficient.cli import USER_ERROR_STATUS, run_script
 from hf_efficient.errors import InputError, InputFileNotFoundError
 
 ROOT = Path(__file__).resolve().parents[1]
-# benchmarks.report (markdown tables) lives beside scripts/, outside the package
-sys.path.insert(0, str(ROOT))
 RECIPES = ROOT / "configs" / "zoo"
 SCRIPTS = ROOT / "scripts"
 MARKER = "DONE.json"
@@ -223,8 +225,8 @@ def training_command(script: str, folder: Path, model: str, recipe: dict, stage:
 
 def run_training(command: list[str]) -> dict:
     print("  " + shlex.join(command), flush=True)
-    # The stage imports the hf_efficient this script runs with (this checkout's, where another copy is
-    # installed too): a script's sys.path starts at scripts/, not at the checkout.
+    # The stage imports this checkout's hf_efficient (where another copy is installed too): a script's
+    # sys.path starts at scripts/, not at the checkout.
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     status = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}).returncode
     if status == USER_ERROR_STATUS:  # the stage printed its one "error: ..." line; no traceback here either
@@ -361,8 +363,6 @@ def assemble_final(output_dir: Path) -> Path:
 
 
 def results_table(rows: list[dict]) -> str:
-    from benchmarks.report import markdown_table
-
     header = ["model", "attention", "tokens per block", "blocks", "masked-LM loss", "perplexity"]
     cells = [
         [
@@ -381,8 +381,6 @@ def results_table(rows: list[dict]) -> str:
 def extra_results(output_dir: Path) -> str:
     """Markdown sections from ``extra_results/*.json``, evaluations added after the build (e.g. a
     long-document classification accuracy): ``{"title", "description", "rows": [{column: value}]}``."""
-    from benchmarks.report import markdown_table
-
     sections = []
     for path in sorted((output_dir / EXTRA_RESULTS).glob("*.json")):
         extra = json.loads(path.read_text())

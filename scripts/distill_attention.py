@@ -42,6 +42,7 @@ from hf_efficient.training import (
     finish_run,
     language_model_blocks,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
     train_and_save,
 )
@@ -66,6 +67,7 @@ class ModelArguments(RandomStateArguments):
     )
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser((ModelArguments, DataArguments, ConfigArguments, EfficientTrainingArguments))
     parsed, model_kwargs = setup_run(parser, EfficientBertConfig, ATTENTION_CONFIGS, args)

@@ -53,6 +53,7 @@ from hf_efficient.training import (
     note_exact_attention,
     predictions_from_logits,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
     train_and_save,
 )
@@ -153,6 +154,7 @@ def column_flags(task_args: TaskArguments) -> dict:
     return {**flags, "label_column_name": task_args.label_column_name, "split_names": split_names}
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
         (TextModelArguments, TaskArguments, ConfigArguments, EfficientTrainingArguments)

@@ -43,6 +43,7 @@ from hf_efficient.training import (
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
     train_and_save,
 )
@@ -88,6 +89,7 @@ def check_model_given(model_args: ModelArguments, config_args: ConfigArguments) 
     )
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
         (ModelArguments, ImageDataArguments, ConfigArguments, EfficientTrainingArguments)

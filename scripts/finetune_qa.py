@@ -50,6 +50,7 @@ from hf_efficient.training import (
     finish_run,
     given_phase_flags,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
     train_and_save,
 )
@@ -105,6 +106,7 @@ class QuestionAnsweringArguments(SampleLimitArguments, DataCacheArguments):
     )
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
         (TextModelArguments, QuestionAnsweringArguments, ConfigArguments, EfficientTrainingArguments)

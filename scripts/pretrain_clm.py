@@ -35,12 +35,14 @@ from hf_efficient.training import (
     language_model_corpus,
     language_model_tokenizer,
     pretrain_language_model,
+    releases_output_dirs,
     setup_run,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "clm" / "attention"
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
         (LanguageModelArguments, LanguageModelDataArguments, ConfigArguments, EfficientTrainingArguments)

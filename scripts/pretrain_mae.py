@@ -41,6 +41,7 @@ from hf_efficient.training import (
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
     train_and_save,
 )
@@ -72,6 +73,7 @@ class MAEArguments:
     )
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
         (ModelArguments, ImageDataArguments, MAEArguments, ConfigArguments, EfficientTrainingArguments)

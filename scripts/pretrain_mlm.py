@@ -34,6 +34,7 @@ from hf_efficient.training import (
     masked_lm_accuracy,
     masked_lm_predictions,
     pretrain_language_model,
+    releases_output_dirs,
     setup_run,
 )
 
@@ -51,6 +52,7 @@ class DataArguments(LanguageModelDataArguments):
     )
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
         (LanguageModelArguments, DataArguments, ConfigArguments, EfficientTrainingArguments)

@@ -50,6 +50,7 @@ from hf_efficient.training import (
     evaluate_and_save,
     finish_run,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
     train_and_save,
 )
@@ -108,6 +109,7 @@ def _first(dataset, n: int | None):
     return dataset if dataset is None or n is None else dataset.select(range(min(n, len(dataset))))
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict[str, float]:
     parser = HfArgumentParser(
         (ModelArguments, GraphDataArguments, ConfigArguments, EfficientTrainingArguments)

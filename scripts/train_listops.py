@@ -57,6 +57,7 @@ from hf_efficient.training import (
     finish_run,
     generated_task_run,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
 )
 
@@ -117,6 +118,7 @@ def _data_folder(data_args: ListOpsArguments, output_dir: str) -> Path:
     return Path(output_dir).resolve().parent / "listops_data" / key
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict:
     parser = HfArgumentParser(
         (RandomStateArguments, ListOpsArguments, ConfigArguments, EfficientTrainingArguments)

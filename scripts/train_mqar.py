@@ -63,6 +63,7 @@ from hf_efficient.training import (
     generated_task_run,
     masked_lm_predictions,
     random_state_callbacks,
+    releases_output_dirs,
     setup_run,
 )
 
@@ -133,6 +134,7 @@ def build_model(model_kwargs: dict, spec: MQARSpec, causal: bool):
     return (EfficientBertForCausalLM if causal else EfficientBertForMaskedLM)(config)
 
 
+@releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
 def main(args: list[str] | None = None) -> dict:
     parser = HfArgumentParser(
         (RandomStateArguments, MQARArguments, ConfigArguments, EfficientTrainingArguments)

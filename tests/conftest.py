@@ -3,6 +3,14 @@ seeds, and the markers of pyproject.toml ([tool.pytest.ini_options]): ``slow`` a
 in ``make test`` (CI) and are left out by ``make test-fast``; ``gpu`` tests are skipped where
 ``torch.cuda.is_available()`` is False.
 
+The suite runs on every core (pytest-xdist, ``-n auto``: the Makefile), one torch thread per worker. Tests
+that must not run side by side (multi-process launches, which each want every core and race for free ports;
+mounts) run one at a time: every ``distributed`` test and every test marked ``one_at_a_time`` holds a lock
+that the workers of one run share. A lock rather than xdist's ``--dist loadgroup``: with pytest 9.2,
+xdist 3.8 no longer renames the grouped tests, so its groups silently split across workers. Every test writes
+under its own ``tmp_path``; the data caches tests share (graph sets, Fashion-MNIST) build under locks of their
+own.
+
 Fixtures shared by one folder's tests live in that folder's conftest.py; plain helpers in modules named for
 what they build (attention/helpers.py, models/<encoder>/helpers.py, ...), which register below for pytest's
 assertion rewriting so their failures show the compared values.
@@ -15,6 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
+from filelock import FileLock  # noqa: E402
 
 pytest.register_assert_rewrite(
     "tests.attention.contract",
@@ -41,6 +50,20 @@ torch._dynamo.config.recompile_limit = 256
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _one_at_a_time(request, tmp_path_factory):
+    """Under xdist, a ``distributed`` or ``one_at_a_time`` test holds the run's machine lock while it runs
+    (a worker that reaches another such test waits for it); autouse, so set up before the test's other
+    function-scoped fixtures."""
+    exclusive = any(request.node.get_closest_marker(name) for name in ("distributed", "one_at_a_time"))
+    if not exclusive or "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    # the parent of a worker's basetemp is the run's own folder, which every worker of the run shares
+    with FileLock(tmp_path_factory.getbasetemp().parent / "one_at_a_time.lock"):
+        yield
 
 
 def _script_fixture(name: str):

@@ -147,6 +147,8 @@ def test_python_blocks_run(page, tmp_path):
 @pytest.mark.slow  # tiny training runs and benchmarks, a fresh interpreter per command
 @pytest.mark.parametrize("page", pages_with("bash"), ids=lambda p: p.name)
 def test_bash_blocks_run(page, tmp_path):
+    """A page of several commands takes over a minute: each runs as documented, in a fresh interpreter (the
+    point of the test), at the budget its marker gives."""
     if page.name in OWN_TEST:
         pytest.skip(f"{OWN_TEST[page.name]} runs the commands of {page.name}")
     blocks = [block for block in runnable(page, "bash") if block.kind != "run-by"]

@@ -7,6 +7,7 @@ the other way round.
 
     python -m benchmarks.studies.graph_scale         # graph node classification up to 200k nodes, PyG peers
     python -m benchmarks.studies.graph_attention     # graph attention settings trained on the graph tasks
+    python -m benchmarks.studies.fidelity            # error vs exact attention on MiniLM's real q/k/v
     python -m benchmarks.studies.minilm_conversion   # a pretrained BERT converted to every type, no training
     python -m benchmarks.studies.listops --results runs/listops      # table + plot of train_listops.py runs
     python -m benchmarks.studies.clm_perplexity --results runs/clm   # perplexity of pretrain_clm.py runs

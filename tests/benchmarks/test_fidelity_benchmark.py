@@ -1,4 +1,4 @@
-"""benchmarks.fidelity: the quick run, and limits of each approximation on MiniLM's real q/k/v."""
+"""benchmarks.studies.fidelity: the quick run, and limits of each approximation on MiniLM's real q/k/v."""
 
 import json
 import math
@@ -15,7 +15,7 @@ QUICK_LENGTH = 64  # what --quick runs
 
 @pytest.fixture(scope="module")
 def fidelity():
-    from benchmarks import fidelity
+    from benchmarks.studies import fidelity
 
     torch.set_num_threads(1)
     return fidelity

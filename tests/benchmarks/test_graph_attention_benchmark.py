@@ -27,6 +27,8 @@ def test_dry_run_prints_one_seeds_command_per_task_and_setting(tmp_path, capsys)
 
 @pytest.mark.slow
 def test_smoke_run_on_solubility_writes_the_table_and_the_attention_picture(tmp_path):
+    """Over a minute: three settings trained on the real solubility set, each through the seeds runner's fresh
+    processes, at the smoke preset's sizes (the table needs every setting)."""
     options = ["--preset", "smoke", "--tasks", "solubility", "--settings", "gat", "graphormer", "gps"]
     run_module("studies.graph_attention", *options, "--out", str(tmp_path), timeout=1200)
     report = json.loads((tmp_path / "results.json").read_text())

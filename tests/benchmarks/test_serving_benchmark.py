@@ -7,8 +7,10 @@ import pytest
 from .cli import run_module
 
 
-@pytest.mark.slow  # three subprocesses, one ONNX export and one inductor compile (about 1.5 min)
+@pytest.mark.slow  # three subprocesses, one ONNX export and one inductor compile
 def test_serving_benchmark_smoke(tmp_path):
+    """About 1.5 minutes: each engine (eager, compile, ONNX Runtime) in its own process, and the compile and
+    the export are the very steps the benchmark times; one type at one length, the smallest run there is."""
     options = ["--preset", "smoke", "--threads", "1", "--types", "longformer", "--lengths", "48"]
     run_module("serving", *options, "--profile_length", "48", "--out", str(tmp_path), timeout=900)
     results = json.loads((tmp_path / "results.json").read_text())

@@ -8,12 +8,14 @@ converted sets are cached as Arrow there (``$HF_EFFICIENT_GRAPH_DIR``, default ~
 
 from __future__ import annotations
 
+import time
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 import torch
-from datasets import Dataset
+from datasets import Dataset, DatasetDict
 from torch.nn import functional as F
 from transformers import EvalPrediction
 
@@ -277,3 +279,18 @@ def test_float_zero_one_targets_with_nan_are_multi_label():
     assert task.compute_metrics(EvalPrediction(predictions=logits, label_ids=labels)) == {"accuracy": 0.75}
     regression = infer_graph_task(Dataset.from_list(_path_graphs([[0.5, np.nan], [1.0, 2.0]])))
     assert regression.is_regression and regression.label_config()["problem_type"] == "regression"
+
+
+def test_a_cached_set_is_built_once_by_loads_started_together(tmp_path):
+    """Two loads at once (runs, or test workers, sharing the cache folder): one builds and saves under the
+    lock, the other waits and loads what it saved, instead of both writing one folder."""
+    builds = []
+
+    def build():
+        builds.append(1)
+        time.sleep(0.5)  # the other load arrives meanwhile
+        return DatasetDict({"train": Dataset.from_dict({"x": [1, 2]})})
+
+    with ThreadPoolExecutor(2) as pool:
+        loaded = list(pool.map(lambda _: graphs._cached("toy", build, tmp_path), range(2)))
+    assert len(builds) == 1 and [data["train"]["x"] for data in loaded] == [[1, 2], [1, 2]]

@@ -80,6 +80,7 @@ def test_random_non_queries_fills_the_gaps_with_random_tokens():
     assert len(np.unique(inputs[:, spec.context_size :])) > 100
 
 
+@pytest.mark.one_at_a_time  # timed: not beside a multi-process launch, which takes every core
 def test_100k_examples_generate_in_seconds():
     start = time.perf_counter()
     inputs, _ = generate_mqar_arrays(MQARSpec(seq_len=256, num_kv_pairs=16), 100_000, seed=0)

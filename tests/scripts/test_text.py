@@ -18,12 +18,14 @@ from transformers import AutoTokenizer, BertConfig, pipeline
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.training import EfficientTrainer, end_distributed_run, has_random_state, language_modeling
+from hf_efficient.training.output_dir import LOCK_FILE
 
 from ..data.helpers import write_csv
 from ..models.helpers import CONFIG_ERRORS
 from ..models.text.helpers import MINILM
 from ..processes import free_port, launch
 from ..script_loader import CONFIGS, SCRIPTS
+from ..training.helpers import open_lock_files
 from .helpers import COMMON, TINY_SIZES, logged_losses, pretrain_args, recording
 
 
@@ -424,6 +426,18 @@ def test_script_errors_are_clear(pretrain_mlm, finetune_glue, data, tmp_path):
     long_inputs = ["--task_name", "rotten_tomatoes", "--model_name_or_path", str(MINILM)]
     with pytest.raises(ValueError, match=r"--max_seq_length 1024 is larger than .*=512"):
         finetune_glue.main([*long_inputs, "--max_seq_length", "1024", "--output_dir", str(tmp_path)])
+
+
+def test_runs_in_one_process_release_their_output_folder_locks(pretrain_mlm, data, tmp_path):
+    """Two trainings and a failed run in one process (as in a notebook) each release their output folder's
+    lock when they end, rather than when the process exits: no descriptor stays open, no lock file stays."""
+    held_before = open_lock_files()
+    for run in ("a", "b"):
+        pretrain_mlm.main(pretrain_args(data, tmp_path / run, "full", {}, "--max_steps", "1"))
+    with pytest.raises(ValueError, match=r"block_size=128 is larger than"):  # after the lock was taken
+        pretrain_mlm.main(pretrain_args(data, tmp_path / "c", "full", {}, "--block_size", "128"))
+    assert open_lock_files() == held_before
+    assert [run for run in "abc" if (tmp_path / run / LOCK_FILE).exists()] == []
 
 
 END_RUN_SCRIPT = """

@@ -1,7 +1,12 @@
-"""What the training tests share: a tiny labelled text dataset and the arguments of a run that saves every
-step."""
+"""What the training tests share: a tiny labelled text dataset, the arguments of a run that saves every
+step, and the output-folder locks a process holds open."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hf_efficient.training.output_dir import LOCK_FILE
 
 from ..models.text.helpers import batch
 
@@ -22,3 +27,14 @@ def every_step_arguments(output_dir, max_steps: int, **overrides):
     return EfficientTrainingArguments(
         output_dir=str(output_dir), max_steps=max_steps, **{**values, **overrides}
     )
+
+
+def open_lock_files() -> list[str]:
+    """The output-folder lock files this process holds open (its descriptors, as /proc lists them)."""
+    targets = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            targets.append(os.readlink(fd))
+        except OSError:  # the descriptor listdir itself used, closed meanwhile
+            continue
+    return sorted(target for target in targets if LOCK_FILE in target)

@@ -16,6 +16,9 @@ from hf_efficient.training.checkpoints import checkpoint_folders, checkpoint_pro
 from ..models.text.helpers import tiny_config
 from .helpers import classification_examples, every_step_arguments
 
+# A mount changes the machine's mount table, which no other test should see change under it.
+pytestmark = pytest.mark.one_at_a_time
+
 
 @pytest.fixture
 def small_disk(tmp_path):

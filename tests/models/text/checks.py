@@ -117,24 +117,10 @@ def check_token_classification_shapes_loss_and_grads(attention_type: str) -> Non
     assert model.bert.embeddings.word_embeddings.weight.grad.abs().sum() > 0
 
 
-def check_padding_invariance(attention_type: str) -> None:
-    """Appending padding (random token ids under mask 0) leaves real tokens' outputs unchanged (eval)."""
-    model = EfficientBertModel(tiny_config(attention_type)).eval()
-    ids, _ = batch(b=1, n=17, lengths=(17,))
-    garbage, _ = batch(b=1, n=11, lengths=(11,), seed=1)
-    padded_ids = torch.cat([ids, garbage], dim=1)  # (1, 28)
-    padded_mask = (torch.arange(28) < 17).long()[None]
-    with torch.no_grad():
-        alone = model(ids)
-        padded = model(padded_ids, attention_mask=padded_mask)
-    torch.testing.assert_close(
-        padded.last_hidden_state[:, :17], alone.last_hidden_state, atol=1e-5, rtol=1e-5
-    )
-    torch.testing.assert_close(padded.pooler_output, alone.pooler_output, atol=1e-5, rtol=1e-5)
-
-
 def check_batch_rows_equal_unpadded_runs(attention_type: str) -> None:
-    """Each row of a padded batch equals that sequence encoded alone, without padding."""
+    """Each row of a padded batch equals that sequence encoded alone, without padding: the random token ids
+    under mask 0 move no real token's output (the model's padding invariance; the cores', with poisoned pads,
+    is the attention contract's)."""
     model = EfficientBertForMaskedLM(tiny_config(attention_type)).eval()
     ids, mask = batch()
     with torch.no_grad():
@@ -269,7 +255,6 @@ def check_text_encoder(attention_type: str, folder: Path | None = None) -> None:
     check_masked_lm_shapes_loss_and_grads(attention_type)
     check_sequence_classification_problem_types(attention_type)
     check_token_classification_shapes_loss_and_grads(attention_type)
-    check_padding_invariance(attention_type)
     check_batch_rows_equal_unpadded_runs(attention_type)
     check_fully_padded_row(attention_type)
     check_save_load_identical_through_auto_classes(attention_type, Path(folder) / "auto")

@@ -191,11 +191,6 @@ def test_problem_type_inference_matches_transformers(tmp_path):
 
 
 @pytest.mark.parametrize("attention_type", TEXT_TYPES)
-def test_padding_invariance(attention_type):
-    checks.check_padding_invariance(attention_type)
-
-
-@pytest.mark.parametrize("attention_type", TEXT_TYPES)
 def test_batch_rows_equal_unpadded_runs(attention_type):
     checks.check_batch_rows_equal_unpadded_runs(attention_type)
 

@@ -29,8 +29,8 @@ Untrained parameters: linformer's projections E, F and long_short's W^P are fres
 their numbers are a lower bound on what trained projections give. long_short runs without DualLN
 (``dual_ln=False``), whose fresh LayerNorms would change even the windowed branch.
 
-    python -m benchmarks.fidelity                          # reference run (see --num_texts)
-    python -m benchmarks.fidelity --quick --out /tmp/fid   # seconds: 2 texts, n = 64, two settings each
+    python -m benchmarks.studies.fidelity                  # reference run (see --num_texts)
+    python -m benchmarks.studies.fidelity --quick --out /tmp/fid  # seconds: 2 texts, n = 64, 2 settings each
 
 The families below cover the registry's text types; a text type without one (a new core, or one registered
 by ``--plugin``) runs with its defaults against exact attention (shared-QK exact attention if its keys are
