@@ -41,6 +41,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import CacheLayerMixin
 
+from ._catalog import causal_attention_types
 from .config import AttentionConfig
 from .inputs import AttentionInputs, check_supported, is_tracing
 
@@ -322,8 +323,6 @@ class AttentionCore(nn.Module):
         """An empty generation state for this core: one layer of an
         :class:`~hf_efficient.attention.cache.EfficientCache`. Causal cores (``capabilities.causal``) build
         the layer their :meth:`_attend_cached` decodes from."""
-        from .registry import causal_attention_types  # the registry imports this module
-
         raise ValueError(
             f"{self.attention_type or type(self).__name__} has no causal form, so there is nothing to cache "
             f"for decoding. Causal attention types: {', '.join(causal_attention_types())}."

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .._kernelized import accumulate_dtype, common_shift, masked_key_maxima
+from .._kernel_state import accumulate_dtype, common_shift, masked_key_maxima
 from ..base import AttentionOutput, Kernel
 from ..inputs import is_tracing
 from ..utils import pad_to_multiple
