@@ -169,37 +169,33 @@ class KernelizedAttentionCore(AttentionCore):
         """The :class:`FeatureMaps` of this call; ``pointwise`` applies the elementwise part of a map."""
         raise NotImplementedError
 
-    def reference(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+    def reference(self, query, key, value, inputs: AttentionInputs, state=None, return_state=False):
+        """The maths in one piece; the causal form from ``state`` (a :class:`KernelState` or None) and, with
+        ``return_state``, (AttentionOutput, the state after the last token) (:class:`Kernel`'s signature)."""
         maps = self.feature_maps(query, inputs.attention_mask)
-        output, _ = kernelized_reference(
-            query, key, value, inputs.attention_mask, maps, causal=inputs.is_causal, eps=self.config.eps
-        )
-        return AttentionOutput(output, None)
+        output, final = kernelized_reference(
+            query, key, value, inputs.attention_mask, maps, causal=inputs.is_causal, eps=self.config.eps,
+            state=state,
+        )  # fmt: skip
+        return (AttentionOutput(output, None), final) if return_state else AttentionOutput(output, None)
 
     def new_cache_layer(self) -> RecurrentStateLayer:
         return RecurrentStateLayer()
 
     def _attend_cached(self, query, key, value, inputs: AttentionInputs, layer) -> AttentionOutput:
-        """One token through :func:`kernelized_step`, several (the prompt) through the causal form (the
-        chosen kernel's, else the reference) from the state the layer holds; the layer keeps the state after
-        them."""
-        from .kernels.kernelized import chunked_kernelized  # the kernels import this module
-
+        """One token through :func:`kernelized_step`, several (the prompt) through the causal form of the
+        kernel chosen for the call (else the reference) from the state the layer holds; the layer keeps the
+        state after them."""
         mask, n = inputs.attention_mask, query.shape[2]
         state = None if layer.state is None else KernelState(layer.state[0], (*layer.state[1:], None)[0])
         if n == 1:
             real = None if mask is None else mask[:, 0]
             output, state = self.step(query[:, :, 0], key[:, :, 0], value[:, :, 0], state, real)
-            output = output[:, :, None]
-        elif self.kernel_for(query, inputs) is None:
-            maps = self.feature_maps(query, mask)
-            output, state = kernelized_reference(
-                query, key, value, mask, maps, causal=True, eps=self.config.eps, state=state
-            )
+            result = AttentionOutput(output[:, :, None], None)
         else:
-            output, state = chunked_kernelized(self, query, key, value, mask, True, state)
+            result, state = self._attend(query, key, value, inputs, state=state, return_state=True)
         layer.store([t for t in state if t is not None], n)  # (sums,) or (sums, shift)
-        return AttentionOutput(output, None)
+        return result
 
     def step(
         self,

@@ -140,6 +140,11 @@ class Kernel(NamedTuple):
         name: the ``implementation`` value that forces this kernel (``"chunked"``, ``"flex"``, ...).
         attend: ``(core, query, key, value, inputs) -> AttentionOutput``, equal to ``core.reference`` on
             the same call (outputs, weights, gradients; checked for every kernel by the contract tests).
+            The one signature of the reference and every kernel of a core that carries a recurrent state
+            (``carries_state``) adds ``state=None, return_state=False``: the causal form starts after the
+            tokens ``state`` sums up (None: from the start) and, with ``return_state``, returns
+            ``(AttentionOutput, the state after the last token)``, in the core's own state type; a cached
+            prefill and chunked training run that way, through the kernel chosen for the call.
         unsupported: ``(core, query, inputs) -> str | None``: why this kernel cannot serve the call (a
             CPU without a backward, dropout it does not draw, a head size it does not take), or None. A
             forced kernel raises with this reason; ``"auto"`` passes over it.
@@ -147,6 +152,8 @@ class Kernel(NamedTuple):
             device and sizes where it is the faster path).
         traces: whether it runs inside ``torch.export`` / ``torch.compile`` graphs. While tracing, ``"auto"``
             only considers kernels that do, and a forced kernel that does not raises.
+        carries_state: whether ``attend`` takes ``state`` / ``return_state`` (above). A call that carries a
+            state only goes to kernels that do; a forced kernel that does not raises.
     """
 
     name: str
@@ -154,6 +161,7 @@ class Kernel(NamedTuple):
     unsupported: Callable[[Any, torch.Tensor, AttentionInputs], str | None] = _runs_every_call
     chosen: Callable[[Any, torch.Tensor, AttentionInputs], bool] = _always
     traces: bool = False
+    carries_state: bool = False
 
 
 IMPLEMENTATION_CHOICES = ("auto", "reference")
@@ -249,22 +257,27 @@ class AttentionCore(nn.Module):
         """
         raise NotImplementedError
 
-    def kernel_for(self, query: torch.Tensor, inputs: AttentionInputs) -> Kernel | None:
-        """The kernel that computes this call under the configured ``implementation``; None: the reference."""
+    def kernel_for(
+        self, query: torch.Tensor, inputs: AttentionInputs, carried: bool = False
+    ) -> Kernel | None:
+        """The kernel that computes this call under the configured ``implementation``; None: the reference.
+        ``carried``: the call starts from (or returns) a recurrent state (a cached prefill)."""
         choice = self.config.implementation
         if choice == "reference":
             return None
         tracing = is_tracing()
         if choice == "auto":
             for kernel in self.kernels:
-                if (kernel.traces or not tracing) and kernel.unsupported(self, query, inputs) is None:
-                    if kernel.chosen(self, query, inputs):
+                if (kernel.traces or not tracing) and (kernel.carries_state or not carried):
+                    if kernel.unsupported(self, query, inputs) is None and kernel.chosen(self, query, inputs):
                         return kernel
             return None
         kernel = next(k for k in self.kernels if k.name == choice)
         reason = kernel.unsupported(self, query, inputs)
         if reason is None and tracing and not kernel.traces:
             reason = "it does not run inside torch.export / torch.compile graphs"
+        if reason is None and carried and not kernel.carries_state:
+            reason = "it does not start from a carried state (a cached prefill)"
         if reason is not None:
             name = self.attention_type or type(self).__name__
             raise ValueError(
@@ -274,13 +287,15 @@ class AttentionCore(nn.Module):
         return kernel
 
     def _attend(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, inputs: AttentionInputs
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, inputs: AttentionInputs, **carried
     ) -> AttentionOutput:
-        """Compute attention on prepared inputs: the chosen kernel, else the reference."""
-        kernel = self.kernel_for(query, inputs)
+        """Compute attention on prepared inputs: the chosen kernel, else the reference. ``carried``
+        (``state=``, ``return_state=``; cores whose kernels carry a state) passes on to it (see
+        :class:`Kernel`)."""
+        kernel = self.kernel_for(query, inputs, carried=bool(carried))
         if kernel is None:
-            return self.reference(query, key, value, inputs)
-        return kernel.attend(self, query, key, value, inputs)
+            return self.reference(query, key, value, inputs, **carried)
+        return kernel.attend(self, query, key, value, inputs, **carried)
 
     def init_weights(self) -> None:
         """(Re)initialise the core's own parameters and persistent random state.

@@ -112,13 +112,14 @@ def chunked_kernelized(core, query, key, value, mask, causal: bool, state: Kerne
     return result if causal else (result, None)
 
 
-def _attend_chunked(core, query, key, value, inputs) -> AttentionOutput:
-    output, _ = chunked_kernelized(core, query, key, value, inputs.attention_mask, inputs.is_causal)
-    return AttentionOutput(output, None)
+def _attend_chunked(core, query, key, value, inputs, state=None, return_state=False):
+    mask, causal = inputs.attention_mask, inputs.is_causal
+    output, final = chunked_kernelized(core, query, key, value, mask, causal, state)
+    return (AttentionOutput(output, None), final) if return_state else AttentionOutput(output, None)
 
 
 # Taken by "auto" for every call (while tracing in one chunk with plain ops).
-CHUNKED = Kernel("chunked", _attend_chunked, traces=True)
+CHUNKED = Kernel("chunked", _attend_chunked, traces=True, carries_state=True)
 
 
 def kernelized_attention(
