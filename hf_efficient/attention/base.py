@@ -154,6 +154,9 @@ class Kernel(NamedTuple):
             only considers kernels that do, and a forced kernel that does not raises.
         carries_state: whether ``attend`` takes ``state`` / ``return_state`` (above). A call that carries a
             state only goes to kernels that do; a forced kernel that does not raises.
+        devices: the device types (``"cuda"``, ``"cpu"``) on which ``"auto"`` considers this kernel, None:
+            every device. Resolved once per device (:meth:`AttentionCore.resolve_kernels`), not per call; a
+            forced kernel runs on any device its ``unsupported`` accepts.
     """
 
     name: str
@@ -162,6 +165,7 @@ class Kernel(NamedTuple):
     chosen: Callable[[Any, torch.Tensor, AttentionInputs], bool] = _always
     traces: bool = False
     carries_state: bool = False
+    devices: frozenset[str] | None = None
 
 
 IMPLEMENTATION_CHOICES = ("auto", "reference")
@@ -215,6 +219,7 @@ class AttentionCore(nn.Module):
         self.spec = spec
         self.config = config if config is not None else self.config_class()
         self.check_implementation(self.config.implementation)
+        self._resolved: tuple[tuple, tuple[Kernel, ...]] | None = None  # see resolve_kernels
         self.num_heads = spec.num_heads
         self.head_dim = spec.head_dim
         self.scaling = spec.head_dim**-0.5
@@ -257,6 +262,28 @@ class AttentionCore(nn.Module):
         """
         raise NotImplementedError
 
+    def resolve_kernels(self, device: torch.device | str) -> tuple[Kernel, ...]:
+        """The kernels the configured ``implementation`` lets this core take on ``device``, in the order
+        ``"auto"`` tries them: none for ``"reference"``, the named one when forced, for ``"auto"`` those whose
+        ``devices`` hold the device's type. Resolved once per device, implementation and kernel list (the
+        models resolve every core at load, after ``.to()`` and when their config changes; a core on a new
+        device resolves on its first call there) and checked against the kernels the core declares; each
+        call then leaves to the kernels only what the call decides (dropout, gradients, tracing, sizes)."""
+        device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+        key = (device_type, self.config.implementation, self.kernels)
+        resolved = getattr(self, "_resolved", None)  # None: a core unpickled from an older version
+        if resolved is not None and resolved[0] == key:
+            return resolved[1]
+        choice = self.config.implementation
+        self.check_implementation(choice)
+        if choice == "auto":
+            kernels = tuple(k for k in self.kernels if k.devices is None or device_type in k.devices)
+        else:
+            kernels = tuple(k for k in self.kernels if k.name == choice)  # "reference": none
+        if not is_tracing():  # a trace keeps no module state
+            self._resolved = (key, kernels)
+        return kernels
+
     def kernel_for(
         self, query: torch.Tensor, inputs: AttentionInputs, carried: bool = False
     ) -> Kernel | None:
@@ -265,14 +292,15 @@ class AttentionCore(nn.Module):
         choice = self.config.implementation
         if choice == "reference":
             return None
+        kernels = self.resolve_kernels(query.device)
         tracing = is_tracing()
         if choice == "auto":
-            for kernel in self.kernels:
+            for kernel in kernels:
                 if (kernel.traces or not tracing) and (kernel.carries_state or not carried):
                     if kernel.unsupported(self, query, inputs) is None and kernel.chosen(self, query, inputs):
                         return kernel
             return None
-        kernel = next(k for k in self.kernels if k.name == choice)
+        (kernel,) = kernels
         reason = kernel.unsupported(self, query, inputs)
         if reason is None and tracing and not kernel.traces:
             reason = "it does not run inside torch.export / torch.compile graphs"

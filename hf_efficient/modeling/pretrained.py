@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 
 import torch
@@ -42,6 +43,28 @@ class EfficientPreTrainedModel(PreTrainedModel):
         # in an encoder): loading ignores them rather than reporting them as unexpected.
         names = {name for core in self.attention_cores() for name in core.unbuilt_parameter_names()}
         self._keys_to_ignore_on_load_unexpected.update(rf"\.core\.{re.escape(name)}$" for name in names)
+        self.resolve_attention_kernels()
+
+    def resolve_attention_kernels(self) -> None:
+        """Resolve every core's kernels for the device the model is on
+        (:meth:`~hf_efficient.attention.base.AttentionCore.resolve_kernels`), once: at load, after ``.to()``
+        and when the config changes (``set_attn_implementation``). A core called on another device resolves
+        again on its first call there."""
+        device = next(itertools.chain(self.parameters(), self.buffers()), torch.empty(0)).device
+        for core in self.attention_cores():
+            core.resolve_kernels(device)
+
+    def _apply(self, fn, recurse=True):
+        """``.to()``, ``.cuda()``, ``.half()`` and the like, then the kernels resolved for the new device."""
+        result = super()._apply(fn, recurse)
+        self.resolve_attention_kernels()
+        return result
+
+    def set_attn_implementation(self, attn_implementation, *args, **kwargs):
+        """transformers' ``set_attn_implementation``, then the kernels resolved for the new configuration."""
+        result = super().set_attn_implementation(attn_implementation, *args, **kwargs)
+        self.resolve_attention_kernels()
+        return result
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):

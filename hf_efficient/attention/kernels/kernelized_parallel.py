@@ -28,7 +28,6 @@ import torch
 
 from .._kernel_state import KernelState, accumulate_dtype, common_shift, masked_key_maxima
 from ..base import AttentionOutput, Kernel
-from ..inputs import is_tracing
 from ..utils import pad_to_multiple
 
 
@@ -38,10 +37,6 @@ def _shifted_causal(core, query, inputs) -> str | None:
             "its causal form with a stabilising shift (Performer's softmax kernel) scans the blocks in order"
         )
     return None
-
-
-def _on_cuda(core, query, inputs) -> bool:
-    return query.device.type == "cuda" and not is_tracing()
 
 
 def parallel_kernelized(
@@ -111,7 +106,7 @@ def _attend_parallel(core, query, key, value, inputs, state=None, return_state=F
     return (AttentionOutput(output, None), final) if return_state else AttentionOutput(output, None)
 
 
-# Taken by "auto" on CUDA (outside tracing): fewer, larger ops than the chunked engine.
+# Taken by "auto" on CUDA (outside tracing: it does not trace): fewer, larger ops than the chunked engine.
 PARALLEL = Kernel(
-    "parallel", _attend_parallel, unsupported=_shifted_causal, chosen=_on_cuda, carries_state=True
+    "parallel", _attend_parallel, unsupported=_shifted_causal, carries_state=True, devices=frozenset({"cuda"})
 )
