@@ -15,7 +15,10 @@ This module holds the maths: the reference (:func:`kernelized_reference`: whole-
 causal form the masked quadratic form tril(phi_q phi_k^T) [V, 1], plus a carried state's contribution),
 the recurrent step (:func:`kernelized_step`, token-by-token decoding) and the cores' base class. The
 chunked, block-parallel engine that computes the same in O(n) memory is
-:mod:`hf_efficient.attention.kernels.kernelized`.
+:mod:`hf_efficient.attention.kernels.kernelized`, the whole-sequence one for GPUs
+:mod:`~hf_efficient.attention.kernels.kernelized_parallel`; the state they all start from and return
+(:class:`KernelState`), the feature maps and the helpers of the sums are in the leaf
+:mod:`hf_efficient.attention._kernel_state`, so this module and the kernels do not import each other.
 
 Half precision: with bfloat16 inputs, features and products run in bfloat16, while the sums S, z, the
 query-side products and the division run in float32 (over n tokens they lose bfloat16's 8-bit
