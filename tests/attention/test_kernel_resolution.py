@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hf_efficient import EfficientBertForCausalLM
+from hf_efficient.attention import AttentionInputs
 from hf_efficient.attention.kernels import kernelized, kernelized_parallel
 
 from ..models.text.helpers import tiny_causal_config
@@ -59,3 +60,40 @@ def test_models_resolve_at_load_after_to_and_when_the_config_changes(tmp_path):
     model.save_pretrained(tmp_path)
     loaded = EfficientBertForCausalLM.from_pretrained(tmp_path)
     assert all(core._resolved is not None and core._resolved[1] == () for core in loaded.attention_cores())
+
+
+def test_attn_implementation_is_the_one_knob_for_kernels_and_exact_softmax():
+    config = tiny_causal_config(
+        "linear",
+        layer_attention_types=["linear", "full"],
+        attention_config={"implementation": "reference", "block_size": 4},
+    )
+    model = EfficientBertForCausalLM(config).eval()
+    linear, full = model.attention_cores()
+    ids = torch.randint(5, 99, (1, 12), generator=torch.Generator().manual_seed(0))
+    expected = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert (linear.config.implementation, full.config.implementation) == ("reference", "auto")  # as saved
+    model.set_attn_implementation("parallel")  # a kernel of linear's: full keeps its own choice
+    assert (linear.config.implementation, full.config.implementation) == ("parallel", "auto")
+    q = torch.randn(1, 2, 5, 8)
+    assert linear.kernel_for(q, AttentionInputs(), carried=True) is kernelized_parallel.PARALLEL
+    assert model.attention_inputs(1, 5).attn_implementation is None  # exact softmax: sdpa, the default
+    torch.testing.assert_close(model.generate(ids, max_new_tokens=4, do_sample=False), expected)
+    model.set_attn_implementation("reference")  # every core
+    assert (linear.config.implementation, full.config.implementation) == ("reference", "reference")
+    model.set_attn_implementation("eager")  # transformers' function for full; the saved choices again
+    assert (linear.config.implementation, full.config.implementation) == ("reference", "auto")
+    assert model.attention_inputs(1, 5).attn_implementation == "eager"
+    choices = "kernel choices: auto, chunked, flex, hf, parallel, reference\\."  # of linear and full
+    with pytest.raises(ValueError, match=f"'native' is neither .* {choices}"):
+        model.set_attn_implementation("native")  # longformer's or bigbird's, none of this model's
+    assert model.config._attn_implementation == "eager"  # refused before anything changed
+
+
+def test_from_pretrained_takes_a_kernel_choice_and_keeps_the_saved_one_otherwise(tmp_path):
+    EfficientBertForCausalLM(tiny_causal_config("linear")).save_pretrained(tmp_path)
+    loaded = EfficientBertForCausalLM.from_pretrained(tmp_path, attn_implementation="chunked")
+    assert {core.config.implementation for core in loaded.attention_cores()} == {"chunked"}
+    assert all(core._resolved[1] == (kernelized.CHUNKED,) for core in loaded.attention_cores())
+    loaded = EfficientBertForCausalLM.from_pretrained(tmp_path)
+    assert {core.config.implementation for core in loaded.attention_cores()} == {"auto"}
