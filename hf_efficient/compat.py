@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 # ---- torch: saved-tensor hooks ----
 
@@ -80,11 +81,24 @@ def hook_model_loading(
 ATTN_IMPLEMENTATION = "_attn_implementation"  # property of PretrainedConfig
 
 
-def attn_implementation(config) -> str | None:
-    """The attention kernel a transformers config asks for (``attn_implementation=`` of ``from_pretrained``,
-    ``set_attn_implementation``), which transformers keeps in a private property; None when unset.
-    Fallback, without it: None (callers then take ``"sdpa"``)."""
+def requested_attn_implementation(config) -> str | None:
+    """What ``attn_implementation`` a transformers config holds (``attn_implementation=`` of
+    ``from_pretrained``, ``set_attn_implementation``), which transformers keeps in a private property: one of
+    transformers' attention functions or, for hf_efficient models, a kernel choice of their cores; None when
+    unset. Fallback, without it: None."""
     return getattr(config, ATTN_IMPLEMENTATION, None)
+
+
+def is_softmax_function(name: str) -> bool:
+    """Whether ``name`` is one of transformers' exact-softmax functions (eager, sdpa, flex_attention...)."""
+    return name == "eager" or name in ALL_ATTENTION_FUNCTIONS
+
+
+def attn_implementation(config) -> str | None:
+    """The exact-softmax function a transformers config asks for (``requested_attn_implementation``); None
+    when unset or when the value chooses the cores' kernels instead (callers then take ``"sdpa"``)."""
+    name = requested_attn_implementation(config)
+    return name if name is not None and is_softmax_function(name) else None
 
 
 # ---- torch: export ----

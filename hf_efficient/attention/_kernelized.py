@@ -15,7 +15,10 @@ This module holds the maths: the reference (:func:`kernelized_reference`: whole-
 causal form the masked quadratic form tril(phi_q phi_k^T) [V, 1], plus a carried state's contribution),
 the recurrent step (:func:`kernelized_step`, token-by-token decoding) and the cores' base class. The
 chunked, block-parallel engine that computes the same in O(n) memory is
-:mod:`hf_efficient.attention.kernels.kernelized`.
+:mod:`hf_efficient.attention.kernels.kernelized`, the whole-sequence one for GPUs
+:mod:`~hf_efficient.attention.kernels.kernelized_parallel`; the state they all start from and return
+(:class:`KernelState`), the feature maps and the helpers of the sums are in the leaf
+:mod:`hf_efficient.attention._kernel_state`, so this module and the kernels do not import each other.
 
 Half precision: with bfloat16 inputs, features and products run in bfloat16, while the sums S, z, the
 query-side products and the division run in float32 (over n tokens they lose bfloat16's 8-bit
@@ -37,102 +40,25 @@ exp(c_j - c_i) <= 1 in the sums of query i.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
+from ._kernel_state import (
+    FeatureMaps,
+    KernelState,
+    Pointwise,
+    accumulate_dtype,
+    append_ones,
+    common_shift,
+    finite_or_zero,
+    masked_key_maxima,
+    normalise,
+    plain,
+    rescale,
+)
 from .base import AttentionCore, AttentionOutput
 from .cache import RecurrentStateLayer
 from .inputs import AttentionInputs
-
-QueryFeatureFn = Callable[[torch.Tensor], torch.Tensor]  # (b, h, c, d) -> (b, h, c, m)
-# (keys (b, h, c, d), keep (b, 1, c, 1) bool or None) -> (b, h, c, m), exactly 0 where keep is False; for
-# feature maps with a shift, a third argument: the shift (b, h, c | 1, 1) to subtract before exp
-KeyFeatureFn = Callable[..., torch.Tensor]
-# (x (b, h, c, d), keep or None, apply(x, keep), slope(phi)) -> apply(x, keep): how an elementwise feature
-# map is applied (the reference: as plain ops; the chunked kernel keeps only phi for backward)
-Pointwise = Callable[..., torch.Tensor]
-
-
-def plain(x: torch.Tensor, keep: torch.Tensor | None, apply: Callable, slope: Callable) -> torch.Tensor:
-    """An elementwise feature map as plain differentiable ops (``slope``, its derivative, is not needed)."""
-    return apply(x, keep)
-
-
-class FeatureMaps(NamedTuple):
-    """What a kernelised core gives the maths: its feature maps on this call's queries and keys.
-
-    Attributes:
-        query: (b, h, n, d), the queries to map (padded rows may be zeroed).
-        query_features: phi_q on (a chunk of) the queries.
-        key_features: phi_k on (a chunk of) the keys and its padding mask; padded rows come out exactly 0.
-        num_features: m.
-        key_maxima: keys (b, h, c, d) -> (b, h, c), the largest log-feature max_f a_jf of each key, for
-            feature maps with a stabilising shift (``key_features`` then takes the shift); None without one.
-    """
-
-    query: torch.Tensor
-    query_features: QueryFeatureFn
-    key_features: KeyFeatureFn
-    num_features: int
-    key_maxima: Callable[[torch.Tensor], torch.Tensor] | None
-
-
-class KernelState(NamedTuple):
-    """The state of causal kernelized attention after some tokens (what incremental decoding keeps).
-
-    Attributes:
-        sums: (b, h, m, d + 1) [sum_j phi_k(k_j) v_j^T | sum_j phi_k(k_j)] over the keys so far, in the
-            accumulation dtype (float32 for half-precision inputs).
-        shift: (b, h, 1, 1) (float32 or wider), the stabilising shift the sums are relative to (the running
-            maximum of the keys' log-features; -inf before the first real key), or None for feature maps
-            without one.
-    """
-
-    sums: torch.Tensor
-    shift: torch.Tensor | None
-
-
-def append_ones(value: torch.Tensor) -> torch.Tensor:
-    """(b, h, n, d) -> (b, h, n, d + 1): the extra column of ones accumulates the normaliser z."""
-    return F.pad(value, (0, 1), value=1.0)
-
-
-def normalise(result: torch.Tensor, eps: float | torch.Tensor) -> torch.Tensor:
-    """(..., d + 1) numerator and denominator side by side -> (..., d) attention output."""
-    numerator, denominator = result.split([result.shape[-1] - 1, 1], dim=-1)  # split: one cat in backward
-    return numerator / (denominator + eps)
-
-
-def accumulate_dtype(x: torch.Tensor) -> torch.dtype:
-    """float32 for half-precision tensors (running sums, normalisers), else the tensor's own dtype."""
-    return torch.promote_types(x.dtype, torch.float32)
-
-
-def finite_or_zero(x: torch.Tensor) -> torch.Tensor:
-    """-inf (no real key) -> 0: a stand-in shift where every feature is 0 anyway."""
-    return torch.where(torch.isfinite(x), x, torch.zeros_like(x))
-
-
-def rescale(earlier: torch.Tensor, later: torch.Tensor) -> torch.Tensor:
-    """exp(earlier - later) for non-decreasing shifts, 1 where both are -inf (nothing accumulated yet)."""
-    return torch.where(earlier == later, torch.ones_like(later), (earlier - later).exp())
-
-
-@torch.no_grad()
-def masked_key_maxima(key: torch.Tensor, mask: torch.Tensor | None, maxima: Callable) -> torch.Tensor:
-    """The largest log-feature of each key, -inf at padded keys: (b, h, n, d) -> (b, h, n). A constant
-    (detached): the shift it gives cancels out of the outputs except in eps."""
-    per_key = maxima(key)  # (b, h, n), a new tensor
-    return per_key if mask is None else per_key.masked_fill_(~mask[:, None], float("-inf"))
-
-
-def common_shift(maxima: torch.Tensor) -> torch.Tensor:
-    """The non-causal form's one shift for all keys: the largest log-feature of any real key, (b, h, n) ->
-    (b, h, 1, 1) (0 where no key is real)."""
-    return finite_or_zero(maxima.amax(-1, keepdim=True)[..., None])
 
 
 def kernelized_reference(
@@ -246,12 +172,15 @@ class KernelizedAttentionCore(AttentionCore):
         """The :class:`FeatureMaps` of this call; ``pointwise`` applies the elementwise part of a map."""
         raise NotImplementedError
 
-    def reference(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+    def reference(self, query, key, value, inputs: AttentionInputs, state=None, return_state=False):
+        """The maths in one piece; the causal form from ``state`` (a :class:`KernelState` or None) and, with
+        ``return_state``, (AttentionOutput, the state after the last token) (:class:`Kernel`'s signature)."""
         maps = self.feature_maps(query, inputs.attention_mask)
-        output, _ = kernelized_reference(
-            query, key, value, inputs.attention_mask, maps, causal=inputs.is_causal, eps=self.config.eps
-        )
-        return AttentionOutput(output, None)
+        output, final = kernelized_reference(
+            query, key, value, inputs.attention_mask, maps, causal=inputs.is_causal, eps=self.config.eps,
+            state=state,
+        )  # fmt: skip
+        return (AttentionOutput(output, None), final) if return_state else AttentionOutput(output, None)
 
     def attend_across(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         """Cross-attention: the non-causal sums S, z over the other sequence's m keys (their padding in
@@ -266,26 +195,19 @@ class KernelizedAttentionCore(AttentionCore):
         return RecurrentStateLayer()
 
     def _attend_cached(self, query, key, value, inputs: AttentionInputs, layer) -> AttentionOutput:
-        """One token through :func:`kernelized_step`, several (the prompt) through the causal form (the
-        chosen kernel's, else the reference) from the state the layer holds; the layer keeps the state after
-        them."""
-        from .kernels.kernelized import chunked_kernelized  # the kernels import this module
-
+        """One token through :func:`kernelized_step`, several (the prompt) through the causal form of the
+        kernel chosen for the call (else the reference) from the state the layer holds; the layer keeps the
+        state after them."""
         mask, n = inputs.attention_mask, query.shape[2]
         state = None if layer.state is None else KernelState(layer.state[0], (*layer.state[1:], None)[0])
         if n == 1:
             real = None if mask is None else mask[:, 0]
             output, state = self.step(query[:, :, 0], key[:, :, 0], value[:, :, 0], state, real)
-            output = output[:, :, None]
-        elif self.kernel_for(query, inputs) is None:
-            maps = self.feature_maps(query, mask)
-            output, state = kernelized_reference(
-                query, key, value, mask, maps, causal=True, eps=self.config.eps, state=state
-            )
+            result = AttentionOutput(output[:, :, None], None)
         else:
-            output, state = chunked_kernelized(self, query, key, value, mask, True, state)
+            result, state = self._attend(query, key, value, inputs, state=state, return_state=True)
         layer.store([t for t in state if t is not None], n)  # (sums,) or (sums, shift)
-        return AttentionOutput(output, None)
+        return result
 
     def step(
         self,

@@ -41,6 +41,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import CacheLayerMixin
 
+from ._catalog import causal_attention_types
 from .config import AttentionConfig
 from .inputs import AttentionInputs, check_supported, is_tracing
 
@@ -151,6 +152,11 @@ class Kernel(NamedTuple):
         name: the ``implementation`` value that forces this kernel (``"chunked"``, ``"flex"``, ...).
         attend: ``(core, query, key, value, inputs) -> AttentionOutput``, equal to ``core.reference`` on
             the same call (outputs, weights, gradients; checked for every kernel by the contract tests).
+            The one signature of the reference and every kernel of a core that carries a recurrent state
+            (``carries_state``) adds ``state=None, return_state=False``: the causal form starts after the
+            tokens ``state`` sums up (None: from the start) and, with ``return_state``, returns
+            ``(AttentionOutput, the state after the last token)``, in the core's own state type; a cached
+            prefill and chunked training run that way, through the kernel chosen for the call.
         unsupported: ``(core, query, inputs) -> str | None``: why this kernel cannot serve the call (a
             CPU without a backward, dropout it does not draw, a head size it does not take), or None. A
             forced kernel raises with this reason; ``"auto"`` passes over it.
@@ -158,6 +164,11 @@ class Kernel(NamedTuple):
             device and sizes where it is the faster path).
         traces: whether it runs inside ``torch.export`` / ``torch.compile`` graphs. While tracing, ``"auto"``
             only considers kernels that do, and a forced kernel that does not raises.
+        carries_state: whether ``attend`` takes ``state`` / ``return_state`` (above). A call that carries a
+            state only goes to kernels that do; a forced kernel that does not raises.
+        devices: the device types (``"cuda"``, ``"cpu"``) on which ``"auto"`` considers this kernel, None:
+            every device. Resolved once per device (:meth:`AttentionCore.resolve_kernels`), not per call; a
+            forced kernel runs on any device its ``unsupported`` accepts.
     """
 
     name: str
@@ -165,6 +176,8 @@ class Kernel(NamedTuple):
     unsupported: Callable[[Any, torch.Tensor, AttentionInputs], str | None] = _runs_every_call
     chosen: Callable[[Any, torch.Tensor, AttentionInputs], bool] = _always
     traces: bool = False
+    carries_state: bool = False
+    devices: frozenset[str] | None = None
 
 
 IMPLEMENTATION_CHOICES = ("auto", "reference")
@@ -221,6 +234,7 @@ class AttentionCore(nn.Module):
         self.spec = spec
         self.config = config if config is not None else self.config_class()
         self.check_implementation(self.config.implementation)
+        self._resolved: tuple[tuple, tuple[Kernel, ...]] | None = None  # see resolve_kernels
         self.num_heads = spec.num_heads
         self.head_dim = spec.head_dim
         self.scaling = spec.head_dim**-0.5
@@ -271,22 +285,50 @@ class AttentionCore(nn.Module):
         bool or None; non-causal. Default: the reference, whose non-causal form must then take m != n."""
         return self.reference(query, key, value, inputs)
 
-    def kernel_for(self, query: torch.Tensor, inputs: AttentionInputs) -> Kernel | None:
-        """The kernel that computes this call under the configured ``implementation``; None: the reference."""
+    def resolve_kernels(self, device: torch.device | str) -> tuple[Kernel, ...]:
+        """The kernels the configured ``implementation`` lets this core take on ``device``, in the order
+        ``"auto"`` tries them: none for ``"reference"``, the named one when forced, for ``"auto"`` those whose
+        ``devices`` hold the device's type. Resolved once per device, implementation and kernel list (the
+        models resolve every core at load, after ``.to()`` and when their config changes; a core on a new
+        device resolves on its first call there) and checked against the kernels the core declares; each
+        call then leaves to the kernels only what the call decides (dropout, gradients, tracing, sizes)."""
+        device_type = device.type if isinstance(device, torch.device) else torch.device(device).type
+        key = (device_type, self.config.implementation, self.kernels)
+        resolved = getattr(self, "_resolved", None)  # None: a core unpickled from an older version
+        if resolved is not None and resolved[0] == key:
+            return resolved[1]
+        choice = self.config.implementation
+        self.check_implementation(choice)
+        if choice == "auto":
+            kernels = tuple(k for k in self.kernels if k.devices is None or device_type in k.devices)
+        else:
+            kernels = tuple(k for k in self.kernels if k.name == choice)  # "reference": none
+        if not is_tracing():  # a trace keeps no module state
+            self._resolved = (key, kernels)
+        return kernels
+
+    def kernel_for(
+        self, query: torch.Tensor, inputs: AttentionInputs, carried: bool = False
+    ) -> Kernel | None:
+        """The kernel that computes this call under the configured ``implementation``; None: the reference.
+        ``carried``: the call starts from (or returns) a recurrent state (a cached prefill)."""
         choice = self.config.implementation
         if choice == "reference":
             return None
+        kernels = self.resolve_kernels(query.device)
         tracing = is_tracing()
         if choice == "auto":
-            for kernel in self.kernels:
-                if (kernel.traces or not tracing) and kernel.unsupported(self, query, inputs) is None:
-                    if kernel.chosen(self, query, inputs):
+            for kernel in kernels:
+                if (kernel.traces or not tracing) and (kernel.carries_state or not carried):
+                    if kernel.unsupported(self, query, inputs) is None and kernel.chosen(self, query, inputs):
                         return kernel
             return None
-        kernel = next(k for k in self.kernels if k.name == choice)
+        (kernel,) = kernels
         reason = kernel.unsupported(self, query, inputs)
         if reason is None and tracing and not kernel.traces:
             reason = "it does not run inside torch.export / torch.compile graphs"
+        if reason is None and carried and not kernel.carries_state:
+            reason = "it does not start from a carried state (a cached prefill)"
         if reason is not None:
             name = self.attention_type or type(self).__name__
             raise ValueError(
@@ -296,13 +338,15 @@ class AttentionCore(nn.Module):
         return kernel
 
     def _attend(
-        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, inputs: AttentionInputs
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, inputs: AttentionInputs, **carried
     ) -> AttentionOutput:
-        """Compute attention on prepared inputs: the chosen kernel, else the reference."""
-        kernel = self.kernel_for(query, inputs)
+        """Compute attention on prepared inputs: the chosen kernel, else the reference. ``carried``
+        (``state=``, ``return_state=``; cores whose kernels carry a state) passes on to it (see
+        :class:`Kernel`)."""
+        kernel = self.kernel_for(query, inputs, carried=bool(carried))
         if kernel is None:
-            return self.reference(query, key, value, inputs)
-        return kernel.attend(self, query, key, value, inputs)
+            return self.reference(query, key, value, inputs, **carried)
+        return kernel.attend(self, query, key, value, inputs, **carried)
 
     def init_weights(self) -> None:
         """(Re)initialise the core's own parameters and persistent random state.
@@ -353,8 +397,6 @@ class AttentionCore(nn.Module):
         """An empty generation state for this core: one layer of an
         :class:`~hf_efficient.attention.cache.EfficientCache`. Causal cores (``capabilities.causal``) build
         the layer their :meth:`_attend_cached` decodes from."""
-        from .registry import causal_attention_types  # the registry imports this module
-
         raise ValueError(
             f"{self.attention_type or type(self).__name__} has no causal form, so there is nothing to cache "
             f"for decoding. Causal attention types: {', '.join(causal_attention_types())}."

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._catalog import causal_attention_types
+
 if TYPE_CHECKING:
     from .base import AttentionCapabilities
 
@@ -166,8 +168,6 @@ def check_supported(
     queries; shapes only, no tensor values are read."""
     b, h, n, _ = shape
     if inputs.is_causal and not capabilities.causal:
-        from .registry import causal_attention_types  # the registry imports this module
-
         raise ValueError(
             f"{name} has no causal form (is_causal=True, a decoder). Causal attention types: "
             f"{', '.join(causal_attention_types())}."

@@ -27,7 +27,8 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from ._kernelized import FeatureMaps, KernelizedAttentionCore, Pointwise, plain
+from ._kernel_state import FeatureMaps, Pointwise, plain
+from ._kernelized import KernelizedAttentionCore
 from .base import AttentionCapabilities
 from .config import AttentionConfig
 from .kernels.kernelized import CHUNKED

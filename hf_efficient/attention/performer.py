@@ -42,7 +42,8 @@ from typing import Literal
 
 import torch
 
-from ._kernelized import FeatureMaps, KernelizedAttentionCore, Pointwise, accumulate_dtype, plain
+from ._kernel_state import FeatureMaps, Pointwise, accumulate_dtype, plain
+from ._kernelized import KernelizedAttentionCore
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
 from .kernels.kernelized import CHUNKED

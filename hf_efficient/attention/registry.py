@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._catalog import ATTENTION_REGISTRY, list_attention_types
+from ._catalog import causal_attention_types as causal_attention_types  # the registry's API
 from .base import MODALITIES, AttentionCore, AttentionSpec
 from .config import AttentionConfig
-
-ATTENTION_REGISTRY: dict[str, type[AttentionCore]] = {}
 
 
 def register_attention(name: str):
@@ -36,21 +36,6 @@ def unregister_attention(name: str) -> None:
     """Remove ``name`` from the registry (for mechanisms registered for a while, e.g. inside a test)."""
     if ATTENTION_REGISTRY.pop(name, None) is None:
         raise ValueError(f"attention_type {name!r} is not registered.")
-
-
-def list_attention_types(modality: str | None = None) -> list[str]:
-    """Sorted names of the registered attention types, optionally only those usable for a modality."""
-    return sorted(
-        name
-        for name, cls in ATTENTION_REGISTRY.items()
-        if modality is None or modality in cls.capabilities.modalities
-    )
-
-
-def causal_attention_types(modality: str | None = None) -> list[str]:
-    """Sorted names of the types with a causal form and incremental decoding (``capabilities.causal``): the
-    attention types a decoder (``is_decoder=True``, ``EfficientBertForCausalLM``) can use."""
-    return [name for name in list_attention_types(modality) if ATTENTION_REGISTRY[name].capabilities.causal]
 
 
 def cross_attention_types(modality: str | None = None) -> list[str]:

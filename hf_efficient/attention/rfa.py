@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +59,7 @@ from .base import AttentionCapabilities, AttentionCore, AttentionOutput, Attenti
 from .cache import RecurrentStateLayer
 from .config import AttentionConfig
 from .inputs import AttentionInputs
-from .kernels.rfa import CHUNKED, causal_in_blocks
+from .kernels.rfa import CHUNKED
 from .registry import register_attention
 from .utils import orthogonal_gaussian_features
 
@@ -183,10 +182,13 @@ class RandomFeatureAttention(AttentionCore):
             log_g = log_g.masked_fill(~mask[:, None], 0.0)
         return log_g, log_keep
 
-    def reference(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+    def reference(self, query, key, value, inputs: AttentionInputs, state=None, return_state=False):
+        """The maths in one piece; the causal form from ``state`` ([S | z] (b, h, 2m, d + 1) or None) and,
+        with ``return_state``, (AttentionOutput, the [S | z] after the last token) (:class:`Kernel`)."""
         mask = inputs.attention_mask
         if inputs.is_causal:
-            return AttentionOutput(self.causal_in_float32(self._causal, query, key, value, mask)[0], None)
+            out, sums = self.causal_in_float32(self._causal, query, key, value, mask, state)
+            return (AttentionOutput(out, None), sums) if return_state else AttentionOutput(out, None)
         keep = None if mask is None else mask[:, None, :, None]  # (b, 1, n, 1)
         v_one = F.pad(value, (0, 1), value=1.0)  # (b, h, n, d + 1): the ones accumulate z beside S
         v_one = v_one if keep is None else v_one.masked_fill(~keep, 0.0)  # padded keys: no contribution
@@ -222,22 +224,21 @@ class RandomFeatureAttention(AttentionCore):
         return RecurrentStateLayer()
 
     def _attend_cached(self, query, key, value, inputs: AttentionInputs, layer) -> AttentionOutput:
-        """One token through :meth:`step`, several (the prompt) through the causal form (the chosen
-        kernel's, else the reference); the layer keeps (S (b, h, 2m, d), z (b, h, 2m)) in float32 (or
+        """One token through :meth:`step`, several (the prompt) through the causal form of the kernel chosen
+        for the call (else the reference); the layer keeps (S (b, h, 2m, d), z (b, h, 2m)) in float32 (or
         wider)."""
         mask, n = inputs.attention_mask, query.shape[2]
         if n == 1:
             real = None if mask is None else mask[:, 0]
             out, state = self.step(query[:, :, 0], key[:, :, 0], value[:, :, 0], layer.state, real)
-            out = out[:, :, None]
+            result = AttentionOutput(out[:, :, None], None)
         else:
             s_z = layer.state
             start = None if s_z is None else torch.cat([s_z[0], s_z[1][..., None]], -1)  # [S | z]
-            form = self._causal if self.kernel_for(query, inputs) is None else partial(causal_in_blocks, self)
-            out, sums = self.causal_in_float32(form, query, key, value, mask, start)  # sums (b, h, 2m, d + 1)
-            state = (sums[..., :-1], sums[..., -1])
+            result, sums = self._attend(query, key, value, inputs, state=start, return_state=True)
+            state = (sums[..., :-1], sums[..., -1])  # sums: (b, h, 2m, d + 1)
         layer.store(state, n)
-        return AttentionOutput(out, None)
+        return result
 
     def causal_in_float32(
         self, form, query, key, value, mask, state=None

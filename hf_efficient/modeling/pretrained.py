@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import re
 
 import torch
 from transformers import PreTrainedModel
 
-from ..attention.base import AttentionCore
+from ..attention.base import IMPLEMENTATION_CHOICES, AttentionCore
 from ..attention.cache import EfficientCache
 from ..attention.inputs import AttentionInputs
-from ..compat import attn_implementation, hook_model_loading, loaded_from_checkpoint
+from ..attention.registry import ATTENTION_REGISTRY
+from ..compat import (
+    attn_implementation,
+    hook_model_loading,
+    is_softmax_function,
+    loaded_from_checkpoint,
+    requested_attn_implementation,
+)
 from .blocks import EfficientEncoder, EfficientSelfAttention
 from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
 from .loading import (
@@ -49,6 +57,63 @@ class EfficientPreTrainedModel(PreTrainedModel):
         # in an encoder): loading ignores them rather than reporting them as unexpected.
         names = {name for core in self.attention_cores() for name in core.unbuilt_parameter_names()}
         self._keys_to_ignore_on_load_unexpected.update(rf"\.core\.{re.escape(name)}$" for name in names)
+        self.resolve_attention_kernels()
+
+    def resolve_attention_kernels(self) -> None:
+        """Resolve every core's kernels for the device the model is on
+        (:meth:`~hf_efficient.attention.base.AttentionCore.resolve_kernels`), once: at load, after ``.to()``
+        and when the config changes (``set_attn_implementation``). A core called on another device resolves
+        again on its first call there.
+
+        The one knob is ``attn_implementation``: one of transformers' softmax functions (``"sdpa"``,
+        ``"eager"``, ``"flex_attention"``...) runs exact attention (``full``, dense sub-blocks) and leaves
+        each core its saved ``attention_config["implementation"]``; ``"auto"``, ``"reference"`` or a kernel's
+        name (``"chunked"``, ``"parallel"``, ...) sets the implementation of every core that has it, the
+        others keeping theirs, and must name a kernel of at least one core."""
+        cores = self.attention_cores()
+        choice = requested_attn_implementation(self.config)
+        if choice is not None and is_softmax_function(choice):
+            choice = None
+        if choice is not None:
+            self._check_kernel_choice(choice)
+        device = next(itertools.chain(self.parameters(), self.buffers()), torch.empty(0)).device
+        for core in cores:
+            if not hasattr(core, "saved_implementation"):  # attention_config's, before any override
+                core.saved_implementation = core.config.implementation
+            override = choice is not None and _has_implementation(core, choice)
+            core.config.implementation = choice if override else core.saved_implementation
+            core.resolve_kernels(device)
+
+    def get_correct_attn_implementation(self, requested_attention: str | None, is_init_check: bool = False):
+        """transformers' check of ``attn_implementation``, which also takes the kernel choices of the cores
+        (``"auto"``, ``"reference"``, a kernel's name: :meth:`resolve_attention_kernels`)."""
+        if requested_attention in kernel_choices():
+            self._check_kernel_choice(requested_attention)
+            return requested_attention
+        return super().get_correct_attn_implementation(requested_attention, is_init_check)
+
+    def _check_kernel_choice(self, choice: str) -> None:
+        """Raise unless some core of the model has the kernel ``choice`` (before the cores exist: any)."""
+        cores = self.attention_cores()
+        if cores and not any(_has_implementation(core, choice) for core in cores):
+            valid = sorted({*IMPLEMENTATION_CHOICES, *(k.name for core in cores for k in core.kernels)})
+            raise ValueError(
+                f"attn_implementation={choice!r} is neither one of transformers' attention functions nor a "
+                f"kernel of this model's attention ({', '.join(sorted({c.attention_type for c in cores}))}); "
+                f"its kernel choices: {', '.join(valid)}."
+            )
+
+    def _apply(self, fn, recurse=True):
+        """``.to()``, ``.cuda()``, ``.half()`` and the like, then the kernels resolved for the new device."""
+        result = super()._apply(fn, recurse)
+        self.resolve_attention_kernels()
+        return result
+
+    def set_attn_implementation(self, attn_implementation, *args, **kwargs):
+        """transformers' ``set_attn_implementation``, then the kernels resolved for the new configuration."""
+        result = super().set_attn_implementation(attn_implementation, *args, **kwargs)
+        self.resolve_attention_kernels()
+        return result
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -203,3 +268,13 @@ def _finalize_loading(model: EfficientPreTrainedModel, load_config, loading_info
 
 # transformers' own steps for these are private, so compat installs them on the class.
 hook_model_loading(EfficientPreTrainedModel, _random_state_not_missing, _finalize_loading)
+
+
+def kernel_choices() -> set[str]:
+    """Every value of ``attn_implementation`` that chooses cores' kernels: ``"auto"``, ``"reference"`` and the
+    kernel names of the registered types (a model checks that one of its cores has it)."""
+    return {*IMPLEMENTATION_CHOICES, *(k.name for cls in ATTENTION_REGISTRY.values() for k in cls.kernels)}
+
+
+def _has_implementation(core: AttentionCore, choice: str) -> bool:
+    return choice in IMPLEMENTATION_CHOICES or any(kernel.name == choice for kernel in core.kernels)

@@ -140,7 +140,12 @@ def test_auto_takes_flex_on_cuda_and_native_elsewhere():
     elsewhere; while tracing the reference (the native kernels do not trace; test_contract compiles it)."""
 
     def query(is_cuda: bool, head_dim: int = 16):  # what the kernels' predicates read of a query
-        return types.SimpleNamespace(is_cuda=is_cuda, shape=(1, 2, 8, head_dim), requires_grad=True)
+        return types.SimpleNamespace(
+            is_cuda=is_cuda,
+            device=torch.device("cuda" if is_cuda else "cpu"),
+            shape=(1, 2, 8, head_dim),
+            requires_grad=True,
+        )
 
     core = make_core("bigbird")
     assert [kernel.name for kernel in core.kernels] == ["flex", "native"]

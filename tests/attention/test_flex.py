@@ -194,7 +194,9 @@ def test_small_heads_on_cuda_take_the_native_path():
     path there, a forced "flex" says so at the call instead of failing inside the compiler."""
 
     def cuda_query(head_dim: int):  # what the kernels' predicates read of a CUDA query (none exists here)
-        return types.SimpleNamespace(is_cuda=True, shape=(1, 2, 8, head_dim), requires_grad=False)
+        return types.SimpleNamespace(
+            is_cuda=True, device=torch.device("cuda"), shape=(1, 2, 8, head_dim), requires_grad=False
+        )
 
     assert _kernel(_longformer("auto"), cuda_query(8)) == "native"
     assert _kernel(_longformer("auto"), cuda_query(16)) == "flex"

@@ -19,7 +19,7 @@ several chunks of small inputs). Every chunk-sized result goes into a reused buf
 (:class:`~hf_efficient.attention.utils.ChunkBuffers`). Dropout draws each chunk's mask from a seeded
 generator, so backward redraws the same one.
 
-``"flex"`` (``"auto"`` on CUDA, as for every FlexAttention kernel: :func:`.flex.flex_chosen`) lays the
+``"flex"`` (``"auto"`` on CUDA, as for every FlexAttention kernel: :data:`.flex.FLEX_DEVICES`) lays the
 layout out as a table of allowed block pairs; on a GPU a ``block_size`` that is a multiple of
 ``FLEX_BLOCK`` makes every layout block whole flex blocks, so no score looks the table up.
 """
@@ -32,13 +32,13 @@ from ...compat import softmax_backward
 from ..base import AttentionOutput, Kernel
 from ..utils import CHUNK_BYTES, ChunkBuffers, host_reads_are_cheap, rows_per_chunk
 from .flex import (
+    FLEX_DEVICES,
     BlockMask,
     blocks_all,
     blocks_holding,
     coarsen,
     flex_attend,
     flex_block_mask,
-    flex_chosen,
     flex_unsupported,
 )
 
@@ -293,5 +293,5 @@ def attend_flex(core, query, key, value, inputs) -> AttentionOutput:
     return AttentionOutput(flex_attend(query, key, value, block_mask, core.scaling), None)
 
 
-FLEX = Kernel("flex", attend_flex, flex_unsupported, flex_chosen, traces=True)
+FLEX = Kernel("flex", attend_flex, flex_unsupported, traces=True, devices=FLEX_DEVICES)
 NATIVE = Kernel("native", attend_native)

@@ -11,8 +11,8 @@ or a per-head bias; ``longformer``; ``bigbird``; ``swin_window``) describe their
   evaluating the token pattern n^2 times): ``partial`` (b|1, h|1, nq, nk), True where a block pair may hold
   an allowed pair, and optionally ``full`` where every pair is allowed (no mask_mod needed there).
 
-Each of those cores lists a ``Kernel("flex", ...)`` whose predicates are :func:`flex_unsupported` and
-:func:`flex_chosen`: ``implementation="auto"`` takes it when the inputs are on CUDA, FlexAttention is
+Each of those cores lists a ``Kernel("flex", ...)`` with :func:`flex_unsupported` and
+:data:`FLEX_DEVICES`: ``implementation="auto"`` takes it when the inputs are on CUDA, FlexAttention is
 available and no attention dropout is active (FlexAttention has none), the core's other paths otherwise.
 On CPU FlexAttention runs forward only (no backward): forcing ``"flex"`` there serves inference and the
 tests that check it against the reference.
@@ -66,10 +66,9 @@ def flex_unsupported(core, query: torch.Tensor, inputs) -> str | None:
     return None
 
 
-def flex_chosen(core, query: torch.Tensor, inputs) -> bool:
-    """``"auto"`` takes FlexAttention on CUDA (one fused kernel); on CPU its unfused fallback is slower than
-    the native paths."""
-    return query.is_cuda
+# ``"auto"`` takes FlexAttention on CUDA (one fused kernel); on CPU its unfused fallback is slower than the
+# native paths (a Kernel's ``devices``).
+FLEX_DEVICES = frozenset({"cuda"})
 
 
 def num_blocks(n: int, block: int = FLEX_BLOCK) -> int:
@@ -227,11 +226,11 @@ class BlockMaskCache:
 
 __all__ = [
     "FLEX_BLOCK",
+    "FLEX_DEVICES",
     "BlockMaskCache",
     "block_ranges",
     "blocks_all",
     "blocks_holding",
-    "flex_chosen",
     "flex_unsupported",
     "coarsen",
     "dense_pattern",

@@ -9,7 +9,7 @@
   within a block the masked quadratic form phi_q phi_k^T (lower triangle) is used, across blocks an
   exclusive prefix sum of the per-block states S, z; groups of blocks are processed in turn carrying the
   running state, so every intermediate stays under the chunk budget and memory is linear in n. It can
-  start from a state and return the state it ends in (:class:`~hf_efficient.attention._kernelized.
+  start from a state and return the state it ends in (:class:`~hf_efficient.attention._kernel_state.
   KernelState`): that is the prefill of incremental decoding.
 - Stabilising shifts: each block's key features are computed relative to C, the running maximum at the
   block's end (so no feature of the block exceeds 1), the state is carried across blocks rescaled by
@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from .._kernelized import (
+from .._kernel_state import (
     KernelState,
     KeyFeatureFn,
     QueryFeatureFn,
@@ -86,7 +86,7 @@ class _OutputKeepingMap(torch.autograd.Function):
 
 
 def chunked_key_maxima(key: torch.Tensor, mask, maxima: Callable, num_features: int) -> torch.Tensor:
-    """:func:`~hf_efficient.attention._kernelized.masked_key_maxima` in chunks of the feature budget."""
+    """:func:`~hf_efficient.attention._kernel_state.masked_key_maxima` in chunks of the feature budget."""
     b, h, n, _ = key.shape
     budget = device_chunk_budget(FEATURE_CHUNK_BYTES, key.device)
     rows = rows_per_chunk(b * h * num_features * key.element_size(), n, budget)
@@ -112,13 +112,14 @@ def chunked_kernelized(core, query, key, value, mask, causal: bool, state: Kerne
     return result if causal else (result, None)
 
 
-def _attend_chunked(core, query, key, value, inputs) -> AttentionOutput:
-    output, _ = chunked_kernelized(core, query, key, value, inputs.attention_mask, inputs.is_causal)
-    return AttentionOutput(output, None)
+def _attend_chunked(core, query, key, value, inputs, state=None, return_state=False):
+    mask, causal = inputs.attention_mask, inputs.is_causal
+    output, final = chunked_kernelized(core, query, key, value, mask, causal, state)
+    return (AttentionOutput(output, None), final) if return_state else AttentionOutput(output, None)
 
 
 # Taken by "auto" for every call (while tracing in one chunk with plain ops).
-CHUNKED = Kernel("chunked", _attend_chunked, traces=True)
+CHUNKED = Kernel("chunked", _attend_chunked, traces=True, carries_state=True)
 
 
 def kernelized_attention(

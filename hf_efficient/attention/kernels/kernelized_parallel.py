@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from .._kernelized import accumulate_dtype, common_shift, masked_key_maxima
+from .._kernel_state import KernelState, accumulate_dtype, common_shift, masked_key_maxima
 from ..base import AttentionOutput, Kernel
-from ..inputs import is_tracing
 from ..utils import pad_to_multiple
 
 
@@ -40,11 +39,9 @@ def _shifted_causal(core, query, inputs) -> str | None:
     return None
 
 
-def _on_cuda(core, query, inputs) -> bool:
-    return query.device.type == "cuda" and not is_tracing()
-
-
-def parallel_kernelized(core, query, key, value, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
+def parallel_kernelized(
+    core, query, key, value, mask: torch.Tensor | None, causal: bool, state: KernelState | None = None
+) -> tuple[torch.Tensor, KernelState | None]:
     """The core's kernelised attention over the whole sequence: (b, h, n, d) -> (b, h, n, d).
 
     Args:
@@ -53,6 +50,10 @@ def parallel_kernelized(core, query, key, value, mask: torch.Tensor | None, caus
         query, key, value: (b, h, n, d).
         mask: (b, n) bool, True = real token, or None.
         causal: query i sees keys j <= i only.
+        state: causal only: the state of the tokens before these (None: they are the first).
+
+    Returns:
+        (output (b, h, n, d), the state after the last token; None for the non-causal form).
     """
     maps = core.feature_maps(query, mask)
     keep = None if mask is None else mask[:, None, :, None]  # (b, 1, n, 1)
@@ -68,12 +69,13 @@ def parallel_kernelized(core, query, key, value, mask: torch.Tensor | None, caus
         sums = phi_k.transpose(-1, -2) @ value  # (b, h, m, d): S
         normaliser = phi_k.sum(-2, dtype=work)  # (b, h, m): z
         denominator = (phi_q @ normaliser[..., None].to(phi_q.dtype)).to(work)  # (b, h, n, 1)
-        return ((phi_q @ sums).to(work) / (denominator + eps)).to(query.dtype)
-    return _causal_blocks(phi_q, phi_k, value, core.config.block_size, eps)
+        return ((phi_q @ sums).to(work) / (denominator + eps)).to(query.dtype), None
+    return _causal_blocks(phi_q, phi_k, value, core.config.block_size, eps, state)
 
 
-def _causal_blocks(phi_q, phi_k, value, block: int, eps: float) -> torch.Tensor:
-    """Chunkwise-parallel causal form (module docstring): phi_q, phi_k (b, h, n, m), value (b, h, n, d)."""
+def _causal_blocks(phi_q, phi_k, value, block: int, eps: float, state: KernelState | None):
+    """Chunkwise-parallel causal form (module docstring): phi_q, phi_k (b, h, n, m), value (b, h, n, d),
+    from ``state`` (its [S | z] (b, h, m, d + 1)); returns (output, the state after the last token)."""
     n, work = phi_q.shape[2], accumulate_dtype(value)
     block = min(block, n)
     # zero rows after the end: no key contribution, their query rows are cut below
@@ -83,20 +85,28 @@ def _causal_blocks(phi_q, phi_k, value, block: int, eps: float) -> torch.Tensor:
     own_z = phi_k.sum(-2, dtype=work)  # (b, h, g, m)
     before = own.cumsum(2) - own  # exclusive prefix sums: the state of the tokens before each block
     before_z = own_z.cumsum(2) - own_z
+    if state is not None:  # the tokens before this call: in every block's state
+        carried = state.sums.to(work)
+        before, before_z = before + carried[:, :, None, :, :-1], before_z + carried[:, :, None, :, -1]
     causal_mask = torch.ones(block, block, dtype=torch.bool, device=value.device).tril()
     scores = (phi_q @ phi_k.transpose(-1, -2)).masked_fill(~causal_mask, 0.0)  # (b, h, g, block, block)
     numerator = (phi_q @ before.to(phi_q.dtype)).to(work) + (scores @ value).to(work)  # (b, h, g, block, d)
     denominator = (phi_q @ before_z[..., None].to(phi_q.dtype)).to(work)
     denominator = denominator + scores.sum(-1, keepdim=True, dtype=work)  # (b, h, g, block, 1)
+    sums = before[:, :, -1] + own[:, :, -1]  # (b, h, m, d): S after the last token
+    final = KernelState(torch.cat([sums, (before_z[:, :, -1] + own_z[:, :, -1])[..., None]], -1), None)
     # rows after the end are cut before dividing: their 0 / eps is 0 / 0 with eps = 0 (NaN gradients)
     numerator, denominator = (t.flatten(2, 3)[:, :, :n] for t in (numerator, denominator))
-    return (numerator / (denominator + eps)).to(value.dtype)
+    return (numerator / (denominator + eps)).to(value.dtype), final
 
 
-def _attend_parallel(core, query, key, value, inputs) -> AttentionOutput:
-    output = parallel_kernelized(core, query, key, value, inputs.attention_mask, inputs.is_causal)
-    return AttentionOutput(output, None)
+def _attend_parallel(core, query, key, value, inputs, state=None, return_state=False):
+    mask, causal = inputs.attention_mask, inputs.is_causal
+    output, final = parallel_kernelized(core, query, key, value, mask, causal, state)
+    return (AttentionOutput(output, None), final) if return_state else AttentionOutput(output, None)
 
 
-# Taken by "auto" on CUDA (outside tracing): fewer, larger ops than the chunked engine.
-PARALLEL = Kernel("parallel", _attend_parallel, unsupported=_shifted_causal, chosen=_on_cuda)
+# Taken by "auto" on CUDA (outside tracing: it does not trace): fewer, larger ops than the chunked engine.
+PARALLEL = Kernel(
+    "parallel", _attend_parallel, unsupported=_shifted_causal, carries_state=True, devices=frozenset({"cuda"})
+)

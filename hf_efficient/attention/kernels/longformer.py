@@ -22,7 +22,7 @@ window tensor of the whole sequence is built:
 Global rows (few) are dense over all keys. The window is clipped to the (sub)sequence length, so short
 inputs are not padded to a full chunk.
 
-``flex`` (``"auto"`` on CUDA, see :func:`~hf_efficient.attention.kernels.flex.flex_chosen`): the same
+``flex`` (``"auto"`` on CUDA, see :data:`~hf_efficient.attention.kernels.flex.FLEX_DEVICES`): the same
 pattern as one FlexAttention block mask; masks of unpadded inputs without per-example global tokens depend
 on sizes only and are kept per length (``core.flex_masks``).
 """
@@ -39,12 +39,12 @@ from ..base import AttentionOutput, Kernel
 from ..utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
 from .flex import (
     FLEX_BLOCK,
+    FLEX_DEVICES,
     BlockMask,
     blocks_all,
     blocks_holding,
     flex_attend,
     flex_block_mask,
-    flex_chosen,
     flex_unsupported,
     num_blocks,
 )
@@ -353,9 +353,9 @@ def flex_mask(config, n, real, is_global, device, causal: bool = False) -> Block
     return flex_block_mask(partial, mask_mod, n, full=full & partial)
 
 
-# In the order "auto" tries them: FlexAttention where flex_chosen takes it (CUDA), else the chunked window
+# In the order "auto" tries them: FlexAttention on CUDA (FLEX_DEVICES), else the chunked window
 # (not while tracing: there the reference runs, as one graph without a loop over chunk groups).
-FLEX = Kernel("flex", flex_attend_window, flex_unsupported, flex_chosen, traces=True)
+FLEX = Kernel("flex", flex_attend_window, flex_unsupported, traces=True, devices=FLEX_DEVICES)
 NATIVE = Kernel("native", native_attend)
 LONGFORMER_KERNELS = (FLEX, NATIVE)
 

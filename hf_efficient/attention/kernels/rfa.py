@@ -226,15 +226,15 @@ def _block_prefix_states(state, local, block_log_decay):
     return states[:, :, :g], states[:, :, g]
 
 
-def _attend_chunked(core, query, key, value, inputs) -> AttentionOutput:
-    mask = inputs.attention_mask
+def _attend_chunked(core, query, key, value, inputs, state=None, return_state=False):
+    mask, final = inputs.attention_mask, None
     if inputs.is_causal:
-        out, _ = core.causal_in_float32(partial(causal_in_blocks, core), query, key, value, mask)
+        out, final = core.causal_in_float32(partial(causal_in_blocks, core), query, key, value, mask, state)
     else:
         base, sigma = core.random_weights.to(query.dtype), core.scales().to(query.dtype)
         out = _NonCausalRFA.apply(query, key, value, base, sigma, mask, core.config.eps)
-    return AttentionOutput(out, None)
+    return (AttentionOutput(out, None), final) if return_state else AttentionOutput(out, None)
 
 
 # Taken by "auto" for every call it can run (not while tracing).
-CHUNKED = Kernel("chunked", _attend_chunked)
+CHUNKED = Kernel("chunked", _attend_chunked, carries_state=True)

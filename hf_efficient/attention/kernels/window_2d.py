@@ -3,7 +3,7 @@
 ``flex``: every patch attends to the patches of its window (and, on shifted layers, of its image region),
 prefix tokens are global, as in the reference; the token-level pattern is a ``mask_mod`` over the window
 plan, the block-level pattern is reduced from it (images have at most a few thousand patches). ``"auto"``
-takes it on CUDA (:func:`~.flex.flex_chosen`) where FlexAttention can serve the call (no dropout, no
+takes it on CUDA (:data:`~.flex.FLEX_DEVICES`) where FlexAttention can serve the call (no dropout, no
 weights, head size).
 
 ``native``: the windowed softmax of the reference itself, under the name saved configs use for it
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from ..base import AttentionOutput, Kernel
 from .flex import (
+    FLEX_DEVICES,
     BlockMask,
     dense_pattern,
     flex_attend,
     flex_block_mask,
-    flex_chosen,
     flex_unsupported,
     reduce_dense,
 )
@@ -66,7 +66,7 @@ def _never(core, query, inputs) -> bool:  # "auto" falls back to the reference i
 
 
 WINDOW_KERNELS = (
-    Kernel("flex", flex_attend_windows, flex_unsupported, flex_chosen, traces=True),
+    Kernel("flex", flex_attend_windows, flex_unsupported, traces=True, devices=FLEX_DEVICES),
     Kernel("native", native_attend, chosen=_never, traces=True),
 )
 
