@@ -267,10 +267,16 @@ def load_minilm():
 
     from hf_efficient import EfficientBertModel
 
-    logging.set_verbosity_error()  # token-count warnings of the untruncated length check
     checkpoint = checkpoint_dir()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    model = EfficientBertModel.from_pretrained(checkpoint, attention_type="full", attn_implementation="sdpa")
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # the loading messages of a checkpoint this study always reads
+    try:
+        model = EfficientBertModel.from_pretrained(
+            checkpoint, attention_type="full", attn_implementation="sdpa"
+        )
+    finally:  # restored: the process (a test worker, a notebook) keeps transformers' warnings
+        logging.set_verbosity(verbosity)
     return model.eval(), tokenizer
 
 

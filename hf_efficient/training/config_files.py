@@ -26,6 +26,7 @@ from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
 from ..attention import list_attention_types
+from ..attention.registry import validate_attention_config
 from ..cli import unknown_flags_error
 from ..errors import InputError, InputFileNotFoundError
 from .arguments import translate_upstream_flags
@@ -191,7 +192,24 @@ def parse_args_with_config_files(
         cli_model["attention_config"] = parse_attention_config(config_args.attention_config)
     cli_model.update(parse_overrides(config_args.config_overrides))
     _check_keys(cli_model, sorted(model_keys), "command line", "model")
-    return tuple(parsed), merge_model_configs(merged["model"], cli_model)
+    model = merge_model_configs(merged["model"], cli_model)
+    check_attention_config(model)
+    return tuple(parsed), model
+
+
+def check_attention_config(model: dict[str, Any]) -> None:
+    """The model settings' ``attention_config`` read against its ``attention_type``'s own keys and values
+    now, before any data loads: a mistyped key is one error naming where attention settings come from."""
+    attention_type, attention_config = model.get("attention_type"), model.get("attention_config")
+    if attention_type is None or not attention_config:
+        return
+    try:
+        validate_attention_config(attention_type, attention_config)
+    except ValueError as error:
+        raise InputError(
+            f"--attention_config (or --config's model.attention_config) for attention_type "
+            f"{attention_type!r}: {error}"
+        ) from None
 
 
 def check_attention_type(name: str | None, modality: str | None, where: str) -> None:

@@ -116,7 +116,7 @@ def test_sizes_are_checked_when_the_model_is_built(build, fields):
             "relative_key",
             "position_embedding_type='relative_key' is not supported",
         ),
-        ("add_cross_attention", True, "add_cross_attention=True is not supported"),
+        ("add_cross_attention", True, "add_cross_attention=True needs is_decoder=True"),
     ],
 )
 def test_fields_set_after_construction_are_checked_when_the_model_is_built(field, value, message):

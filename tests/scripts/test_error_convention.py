@@ -143,8 +143,8 @@ def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
             "finetune_glue",
             ["--task_name", "rotten_tomatoes", "--output_dir", "{tmp}/out", "--attention_type", "longformer"]
             + ["--attention_config", '{"attention_windw": 4}'],
-            "error: --config's model section, --config_overrides, --attention_type or --attention_config "
-            "set a field of the model config (",
+            "error: --attention_config (or --config's model.attention_config) for attention_type "
+            "'longformer': ",
         ),
         (
             "train_graph",
