@@ -226,7 +226,7 @@ def training_command(script: str, folder: Path, model: str, recipe: dict, stage:
 def run_training(command: list[str]) -> dict:
     print("  " + shlex.join(command), flush=True)
     # The stage imports this checkout's hf_efficient (where another copy is installed too): a script's
-    # sys.path starts at scripts/, not at the checkout.
+    # import path starts at scripts/, not at the checkout.
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     status = subprocess.run(command, env={**os.environ, "PYTHONPATH": path}).returncode
     if status == USER_ERROR_STATUS:  # the stage printed its one "error: ..." line; no traceback here either
