@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 import os
 
 import torch
@@ -60,24 +61,32 @@ def _fla_ops():
 
 
 def interpreted() -> bool:
-    """Whether fla's kernels were built for Triton's interpreter (TRITON_INTERPRET=1 when fla was imported):
-    the only way they run on a CPU. False where fla does not import."""
+    """Whether fla's kernels, and the Triton library functions they call, were built for Triton's interpreter
+    (TRITON_INTERPRET=1 when triton and fla were imported): the only way they run on a CPU. False where fla
+    does not import."""
     ops = _fla_ops()
     if isinstance(ops, str):
         return False
+    import triton.language.standard
     from fla.ops.common.fused_recurrent import fused_recurrent_fwd_kernel
     from triton.runtime.interpreter import InterpretedFunction
 
-    kernel = fused_recurrent_fwd_kernel
-    while not isinstance(kernel, InterpretedFunction) and hasattr(kernel, "fn"):
-        kernel = kernel.fn  # through the autotuner and heuristics wrappers
-    return isinstance(kernel, InterpretedFunction)
+    def built_for_interpreter(kernel) -> bool:
+        while not isinstance(kernel, InterpretedFunction) and hasattr(kernel, "fn"):
+            kernel = kernel.fn  # through the autotuner and heuristics wrappers
+        return isinstance(kernel, InterpretedFunction)
+
+    # triton's own library (tl.cdiv, ...) is built when triton is imported, which may be long before fla
+    return built_for_interpreter(fused_recurrent_fwd_kernel) and built_for_interpreter(
+        triton.language.standard.cdiv
+    )
 
 
 def _unsupported_device_or_install(query: torch.Tensor) -> str | None:
+    if importlib.util.find_spec("fla") is None:  # looked up, not imported: cheap where it is missing
+        return f"flash-linear-attention is not installed; install it with {INSTALL_HINT}"
     device = query.device.type
     if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        # checked before importing fla: a CPU call learns why without the import
         return (
             "flash-linear-attention's Triton kernels run on a CUDA GPU; on a CPU only in Triton's "
             "interpreter (TRITON_INTERPRET=1 set before triton is imported; slow, for tests)"
@@ -86,11 +95,11 @@ def _unsupported_device_or_install(query: torch.Tensor) -> str | None:
         return f"flash-linear-attention's Triton kernels run on CUDA (or a CPU, interpreted), not {device}"
     ops = _fla_ops()
     if isinstance(ops, str):
-        return f"flash-linear-attention is not installed ({ops}); install it with {INSTALL_HINT}"
+        return f"flash-linear-attention does not import ({ops}); install it with {INSTALL_HINT}"
     if device == "cpu" and not interpreted():
         return (
-            "fla was imported before TRITON_INTERPRET=1 was set, so its kernels were built for a GPU; set "
-            "TRITON_INTERPRET=1 before anything imports triton"
+            "triton or fla was imported before TRITON_INTERPRET=1 was set, so their kernels were built for a "
+            "GPU; set TRITON_INTERPRET=1 before anything imports triton (importing hf_efficient does)"
         )
     if query.dtype not in FLA_DTYPES:
         return f"flash-linear-attention's kernels take float32, bfloat16 or float16, not {query.dtype}"
