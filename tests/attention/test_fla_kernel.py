@@ -29,15 +29,17 @@ HAS_FLA = importlib.util.find_spec("fla") is not None
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"  # set when this process started (module docstring)
 
 TOLERANCE = {"atol": 1e-4, "rtol": 1e-4}
-# (type, config): each gate form once: none (linear, relu), the softmax shift (performer), RFA's own gate
+# (type, config): each gate form once: none (linear, relu), the softmax shift (performer), RFA's own gate;
+# an odd number of features (padded to an even one for fla's half-precision backward) and odd d + 1 (all)
 SETTINGS = [
     ("linear", {}),
     ("performer", {}),
-    ("performer", {"kernel": "relu"}),
     ("rfa", {}),
+    ("performer", {"kernel": "relu"}),
+    ("performer", {"num_features": 7}),
     ("rfa", {"gate": False}),
 ]
-IDS = ["linear", "performer", "performer_relu", "rfa", "rfa_no_gate"]
+IDS = ["linear", "performer", "rfa", "performer_relu", "performer_odd_features", "rfa_no_gate"]
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +108,7 @@ def test_fla_equals_the_reference(fla_kernels, attention_type, config, causal):
             torch.testing.assert_close(got_one, want_one, **TOLERANCE)
 
 
-@pytest.mark.parametrize(("attention_type", "config"), SETTINGS[:2] + SETTINGS[3:4], ids=IDS[:2] + IDS[3:4])
+@pytest.mark.parametrize(("attention_type", "config"), SETTINGS[:3], ids=IDS[:3])
 def test_a_prefill_cut_in_two_carries_the_state_through_fla(fla_kernels, attention_type, config):
     """The first half's state, handed to the second half, gives the outputs, final state and gradients of
     one pass of the reference."""
@@ -159,11 +161,11 @@ def test_forcing_fla_without_it_names_the_extra(attention_type):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(("attention_type", "config"), SETTINGS[:2] + SETTINGS[3:4], ids=IDS[:2] + IDS[3:4])
+@pytest.mark.parametrize(("attention_type", "config"), SETTINGS[:3], ids=IDS[:3])
 def test_fla_on_cuda_equals_the_reference(attention_type, config):
     """On the GPU, fla's chunked op (the CPU tests above run its fused recurrent one): outputs and gradients
-    of a padded causal batch within 1e-3 of the reference in float32 (tf32 products), and within 0.05 of
-    them in bfloat16."""
+    of a padded causal batch within 1e-3 of the reference in float32 (tf32 products); in bfloat16 outputs
+    within 0.05 of them and finite gradients."""
     pytest.importorskip("fla")
     torch.manual_seed(0)
     reference = make_core(
@@ -178,5 +180,9 @@ def test_fla_on_cuda_equals_the_reference(attention_type, config):
     got = _outputs_and_gradients(fast, q, k, v, mask, causal=True)
     for got_one, want_one in zip(got, want, strict=True):
         torch.testing.assert_close(got_one, want_one, atol=1e-3, rtol=1e-3)
-    half = fast(*(t.bfloat16() for t in (q, k, v)), attention_mask=mask, is_causal=True).output
+    # bfloat16 forward and backward (fla's half-precision backward takes even widths only: d + 1 is padded)
+    leaves = [t.bfloat16().requires_grad_() for t in (q, k, v)]
+    half = fast(*leaves, attention_mask=mask, is_causal=True).output
     assert (half.float() - want[0]).abs().max() < 0.05
+    half.float().sum().backward()
+    assert all(torch.isfinite(t.grad).all() for t in leaves)

@@ -41,6 +41,7 @@ import importlib.util
 import os
 
 import torch
+import torch.nn.functional as F
 
 from .._kernel_state import KernelState, append_ones, finite_or_zero, masked_key_maxima
 from ..base import AttentionOutput, Kernel
@@ -150,13 +151,19 @@ def gated_linear_attention(
     """
     chunk, recurrent = _fla_ops()
     op = recurrent if phi_q.device.type == "cpu" else chunk  # module docstring: the interpreter's choice
+    m, width = phi_k.shape[-1], value_ones.shape[-1]
+    # fla's chunked backward takes only even K and V in half precision (an odd width is d + 1, or an odd
+    # number of features): a zero feature / zero value column changes nothing and is cut below
+    phi_q, phi_k = (F.pad(t, (0, m % 2)) for t in (phi_q, phi_k))  # (b, h, n, m | m + 1)
+    value_ones = F.pad(value_ones, (0, width % 2))  # (b, h, n, d + 1 | d + 2)
+    if state is not None:
+        state = F.pad(state.float(), (0, width % 2, 0, m % 2))  # (b, h, m | m + 1, d + 1 | d + 2)
     # fla's layout is [B, T, H, K]: (b, h, n, m) -> (b, n, h, m); fla makes its inputs contiguous
     q, k, v = (t.transpose(1, 2) for t in (phi_q, phi_k.to(phi_q.dtype), value_ones.to(phi_q.dtype)))
     g = None if log_gate is None else log_gate.transpose(1, 2).float()  # (b, n, h)
-    initial = None if state is None else state.float()
     with _first_config_when_interpreted(phi_q.device):
-        out, final = op(q, k, v, g=g, scale=1.0, initial_state=initial, output_final_state=True)
-    return out.transpose(1, 2).float(), final.float()
+        out, final = op(q, k, v, g=g, scale=1.0, initial_state=state, output_final_state=True)
+    return out.transpose(1, 2)[..., :width].float(), final[:, :, :m, :width].float()
 
 
 def _shift_gates(key, mask, maps, state: KernelState | None):
