@@ -17,9 +17,10 @@ ones accumulates the normaliser z beside S, as everywhere in the package):
 
 The fla op returns the [numerator | denominator] rows; the division is the type's own (phi_q z + eps, or
 RFA's |den| floored at eps), in float32. The recurrent state is [S | z] (b, h, m, d + 1), fla's
-``initial_state`` / final state layout [B, H, K, V] with V = d + 1: it converts from and to the type's
-own state (:class:`~hf_efficient.attention._kernel_state.KernelState` with its shift, or RFA's [S | z]) with
-no copy, so a cached prefill and chunked training run through this kernel too.
+``initial_state`` / final state layout [B, H, K, V] with K = m, V = d + 1 (each padded to an even width with
+a zero column: fla's half-precision backward takes no odd one): it is the type's own state
+(:class:`~hf_efficient.attention._kernel_state.KernelState` with its shift, or RFA's [S | z]), so a cached
+prefill and chunked training run through this kernel too.
 
 fla's ops are causal; the non-causal form (two products over the whole sequence) is the parallel engine's
 for ``linear`` / ``performer`` and RFA's own reference for ``rfa``, so every call of these types can be
