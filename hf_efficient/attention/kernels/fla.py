@@ -15,12 +15,14 @@ ones accumulates the normaliser z beside S, as everywhere in the package):
   computed relative to c_t. Query t then reads sums relative to its own shift, so its eps is the plain one.
 - ``rfa``: its recency gate, g_t = log sigmoid(w_g . k_t + b_g) and k'_t = (1 - sigmoid(...)) phi(k_t).
 
-The fla op returns the [numerator | denominator] rows; the division is the type's own (phi_q z + eps, or
-RFA's |den| floored at eps), in float32. The recurrent state is [S | z] (b, h, m, d + 1), fla's
-``initial_state`` / final state layout [B, H, K, V] with K = m, V = d + 1 (each padded to an even width with
-a zero column: fla's half-precision backward takes no odd one): it is the type's own state
-(:class:`~hf_efficient.attention._kernel_state.KernelState` with its shift, or RFA's [S | z]), so a cached
-prefill and chunked training run through this kernel too.
+With a gate the fla op runs over [V, 1] and returns [numerator | denominator] rows. Without one it runs
+over V alone (d columns, whole tiles, as fla's own linear attention runs), and z_t = z_0 + sum_{j <= t}
+phi_k(k_j) is a float32 prefix sum beside it. The division is the type's own (phi_q z + eps, or RFA's |den|
+floored at eps), in float32. The recurrent state is [S | z] (b, h, m, d + 1), the type's own
+(:class:`~hf_efficient.attention._kernel_state.KernelState` with its shift, or RFA's [S | z]); fla's
+``initial_state`` / final state is its S or the whole of it (layout [B, H, K, V]), so a cached prefill and
+chunked training run through this kernel too. fla's half-precision backward takes no odd K or V: an odd
+feature count or width is padded with a zero column, cut after.
 
 fla's ops are causal; the non-causal form (two products over the whole sequence) is the parallel engine's
 for ``linear`` / ``performer`` and RFA's own reference for ``rfa``, so every call of these types can be
@@ -131,40 +133,73 @@ def _first_config_when_interpreted(device: torch.device):
         Autotuner.prune_configs = prune
 
 
-def gated_linear_attention(
+def _fla_recurrence(
     phi_q: torch.Tensor,
     phi_k: torch.Tensor,
-    value_ones: torch.Tensor,
+    values: torch.Tensor,
     log_gate: torch.Tensor | None,
     state: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[S | z]_t = exp(g_t) [S | z]_{t-1} + k'_t [v_t, 1]^T and o_t = phi_q(q_t)^T [S | z]_t through fla.
+    """S_t = exp(g_t) S_{t-1} + k'_t u_t^T and o_t = phi_q(q_t)^T S_t through fla's simple_gla op.
 
     Args:
         phi_q, phi_k: (b, h, n, m) query features and (gated) key features k'.
-        value_ones: (b, h, n, d + 1), the values with the column of ones (zero rows at padded keys).
+        values: (b, h, n, w), the columns u summed (V, or [V, 1]).
         log_gate: (b, h, n) log g_t <= 0 (float32), or None: no gate.
-        state: (b, h, m, d + 1) [S | z] before these tokens (float32 or wider), or None.
+        state: (b, h, m, w) S before these tokens (float32 or wider), or None.
 
     Returns:
-        ((b, h, n, d + 1) [numerator | denominator] rows in float32, the [S | z] after the last token
-        (b, h, m, d + 1) in float32).
+        (o (b, h, n, w) in the features' dtype, S after the last token (b, h, m, w) in float32).
     """
     chunk, recurrent = _fla_ops()
     op = recurrent if phi_q.device.type == "cpu" else chunk  # module docstring: the interpreter's choice
-    m, width = phi_k.shape[-1], value_ones.shape[-1]
-    # fla's chunked backward takes only even K and V in half precision (an odd width is d + 1, or an odd
-    # number of features): a zero feature / zero value column changes nothing and is cut below
+    m, width = phi_k.shape[-1], values.shape[-1]
+    # fla's chunked backward takes only even K and V in half precision (d + 1, or an odd number of
+    # features): a zero feature / zero value column changes nothing and is cut below
     phi_q, phi_k = (F.pad(t, (0, m % 2)) for t in (phi_q, phi_k))  # (b, h, n, m | m + 1)
-    value_ones = F.pad(value_ones, (0, width % 2))  # (b, h, n, d + 1 | d + 2)
+    values = F.pad(values, (0, width % 2))  # (b, h, n, w | w + 1)
     if state is not None:
-        state = F.pad(state.float(), (0, width % 2, 0, m % 2))  # (b, h, m | m + 1, d + 1 | d + 2)
+        state = F.pad(state.float(), (0, width % 2, 0, m % 2)).contiguous()  # (b, h, m | m + 1, w | w + 1)
     # fla's layout is [B, T, H, K]: (b, h, n, m) -> (b, n, h, m); fla makes its inputs contiguous
-    q, k, v = (t.transpose(1, 2) for t in (phi_q, phi_k.to(phi_q.dtype), value_ones.to(phi_q.dtype)))
+    q, k, v = (t.transpose(1, 2) for t in (phi_q, phi_k.to(phi_q.dtype), values.to(phi_q.dtype)))
     g = None if log_gate is None else log_gate.transpose(1, 2).float()  # (b, n, h)
     with _first_config_when_interpreted(phi_q.device):
         out, final = op(q, k, v, g=g, scale=1.0, initial_state=state, output_final_state=True)
-    return out.transpose(1, 2)[..., :width].float(), final[:, :, :m, :width].float()
+    return out.transpose(1, 2)[..., :width], final[:, :, :m, :width].float()
+
+
+def linear_attention_rows(
+    phi_q: torch.Tensor,
+    phi_k: torch.Tensor,
+    value: torch.Tensor,
+    log_gate: torch.Tensor | None,
+    state: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Numerators phi_q(q_t)^T S_t and denominators phi_q(q_t)^T z_t of the module docstring's recurrence.
+
+    Args:
+        phi_q, phi_k: (b, h, n, m) query features and (gated) key features k', 0 at padded keys.
+        value: (b, h, n, d), 0 at padded keys.
+        log_gate: (b, h, n) log g_t <= 0, or None: no gate.
+        state: (b, h, m, d + 1) [S | z] before these tokens, or None.
+
+    Returns:
+        (numerators (b, h, n, d), denominators (b, h, n, 1), the [S | z] after the last token
+        (b, h, m, d + 1)), all float32.
+    """
+    d = value.shape[-1]
+    if log_gate is not None:  # z decays with S: one op over [V, 1] (d + 1 columns)
+        rows, final = _fla_recurrence(phi_q, phi_k, append_ones(value), log_gate, state)
+        numerator, denominator = rows.float().split([d, 1], dim=-1)
+        return numerator, denominator, final
+    # No gate: fla's op over V alone (d columns: whole tiles, as fla's own linear attention runs), and z as
+    # a float32 prefix sum of the key features, z_t = z_0 + sum_{j <= t} phi_k(k_j): (b, h, n, m).
+    numerator, final = _fla_recurrence(phi_q, phi_k, value, None, None if state is None else state[..., :d])
+    running = phi_k.float().cumsum(2)
+    if state is not None:
+        running = running + state[:, :, None, :, d].float()  # z_0 (b, h, 1, m)
+    denominator = torch.linalg.vecdot(phi_q.float(), running)[..., None]  # (b, h, n, 1)
+    return numerator.float(), denominator, torch.cat([final, running[:, :, -1, :, None]], -1)
 
 
 def _shift_gates(key, mask, maps, state: KernelState | None):
@@ -192,7 +227,8 @@ def kernelized_fla(core, query, key, value, mask, state: KernelState | None = No
     the :class:`KernelState` after the last token)."""
     maps = core.feature_maps(query, mask)
     keep = None if mask is None else mask[:, None, :, None]  # (b, 1, n, 1)
-    value_ones = append_ones(value if keep is None else value.masked_fill(~keep, 0.0))  # (b, h, n, d + 1)
+    if keep is not None:
+        value = value.masked_fill(~keep, 0.0)  # (b, h, n, d)
     shift = log_gate = None
     if maps.key_maxima is None:
         phi_k = maps.key_features(key, keep)  # (b, h, n, m), 0 at padded keys
@@ -201,8 +237,7 @@ def kernelized_fla(core, query, key, value, mask, state: KernelState | None = No
         phi_k = maps.key_features(key, keep, level)  # relative to each key's own level: each <= 1
     phi_q = maps.query_features(maps.query)  # (b, h, n, m)
     carried = None if state is None else state.sums
-    rows, sums = gated_linear_attention(phi_q, phi_k, value_ones, log_gate, carried)
-    numerator, denominator = rows.split([rows.shape[-1] - 1, 1], dim=-1)
+    numerator, denominator, sums = linear_attention_rows(phi_q, phi_k, value, log_gate, carried)
     output = (numerator / (denominator + core.config.eps)).to(query.dtype)
     return output, KernelState(sums.to(torch.promote_types(value.dtype, torch.float32)), shift)
 
@@ -219,19 +254,19 @@ def _attend_kernelized(core, query, key, value, inputs, state=None, return_state
 def _rfa_causal(core, query, key, value, mask, state: torch.Tensor | None = None):
     """RFA's gated causal form through fla (the form of ``core.causal_in_float32``): (output (b, h, n, d),
     the [S | z] (b, h, 2m, d + 1) after the last token)."""
-    d = value.shape[-1]
-    value_ones = append_ones(value)  # (b, h, n, d + 1)
-    if mask is not None:  # padded steps: no contribution, and g = 1 (log_gates), as the reference
-        keep = mask[:, None, :, None]
-        key, value_ones = key.masked_fill(~keep, 0.0), value_ones.masked_fill(~keep, 0.0)
+    keep = None if mask is None else mask[:, None, :, None]  # (b, 1, n, 1)
+    if keep is not None:  # padded steps: no contribution, and g = 1 (log_gates), as the reference
+        key, value = key.masked_fill(~keep, 0.0), value.masked_fill(~keep, 0.0)
     log_g, log_keep = core.log_gates(key, mask)  # (b, h, n) each
     phi_q, phi_k = core.feature_map(query), core.feature_map(key)  # (b, h, n, 2m)
+    if keep is not None:  # a zeroed key's features are not 0 (cos 0 = 1): nothing of it may reach z
+        phi_k = phi_k.masked_fill(~keep, 0.0)
     if core.uses_gate:  # k'_t = (1 - g_t) phi(k_t)
         phi_k, gate = phi_k * log_keep.exp()[..., None], log_g
     else:  # plain causal RFA: no gate
         gate = None
-    rows, sums = gated_linear_attention(phi_q, phi_k, value_ones, gate, state)
-    output = rows[..., :d] / rows[..., d:].abs().clamp_min(core.config.eps)
+    numerator, denominator, sums = linear_attention_rows(phi_q, phi_k, value, gate, state)
+    output = numerator / denominator.abs().clamp_min(core.config.eps)
     return output.to(query.dtype), sums
 
 
