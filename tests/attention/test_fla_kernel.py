@@ -59,7 +59,8 @@ def fla_kernels():
 def test_fla_in_an_interpreted_process():
     """The comparisons below, in a fresh process started with TRITON_INTERPRET=1 (module docstring)."""
     others = "not interpreted_process and not names_the_extra"  # this test, and the one for no fla
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", others]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu", __file__]
+    command += ["-k", others]
     result = subprocess.run(
         command,
         env={**child_env(), "TRITON_INTERPRET": "1"},
