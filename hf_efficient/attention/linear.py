@@ -31,6 +31,7 @@ from ._kernel_state import FeatureMaps, Pointwise, plain
 from ._kernelized import KernelizedAttentionCore
 from .base import AttentionCapabilities
 from .config import AttentionConfig
+from .kernels.fla import KERNELIZED_FLA
 from .kernels.kernelized import CHUNKED
 from .kernels.kernelized_parallel import PARALLEL
 from .registry import register_attention
@@ -78,7 +79,8 @@ class LinearAttention(KernelizedAttentionCore):
     """Kernelised attention with phi(x) = elu(x) + 1 (no parameters, no random state)."""
 
     config_class = LinearAttentionConfig
-    kernels = (PARALLEL, CHUNKED)  # auto: parallel on CUDA, chunked elsewhere
+    # auto: parallel on CUDA, chunked elsewhere; fla (the gpu extra) only when forced, until measured
+    kernels = (PARALLEL, CHUNKED, KERNELIZED_FLA)
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
     paper = (
         "Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear "

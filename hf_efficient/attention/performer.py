@@ -46,6 +46,7 @@ from ._kernel_state import FeatureMaps, Pointwise, accumulate_dtype, plain
 from ._kernelized import KernelizedAttentionCore
 from .base import AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
+from .kernels.fla import KERNELIZED_FLA
 from .kernels.kernelized import CHUNKED
 from .kernels.kernelized_parallel import PARALLEL
 from .registry import register_attention
@@ -117,7 +118,8 @@ class PerformerAttention(KernelizedAttentionCore):
     """FAVOR+ with a persistent (m, d) random feature buffer ``projection_matrix``."""
 
     config_class = PerformerConfig
-    kernels = (PARALLEL, CHUNKED)  # auto: parallel on CUDA, chunked elsewhere
+    # auto: parallel on CUDA, chunked elsewhere; fla (the gpu extra) only when forced, until measured
+    kernels = (PARALLEL, CHUNKED, KERNELIZED_FLA)
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
     paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
     cost = "O(n·m·d)"

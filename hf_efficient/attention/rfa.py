@@ -59,6 +59,7 @@ from .base import AttentionCapabilities, AttentionCore, AttentionOutput, Attenti
 from .cache import RecurrentStateLayer
 from .config import AttentionConfig
 from .inputs import AttentionInputs
+from .kernels.fla import RFA_FLA
 from .kernels.rfa import CHUNKED
 from .registry import register_attention
 from .utils import orthogonal_gaussian_features
@@ -103,7 +104,7 @@ class RFAConfig(AttentionConfig):
 @register_attention("rfa")
 class RandomFeatureAttention(AttentionCore):
     config_class = RFAConfig
-    kernels = (CHUNKED,)
+    kernels = (CHUNKED, RFA_FLA)  # fla (the gpu extra): only when forced, until measured
     capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
     paper = "Peng et al. 2021, Random Feature Attention (ICLR)"
     cost = "O(n·m·d)"

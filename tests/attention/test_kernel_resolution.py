@@ -8,7 +8,7 @@ import torch
 
 from hf_efficient import EfficientBertForCausalLM
 from hf_efficient.attention import AttentionInputs
-from hf_efficient.attention.kernels import kernelized, kernelized_parallel
+from hf_efficient.attention.kernels import fla, kernelized, kernelized_parallel
 
 from ..models.text.helpers import tiny_causal_config
 from .helpers import make_core, make_qkv
@@ -17,7 +17,9 @@ from .helpers import make_core, make_qkv
 def test_auto_resolves_the_kernels_declared_for_the_device():
     core = make_core("linear")
     assert core.resolve_kernels("cpu") == (kernelized.CHUNKED,)  # the parallel engine: CUDA only
-    assert core.resolve_kernels(torch.device("cuda", 0)) == (kernelized_parallel.PARALLEL, kernelized.CHUNKED)
+    # fla (the gpu extra) last: "auto" reaches it only where the package's own kernels cannot serve
+    on_cuda = (kernelized_parallel.PARALLEL, kernelized.CHUNKED, fla.KERNELIZED_FLA)
+    assert core.resolve_kernels(torch.device("cuda", 0)) == on_cuda
     assert make_core("linear", implementation="parallel").resolve_kernels("cpu") == (
         kernelized_parallel.PARALLEL,
     )
@@ -84,7 +86,7 @@ def test_attn_implementation_is_the_one_knob_for_kernels_and_exact_softmax():
     model.set_attn_implementation("eager")  # transformers' function for full; the saved choices again
     assert (linear.config.implementation, full.config.implementation) == ("reference", "auto")
     assert model.attention_inputs(1, 5).attn_implementation == "eager"
-    choices = "kernel choices: auto, chunked, flex, hf, parallel, reference\\."  # of linear and full
+    choices = "kernel choices: auto, chunked, fla, flex, hf, parallel, reference\\."  # of linear and full
     with pytest.raises(ValueError, match=f"'native' is neither .* {choices}"):
         model.set_attn_implementation("native")  # longformer's or bigbird's, none of this model's
     assert model.config._attn_implementation == "eager"  # refused before anything changed

@@ -25,7 +25,7 @@ def _inputs(causal: bool):
 @pytest.mark.parametrize("attention_type", ["linear", "performer"])
 def test_auto_takes_the_parallel_engine_on_cuda_and_the_chunked_one_elsewhere(attention_type):
     core = make_core(attention_type)
-    assert [kernel.name for kernel in core.kernels] == ["parallel", "chunked"]
+    assert [kernel.name for kernel in core.kernels] == ["parallel", "chunked", "fla"]
     assert core.kernel_for(_query(False), _inputs(False)).name == "chunked"
     assert core.kernel_for(_query(True), _inputs(False)).name == "parallel"
     # the causal form of a shifted feature map (Performer's softmax kernel) scans its blocks: chunked
