@@ -20,6 +20,7 @@ OPTIONAL = (
     "onnx",
     "onnxscript",
     "onnxruntime",
+    "fla",
 )
 
 CORE_RUN = """

@@ -3,7 +3,8 @@
 The mixins come from the installed transformers version's source distribution (``make upstream-tests``
 fetches it into build/; :mod:`tests.upstream.sdist`); without it this module skips. The testers are ours,
 written as transformers writes its BERT and ViT testers, and every test class runs once per attention type
-in :data:`ATTENTION_TYPES`. Every test skipped or expected to fail, and why, is in
+in :data:`ATTENTION_TYPES` (the other types than ``full`` are marked ``slow``: `make test-fast` runs the
+mixins on exact attention, `make test` on every type). Every test skipped or expected to fail, and why, is in
 :mod:`tests.upstream.expectations`; nothing else here decides one.
 """
 
@@ -185,6 +186,8 @@ def _model_test_class(group: str, attention_type: str) -> type:
     mixins = (UPSTREAM.modeling.ModelTesterMixin,)
     if any(model_class.can_generate() for model_class in classes):  # as upstream's testers of generators
         mixins += (UPSTREAM.modeling.GenerationTesterMixin,)
+    if attention_type != "full":  # `make test-fast` keeps the exact type's run; CI runs every type
+        body["pytestmark"] = [pytest.mark.slow]
     cls = type(name, (*mixins, unittest.TestCase), body)
     return apply_expectations(cls, group, attention_type)
 
