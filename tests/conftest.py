@@ -17,6 +17,9 @@ assertion rewriting so their failures show the compared values.
 """
 
 import os
+import re
+import subprocess
+from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,6 +67,43 @@ def _one_at_a_time(request, tmp_path_factory):
     # the parent of a worker's basetemp is the run's own folder, which every worker of the run shares
     with FileLock(tmp_path_factory.getbasetemp().parent / "one_at_a_time.lock"):
         yield
+
+
+_PROCESS_MARKERS = ("slow", "distributed")
+# what makes a fresh interpreter cost seconds here: a `python -c` program naming none of these is allowed
+_HEAVY_IMPORTS = re.compile(r"\b(torch|transformers|datasets|accelerate|hf_efficient|benchmarks)\b")
+
+
+def _starts_our_stack(argv) -> bool:
+    """Whether ``argv`` (a Popen argument) starts a Python interpreter that imports torch or this package: a
+    script, a module (``-m``), or a ``-c`` program importing them."""
+    argv = [str(a) for a in ([argv] if isinstance(argv, (str, os.PathLike)) else argv)]
+    if not argv or "python" not in Path(argv[0].split()[0]).name:
+        return False
+    return not (len(argv) > 2 and argv[1] == "-c" and not _HEAVY_IMPORTS.search(argv[2]))
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_interpreter(request, monkeypatch):
+    """A test not marked ``slow`` or ``distributed`` may not start a Python interpreter that imports torch or
+    this package (seconds of imports each on this machine): `make test-fast` stays fast only while its tests
+    run in-process. Such a start fails the test with the fix."""
+    if any(request.node.get_closest_marker(name) for name in _PROCESS_MARKERS):
+        yield
+        return
+    original = subprocess.Popen.__init__
+
+    def refuse_our_stack(self, args, *rest, **kwargs):
+        if _starts_our_stack(args):
+            shown = args if isinstance(args, str) else " ".join(map(str, args))
+            raise AssertionError(
+                f"{request.node.nodeid} starts a Python interpreter ({shown[:120]}): mark it "
+                "@pytest.mark.slow (pyproject.toml: fresh interpreters are slow), or run the code in-process"
+            )
+        original(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse_our_stack)
+    yield
 
 
 def _script_fixture(name: str):
