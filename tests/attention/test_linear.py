@@ -101,7 +101,7 @@ def test_gradcheck(causal):
     mask[0, 7:] = False
     attend = lambda a, b, c: core(a, b, c, attention_mask=mask, is_causal=causal).output  # noqa: E731
     assert torch.autograd.gradcheck(attend, (q, k, v))
-    assert torch.autograd.gradgradcheck(attend, (q, k, v))
+    assert torch.autograd.gradgradcheck(attend, (q, k, v), fast_mode=True)  # a random projection
 
 
 def test_feature_map_keeps_its_output_not_the_queries_and_keys():
