@@ -277,11 +277,14 @@ def serve_it_commands(text: str) -> list[str]:
 def test_serve_it_commands_of_the_docs(tmp_path, export, serve_onnx, capsys):
     """The two commands of docs/serving.md on a tiny fine-tuned-style folder with its tokenizer (the page's
     folder comes from `make demo`): the export writes the program, the ONNX file and export.json within the
-    tolerances, and serving prints a label per text."""
+    tolerances, and serving prints a label per text. The commands and the page's snippet export three times
+    (the script, the snippet's export_folder and its export_onnx): on the cheapest model (full attention, one
+    layer), as the demo's longformer took three times as long; what these check does not depend on the type
+    (longformer's export, ONNX Runtime at unseen lengths, is test_every_type_exports_and_matches)."""
     commands = serve_it_commands(DOCS.read_text())
     assert len(commands) == 2
     trained, serving = tmp_path / "rotten_tomatoes", tmp_path / "serving"
-    EfficientBertForSequenceClassification(tiny_config("longformer")).save_pretrained(trained)
+    EfficientBertForSequenceClassification(tiny_config("full", **HEAD_EXPORT)).save_pretrained(trained)
     from transformers import BertTokenizerFast
 
     BertTokenizerFast(vocab_file=str(write_vocab(trained))).save_pretrained(trained)
@@ -328,7 +331,7 @@ def test_export_folder_refuses_a_mismatch_over_the_tolerance(tmp_path):
     a tolerance of 1e-12 the export fails and says by how much (the program itself matches eager exactly,
     so the ONNX comparison is the one that can fail here)."""
     trained = tmp_path / "model"
-    EfficientBertForSequenceClassification(tiny_config("linear")).save_pretrained(trained)
+    EfficientBertForSequenceClassification(tiny_config("linear", **HEAD_EXPORT)).save_pretrained(trained)
     with pytest.raises(ValueError, match=r"ONNX Runtime differs from the model by .* \(tolerance 1e-12\)"):
         export_folder(trained, tmp_path / "serving", onnx_tolerance=1e-12)
     manifest = json.loads((tmp_path / "serving" / "export.json").read_text())
@@ -381,7 +384,7 @@ def test_serve_onnx_classifies_image_files_like_the_model(tmp_path, export, serv
 
     from hf_efficient import EfficientViTForImageClassification, EfficientViTImageProcessor
 
-    model = EfficientViTForImageClassification(tiny_vit_config("full", num_labels=3))
+    model = EfficientViTForImageClassification(tiny_vit_config("full", num_labels=3, **HEAD_EXPORT))
     processor = EfficientViTImageProcessor.for_config(model.config)
     processor.save_pretrained(tmp_path / "trained")
     rng = np.random.default_rng(0)
@@ -405,7 +408,9 @@ def test_serve_onnx_classifies_graph_records_like_the_model(tmp_path, export, se
 
     from .models.graph.helpers import base_records
 
-    model = EfficientGraphForGraphClassification(attention_type_config("graph_sparse", "transformer"))
+    model = EfficientGraphForGraphClassification(
+        attention_type_config("graph_sparse", "transformer", **HEAD_EXPORT)
+    )
     records = [{key: value for key, value in r.items() if key != "y"} for r in base_records()]  # no labels
     lines = tmp_path / "graphs.jsonl"
     lines.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -445,8 +450,9 @@ runpy.run_path("scripts/export.py", run_name="__main__")
 
 @pytest.mark.slow  # a fresh interpreter: the exporter says these once per process
 def test_export_prints_its_steps_and_none_of_the_exporters_noise(tmp_path):
+    """The script's output, whatever it exports: the cheapest model (full attention, one layer)."""
     trained = tmp_path / "model"
-    EfficientBertForSequenceClassification(tiny_config("longformer")).save_pretrained(trained)
+    EfficientBertForSequenceClassification(tiny_config("full", **HEAD_EXPORT)).save_pretrained(trained)
     from transformers import BertTokenizerFast
 
     BertTokenizerFast(vocab_file=str(write_vocab(trained))).save_pretrained(trained)
