@@ -71,6 +71,12 @@ model.register_for_auto_class("AutoModelForMaskedLM")
 model.push_to_hub("user/tiny-efficient-bert")
 model.save_pretrained(scratch, push_to_hub=True, repo_id="user/tiny-efficient-bert-saved")
 """
+# The pushing interpreter then loads the plain repo by id (hf_efficient is imported there, as it must be for
+# a repo without remote code): LOAD_AND_RUN on the arguments after PUSH's two.
+PUSH_THEN_LOAD = (
+    PUSH.replace("folder, scratch = sys.argv[1:]", "folder, scratch = sys.argv[1:3]\nsys.argv[1:3] = []")
+    + LOAD_AND_RUN
+)
 
 
 @pytest.fixture(scope="module")
@@ -161,13 +167,18 @@ def test_a_model_loaded_from_a_remote_code_folder_saves_the_code_its_auto_map_na
     assert not list((tmp_path / "plain").glob("*.py"))
 
 
-@pytest.mark.slow  # three fresh interpreters and a local hub server
+@pytest.mark.slow  # two fresh interpreters and a local hub server
 def test_push_to_hub_and_load_back_in_fresh_processes(reference, tmp_path):
+    """Push in a fresh interpreter, which then loads the plain repo back by id (PUSH_THEN_LOAD: a third
+    interpreter for that load checked nothing more); load the remote-code repos in another where importing
+    hf_efficient fails."""
     model, plain, expected = reference
     python = set(export_remote_code(model, tmp_path / "exported"))
+    plain_repo, plain_out = "user/tiny-efficient-bert-plain", tmp_path / "plain.pt"
     with LocalHub() as hub:
         env = hub.client_env(tmp_path / "hf_home_push")
-        run_python(PUSH, plain, tmp_path / "scratch", env=env, cwd=tmp_path)
+        load = [plain / "inputs.pt", plain_out, "local", plain_repo]
+        run_python(PUSH_THEN_LOAD, plain, tmp_path / "scratch", *load, env=env, cwd=tmp_path)
 
         def pushed(repo_id: str) -> set[str]:
             return set(hub.repos[repo_id].tree("main")[1])
@@ -194,12 +205,6 @@ def test_push_to_hub_and_load_back_in_fresh_processes(reference, tmp_path):
             assert all(module.startswith("transformers_modules.") for module in results[repo_id]["classes"])
             assert_identical(results[repo_id], expected)
 
-        out = tmp_path / "plain.pt"
-        env = hub.client_env(tmp_path / "hf_home_plain")
-        plain_repo = "user/tiny-efficient-bert-plain"
-        run_python(
-            "import hf_efficient\n" + LOAD_AND_RUN, plain / "inputs.pt", out, "local", plain_repo, env=env
-        )
-        results = torch.load(out)
+        results = torch.load(plain_out)
         assert results[plain_repo]["classes"][0] == "hf_efficient.models.text.modeling_efficient_bert"
         assert_identical(results[plain_repo], expected)

@@ -28,6 +28,14 @@ script, *sys.argv[1:] = sys.argv[1:]
 sys.argv[0] = script
 runpy.run_path(script, run_name="__main__")
 """
+# Several script runs, one after another, in one interpreter (argv[1]: a JSON list of [script, arguments]):
+# each interpreter start imports torch, transformers and the hub client again, the larger part of a tiny run.
+RUN_SCRIPTS = """
+import json, runpy, sys
+for script, args in json.loads(sys.argv[1]):
+    sys.argv = [script, *args]
+    runpy.run_path(script, run_name="__main__")
+"""
 
 LOAD_REMOTE = """
 import json, sys
@@ -35,24 +43,27 @@ import numpy as np
 from PIL import Image
 from transformers import AutoImageProcessor, AutoModelForTokenClassification, pipeline
 
-kind, repo_id, out = sys.argv[1:]
-result = {}
-if kind == "text":
-    fill = pipeline("fill-mask", model=repo_id, trust_remote_code=True)
-    result["predictions"] = len(fill("this movie was [MASK] ."))
-    result["module"] = type(fill.model).__module__
-elif kind == "vision":
-    processor = AutoImageProcessor.from_pretrained(repo_id, trust_remote_code=True)
-    result["processor"] = [type(processor).__module__, type(processor).__name__]
-    classify = pipeline("image-classification", model=repo_id, trust_remote_code=True)
-    image = Image.fromarray(np.arange(20 * 30 * 3, dtype=np.uint8).reshape(20, 30, 3))  # RGB, any size
-    result["labels"] = [p["label"] for p in classify(image, top_k=3)]
-    result["module"] = type(classify.model).__module__
-else:
-    model = AutoModelForTokenClassification.from_pretrained(repo_id, trust_remote_code=True)
-    result["module"] = type(model).__module__
-result["hf_efficient_imported"] = any(name.split(".")[0] == "hf_efficient" for name in sys.modules)
-json.dump(result, open(out, "w"))
+out, *kinds = sys.argv[1:]
+results = {}
+for kind in kinds:
+    repo_id, result = f"user/tiny-{kind}", {}
+    if kind == "text":
+        fill = pipeline("fill-mask", model=repo_id, trust_remote_code=True)
+        result["predictions"] = len(fill("this movie was [MASK] ."))
+        result["module"] = type(fill.model).__module__
+    elif kind == "vision":
+        processor = AutoImageProcessor.from_pretrained(repo_id, trust_remote_code=True)
+        result["processor"] = [type(processor).__module__, type(processor).__name__]
+        classify = pipeline("image-classification", model=repo_id, trust_remote_code=True)
+        image = Image.fromarray(np.arange(20 * 30 * 3, dtype=np.uint8).reshape(20, 30, 3))  # RGB, any size
+        result["labels"] = [p["label"] for p in classify(image, top_k=3)]
+        result["module"] = type(classify.model).__module__
+    else:
+        model = AutoModelForTokenClassification.from_pretrained(repo_id, trust_remote_code=True)
+        result["module"] = type(model).__module__
+    results[kind] = result
+results["hf_efficient_imported"] = any(name.split(".")[0] == "hf_efficient" for name in sys.modules)
+json.dump(results, open(out, "w"))
 """
 
 HUB_FLAGS = ["--push_to_hub", "--report_to", "none"]
@@ -93,15 +104,19 @@ def hub_file(hub: LocalHub, repo_id: str, name: str) -> str:
     return hub.repos[repo_id].tree("main")[1][name].decode()
 
 
-@pytest.mark.slow  # fresh interpreters: three training runs that push, three loads without hf_efficient
+@pytest.mark.slow  # two fresh interpreters: four runs that push, then three loads without hf_efficient
 def test_scripts_push_the_filled_card_and_remote_code(data, tmp_path):
+    """The four pushing runs share one interpreter and the three remote-code loads another (an interpreter
+    each took 7 starts, most of the test's time); the hub client's environment is the same for all."""
     with LocalHub() as hub:
         runs = {kind: (kind, f"user/tiny-{kind}", True) for kind in ("text", "vision", "graph")}
         runs["plain"] = ("graph", "user/tiny-graph-plain", False)
+        commands = []
         for name, (kind, repo_id, remote_code) in runs.items():
             script, args = push_args(kind, data, tmp_path / name, repo_id, remote_code)
-            env = hub.client_env(tmp_path / "hf_home_push")
-            run_python(RUN_SCRIPT, SCRIPTS / f"{script}.py", *args, env=env, cwd=tmp_path)
+            commands.append([str(SCRIPTS / f"{script}.py"), [str(arg) for arg in args]])
+        env = hub.client_env(tmp_path / "hf_home_push")
+        run_python(RUN_SCRIPTS, json.dumps(commands), env=env, cwd=tmp_path)
         files = {name: set(hub.repos[repo_id].tree("main")[1]) for name, (_, repo_id, _) in runs.items()}
 
         shipped = {
@@ -125,15 +140,14 @@ def test_scripts_push_the_filled_card_and_remote_code(data, tmp_path):
         assert "pip install hf_efficient" in plain_card and "trust_remote_code" not in plain_card
         assert "| accuracy |" in plain_card and "unknown dataset" not in plain_card
 
-        for kind in ("text", "vision", "graph"):
-            out = tmp_path / f"{kind}.json"
-            env = hub.client_env(tmp_path / f"hf_home_{kind}")
-            run_python(
-                BLOCK_HF_EFFICIENT + LOAD_REMOTE, kind, f"user/tiny-{kind}", out, env=env, cwd=tmp_path
-            )
-            result = json.loads(out.read_text())
-            assert result["hf_efficient_imported"] is False
-            assert result["module"].startswith("transformers_modules.")
+        out, kinds = tmp_path / "loaded.json", ("text", "vision", "graph")
+        env = hub.client_env(tmp_path / "hf_home_load")
+        run_python(BLOCK_HF_EFFICIENT + LOAD_REMOTE, out, *kinds, env=env, cwd=tmp_path)
+        results = json.loads(out.read_text())
+        assert results["hf_efficient_imported"] is False
+        for kind in kinds:
+            result = results[kind]
+            assert result["module"].startswith("transformers_modules."), kind
             if kind == "text":
                 assert result["predictions"] == 5
             elif kind == "vision":
@@ -180,18 +194,20 @@ def test_config_and_image_processor_by_hub_id_honour_revision_and_cache_dir(tmp_
     assert (tmp_path / "cache" / "models--user--tiny-vit").is_dir()
 
 
-@pytest.mark.slow  # a fresh interpreter that trains and pushes
+@pytest.mark.slow  # a fresh interpreter that trains and pushes twice
 def test_a_run_that_saves_checkpoints_pushes_once_at_the_end(tmp_path):
     """transformers' default hub_strategy (every_save) pushes each checkpoint, without the card; ours pushes
-    once, at the end, with it. --hub_strategy every_save gives transformers' pushes back."""
+    once, at the end, with it. --hub_strategy every_save gives transformers' pushes back. Both runs in one
+    interpreter."""
     with LocalHub() as hub:
+        commands = []
         for strategy, repo_id in (("end", "user/once"), ("every_save", "user/every-save")):
             script, args = push_args("graph", {}, tmp_path / strategy, repo_id, remote_code=False)
             args = [*args, "--save_strategy", "steps", "--save_steps", "1"]  # after push_args' "no"
             if strategy != "end":
                 args += ["--hub_strategy", strategy]
-            env = hub.client_env(tmp_path / "hf_home")
-            run_python(RUN_SCRIPT, SCRIPTS / f"{script}.py", *args, env=env, cwd=tmp_path)
+            commands.append([str(SCRIPTS / f"{script}.py"), [str(arg) for arg in args]])
+        run_python(RUN_SCRIPTS, json.dumps(commands), env=hub.client_env(tmp_path / "hf_home"), cwd=tmp_path)
         assert (tmp_path / "end" / "checkpoint-2").is_dir()  # it saved checkpoints, and pushed none
         assert len(hub.repos["user/once"].commits) == 2  # the repository's initial commit, then the run's
         assert "## How to load" in hub_file(hub, "user/once", "README.md")

@@ -161,54 +161,66 @@ def test_encoder_checkpoint_warm_starts_a_decoder(tmp_path):
     assert not any("gate" in name for name, _ in encoder.named_parameters())
 
 
-# Loads a saved causal model with AutoModelForCausalLM (remote code when asked), returns logits and tokens.
+# Loads each saved causal model (one folder per type) with AutoModelForCausalLM (remote code when asked) and
+# saves its logits and tokens: one interpreter for every type.
 LOAD_AND_GENERATE = """
 import sys
 import torch
 from transformers import AutoModelForCausalLM
 
 torch.set_num_threads(1)
-folder, inputs_path, out_path, trust = sys.argv[1:]
+inputs_path, out_path, trust, *folders = sys.argv[1:]
 inputs = torch.load(inputs_path)
-model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=trust == "trust").eval()
-with torch.no_grad():
-    logits = model(**inputs).logits
-tokens = model.generate(**inputs, max_new_tokens=20, do_sample=False, pad_token_id=0)
+results = {}
+for folder in folders:
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=trust == "trust").eval()
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    tokens = model.generate(**inputs, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    results[folder] = {"logits": logits, "tokens": tokens, "module": type(model).__module__}
 imported = any(name.split(".")[0] == "hf_efficient" for name in sys.modules)
-result = {"logits": logits, "tokens": tokens, "module": type(model).__module__, "imported": imported}
-torch.save(result, out_path)
+torch.save({"models": results, "imported": imported}, out_path)
 """
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("attention_type", CAUSAL_TYPES)
-def test_saved_causal_model_generates_identically_in_a_fresh_process(attention_type, tmp_path):
-    """Save (registered for AutoModelForCausalLM, so the flat remote code is written), then in fresh
-    interpreters: with hf_efficient installed, and through trust_remote_code where importing it fails. Logits
-    are identical and greedy generation gives the same 20 tokens."""
-    model = EfficientBertForCausalLM(tiny_causal_config(attention_type)).eval()
-    model.register_for_auto_class("AutoModelForCausalLM")
-    model.save_pretrained(tmp_path / "model")
+@pytest.mark.slow  # two fresh interpreters
+def test_saved_causal_models_generate_identically_in_a_fresh_process(tmp_path):
+    """Every causal type saved (registered for AutoModelForCausalLM, so the flat remote code is written), then
+    loaded in fresh interpreters: one with hf_efficient installed, one through trust_remote_code where
+    importing it fails. Logits are identical and greedy generation gives the same 20 tokens. One interpreter
+    of each kind loads every type's folder (an interpreter per type started 10 processes for one check);
+    a failure names its type."""
     ids, mask = left_padded_batch()
     torch.save({"input_ids": ids, "attention_mask": mask}, tmp_path / "inputs.pt")
-    with torch.no_grad():
-        logits = model(ids, attention_mask=mask).logits
-    tokens = model.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False, pad_token_id=0)
+    expected = {}
+    for attention_type in CAUSAL_TYPES:
+        model = EfficientBertForCausalLM(tiny_causal_config(attention_type)).eval()
+        model.register_for_auto_class("AutoModelForCausalLM")
+        folder = str(tmp_path / attention_type)  # the folder's name is its remote code's module name
+        model.save_pretrained(folder)
+        with torch.no_grad():
+            logits = model(ids, attention_mask=mask).logits
+        tokens = model.generate(ids, attention_mask=mask, max_new_tokens=20, do_sample=False, pad_token_id=0)
+        expected[attention_type] = (folder, logits, tokens)
+    folders = [folder for folder, _, _ in expected.values()]
     installed = "import hf_efficient\n" + LOAD_AND_GENERATE
-    run_python(installed, tmp_path / "model", tmp_path / "inputs.pt", tmp_path / "installed.pt", "no")
+    run_python(installed, tmp_path / "inputs.pt", tmp_path / "installed.pt", "no", *folders)
     run_python(
         BLOCK_HF_EFFICIENT + LOAD_AND_GENERATE,
-        tmp_path / "model",
         tmp_path / "inputs.pt",
         tmp_path / "remote.pt",
         "trust",
+        *folders,
     )
     for name, imported in (("installed", True), ("remote", False)):
         result = torch.load(tmp_path / f"{name}.pt")
-        assert result["imported"] is imported
-        assert result["module"].startswith("hf_efficient" if imported else "transformers_modules")
-        torch.testing.assert_close(result["logits"], logits, atol=0, rtol=0)
-        assert torch.equal(result["tokens"], tokens)
+        assert result["imported"] is imported, name
+        for attention_type, (folder, logits, tokens) in expected.items():
+            got = result["models"][folder]
+            where = f"{attention_type} ({name})"
+            assert got["module"].startswith("hf_efficient" if imported else "transformers_modules"), where
+            assert torch.equal(got["logits"], logits), where
+            assert torch.equal(got["tokens"], tokens), where
 
 
 @pytest.mark.parametrize("attention_type", CAUSAL_TYPES)
