@@ -1,11 +1,13 @@
 """Every code block of README.md and docs/*.md runs, so the documentation cannot rot.
 
 The python blocks of a page run in one fresh interpreter (offline, one thread) from the repository root, in
-order (a later block may use what an earlier one defined). The bash blocks of a page run in order, each in
-one shell, every command as documented with its outputs moved into a temporary folder and, for long
-commands, the budget flags of the block's marker appended (tests/docs_blocks.py; the markers are described
-in docs/contributing.md, "Documentation"). A block that does not run here says why (set-up, the network, a
-GPU), or names the test that runs it with checks of what it produces.
+order (a later block may use what an earlier one defined). The bash blocks of a page run one group per test
+(tests/docs_blocks.py::block_groups: a block with the earlier blocks whose outputs it reads, so independent
+blocks run in parallel), in order, each in one shell, every command as documented with its outputs moved
+into a temporary folder, one seed, and, for long commands, the budget flags of the block's marker
+appended (tests/docs_blocks.py; the markers are described in docs/contributing.md, "Documentation").
+A block that does not run here says why (set-up, the network, a GPU), or names the test that runs it with
+checks of what it produces.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from .docs_blocks import (
     PAGES,
     ROOT,
     Block,
+    block_groups,
     page_blocks,
     python_script,
     run_bash_block,
@@ -133,6 +136,10 @@ def test_bash_commands_are_read_as_a_shell_reads_them(tmp_path):
     assert f"--output_dir {tmp_path}/runs/a" in script
     assert module.startswith(f"{bin_dir}/python -m benchmarks.attention --out {tmp_path}/benchmarks/results/")
     assert without_comment("echo 'a # b' # c") == "echo 'a # b' "
+    seeds = Block(
+        page=block.page, line=1, language="bash", code="python -m benchmarks.seeds --seeds 0 1 2 --out x"
+    )
+    assert runnable_commands(seeds, tmp_path) == ["python -m benchmarks.seeds --seeds 0 --out x"]  # one seed
 
 
 @pytest.mark.slow  # a fresh interpreter per page
@@ -144,15 +151,34 @@ def test_python_blocks_run(page, tmp_path):
     run_python(python_script(blocks, tmp_path), env={"HF_HOME": str(tmp_path / "hf_home")}, cwd=ROOT)
 
 
+def bash_groups() -> list[tuple[Path, list[Block]]]:
+    """The groups of bash blocks the docs tests run (pages with a test of their own left out)."""
+    return [
+        (page, group)
+        for page in pages_with("bash")
+        if page.name not in OWN_TEST
+        for group in block_groups([block for block in runnable(page, "bash") if block.kind != "run-by"])
+    ]
+
+
+def group_id(page_and_group) -> str:
+    page, group = page_and_group
+    return f"{page.name}:{'+'.join(str(block.line) for block in group)}"
+
+
+def test_blocks_that_read_earlier_outputs_share_a_group():
+    """The fine-tunes of results.md read the pretrained model, the long-document runs their data, the
+    summaries the runs; independent blocks are groups of their own."""
+    groups = {group_id(item) for item in bash_groups()}
+    assert {"results.md:42+52", "results.md:85", "results.md:354+405+424"} <= groups
+    assert {"benchmarks.md:112+116", "benchmarks.md:197+202", "text.md:188+200"} <= groups
+
+
 @pytest.mark.slow  # tiny training runs and benchmarks, a fresh interpreter per command
-@pytest.mark.parametrize("page", pages_with("bash"), ids=lambda p: p.name)
-def test_bash_blocks_run(page, tmp_path):
-    """A page of several commands takes over a minute: each runs as documented, in a fresh interpreter (the
-    point of the test), at the budget its marker gives."""
-    if page.name in OWN_TEST:
-        pytest.skip(f"{OWN_TEST[page.name]} runs the commands of {page.name}")
-    blocks = [block for block in runnable(page, "bash") if block.kind != "run-by"]
-    if not blocks:
-        pytest.skip(f"every bash block of {page.name} is marked skip or run by another test")
-    for block in blocks:
+@pytest.mark.parametrize("page_and_group", bash_groups(), ids=group_id)
+def test_bash_blocks_run(page_and_group, tmp_path):
+    """The blocks of one group (the test id: the page and their first lines) in order, each command as
+    documented, in a fresh interpreter (the point of the test), at the budget its marker gives."""
+    _, group = page_and_group
+    for block in group:
         run_bash_block(block, tmp_path)
