@@ -63,6 +63,7 @@ class Block:
     code: str
     kind: str | None = None  # "skip", "budget", "run-by", or None: the block runs as written
     value: str | None = None  # the skip reason, the budget's flags, or the test that runs the block
+    part: tuple[int, int] | None = None  # (i, n): the i-th of n parts of the block's commands, run apart
 
     @property
     def where(self) -> str:
