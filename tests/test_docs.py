@@ -209,7 +209,10 @@ def test_blocks_that_read_earlier_outputs_share_a_group():
 @pytest.mark.parametrize("page_and_group", bash_groups(), ids=group_id)
 def test_bash_blocks_run(page_and_group, tmp_path):
     """The blocks of one group (the test id: the page and their first lines) in order, each command as
-    documented, in a fresh interpreter (the point of the test), at the budget its marker gives."""
+    documented, in a fresh interpreter (the point of the test), at the budget its marker gives. Each command
+    costs 5-15 s on a loaded 2-core machine (the interpreter, torch and transformers; MiniLM for a
+    fine-tune) however small its budget; the longest groups, results.md's long-document runs (five
+    commands, each reading what the one before wrote) and its pretrain-then-fine-tune, take 40-60 s."""
     _, group = page_and_group
     for block in group:
         run_bash_block(block, tmp_path)
