@@ -14,6 +14,17 @@ never writes into the checkout (nor over a committed reference result). ``.venv/
 this interpreter, so the commands run with the environment the tests run in. A budget's flags are appended
 to every command that runs a script (``scripts/*.py``) or a module (``-m name``); argparse keeps the last
 value of a flag, so they override the documented ones.
+
+Every command runs one seed: ``--seeds 0 1 2`` (the seeds runner ``benchmarks.seeds``, the grid of
+``benchmarks.studies.mqar``) becomes ``--seeds 0``. That the command as documented parses and runs needs one
+seed; running several, resuming and the summary over seeds are the runner's own tests
+(tests/benchmarks/test_seeds.py::test_three_seeds_aggregated_by_hand,
+::test_resumes_only_what_is_missing_and_refuses_another_command).
+
+A later block of a page may read what an earlier one wrote (a fine-tune of the pretrained model under
+``runs/seeds/demo_mlm``). :func:`block_groups` keeps such blocks together: two blocks belong to one group when
+a path under ``runs/`` or ``benchmarks/results/`` of one is the other's or inside it. The tests run one group
+at a time, its blocks in order in one scratch folder, so independent blocks can run in parallel.
 """
 
 from __future__ import annotations
@@ -35,6 +46,10 @@ OUTPUT_PATH = re.compile(r"(?<![\w/.-])(?=(?:runs|benchmarks/results)/)")
 VENV_BIN = re.compile(r"(?<![\w/.-])\.venv/bin/")
 RUNS_PROGRAM = re.compile(r"(?:^|\s)(?:\S*/)?scripts/\S+\.py(?:\s|$)|(?:^|\s)-m\s+\S")
 # not a placeholder such as benchmarks.seeds' "{output_dir}", which the runner fills in under its --out
+# "--seeds 0 1 2" -> "--seeds 0": the docs tests run one seed (module docstring)
+SEVERAL_SEEDS = re.compile(r"(--seeds\s+\d+)(?:\s+\d+)+(?=\s|$)")
+# a path the docs' outputs live under, up to a placeholder ("seed_{seed}" -> "seed_") or a shell character
+DOCS_PATH = re.compile(r"(?<![\w/.-])(?:runs|benchmarks/results)/[^\s'\"{}$;)]*")
 OUTPUT_FLAG = re.compile(r"--(?:output_dir|out)\s+(?P<path>(?!\{)\S+)")
 
 
@@ -48,6 +63,7 @@ class Block:
     code: str
     kind: str | None = None  # "skip", "budget", "run-by", or None: the block runs as written
     value: str | None = None  # the skip reason, the budget's flags, or the test that runs the block
+    part: tuple[int, int] | None = None  # (i, n): the i-th of n parts of the block's commands, run apart
 
     @property
     def where(self) -> str:
@@ -96,6 +112,36 @@ def without_comment(line: str) -> str:
     return line
 
 
+def one_seed(command: str) -> str:
+    """``command`` with ``--seeds a b c`` cut to ``--seeds a`` (the docs tests run one seed)."""
+    return SEVERAL_SEEDS.sub(r"\1", command)
+
+
+def docs_paths(block: Block) -> set[str]:
+    """The paths under ``runs/`` and ``benchmarks/results/`` that ``block`` (its budget too) names."""
+    text = block.code + (f" {block.value}" if block.kind == "budget" else "")
+    return {path.rstrip("/") for path in DOCS_PATH.findall(text)}
+
+
+def shares_a_path(a: set[str], b: set[str]) -> bool:
+    """Whether a path of ``a`` is a path of ``b`` or a folder above or below one."""
+    return any(x == y or x.startswith(f"{y}/") or y.startswith(f"{x}/") for x in a for y in b)
+
+
+def block_groups(blocks: list[Block]) -> list[list[Block]]:
+    """``blocks`` (of one page, in order) in groups that share no path under ``runs/`` or
+    ``benchmarks/results/``: a block that reads what another writes is in the other's group. Each group
+    keeps the page's order and the groups are ordered by their first block."""
+    groups: list[list[Block]] = []
+    for block in blocks:
+        paths = docs_paths(block)
+        joined = [group for group in groups if any(shares_a_path(paths, docs_paths(b)) for b in group)]
+        merged = [b for group in joined for b in group] + [block]
+        groups = [group for group in groups if group not in joined] + [sorted(merged, key=lambda b: b.line)]
+        groups.sort(key=lambda group: group[0].line)
+    return groups
+
+
 def in_scratch(code: str, scratch: Path) -> str:
     """``code`` with its output paths (``runs/...``, ``benchmarks/results/...``) inside ``scratch`` and
     ``.venv/bin/`` replaced by the folder of this interpreter."""
@@ -110,13 +156,13 @@ def with_budget(command: str, budget: str | None) -> str:
 
 def runnable_commands(block: Block, scratch: Path, replacements: dict[str, str] | None = None) -> list[str]:
     """The commands of a bash block as the tests run them: ``replacements`` (documented text -> text) applied,
-    the budget appended, outputs (the budget's too) in ``scratch``."""
+    the budget appended, one seed, outputs (the budget's too) in ``scratch``."""
     budget = block.value if block.kind == "budget" else None
     commands = []
     for command in block.commands():
         for documented, replacement in (replacements or {}).items():
             command = command.replace(documented, replacement)
-        commands.append(in_scratch(with_budget(command, budget), scratch))
+        commands.append(in_scratch(one_seed(with_budget(command, budget)), scratch))
     return commands
 
 

@@ -1,15 +1,18 @@
 """Every code block of README.md and docs/*.md runs, so the documentation cannot rot.
 
 The python blocks of a page run in one fresh interpreter (offline, one thread) from the repository root, in
-order (a later block may use what an earlier one defined). The bash blocks of a page run in order, each in
-one shell, every command as documented with its outputs moved into a temporary folder and, for long
-commands, the budget flags of the block's marker appended (tests/docs_blocks.py; the markers are described
-in docs/contributing.md, "Documentation"). A block that does not run here says why (set-up, the network, a
-GPU), or names the test that runs it with checks of what it produces.
+order (a later block may use what an earlier one defined). The bash blocks of a page run one group per test
+(tests/docs_blocks.py::block_groups: a block with the earlier blocks whose outputs it reads, so independent
+blocks run in parallel), in order, each in one shell, every command as documented with its outputs moved
+into a temporary folder, one seed, and, for long commands, the budget flags of the block's marker
+appended (tests/docs_blocks.py; the markers are described in docs/contributing.md, "Documentation").
+A block that does not run here says why (set-up, the network, a GPU), or names the test that runs it with
+checks of what it produces.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 import sys
@@ -23,6 +26,7 @@ from .docs_blocks import (
     PAGES,
     ROOT,
     Block,
+    block_groups,
     page_blocks,
     python_script,
     run_bash_block,
@@ -133,6 +137,10 @@ def test_bash_commands_are_read_as_a_shell_reads_them(tmp_path):
     assert f"--output_dir {tmp_path}/runs/a" in script
     assert module.startswith(f"{bin_dir}/python -m benchmarks.attention --out {tmp_path}/benchmarks/results/")
     assert without_comment("echo 'a # b' # c") == "echo 'a # b' "
+    seeds = Block(
+        page=block.page, line=1, language="bash", code="python -m benchmarks.seeds --seeds 0 1 2 --out x"
+    )
+    assert runnable_commands(seeds, tmp_path) == ["python -m benchmarks.seeds --seeds 0 --out x"]  # one seed
 
 
 @pytest.mark.slow  # a fresh interpreter per page
@@ -144,15 +152,67 @@ def test_python_blocks_run(page, tmp_path):
     run_python(python_script(blocks, tmp_path), env={"HF_HOME": str(tmp_path / "hf_home")}, cwd=ROOT)
 
 
+# Blocks of many commands, each a whole grid run that resumes from the folder it shares with the others, so
+# any part of the block runs alone: (page, text of the block) -> the number of tests its commands run in.
+# results.md's MQAR sweep is eleven commands of ~10 s each (the interpreter and the registry's import).
+IN_PARTS = {("results.md", "benchmarks.studies.mqar run --causal"): 3}
+
+
+def in_parts(page: Path, group: list[Block]) -> list[list[Block]]:
+    """``group`` as one test, or, for a block of :data:`IN_PARTS`, its commands in consecutive parts."""
+    parts = next(
+        (n for (name, text), n in IN_PARTS.items() if name == page.name and text in group[0].code), 1
+    )
+    if len(group) > 1 or parts == 1:
+        return [group]
+    commands = group[0].commands()
+    size = -(-len(commands) // parts)
+    return [
+        [dataclasses.replace(group[0], code="\n".join(commands[i : i + size]), part=(i // size + 1, parts))]
+        for i in range(0, len(commands), size)
+    ]
+
+
+def bash_groups() -> list[tuple[Path, list[Block]]]:
+    """The groups of bash blocks the docs tests run (pages with a test of their own left out)."""
+    return [
+        (page, part)
+        for page in pages_with("bash")
+        if page.name not in OWN_TEST
+        for group in block_groups([block for block in runnable(page, "bash") if block.kind != "run-by"])
+        for part in in_parts(page, group)
+    ]
+
+
+def group_id(page_and_group) -> str:
+    page, group = page_and_group
+    part = f"-part{group[0].part[0]}of{group[0].part[1]}" if group[0].part else ""
+    return f"{page.name}:{'+'.join(str(block.line) for block in group)}{part}"
+
+
+def test_every_block_run_in_parts_exists():
+    for (name, text), _ in IN_PARTS.items():
+        assert any(text in block.code for block in page_blocks(ROOT / "docs" / name)), (name, text)
+    ids = {group_id(item) for item in bash_groups()}
+    assert {"results.md:511-part1of3", "results.md:511-part3of3"} <= ids
+
+
+def test_blocks_that_read_earlier_outputs_share_a_group():
+    """The fine-tunes of results.md read the pretrained model, the long-document runs their data, the
+    summaries the runs; independent blocks are groups of their own."""
+    groups = {group_id(item) for item in bash_groups()}
+    assert {"results.md:42+52", "results.md:85", "results.md:354+405+424"} <= groups
+    assert {"benchmarks.md:112+116", "benchmarks.md:197+202", "text.md:188+200"} <= groups
+
+
 @pytest.mark.slow  # tiny training runs and benchmarks, a fresh interpreter per command
-@pytest.mark.parametrize("page", pages_with("bash"), ids=lambda p: p.name)
-def test_bash_blocks_run(page, tmp_path):
-    """A page of several commands takes over a minute: each runs as documented, in a fresh interpreter (the
-    point of the test), at the budget its marker gives."""
-    if page.name in OWN_TEST:
-        pytest.skip(f"{OWN_TEST[page.name]} runs the commands of {page.name}")
-    blocks = [block for block in runnable(page, "bash") if block.kind != "run-by"]
-    if not blocks:
-        pytest.skip(f"every bash block of {page.name} is marked skip or run by another test")
-    for block in blocks:
+@pytest.mark.parametrize("page_and_group", bash_groups(), ids=group_id)
+def test_bash_blocks_run(page_and_group, tmp_path):
+    """The blocks of one group (the test id: the page and their first lines) in order, each command as
+    documented, in a fresh interpreter (the point of the test), at the budget its marker gives. Each command
+    costs 5-15 s on a loaded 2-core machine (the interpreter, torch and transformers; MiniLM for a
+    fine-tune) however small its budget; the longest groups, results.md's long-document runs (five
+    commands, each reading what the one before wrote) and its pretrain-then-fine-tune, take 40-60 s."""
+    _, group = page_and_group
+    for block in group:
         run_bash_block(block, tmp_path)
