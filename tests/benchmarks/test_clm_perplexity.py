@@ -8,8 +8,6 @@ import pytest
 
 from benchmarks.studies import clm_perplexity
 
-from .cli import run_module
-
 MODEL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 
 
@@ -66,7 +64,7 @@ def test_table_compares_every_type_with_full_on_one_budget(tmp_path):
 def test_runs_on_different_budgets_are_flagged(tmp_path):
     write_run(tmp_path / "full", "full", 5.0)
     write_run(tmp_path / "rfa", "rfa", 5.0, steps=80)
-    run_module("studies.clm_perplexity", "--results", str(tmp_path))
+    clm_perplexity.main(["--results", str(tmp_path)])
     assert "Warning: these runs differ in budget" in (tmp_path / "summary.md").read_text()
 
 
