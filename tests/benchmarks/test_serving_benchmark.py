@@ -1,10 +1,25 @@
-"""Smoke run of the serving benchmark: one type through the three engines at one tiny length."""
+"""The serving benchmark: an eager point in process, and a smoke run of one type through the three engines at
+one tiny length."""
 
+import argparse
 import json
 
 import pytest
 
 from benchmarks import serving
+
+
+def test_serving_eager_point_runs_in_process(tmp_path):
+    """The point function in this process: the eager engine, not at the profile length (the profile, the
+    compiled and the ONNX Runtime engines are the slow smoke run's)."""
+    point = argparse.Namespace(
+        type="longformer", engine="eager", length=32, threads=1, warmup=0, repeats=1, max_length=32,
+        model=json.dumps(serving.PRESETS["smoke"]["model"]), onnx_dir=str(tmp_path), profile_length=64,
+    )  # fmt: skip
+    record = serving.run_point(point)
+    assert record["status"] == "ok" and record["median_s"] > 0 and record["tokens_per_s"] > 0
+    assert record["attention_type"] == "longformer" and "max_abs_diff" not in record
+    assert record["profile"] is None
 
 
 @pytest.mark.slow  # three worker processes, one ONNX export and one inductor compile
