@@ -4,8 +4,10 @@ A *point function* ``f(point) -> record`` measures one point (``point`` has the 
 record is a dict of JSON values with ``"status": "ok"``). :func:`launch` runs it in a fresh Python process
 (``python -m benchmarks.worker``), so the point's peak memory is its own and no allocator state leaks between
 points; an address-space cap makes an over-large point fail fast instead of swapping, and a crash, a timeout
-or an out-of-memory becomes the record's ``status`` instead of an exception. :func:`sweep` runs a benchmark's
-points in order and skips the rest of a series once one of its points failed.
+or an out-of-memory becomes the record's ``status`` instead of an exception. Every harness-based CLI's
+``--in_process`` runs the points (and the machine's limits below) in the calling process instead, for tests
+and debugging only: no process start-ups, but no cap and no isolated memory. :func:`sweep` runs a
+benchmark's points in order and skips the rest of a series once one of its points failed.
 
 Inside a point, :func:`measure` times a call (``warmup`` untimed calls, then ``repeats`` timed ones; tables
 show the median) and reads its peak memory: the kernel's peak resident set size (VmHWM), reset just before
@@ -153,10 +155,9 @@ def add_point_arguments(
     timeout: float = 300.0,
     warmup: int | None = 1,
     plugins: bool = True,
-    in_process: bool = False,
 ) -> None:
     """The options of every harness-based CLI: threads, warm-up, per-point cap and timeout, (unless
-    ``plugins`` is False: a benchmark whose types cannot come from plugins) ``--plugin``, and if asked
+    ``plugins`` is False: a benchmark whose types cannot come from plugins) ``--plugin``, and
     ``--in_process`` (:class:`ProcessOptions`)."""
     parser.add_argument("--threads", type=int, default=threads)
     parser.add_argument("--warmup", type=int, default=warmup, help="untimed calls before the timed ones")
@@ -166,12 +167,12 @@ def add_point_arguments(
     parser.add_argument("--timeout", type=float, default=timeout, help="seconds per point")
     if plugins:
         add_plugin_argument(parser)
-    if in_process:
-        parser.add_argument(
-            "--in_process",
-            action="store_true",
-            help="run every point in this process (tests; memory not isolated)",
-        )
+    parser.add_argument(
+        "--in_process",
+        action="store_true",
+        help="run every point in this process: tests and debugging only (no cap, allocator settings not "
+        "applied, peak memory not the point's own: records say in_process)",
+    )
 
 
 # ---- one point, one process ----------------------------------------------------------------------------
@@ -183,7 +184,7 @@ class ProcessOptions:
     timeout: float
     memory_cap_gib: float = 0.0
     plugins: tuple[str, ...] = ()
-    in_process: bool = False  # tests and debugging: in the calling process, no cap, memory not isolated
+    in_process: bool = False  # tests and debugging: in the calling process (see launch)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProcessOptions:
@@ -194,7 +195,10 @@ class ProcessOptions:
 
 
 def launch(function: PointFunction, point: dict, base: dict, options: ProcessOptions) -> dict:
-    """Measure one point with ``function`` in a fresh process (or in this one, ``options.in_process``).
+    """Measure one point with ``function`` in a fresh process, or with ``options.in_process`` in this one
+    (as transformers' old benchmark's ``multi_process=False``: for tests and debugging): no address-space
+    cap, no allocator setting (:func:`use_allocator` leaves this process's alone), the peak memory not the
+    point's own (what earlier points and imports left is in it), and the record says ``"in_process": true``.
 
     Args:
         function: a module-level point function (the worker imports it by module and name).
@@ -205,9 +209,9 @@ def launch(function: PointFunction, point: dict, base: dict, options: ProcessOpt
     """
     if options.in_process:
         try:
-            return function(argparse.Namespace(**point))
+            return {**function(argparse.Namespace(**point, in_process=True)), "in_process": True}
         except Exception as error:
-            return {**base, "status": f"error: {type(error).__name__}: {error}"[:200]}
+            return {**base, "status": f"error: {type(error).__name__}: {error}"[:200], "in_process": True}
     module = function.__module__
     if module == "__main__":  # run as `python -m benchmarks.<name>`: the worker imports it by that name
         module = sys.modules["__main__"].__spec__.name
@@ -329,7 +333,7 @@ def measure_sgemm_peak(size: int, options: ProcessOptions) -> dict | None:
     or the measurement failed."""
     if size <= 0:
         return None
-    sgemm = ProcessOptions(options.threads, options.timeout)  # no cap, no plugins: a matmul only
+    sgemm = ProcessOptions(options.threads, options.timeout, in_process=options.in_process)  # a matmul only
     record = launch(sgemm_point, {"size": size, "threads": options.threads}, {"size": size}, sgemm)
     return {key: value for key, value in record.items() if key != "status"} if "gflops" in record else None
 
@@ -370,9 +374,10 @@ ALLOCATORS = {"keep": keep_freed_memory, "glibc": None, "lean": map_large_blocks
 
 def use_allocator(point: argparse.Namespace) -> None:
     """Apply a point's ``allocator`` setting (one of :data:`ALLOCATORS`; glibc's defaults when it has none)
-    before it allocates anything."""
+    before it allocates anything; not in a point run in the calling process (``launch``'s in_process): the
+    setting would outlive the point there."""
     set_up = ALLOCATORS[getattr(point, "allocator", "glibc")]
-    if set_up is not None:
+    if set_up is not None and not getattr(point, "in_process", False):
         set_up()
 
 
@@ -407,7 +412,7 @@ def measure_bandwidth(gib: float, options: ProcessOptions, allocator: str = "gli
     a fresh process; None when ``gib`` is 0 or the measurement failed."""
     if gib <= 0:
         return None
-    plain = ProcessOptions(options.threads, options.timeout)  # no cap, no plugins: a copy only
+    plain = ProcessOptions(options.threads, options.timeout, in_process=options.in_process)  # a copy only
     point = {"threads": options.threads, "gib": gib, "allocator": allocator}
     record = launch(bandwidth_point, point, {"gib": gib}, plain)
     return record if record["status"] == "ok" else None

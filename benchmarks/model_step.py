@@ -336,7 +336,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--bandwidth_gib", type=float, help="GiB copied to measure the memory bandwidth (0: no roofline)"
     )
-    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0, in_process=True)
+    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=900.0)
     return parser
 
 

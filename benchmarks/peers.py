@@ -557,7 +557,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--head_dim", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no_plot", action="store_true", help="skip the PNGs")
-    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0, plugins=False, in_process=True)
+    add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0, plugins=False)
     return parser.parse_args(argv)
 
 

@@ -2,22 +2,22 @@
 with a kernel of its own that computes the queries a chunk at a time, as in docs/contributing.md)
 registered inside this test goes through the contract matrix, the kernel-against-reference checks and the
 three encoders (export included),
-shows in the attention table, and runs through the attention benchmark's smoke preset (as a ``--plugin``,
-since every benchmark point runs in a fresh process), with no other file changed. The fixture unregisters
+shows in the attention table, and runs through the attention benchmark's smoke preset (in process; a
+``--plugin`` through the benchmark's workers is tests/benchmarks/test_plugins.py's), with no other file
+changed. The fixture unregisters
 it, so the rest of the suite (which compares the registry with the docs' attention table and the config
 files) never sees it."""
 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import json
-import textwrap
 
 import pytest
 import torch
 
 import hf_efficient
+from benchmarks import attention as attention_benchmark
 from hf_efficient.attention import (
     AttentionCapabilities,
     AttentionCore,
@@ -27,7 +27,6 @@ from hf_efficient.attention import (
     unregister_attention,
 )
 
-from ..benchmarks.cli import run_module
 from ..models.graph import checks as graph_checks
 from ..models.graph.checks import check_graph_encoder
 from ..models.text import checks as text_checks
@@ -114,21 +113,14 @@ def test_the_toy_is_gone_after_its_registration_ends():
         hf_efficient.get_attention_class(NAME)
 
 
-@pytest.mark.slow  # benchmark worker processes (about 30 s)
 def test_the_toy_runs_through_the_attention_benchmark(tmp_path):
-    """The same class, written to a module that registers it, is measured beside exact attention."""
-    plugin = tmp_path / "handwritten_softmax_plugin.py"
-    source = [inspect.getsource(f) for f in (softmax_attention, query_chunks, HandwrittenSoftmaxAttention)]
-    plugin.write_text(
-        "import torch\n\n"
-        "from hf_efficient.attention import AttentionCapabilities, AttentionCore, AttentionOutput, Kernel, "
-        "register_attention\n\n\n"
-        + "\n\n".join(textwrap.dedent(part) for part in source)
-        + f"\n\nregister_attention({NAME!r})(HandwrittenSoftmaxAttention)\n"
-    )
+    """The same class is measured by the attention benchmark's command line, in process (``--in_process``)
+    and without the machine's limits (no roofline): its FLOP model and its error against exact attention."""
     out = tmp_path / "bench"
-    options = ["--preset", "smoke", "--threads", "1", "--types", NAME, "full_sdpa", "--lengths", "32", "64"]
-    run_module("attention", *options, "--plugin", str(plugin), "--out", str(out))
+    options = ["--preset", "smoke", "--threads", "1", "--types", NAME, "--lengths", "32", "64"]
+    options += ["--in_process", "--sgemm_size", "0", "--bandwidth_gib", "0", "--out", str(out)]
+    with registered_toy():
+        attention_benchmark.main(options)
     records = [r for r in json.loads((out / "results.json").read_text())["records"] if r["type"] == NAME]
     assert len(records) == 2 and all(r["status"] == "ok" and r["median_s"] > 0 for r in records)
     assert all(r["flops"] == 3 * 4.0 * r["length"] ** 2 * 16 * 2 for r in records)  # its FLOP model, fwd+bwd

@@ -15,8 +15,6 @@ from benchmarks.mechanisms import benchmark_types
 from benchmarks.studies import rfa_trained_attention
 from hf_efficient import get_attention_class
 
-from .cli import run_module
-
 
 @pytest.mark.parametrize("attention_type", benchmark_types())
 def test_attention_benchmark_point_runs_in_process(attention_type):
@@ -55,11 +53,13 @@ def test_attention_benchmark_point_runs_in_process(attention_type):
 
 
 def test_attention_benchmark_cli_writes_json_and_plots(tmp_path):
-    options = "--preset smoke --threads 1 --types full_sdpa full_eager --allocator keep".split()
-    run_module("attention", *options, "--lengths", "32", "64", "--out", str(tmp_path))
+    """The CLI in process (``--in_process``: no worker per point); test_plugins.py runs it with its workers,
+    an allocator setting and a plugin."""
+    options = "--preset smoke --threads 1 --types full_sdpa full_eager --in_process".split()
+    bench.main([*options, "--lengths", "32", "64", "--out", str(tmp_path)])
     results = json.loads((tmp_path / "results.json").read_text())
-    assert results["meta"]["allocator"] == "keep"  # every point and the bandwidth test kept freed memory
     assert {r["status"] for r in results["records"]} == {"ok"}
+    assert all(r["in_process"] for r in results["records"]) and results["meta"]["bandwidth"]["in_process"]
     assert len(results["records"]) == 4  # 2 types x 2 lengths
     assert (tmp_path / "time.png").stat().st_size > 1000 and (tmp_path / "memory.png").stat().st_size > 1000
     assert "full_eager" in (tmp_path / "summary.md").read_text()
@@ -74,7 +74,7 @@ def test_pattern_plot_covers_every_type(tmp_path):
         weights = patterns.effective_weights(attention_type, n=24, head_dim=4)
         assert weights.shape == (24, 24) and (weights.sum(-1) > 0).all()
     out = tmp_path / "p.png"
-    run_module("patterns", "--length", "24", "--types", "full", "--out", str(out))
+    patterns.main(["--length", "24", "--types", "full", "--out", str(out)])
     assert out.stat().st_size > 1000
 
 

@@ -1,5 +1,6 @@
-"""Smoke runs of benchmarks.studies.graph_scale: every setup in process at a tiny size, and the CLI end to end
-with a point that exceeds its address-space cap (recorded as a status, larger points skipped)."""
+"""Smoke runs of benchmarks.studies.graph_scale: every setup in process at a tiny size, the CLI in process
+with PyG's peers and the bandwidth test, and the CLI end to end with its workers and a point that exceeds its
+address-space cap (recorded as a status, larger points skipped)."""
 
 import argparse
 import json
@@ -7,8 +8,6 @@ import json
 import pytest
 
 from benchmarks.studies import graph_scale as bench
-
-from .cli import run_module
 
 
 def test_setups_come_from_the_registry():
@@ -37,11 +36,13 @@ def test_graph_scale_point_runs_in_process(bench_type):
         assert record["attended_edges"] == 144 + 48 - looped
 
 
+@pytest.mark.slow  # a worker per point, each a fresh interpreter (about 20 s)
 def test_graph_scale_cli_records_out_of_memory_and_writes_files(tmp_path):
+    """The command line with its workers (its own process is this one: one start-up less): only a worker has
+    the address-space cap that turns an over-large point into a status."""
     options = ["--preset", "smoke", "--threads", "1", "--types", "full_eager", "--memory_cap_gib", "3"]
     options += ["--bandwidth_gib", "0"]  # no bandwidth test
-    nodes = ["--nodes", "64", "20000", "40000"]
-    run_module("studies.graph_scale", *options, *nodes, "--out", str(tmp_path), timeout=600)
+    bench.main([*options, "--nodes", "64", "20000", "40000", "--out", str(tmp_path)])
     records = json.loads((tmp_path / "results.json").read_text())["records"]
     status = {(r["type"], r["nodes"]): r["status"] for r in records}
     assert status["full_eager", 64] == "ok"
@@ -54,11 +55,12 @@ def test_graph_scale_cli_records_out_of_memory_and_writes_files(tmp_path):
 
 
 def test_graph_scale_cli_with_peers_reports_time_per_edge_and_bandwidth(tmp_path):
-    # as docs/graphs.md runs it, at a tiny size: ours and PyG's layers in one run, the machine's bandwidth
+    """As docs/graphs.md runs it, at a tiny size and in process (``--in_process``; the test above runs the
+    workers): ours and PyG's layers in one run, the machine's bandwidth."""
     types = ["--types", "graph_sparse", "gat", "pyg_transformer_conv", "pyg_gat_conv"]
-    run_module(
-        "studies.graph_scale", "--preset", "smoke", *types, "--nodes", "64", "128",
-        "--bandwidth_gib", "0.03125", "--out", str(tmp_path), timeout=900,
+    bench.main(
+        ["--preset", "smoke", *types, "--nodes", "64", "128", "--bandwidth_gib", "0.03125", "--in_process",
+         "--out", str(tmp_path)]
     )  # fmt: skip
     results = json.loads((tmp_path / "results.json").read_text())
     records = {(r["type"], r["nodes"]): r for r in results["records"]}

@@ -143,9 +143,11 @@ def test_a_bad_checkpoint_flag_is_named(tmp_path):
         )
 
 
+@pytest.mark.slow  # the seeds runner starts scripts/finetune_glue.py in a fresh interpreter per setting
 def test_run_then_summarize_end_to_end(tmp_path, capsys):
     """The documented commands at tiny sizes: a 1-layer BERT as the exact model (32 tokens) and as a "long"
-    checkpoint (64 tokens), one step per seed; a second run finds every seed done."""
+    checkpoint (64 tokens), one step per seed; a second run finds every seed done. The summary and the
+    verdict from hand-written seeds results are the in-process tests above."""
     checkpoint = tmp_path / "tiny"
     tokenizer = packaged_tokenizer()
     save_tiny_bert(checkpoint, tokenizer)
@@ -166,9 +168,11 @@ def test_run_then_summarize_end_to_end(tmp_path, capsys):
     assert sys.executable in rows[0]["command"]
 
 
+@pytest.mark.slow  # the seeds runner starts the probe in a fresh interpreter per setting and seed
 def test_probe_protocol_end_to_end_caches_features_for_every_seed(tmp_path, capsys):
     """``--protocol probe``: the encoder runs once per setting and split (features cached), each seed fits its
-    own probe on its own draw of the training documents, and the summary reads the probe like a fine-tune."""
+    own probe on its own draw of the training documents, and the summary reads the probe like a fine-tune.
+    The probe's features and cache are also checked in process (the tests below)."""
     checkpoint = tmp_path / "tiny"
     save_tiny_bert(checkpoint, packaged_tokenizer())
     out = tmp_path / "study"

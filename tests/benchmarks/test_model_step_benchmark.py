@@ -10,8 +10,6 @@ from benchmarks import breakdown, model_step, step_models
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.attention import get_attention_class
 
-from .cli import run_module
-
 SIZES = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=512)
 
 
@@ -142,21 +140,13 @@ def test_speedup_bound_puts_the_core_at_the_sgemm_peak_and_keeps_the_rest():
     assert model_step.speedup_bound(no_core_model, baseline, sgemm) is None
 
 
-@pytest.mark.slow  # a subprocess per point and the sgemm peak (about 40 s)
 def test_model_step_benchmark_smoke(tmp_path):
-    options = [
-        "--preset",
-        "smoke",
-        "--threads",
-        "1",
-        "--lengths",
-        "48",
-        "--variants",
-        "default",
-        "dense_head",
-        "lean_allocator",
-    ]
-    run_module("model_step", *options, "--out", str(tmp_path))
+    """The CLI in process (``--in_process``: the allocator variant's setting is then not applied; the
+    attention benchmark's worker path, which model_step shares, is test_plugins.py's)."""
+    options = ["--preset", "smoke", "--threads", "1", "--lengths", "48", "--in_process"]
+    model_step.main(
+        [*options, "--variants", "default", "dense_head", "lean_allocator", "--out", str(tmp_path)]
+    )
     results = json.loads((tmp_path / "results.json").read_text())
     records = results["records"]
     assert {r["status"] for r in records} == {"ok"}, records
@@ -184,22 +174,10 @@ def test_model_step_benchmark_smoke(tmp_path):
         assert (tmp_path / name).stat().st_size > 1000
 
 
-@pytest.mark.slow  # a subprocess per point (about 30 s)
 @pytest.mark.parametrize("encoder", ["vision", "graph"])
 def test_model_step_benchmark_smoke_for_vision_and_graph(tmp_path, encoder):
-    run_module(
-        "model_step",
-        "--encoder",
-        encoder,
-        "--preset",
-        "smoke",
-        "--threads",
-        "1",
-        "--sgemm_size",
-        "0",
-        "--out",
-        str(tmp_path),
-    )
+    options = ["--encoder", encoder, "--preset", "smoke", "--threads", "1", "--sgemm_size", "0"]
+    model_step.main([*options, "--in_process", "--out", str(tmp_path)])
     results = json.loads((tmp_path / "results.json").read_text())
     records = results["records"]
     assert {r["status"] for r in records} == {"ok"}, records

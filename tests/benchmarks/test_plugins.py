@@ -54,11 +54,20 @@ def test_plugin_types_join_the_registry_lists(toy_plugin):
     assert TOY_NAME not in ATTENTION_REGISTRY
 
 
+@pytest.mark.slow  # the CLI and its workers, each a fresh interpreter
 def test_attention_benchmark_runs_a_plugin_mechanism(toy_plugin, tmp_path):
+    """The attention benchmark as its docs run it, with its workers (the suite's other smoke runs are in
+    process): the plugin is imported in each worker, and the allocator setting reaches the points and the
+    bandwidth test. The plugin's type beside exact attention (whose row of the FLOP table the plugin's
+    joins), at one length (test_benchmarks.py runs the CLI at two lengths in process)."""
     out = tmp_path / "out"
     options = ["--preset", "smoke", "--threads", "1", "--types", TOY_NAME, "full_sdpa", "--lengths", "32"]
+    options += ["--allocator", "keep"]
     run_module("attention", *options, "--plugin", str(toy_plugin), "--out", str(out))
     results = json.loads((out / "results.json").read_text())
+    assert results["meta"]["allocator"] == "keep"  # every point and the bandwidth test kept freed memory
+    assert results["meta"]["bandwidth"]["copy_gbps"] > 0 and results["meta"]["sgemm"]["gflops"] > 0
+    assert not any("in_process" in r for r in results["records"])
     toy = [r for r in results["records"] if r["type"] == TOY_NAME]
     assert len(toy) == 1 and toy[0]["status"] == "ok" and toy[0]["median_s"] > 0  # measured in a worker
     assert toy[0]["flops"] is None  # no FLOP model: null, not a failure

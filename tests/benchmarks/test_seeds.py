@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
 from benchmarks import seeds
 
-# A stand-in training script: writes metrics that depend on the seed, and counts its own runs.
+# A stand-in training script, in sh (a Python one would cost an interpreter start-up per seed): writes metrics
+# that depend on the seed ($1) into the output folder ($2), and counts its own runs there.
 FAKE_RUN = (
-    "import json, pathlib, sys; seed, out = int(sys.argv[1]), pathlib.Path(sys.argv[2]); "
-    "runs = out / 'runs.txt'; runs.write_text(str(int(runs.read_text()) + 1 if runs.exists() else 1)); "
-    "sys.exit(3) if seed == 13 else None; "
-    "(out / 'all_results.json').write_text(json.dumps({'eval_accuracy': 0.5 + seed / 10, "
-    "'eval_loss': 2.0 - seed / 4, 'epoch': 1.0, 'note': 'text is ignored'}))"
+    'runs=$(cat "$out/runs.txt" 2>/dev/null || echo 0); echo $((runs + 1)) > "$out/runs.txt"; '
+    '[ "$seed" = 13 ] && exit 3; '
+    'accuracy=$(awk "BEGIN { print 0.5 + $seed / 10 }"); loss=$(awk "BEGIN { print 2.0 - $seed / 4 }"); '
+    """printf '{"eval_accuracy": %s, "eval_loss": %s, "epoch": 1.0, "note": "text is ignored"}' """
+    '"$accuracy" "$loss" > "$out/all_results.json"'
 )
-COMMAND = ["--", sys.executable, "-c", FAKE_RUN, "{seed}", "{output_dir}"]
+COMMAND = ["--", "sh", "-c", "seed=$1 out=$2; " + FAKE_RUN, "sh", "{seed}", "{output_dir}"]
 
 
 def test_three_seeds_aggregated_by_hand(tmp_path):
@@ -45,13 +45,13 @@ def test_resumes_only_what_is_missing_and_refuses_another_command(tmp_path):
     runs = {s: int((tmp_path / f"seed_{s}" / "runs.txt").read_text()) for s in (0, 1, 2)}
     assert runs == {0: 1, 1: 2, 2: 1}
     with pytest.raises(SystemExit, match="another command"):
-        seeds.main(["--seeds", "0", "--out", str(tmp_path), "--", sys.executable, "-c", "pass", "{seed}"])
+        seeds.main(["--seeds", "0", "--out", str(tmp_path), "--", "sh", "-c", "true", "{seed}"])
 
 
 def test_an_interrupted_seed_continues_from_its_checkpoint(tmp_path):
     (tmp_path / "seed_2" / "checkpoint-500").mkdir(parents=True)  # killed after a checkpoint, no results
-    log_args = "import sys, pathlib; pathlib.Path(sys.argv[2], 'args.txt').write_text(' '.join(sys.argv[3:]))"
-    command = ["--", sys.executable, "-c", log_args + "; " + FAKE_RUN, "{seed}", "{output_dir}"]
+    log_args = 'seed=$1 out=$2; shift 2; printf %s "$*" > "$out/args.txt"; '  # the arguments after the two
+    command = ["--", "sh", "-c", log_args + FAKE_RUN, "sh", "{seed}", "{output_dir}"]
     seeds.main(["--seeds", "1", "2", "--out", str(tmp_path), *command])
     assert (tmp_path / "seed_2" / "args.txt").read_text() == "--resume_from_checkpoint last"
     assert (tmp_path / "seed_1" / "args.txt").read_text() == ""  # a fresh seed starts from scratch

@@ -6,9 +6,16 @@ from pathlib import Path
 import pytest
 
 from benchmarks import attention, generation, model_step, peers, serving
-from benchmarks.harness import fill_from_preset, package_version
+from benchmarks.harness import (
+    ALLOCATORS,
+    ProcessOptions,
+    fill_from_preset,
+    launch,
+    package_version,
+    use_allocator,
+)
 from benchmarks.report import ok_points
-from benchmarks.studies import fidelity
+from benchmarks.studies import fidelity, graph_scale
 
 
 @pytest.mark.parametrize(
@@ -29,11 +36,33 @@ def test_each_benchmark_writes_to_its_own_results_folder(name, parse):
         assert args.preset == "full"
 
 
-def test_in_process_is_an_option_of_the_benchmarks_tests_run_in_process():
-    assert model_step.make_parser().parse_args(["--in_process"]).in_process
+def test_in_process_is_an_option_of_every_harness_based_benchmark():
+    """The test suite's smoke runs use it (no process start-up per point); the default runs workers."""
+    for parser in (attention, model_step, generation, serving, graph_scale):
+        assert parser.make_parser().parse_args(["--in_process"]).in_process
+        assert not parser.make_parser().parse_args([]).in_process
     assert peers.parse_args(["--in_process"]).in_process
-    with pytest.raises(SystemExit):
-        attention.make_parser().parse_args(["--in_process"])
+
+
+def test_a_point_in_process_leaves_the_allocator_alone_and_says_so(monkeypatch):
+    """An allocator setting would outlive the point in the calling process (a test worker), so in process
+    it is not applied; the record, or a failure's, says the point ran in process."""
+    applied = []
+    monkeypatch.setitem(ALLOCATORS, "keep", lambda: applied.append("keep"))
+
+    def point_function(point):
+        use_allocator(point)
+        if point.fail:
+            raise RuntimeError("boom")
+        return {"status": "ok"}
+
+    options = ProcessOptions(threads=1, timeout=10.0, in_process=True)
+    record = launch(point_function, {"allocator": "keep", "fail": False}, {}, options)
+    assert record == {"status": "ok", "in_process": True} and applied == []
+    failed = launch(point_function, {"allocator": "keep", "fail": True}, {"n": 1}, options)
+    assert failed == {"n": 1, "status": "error: RuntimeError: boom", "in_process": True}
+    use_allocator(argparse.Namespace(allocator="keep"))  # in a worker it is applied
+    assert applied == ["keep"]
 
 
 def test_fill_from_preset_fills_only_what_the_user_left_unset():
