@@ -1,9 +1,10 @@
 """Every transformers common test that is skipped or expected to fail on our models, with its reason.
 
 The one place that decides it (tests/upstream/test_transformers_common.py applies it): an entry names the
-test, the groups (``text``, ``vision``, ``mae``) and attention types it applies to, and why. ``skip``: the
-test does not apply (it needs the Hub, a GPU, or checks something our models by design do not have);
-``xfail``: a known difference, run strictly so that a fix shows up as a failure here.
+test (a trailing ``*``: every test whose name begins so), the groups (``text``, ``vision``, ``mae``) and
+attention types it applies to, and why. ``skip``: the test does not apply (it needs the Hub, a GPU, or
+checks something our models by design do not have); ``xfail``: a known difference, run strictly so that a
+fix shows up as a failure here.
 
 The mixin also skips tests by its own conditions, with its own reasons (``pytest -rs`` lists them): a GPU,
 several accelerators, MPS, Flash Attention, DeepSpeed or the kernels library; ``RUN_SLOW``; features our
@@ -80,6 +81,14 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         groups=("vision", "mae"),
     ),
     Expectation(
+        "test_eager_matches_sdpa_inference_*",
+        "skip",
+        "compares the model with itself for this type: attn_implementation picks among transformers' softmax "
+        "functions, which only `full` cores call (hf_efficient/attention/kernels/full.py), so eager and sdpa "
+        "run the same kernels here; its 25 cases run for full",
+        types=("linear", "longformer", "bigbird"),
+    ),
+    Expectation(
         "test_bc_torch_dtype",
         "skip",
         "time (the module's heaviest test, 28 from_pretrained calls per class): it checks the deprecated "
@@ -104,10 +113,20 @@ def apply_expectations(cls: type, group: str, attention_type: str) -> type:
     for entry in EXPECTATIONS:
         if not entry.applies(group, attention_type):
             continue
-        test = getattr(cls, entry.test)  # an entry naming no test of the mixin is an error, not a no-op
-        if entry.kind == "skip":
-            marked = unittest.skip(entry.reason)(test)
-        else:
-            marked = pytest.mark.xfail(reason=entry.reason, strict=True)(_own_copy(test))
-        setattr(cls, entry.test, marked)
+        for name in _tests_named(cls, entry.test):
+            test = getattr(cls, name)
+            if entry.kind == "skip":
+                marked = unittest.skip(entry.reason)(test)
+            else:
+                marked = pytest.mark.xfail(reason=entry.reason, strict=True)(_own_copy(test))
+            setattr(cls, name, marked)
     return cls
+
+
+def _tests_named(cls: type, pattern: str) -> list[str]:
+    """The test names ``pattern`` names: itself, or with a trailing ``*`` every test it begins (the mixin's
+    parametrized cases); naming none of the mixin's tests is an error, not a no-op."""
+    names = [n for n in dir(cls) if n.startswith(pattern[:-1])] if pattern.endswith("*") else [pattern]
+    if not names or not all(hasattr(cls, name) for name in names):
+        raise AttributeError(f"{cls.__name__} has no test {pattern!r}")
+    return names
