@@ -67,13 +67,15 @@ def _fla_ops():
 def interpreted() -> bool:
     """Whether fla's kernels, and the Triton library functions they call, were built for Triton's interpreter
     (TRITON_INTERPRET=1 when triton and fla were imported): the only way they run on a CPU. False where fla
-    does not import."""
-    ops = _fla_ops()
-    if isinstance(ops, str):
+    or triton does not import."""
+    # Optional imports sit in try blocks: transformers' remote-code check (dynamic_module_utils.get_imports)
+    # requires every other import of a saved model's code to be installed, fla and triton included.
+    try:
+        import triton.language.standard
+        from fla.ops.common.fused_recurrent import fused_recurrent_fwd_kernel
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:
         return False
-    import triton.language.standard
-    from fla.ops.common.fused_recurrent import fused_recurrent_fwd_kernel
-    from triton.runtime.interpreter import InterpretedFunction
 
     def built_for_interpreter(kernel) -> bool:
         while not isinstance(kernel, InterpretedFunction) and hasattr(kernel, "fn"):
@@ -123,8 +125,11 @@ def _first_config_when_interpreted(device: torch.device):
     if device.type != "cpu":
         yield
         return
-    from triton.runtime.autotuner import Autotuner
-
+    try:  # optional, in a try block for transformers' remote-code check (see ``interpreted``)
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:  # triton missing: fla's kernels have nothing to tune either
+        yield
+        return
     prune = Autotuner.prune_configs
     Autotuner.prune_configs = lambda self, kwargs: prune(self, kwargs)[:1]
     try:
