@@ -72,6 +72,13 @@ VARIANTS = {
     "reformer_lsh_reference": ("reformer_lsh", {"implementation": "reference"}),
     "long_short_reference": ("long_short", {"implementation": "reference"}),
 }
+# The causal kernelised types forced onto the `gpu` extra's fla kernel (attention/kernels/fla.py), measured in
+# the causal run beside their own engine and fla's bare ops (FLA_PEERS): should "auto" take it on CUDA?
+CAUSAL_VARIANTS = {
+    "linear_fla": ("linear", {"implementation": "fla"}),
+    "performer_fla": ("performer", {"implementation": "fla"}),
+    "rfa_fla": ("rfa", {"implementation": "fla"}),
+}
 # flash-linear-attention's kernels at our causal kernelised types' sizes: (our type, feature dims, gated)
 FLA_PEERS = {
     "fla_linear_attn": ("linear", 64, False),
@@ -104,7 +111,9 @@ def default_types(kind: str = "core") -> list[str]:
         return causal_benchmark_types()
     if kind == "causal":
         causal_types = [t for t in usable if get_attention_class(t).capabilities.causal]
-        variants = [name for name, (base, _) in VARIANTS.items() if base in causal_types]
+        variants = [
+            name for name, (base, _) in {**VARIANTS, **CAUSAL_VARIANTS}.items() if base in causal_types
+        ]
         return [BASELINE, *causal_types, *variants, *FLA_PEERS]
     return [BASELINE, *usable, *VARIANTS, *BIASED]
 
@@ -212,7 +221,7 @@ def build_point(
     if name in FLA_PEERS:
         return fla_point(name, n, heads, head_dim, device, dtype)
     causal = kind == "causal"
-    base, overrides = VARIANTS.get(name, (BASELINE if name in BIASED else name, {}))
+    base, overrides = {**VARIANTS, **CAUSAL_VARIANTS}.get(name, (BASELINE if name in BIASED else name, {}))
     cls = get_attention_class(base)
     kernel = "flex_attention" if name == "full_bias_flex" else "sdpa"
     spec = AttentionSpec(heads, head_dim, attn_implementation=kernel, max_seq_len=n, causal=causal)

@@ -51,6 +51,9 @@ def test_gpu_check_dry_run_measures_every_type(tmp_path):
     assert all(causal[t, 256]["status"] == "ok" for t in ("full", "linear", "performer", "rfa")), causal
     for peer in ("fla_linear_attn", "fla_linear_attn_256", "fla_simple_gla_256"):
         assert causal[peer, 256]["status"] == "ok" or "No module named" in causal[peer, 256]["error"]
+    for ours in ("linear_fla", "performer_fla", "rfa_fla"):  # our types on the fla kernel, the same way
+        record = causal[ours, 256]
+        assert record["status"] == "ok" or "flash-linear-attention is not" in record["error"], record
     # the whole training step of the text model, exact attention (full_sdpa) first
     step = json.loads((tmp_path / "model_step/results.json").read_text())["records"]
     assert step[0]["type"] == "full_sdpa" and {"linear", "performer", "longformer"} <= {
