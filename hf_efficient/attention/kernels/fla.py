@@ -89,9 +89,18 @@ def interpreted() -> bool:
 
 
 def _unsupported_device_or_install(query: torch.Tensor) -> str | None:
+    problem = _device_or_install_problem(query.device.type)
+    if problem is None and query.dtype not in FLA_DTYPES:
+        return f"flash-linear-attention's kernels take float32, bfloat16 or float16, not {query.dtype}"
+    return problem
+
+
+@functools.cache
+def _device_or_install_problem(device: str) -> str | None:
+    """Why fla cannot run on ``device`` in this process, or None: fixed once fla and triton are imported (or
+    found missing), so looked up once per device type rather than on every call of every layer."""
     if importlib.util.find_spec("fla") is None:  # looked up, not imported: cheap where it is missing
         return f"flash-linear-attention is not installed; install it with {INSTALL_HINT}"
-    device = query.device.type
     if device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         return (
             "flash-linear-attention's Triton kernels run on a CUDA GPU; on a CPU only in Triton's "
@@ -107,8 +116,6 @@ def _unsupported_device_or_install(query: torch.Tensor) -> str | None:
             "triton or fla was imported before TRITON_INTERPRET=1 was set, so their kernels were built for a "
             "GPU; set TRITON_INTERPRET=1 before anything imports triton (importing hf_efficient does)"
         )
-    if query.dtype not in FLA_DTYPES:
-        return f"flash-linear-attention's kernels take float32, bfloat16 or float16, not {query.dtype}"
     return None
 
 
