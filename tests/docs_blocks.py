@@ -35,6 +35,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import preloaded_python
 from .processes import ROOT, child_env
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -44,6 +45,7 @@ MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<kind>skip|budget|run-by)\s*\((?P<v
 ANY_MARKER = re.compile(r"^\s*<!--\s*docs-test")  # a line that is a marker (well formed or not)
 OUTPUT_PATH = re.compile(r"(?<![\w/.-])(?=(?:runs|benchmarks/results)/)")
 VENV_BIN = re.compile(r"(?<![\w/.-])\.venv/bin/")
+VENV_PYTHON = re.compile(r"(?<![\w/.-])\.venv/bin/python(?![\w.-])")
 RUNS_PROGRAM = re.compile(r"(?:^|\s)(?:\S*/)?scripts/\S+\.py(?:\s|$)|(?:^|\s)-m\s+\S")
 # not a placeholder such as benchmarks.seeds' "{output_dir}", which the runner fills in under its --out
 # "--seeds 0 1 2" -> "--seeds 0": the docs tests run one seed (module docstring)
@@ -144,8 +146,9 @@ def block_groups(blocks: list[Block]) -> list[list[Block]]:
 
 def in_scratch(code: str, scratch: Path) -> str:
     """``code`` with its output paths (``runs/...``, ``benchmarks/results/...``) inside ``scratch`` and
-    ``.venv/bin/`` replaced by the folder of this interpreter."""
+    ``.venv/bin/`` replaced by the folder of this interpreter (``.venv/bin/python`` by the preloaded one)."""
     code = OUTPUT_PATH.sub(f"{scratch}/", code)
+    code = VENV_PYTHON.sub(preloaded_python.python(), code)
     return VENV_BIN.sub(f"{Path(sys.executable).parent}/", code)
 
 
@@ -168,10 +171,11 @@ def runnable_commands(block: Block, scratch: Path, replacements: dict[str, str] 
 
 def docs_env(scratch: Path) -> dict[str, str]:
     """The environment of a docs command: one thread, offline, ``HF_HOME`` in ``scratch``, this
-    interpreter's folder first on ``PATH`` (for ``python``, ``accelerate``)."""
+    interpreter's folder first on ``PATH`` (for ``python``, ``accelerate``); then the preloaded ``python``
+    first (tests/preloaded_python.py: it has its own ``HF_HOME``, one per test worker)."""
     env = child_env(HF_HOME=str(scratch / "hf_home"))
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    return env
+    return preloaded_python.environment(env)
 
 
 def run_bash_block(block: Block, scratch: Path, replacements: dict[str, str] | None = None, timeout=900):

@@ -55,12 +55,13 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**os.environ, **base, "HF_DATASETS_OFFLINE": "1", **extra}
 
 
-def run_python(script: str, *args, env: dict | None = None, cwd=None) -> None:
+def run_python(script: str, *args, env: dict | None = None, cwd=None, python: str = sys.executable) -> None:
     """Run ``script`` in a fresh interpreter with one thread; fail with its output if it fails.
 
-    ``env`` is added to the environment (it may turn the hub back on for a local hub server)."""
+    ``env`` is added to the environment (it may turn the hub back on for a local hub server); ``python``:
+    the interpreter (the docs tests' preloaded one: tests/preloaded_python.py)."""
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
+        [python, "-c", textwrap.dedent(script), *map(str, args)],
         env={**child_env(), **(env or {})},
         cwd=cwd,
         capture_output=True,

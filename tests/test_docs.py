@@ -15,11 +15,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import shlex
-import sys
 from pathlib import Path
 
 import pytest
 
+from . import preloaded_python
 from .docs_blocks import (
     ANY_MARKER,
     MARKER,
@@ -27,6 +27,7 @@ from .docs_blocks import (
     ROOT,
     Block,
     block_groups,
+    docs_env,
     page_blocks,
     python_script,
     run_bash_block,
@@ -131,11 +132,11 @@ def test_bash_commands_are_read_as_a_shell_reads_them(tmp_path):
         ".venv/bin/python -m benchmarks.attention --out benchmarks/results/b",
     ]
     assignment, script, module = runnable_commands(block, tmp_path)
-    bin_dir = Path(sys.executable).parent
-    assert assignment == f"X=$({bin_dir}/python -c \"print('{tmp_path}/runs/x')\")"  # no budget for -c
+    python = preloaded_python.python()  # .venv/bin/python: the preloaded interpreter's shim
+    assert assignment == f"X=$({python} -c \"print('{tmp_path}/runs/x')\")"  # no budget for -c
     assert shlex.split(script)[-4:] == ["--max_steps", "2", "--out", f"{tmp_path}/runs/budget"]
     assert f"--output_dir {tmp_path}/runs/a" in script
-    assert module.startswith(f"{bin_dir}/python -m benchmarks.attention --out {tmp_path}/benchmarks/results/")
+    assert module.startswith(f"{python} -m benchmarks.attention --out {tmp_path}/benchmarks/results/")
     assert without_comment("echo 'a # b' # c") == "echo 'a # b' "
     seeds = Block(
         page=block.page, line=1, language="bash", code="python -m benchmarks.seeds --seeds 0 1 2 --out x"
@@ -149,7 +150,8 @@ def test_python_blocks_run(page, tmp_path):
     blocks = runnable(page, "python")
     if not blocks:
         pytest.skip(f"every python block of {page.name} is marked skip")
-    run_python(python_script(blocks, tmp_path), env={"HF_HOME": str(tmp_path / "hf_home")}, cwd=ROOT)
+    script = python_script(blocks, tmp_path)
+    run_python(script, env=docs_env(tmp_path), cwd=ROOT, python=preloaded_python.python())
 
 
 # Blocks of many commands, each a whole grid run that resumes from the folder it shares with the others, so

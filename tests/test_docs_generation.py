@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from .docs_blocks import ROOT, page_blocks, python_script, run_bash_block
+from . import preloaded_python
+from .docs_blocks import ROOT, docs_env, page_blocks, python_script, run_bash_block
 from .processes import run_python
 
 PAGE = ROOT / "docs" / "generation.md"
@@ -63,7 +64,7 @@ def test_every_command_of_the_page_runs(tmp_path):
     script = python_script(pipeline, tmp_path)
     generated = "generator('this movie was', max_new_tokens=3)[0]['generated_text']"
     script += f"\nassert {generated}.startswith('this movie was'), {generated}"
-    run_python(script, env={"HF_HOME": str(tmp_path / "hf_home")}, cwd=ROOT)
+    run_python(script, env=docs_env(tmp_path), cwd=ROOT, python=preloaded_python.python())
 
 
 @pytest.mark.slow  # the generation benchmark's smoke preset in a fresh interpreter
