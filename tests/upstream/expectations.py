@@ -6,7 +6,7 @@ test (a shell pattern, ``*`` and ``[...]``: the mixin's parametrized cases), the
 the Hub, a GPU, or checks something our models by design do not have); ``xfail``: a known difference, run
 strictly so that a fix shows up as a failure here; ``slow``: it runs in `make test` (CI) but not in the edit
 loop (`make test-fast`), as a second layer of a check the fast loop keeps (the other attention types than
-``full`` are slow as a whole: test_transformers_common.py).
+``full``, and the vision and MAE groups, are slow as a whole: test_transformers_common.py).
 
 The mixin also skips tests by its own conditions, with its own reasons (``pytest -rs`` lists them): a GPU,
 several accelerators, MPS, Flash Attention, DeepSpeed or the kernels library; ``RUN_SLOW``; features our
@@ -98,7 +98,7 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         "torch_dtype alias of from_pretrained, code no attention type touches; it runs for full",
         types=("linear", "longformer", "bigbird"),
     ),
-    # --- left to `make test`: the fast loop runs the mixin on `full` (text, vision, MAE) without these
+    # --- left to `make test`: the fast loop runs the mixin on text x `full` without these
     Expectation(
         "test_bc_torch_dtype",
         "slow",
@@ -106,6 +106,7 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         "common tests): it compares the deprecated torch_dtype alias with dtype=, which our from_pretrained "
         "(hf_efficient/modeling/pretrained.py) passes on to transformers' untouched; the fast loop keeps "
         "the other loading tests (test_save_load, test_from_pretrained_no_checkpoint, ...)",
+        groups=("text",),
         types=("full",),
     ),
     Expectation(
@@ -114,14 +115,7 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         "time (two thirds of the eager-vs-sdpa cases' time): the half-precision cases run the same dispatch "
         "to transformers' softmax functions as the float32 ones the fast loop keeps on text; what differs "
         "is transformers' kernels' half-precision arithmetic, which no code of ours touches",
-        types=("full",),
-    ),
-    Expectation(
-        "test_eager_matches_sdpa_inference_*",
-        "slow",
-        "time: the vision and MAE encoders reach the `full` core through the same EfficientSelfAttention "
-        "(hf_efficient/modeling/blocks.py) as the text one, whose float32 cases the fast loop keeps",
-        groups=("vision", "mae"),
+        groups=("text",),
         types=("full",),
     ),
 )
