@@ -118,6 +118,14 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         groups=("text",),
         types=("full",),
     ),
+    Expectation(
+        "test_eager_matches_sdpa_inference_*_sdpa_kernels",
+        "slow",
+        "time: the same cases as the float32 ones the fast loop keeps, with torch's choice of SDPA backends "
+        "narrowed (torch.nn.attention.sdpa_kernel), which no code of ours touches",
+        groups=("text",),
+        types=("full",),
+    ),
 )
 
 
