@@ -86,7 +86,16 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("attention_type", "config", "grid"), CASES)
+# The edit loop (`make test-fast`) checks one layout per type here, padded and not; the others (globals,
+# dilation, random blocks, a block past the sequence, a rectangular window) are `slow` (make test): each
+# type's flex kernel against its reference, padding included, is test_kernels.py's in the fast loop too.
+FAST_LAYOUTS = {0, 3, 6}
+LAYOUTS = [
+    pytest.param(*case, marks=() if i in FAST_LAYOUTS else pytest.mark.slow) for i, case in enumerate(CASES)
+]
+
+
+@pytest.mark.parametrize(("attention_type", "config", "grid"), LAYOUTS)
 @pytest.mark.parametrize("padded", [False, True])
 def test_flex_equals_native_with_the_same_layout(attention_type, config, grid, padded, monkeypatch):
     native, flex = both_paths(attention_type, config)

@@ -100,7 +100,14 @@ def test_a_registered_toy_passes_the_contract_and_every_encoder(handwritten_soft
     check_text_encoder(handwritten_softmax, tmp_path / "text")
     check_vision_encoder(handwritten_softmax, tmp_path / "vision")
     check_graph_encoder(handwritten_softmax, tmp_path / "graph")
-    for checks in (text_checks, vision_checks, graph_checks):  # torch.export and ONNX Runtime
+
+
+@pytest.mark.slow
+def test_a_registered_toy_exports_through_every_encoder(handwritten_softmax, tmp_path):
+    """torch.export and ONNX Runtime on the toy's three encoders: about 17 of the 20 CPU-seconds the toy's
+    checks take, so `make test` runs it (slow), as it runs every registered type's export
+    (tests/test_export.py); the edit loop keeps the toy's contract and encoders and full's text export."""
+    for checks in (text_checks, vision_checks, graph_checks):
         checks.check_exports(handwritten_softmax, tmp_path / checks.__name__)
 
 

@@ -11,6 +11,12 @@ its capabilities, and checks what must hold whatever the input:
 
 The examples are derandomised (the same draws on every run, so CI is reproducible) and 200 per type and
 property group; a failure hypothesis finds is fixed and kept as a regular test in the type's own test file.
+
+Slow (`make test`; about 25 CPU-seconds on a quiet 2-core machine, a tenth of the edit loop): a second layer,
+over drawn inputs, of checks the fast loop runs on every type over fixed ones: test_contract.py's finite
+outputs, zero padded rows, poisoned pads, batch independence and strided layouts, test_half_precision.py's
+bfloat16, and each windowed or blocked type's own covering-window-equals-full test (test_longformer.py,
+test_bigbird.py, test_long_short.py, test_window_2d.py).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from hf_efficient.attention import ATTENTION_REGISTRY
 
 from .contract import run
 from .helpers import make_core, reference_attention
+
+pytestmark = pytest.mark.slow
 
 TYPES = sorted(ATTENTION_REGISTRY)
 EXAMPLES = settings(

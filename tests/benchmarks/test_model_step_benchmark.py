@@ -174,8 +174,12 @@ def test_model_step_benchmark_smoke(tmp_path):
         assert (tmp_path / name).stat().st_size > 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("encoder", ["vision", "graph"])
 def test_model_step_benchmark_smoke_for_vision_and_graph(tmp_path, encoder):
+    """The CLI's --encoder vision / graph end to end: slow (make test; about 5 CPU-seconds quiet), a second
+    layer over the fast loop's text smoke (the same main(), sweep, report and plots) and its vision and graph
+    step builders, which test_vision_step_flops_* and test_graph_step_flops_* build, count and train."""
     options = ["--encoder", encoder, "--preset", "smoke", "--threads", "1", "--sgemm_size", "0"]
     model_step.main([*options, "--in_process", "--out", str(tmp_path)])
     results = json.loads((tmp_path / "results.json").read_text())

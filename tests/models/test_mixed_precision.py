@@ -169,6 +169,24 @@ MODES = {
     "autocast_fp16": (torch.float16, False),
     "model_bf16": (torch.bfloat16, True),
 }
+# The edit loop (`make test-fast`) runs every head x type under autocast bfloat16 (the Trainer's --bf16) and
+# every mode on each head's first type; the other types' float16 autocast and bfloat16 cast are `slow` (make
+# test): their cores' half-precision arithmetic, cast and autocast, bfloat16 and float16, is
+# tests/attention/test_half_precision.py's in the fast loop, and what the model around a core adds is the
+# head's, which its first type checks. The Trainer runs once per modality there (the other heads: make test).
+FAST_MODE = "autocast_bf16"
+FAST_TRAINER_HEADS = ("masked_lm", "image_classification", "graph_classification")
+STEP_CASES = [
+    pytest.param(
+        head, t, mode, marks=() if mode == FAST_MODE or t == HEADS[head].types()[0] else pytest.mark.slow
+    )
+    for head, t in CASES
+    for mode in MODES
+]
+TRAINER_PARAMS = [
+    pytest.param(head, t, marks=() if head in FAST_TRAINER_HEADS else pytest.mark.slow)
+    for head, t in TRAINER_CASES
+]
 
 
 def _loss(model, batch) -> torch.Tensor:
@@ -180,8 +198,7 @@ def _float_inputs_as(batch: dict, dtype) -> dict:
     return {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v for k, v in batch.items()}
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize(("head", "attention_type"), CASES)
+@pytest.mark.parametrize(("head", "attention_type", "mode"), STEP_CASES)
 def test_training_step_in_mixed_precision(head, attention_type, mode):
     spec, (dtype, cast_model) = HEADS[head], MODES[mode]
     torch.manual_seed(0)
@@ -206,7 +223,7 @@ def test_training_step_in_mixed_precision(head, attention_type, mode):
             assert torch.isfinite(param.grad).all(), f"{mode}: {name} has a non-finite gradient"
 
 
-@pytest.mark.parametrize(("head", "attention_type"), TRAINER_CASES)
+@pytest.mark.parametrize(("head", "attention_type"), TRAINER_PARAMS)
 def test_trainer_bf16_on_cpu(head, attention_type, tmp_path):
     """``Trainer`` with ``--bf16 --use_cpu`` (autocast bfloat16 around each step): one optimiser step whose
     loss is the float32 loss within bfloat16's tolerance, and parameters that stay finite. Once per head (its

@@ -94,8 +94,11 @@ def test_attention_override_files_build_models(train_graph, solubility_task, nam
     assert config.needs_edges() or config.graph_bias is not None or name in ("performer", "linear")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention_type", ["multi_hop", "linear"])
 def test_other_attention_types_train(train_graph, attention_type, tmp_path):
+    """Slow (make test): a second layer over the fast loop's config of every type from the script's options
+    (the test above) and every graph type's model training (tests/models/graph/)."""
     metrics = train_graph.main(run_args(tmp_path, *SLICE, "--attention_type", attention_type))
     assert metrics["eval_rmse"] > 0
 

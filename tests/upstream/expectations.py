@@ -1,10 +1,12 @@
-"""Every transformers common test that is skipped or expected to fail on our models, with its reason.
+"""Every transformers common test that is skipped, expected to fail or left to `make test`, with its reason.
 
 The one place that decides it (tests/upstream/test_transformers_common.py applies it): an entry names the
-test (a trailing ``*``: every test whose name begins so), the groups (``text``, ``vision``, ``mae``) and
-attention types it applies to, and why. ``skip``: the test does not apply (it needs the Hub, a GPU, or
-checks something our models by design do not have); ``xfail``: a known difference, run strictly so that a
-fix shows up as a failure here.
+test (a shell pattern, ``*`` and ``[...]``: the mixin's parametrized cases), the groups (``text``,
+``vision``, ``mae``) and attention types it applies to, and why. ``skip``: the test does not apply (it needs
+the Hub, a GPU, or checks something our models by design do not have); ``xfail``: a known difference, run
+strictly so that a fix shows up as a failure here; ``slow``: it runs in `make test` (CI) but not in the edit
+loop (`make test-fast`), as a second layer of a check the fast loop keeps (the other attention types than
+``full``, and the vision and MAE groups, are slow as a whole: test_transformers_common.py).
 
 The mixin also skips tests by its own conditions, with its own reasons (``pytest -rs`` lists them): a GPU,
 several accelerators, MPS, Flash Attention, DeepSpeed or the kernels library; ``RUN_SLOW``; features our
@@ -15,6 +17,7 @@ tests (``GenerationTesterMixin`` / ``ExportTesterMixin`` are stand-ins: see test
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import unittest
 from dataclasses import dataclass
@@ -29,7 +32,7 @@ ALL = None  # every group / every attention type
 @dataclass(frozen=True)
 class Expectation:
     test: str
-    kind: str  # "skip" or "xfail"
+    kind: str  # "skip", "xfail" or "slow"
     reason: str
     groups: tuple[str, ...] | None = ALL
     types: tuple[str, ...] | None = ALL
@@ -95,6 +98,34 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         "torch_dtype alias of from_pretrained, code no attention type touches; it runs for full",
         types=("linear", "longformer", "bigbird"),
     ),
+    # --- left to `make test`: the fast loop runs the mixin on text x `full` without these
+    Expectation(
+        "test_bc_torch_dtype",
+        "slow",
+        "time (the heaviest common test, 28 from_pretrained calls per class: a fifth of the fast loop's "
+        "common tests): it compares the deprecated torch_dtype alias with dtype=, which our from_pretrained "
+        "(hf_efficient/modeling/pretrained.py) passes on to transformers' untouched; the fast loop keeps "
+        "the other loading tests (test_save_load, test_from_pretrained_no_checkpoint, ...)",
+        groups=("text",),
+        types=("full",),
+    ),
+    Expectation(
+        "test_eager_matches_sdpa_inference_*_[bf][fp]16_*",
+        "slow",
+        "time (two thirds of the eager-vs-sdpa cases' time): the half-precision cases run the same dispatch "
+        "to transformers' softmax functions as the float32 ones the fast loop keeps on text; what differs "
+        "is transformers' kernels' half-precision arithmetic, which no code of ours touches",
+        groups=("text",),
+        types=("full",),
+    ),
+    Expectation(
+        "test_eager_matches_sdpa_inference_*_sdpa_kernels",
+        "slow",
+        "time: the same cases as the float32 ones the fast loop keeps, with torch's choice of SDPA backends "
+        "narrowed (torch.nn.attention.sdpa_kernel), which no code of ours touches",
+        groups=("text",),
+        types=("full",),
+    ),
 )
 
 
@@ -117,6 +148,8 @@ def apply_expectations(cls: type, group: str, attention_type: str) -> type:
             test = getattr(cls, name)
             if entry.kind == "skip":
                 marked = unittest.skip(entry.reason)(test)
+            elif entry.kind == "slow":
+                marked = pytest.mark.slow(_own_copy(test))
             else:
                 marked = pytest.mark.xfail(reason=entry.reason, strict=True)(_own_copy(test))
             setattr(cls, name, marked)
@@ -124,9 +157,9 @@ def apply_expectations(cls: type, group: str, attention_type: str) -> type:
 
 
 def _tests_named(cls: type, pattern: str) -> list[str]:
-    """The test names ``pattern`` names: itself, or with a trailing ``*`` every test it begins (the mixin's
+    """The test names ``pattern`` names: itself, or with a ``*`` every test it matches (the mixin's
     parametrized cases); naming none of the mixin's tests is an error, not a no-op."""
-    names = [n for n in dir(cls) if n.startswith(pattern[:-1])] if pattern.endswith("*") else [pattern]
+    names = fnmatch.filter(dir(cls), pattern) if "*" in pattern else [pattern]
     if not names or not all(hasattr(cls, name) for name in names):
         raise AttributeError(f"{cls.__name__} has no test {pattern!r}")
     return names

@@ -3,9 +3,13 @@
 The mixins come from the installed transformers version's source distribution (``make upstream-tests``
 fetches it into build/; :mod:`tests.upstream.sdist`); without it this module skips. The testers are ours,
 written as transformers writes its BERT and ViT testers, and every test class runs once per attention type
-in :data:`ATTENTION_TYPES` (the other types than ``full`` are marked ``slow``: `make test-fast` runs the
-mixins on exact attention, `make test` on every type). Every test skipped or expected to fail, and why, is in
-:mod:`tests.upstream.expectations`; nothing else here decides one.
+in :data:`ATTENTION_TYPES`. `make test` runs them all; `make test-fast` runs the text group on exact
+attention (``full``), less the tests expectations.py leaves to `make test`: the other types and the vision
+and MAE groups are marked ``slow``. The ViT and ViT-MAE models share the text group's PreTrainedModel base,
+encoder and cores (hf_efficient/modeling/); what is their own (patch embeddings, pre-norm layers, the MAE
+decoder, the masked-image head) the fast loop checks output for output against transformers' ViT, ViT-MAE
+and masked-image models, and per attention type (tests/models/vision/). Every test skipped, expected to fail
+or left to `make test`, and why, is in :mod:`tests.upstream.expectations`; nothing else here decides one.
 """
 
 from __future__ import annotations
@@ -186,7 +190,7 @@ def _model_test_class(group: str, attention_type: str) -> type:
     mixins = (UPSTREAM.modeling.ModelTesterMixin,)
     if any(model_class.can_generate() for model_class in classes):  # as upstream's testers of generators
         mixins += (UPSTREAM.modeling.GenerationTesterMixin,)
-    if attention_type != "full":  # `make test-fast` keeps the exact type's run; CI runs every type
+    if attention_type != "full" or group != "text":  # `make test-fast` keeps text on the exact type; CI all
         body["pytestmark"] = [pytest.mark.slow]
     cls = type(name, (*mixins, unittest.TestCase), body)
     return apply_expectations(cls, group, attention_type)
