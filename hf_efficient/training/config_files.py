@@ -7,9 +7,11 @@ A config file is JSON with two sections::
 
 Merge order is fixed: the base file (``--config``), then the override of the attention type
 (``attention/<attention_type>.json`` beside the base file, or in the scripts' default folder when no base is
-given), then the command line: ``--attention_type``, ``--attention_config '{"attention_window": 64}'`` (merged
-into the file's ``attention_config`` when the type is unchanged), ``--config_overrides hidden_size=128,...``
-and every other flag. Unknown keys raise, naming the file and the close matches.
+given: that type's defaults, so the ``attention_config`` keys a base file sets for its own attention type keep
+the base file's values), then the command line: ``--attention_type``, ``--attention_config
+'{"attention_window": 64}'`` (merged into the file's ``attention_config`` when the type is unchanged),
+``--config_overrides hidden_size=128,...`` and every other flag. Unknown keys raise, naming the file and the
+close matches.
 """
 
 from __future__ import annotations
@@ -176,7 +178,15 @@ def parse_args_with_config_files(
     check_attention_type(attention_type, getattr(model_config_class, "modality", None), where)
     if attention_type and base_dir is not None and (base_dir / f"{attention_type}.json").exists():
         override = load_config_file(base_dir / f"{attention_type}.json", model_keys, training_keys)
+        # the type file holds that type's defaults: what the base file sets for its own type stays
+        own = (
+            merged["model"].get("attention_config")
+            if merged["model"].get("attention_type") == attention_type
+            else None
+        )
         merged["model"] = merge_model_configs(merged["model"], override["model"])
+        if own:
+            merged["model"]["attention_config"] = {**(merged["model"].get("attention_config") or {}), **own}
         merged["training"].update(override["training"])
 
     parser.set_defaults(**merged["training"])

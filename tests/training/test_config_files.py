@@ -92,6 +92,25 @@ def test_default_attention_folder_applies_without_a_base(pretrain_mlm):
     assert model == {}  # nothing asked, nothing changed: a checkpoint keeps its own attention
 
 
+def test_a_base_file_keeps_the_hyperparameters_it_sets_for_its_own_type(pretrain_mlm, tmp_path):
+    """The type file beside a base (attention/longformer.json: window 128) gives that type's defaults; a base
+    file naming its type and a window keeps its window (the demo's config once trained at the type file's)."""
+    (tmp_path / "attention").mkdir()
+    (tmp_path / "attention" / "longformer.json").write_text(
+        json.dumps({"model": {"attention_config": {"attention_window": 128, "global_token_indices": [0]}}})
+    )
+    base = {"model": {"attention_type": "longformer", "attention_config": {"attention_window": 32}}}
+    (tmp_path / "base.json").write_text(json.dumps(base))
+    _, model = parse(pretrain_mlm, ["--config", str(tmp_path / "base.json"), "--output_dir", str(tmp_path)])
+    assert model["attention_config"] == {"attention_window": 32, "global_token_indices": [0]}
+    _, model = parse(
+        pretrain_mlm,
+        ["--config", str(tmp_path / "base.json"), "--attention_config", '{"attention_window": 16}']
+        + ["--output_dir", str(tmp_path)],
+    )
+    assert model["attention_config"]["attention_window"] == 16  # the command line still wins
+
+
 def test_changing_the_type_drops_the_old_hyperparameters():
     base = {"attention_type": "longformer", "attention_config": {"attention_window": 8}}
     assert merge_model_configs(base, {"attention_type": "performer"}) == {"attention_type": "performer"}
