@@ -7,7 +7,7 @@ export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install upstream-tests test test-fast test-floor lint demo bench-demo bench bench-peers clean
+.PHONY: install upstream-tests bytecode test test-fast test-floor lint demo bench-demo bench bench-peers clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,6 +28,12 @@ lint: install
 upstream-tests: install
 	.ci/fetch-upstream-tests $(PY)
 
+# The checkout's bytecode, compiled once: the tests start many interpreters that import hf_efficient, and where
+# PYTHONDONTWRITEBYTECODE is set (as on CI) each would compile its 24k lines again (0.6 s each here). Python
+# checks each file's timestamp, so an edited module recompiles; __pycache__/ is ignored by git.
+bytecode: install
+	$(PY) -m compileall -q -j 0 hf_efficient benchmarks scripts
+
 # Every core: pytest-xdist runs one worker per core (one torch thread each), and a worker that is done takes
 # over the queued tests of a busy one (worksteal: the tests' times differ a thousandfold); the tests that must
 # not run side by side (multi-process launches, mounts) wait for each other (a lock: tests/conftest.py).
@@ -38,14 +44,14 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 # (19 minutes from a fresh clone on a quiet 2-core machine, set-up included: 17 min 44 s of pytest; tests
 # marked `gpu` are skipped without CUDA). It ends with the
 # 15 slowest tests: one over 60 seconds says in its docstring why it must take that long.
-test: lint upstream-tests
+test: lint upstream-tests bytecode
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=15
 
 # While developing: the tests not marked `slow` or `distributed` (multi-process launches, fresh interpreters,
 # real checkpoints, data downloads), on every core, no lint: about 3 minutes on a quiet 2-core machine (3 min
 # 2 s of pytest). Not a substitute for `make test` before a commit.
 # Markers: pyproject.toml [tool.pytest.ini_options].
-test-fast: install upstream-tests
+test-fast: install upstream-tests bytecode
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not slow and not distributed"
 
 # The dependency floors: the fast suite again in a separate venv (build/venv-floor) holding the lowest
@@ -88,3 +94,4 @@ bench-peers: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
+	find hf_efficient benchmarks scripts tests -name __pycache__ -prune -exec rm -rf {} +
