@@ -41,15 +41,15 @@ PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 
 # The full suite, what CI runs (.ci/run): lint, then every test, the `slow` and `distributed` ones included
-# (19 minutes from a fresh clone on a quiet 2-core machine, set-up included: 17 min 44 s of pytest; tests
-# marked `gpu` are skipped without CUDA). It ends with the
-# 15 slowest tests: one over 60 seconds says in its docstring why it must take that long.
+# (13.5-14.5 minutes from a fresh clone on a quiet 2-core machine, set-up included: 12 min 11 s to 12 min 47 s
+# of pytest in three runs; tests marked `gpu` are skipped without CUDA). It ends with the 15 slowest tests:
+# one over 60 seconds says in its docstring why it must take that long.
 test: lint upstream-tests bytecode
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=15
 
 # While developing: the tests not marked `slow` or `distributed` (multi-process launches, fresh interpreters,
-# real checkpoints, data downloads), on every core, no lint: about 3 minutes on a quiet 2-core machine (3 min
-# 2 s of pytest). Not a substitute for `make test` before a commit.
+# real checkpoints, data downloads), on every core, no lint: under 2 minutes on a quiet 2-core machine once
+# set up (1 min 46 s, 1 min 41 s of pytest). Not a substitute for `make test` before a commit.
 # Markers: pyproject.toml [tool.pytest.ini_options].
 test-fast: install upstream-tests bytecode
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) -m "not slow and not distributed"
