@@ -1,13 +1,14 @@
 """Every code block of README.md and docs/*.md runs, so the documentation cannot rot.
 
-The python blocks of a page run in one fresh interpreter (offline, one thread) from the repository root, in
-order (a later block may use what an earlier one defined). The bash blocks of a page run one group per test
-(tests/docs_blocks.py::block_groups: a block with the earlier blocks whose outputs it reads, so independent
-blocks run in parallel), in order, each in one shell, every command as documented with its outputs moved
-into a temporary folder, one seed, and, for long commands, the budget flags of the block's marker
-appended (tests/docs_blocks.py; the markers are described in docs/contributing.md, "Documentation").
-A block that does not run here says why (set-up, the network, a GPU), or names the test that runs it with
-checks of what it produces.
+The python blocks of a page run in one interpreter of their own (offline, one thread) from the repository
+root, in order (a later block may use what an earlier one defined). The bash blocks of a page run one group
+per test (tests/docs_blocks.py::block_groups: a block with the earlier blocks whose outputs it reads, so
+independent blocks run in parallel), in order, each in one shell, every command as documented with its outputs
+moved into a temporary folder, one seed, and, for long commands, the budget flags of the block's marker
+appended (tests/docs_blocks.py; the markers are described in docs/contributing.md, "Documentation"). A block
+that does not run here says why (set-up, the network, a GPU), or names the test that runs it with checks of
+what it produces. Each command's ``python`` is forked from an interpreter that imported torch and transformers
+once per test worker, as a fresh one would run it (tests/preloaded_python.py).
 """
 
 from __future__ import annotations
@@ -144,7 +145,7 @@ def test_bash_commands_are_read_as_a_shell_reads_them(tmp_path):
     assert runnable_commands(seeds, tmp_path) == ["python -m benchmarks.seeds --seeds 0 --out x"]  # one seed
 
 
-@pytest.mark.slow  # a fresh interpreter per page
+@pytest.mark.slow  # an interpreter per page
 @pytest.mark.parametrize("page", pages_with("python"), ids=lambda p: p.name)
 def test_python_blocks_run(page, tmp_path):
     blocks = runnable(page, "python")
@@ -222,14 +223,14 @@ def test_blocks_that_read_earlier_outputs_share_a_group():
     assert len(groups[independent][1]) == 1
 
 
-@pytest.mark.slow  # tiny training runs and benchmarks, a fresh interpreter per command
+@pytest.mark.slow  # tiny training runs and benchmarks, an interpreter per command
 @pytest.mark.parametrize("page_and_group", bash_groups(), ids=group_id)
 def test_bash_blocks_run(page_and_group, tmp_path):
     """The blocks of one group (the test id: the page and their first lines) in order, each command as
-    documented, in a fresh interpreter (the point of the test), at the budget its marker gives. Each command
-    costs 5-15 s on a loaded 2-core machine (the interpreter, torch and transformers; MiniLM for a
-    fine-tune) however small its budget; the longest groups, results.md's long-document runs (five
-    commands, each reading what the one before wrote) and its pretrain-then-fine-tune, take 40-60 s."""
+    documented, in an interpreter of its own (the point of the test: forked from a preloaded one, so torch's
+    and transformers' imports are not paid again), at the budget its marker gives. The longest groups,
+    results.md's long-document runs (five commands, each reading what the one before wrote) and its
+    pretrain-then-fine-tune, take 10-20 s on a loaded 2-core machine."""
     _, group = page_and_group
     for block in group:
         run_bash_block(block, tmp_path)

@@ -41,14 +41,13 @@ def is_generation_benchmark(block) -> bool:
     return "benchmarks.generation" in block.code
 
 
-@pytest.mark.slow  # five tiny training runs, the perplexity table, the pipeline (about a minute on 2 cores)
+@pytest.mark.slow  # five tiny training runs, the perplexity table, the pipeline
 def test_every_command_of_the_page_runs(tmp_path):
     """The tokenizer, the five training runs, the table of them and the pipeline of the trained model, in
     order: each needs what the one before wrote. The generation benchmark, which needs none of it, is
-    test_the_generation_benchmark_runs, so the two run side by side. About a minute on a loaded 2-core
-    machine (66 s measured): eight fresh interpreters (the tokenizer, five training runs of two steps, the
-    table, the pipeline) of 5-8 s each, which is what proving the page's commands as documented costs;
-    their order cannot be split."""
+    test_the_generation_benchmark_runs, so the two run side by side. Eight interpreters (the tokenizer,
+    five training runs of two steps, the table, the pipeline), forked from the worker's preloaded one
+    (tests/preloaded_python.py); their order cannot be split."""
     blocks = page_blocks(PAGE)
     for block in blocks:
         if block.language == "bash" and not is_generation_benchmark(block):
@@ -67,7 +66,7 @@ def test_every_command_of_the_page_runs(tmp_path):
     run_python(script, env=docs_env(tmp_path), cwd=ROOT, python=preloaded_python.python())
 
 
-@pytest.mark.slow  # the generation benchmark's smoke preset in a fresh interpreter
+@pytest.mark.slow  # the generation benchmark's smoke preset in an interpreter of its own
 def test_the_generation_benchmark_runs(tmp_path):
     (block,) = [
         block for block in page_blocks(PAGE) if block.language == "bash" and is_generation_benchmark(block)
