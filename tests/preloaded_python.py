@@ -260,9 +260,8 @@ def _accept(
     except (OSError, EOFError, ValueError):
         conn.close()
         return
-    differs = sorted(k for k in environment.keys() ^ _comparable(request["env"]).keys()) or sorted(
-        k for k in environment if environment[k] != request["env"].get(k)
-    )
+    asked = _comparable(request["env"])
+    differs = sorted(k for k in environment.keys() | asked.keys() if environment.get(k) != asked.get(k))
     if differs:
         for fd in fds:
             os.close(fd)
