@@ -39,6 +39,11 @@ POSITIVE_SIZES = (
 )
 PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
 
+# Checkpoint model_type (ours and upstream's) -> the config class of the family that loads it; filled by
+# hf_efficient.models.families.register_family, read to name the right family when a checkpoint is offered to
+# another's class.
+CHECKPOINT_CONFIGS: dict[str, type] = {}
+
 
 @strict(accept_kwargs=True)
 class EfficientEncoderConfig(PreTrainedConfig):
@@ -162,9 +167,12 @@ class EfficientEncoderConfig(PreTrainedConfig):
         source = config_dict.get("model_type")
         if source is not None and source not in (cls.model_type, *cls.compatible_model_types):
             supported = ", ".join((cls.model_type, *cls.compatible_model_types))
+            family = CHECKPOINT_CONFIGS.get(source)
+            prefix = family.__name__.removesuffix("Config") if family is not None else None
+            fix = f" Load it with its own family's classes: {prefix}Model, {prefix}For..." if prefix else ""
             raise InputError(
                 f"A checkpoint of model_type {source!r} cannot be mapped onto {cls.__name__}: its weights "
-                f"have another architecture. Supported checkpoint types: {supported}."
+                f"have another architecture. Supported checkpoint types: {supported}.{fix}"
             )
         if source is not None and source != cls.model_type:
             source_model_type.set(source)  # for the model's one-line load summary

@@ -1,6 +1,7 @@
-"""EfficientBert: the text encoder."""
+"""The text families: BERT, RoBERTa, XLM-RoBERTa, over one shared encoder and one set of tasks."""
 
 from .configuration_efficient_bert import EfficientBertConfig
+from .configuration_efficient_roberta import EfficientRobertaConfig, EfficientXLMRobertaConfig
 from .modeling_efficient_bert import (
     EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
@@ -12,6 +13,23 @@ from .modeling_efficient_bert import (
     EfficientBertForTokenClassification,
     EfficientBertModel,
     EfficientBertPreTrainedModel,
+)
+from .modeling_efficient_roberta import (
+    EfficientRobertaForCausalLM,
+    EfficientRobertaForMaskedLM,
+    EfficientRobertaForMultipleChoice,
+    EfficientRobertaForQuestionAnswering,
+    EfficientRobertaForSequenceClassification,
+    EfficientRobertaForTokenClassification,
+    EfficientRobertaModel,
+    EfficientRobertaPreTrainedModel,
+    EfficientXLMRobertaForCausalLM,
+    EfficientXLMRobertaForMaskedLM,
+    EfficientXLMRobertaForMultipleChoice,
+    EfficientXLMRobertaForQuestionAnswering,
+    EfficientXLMRobertaForSequenceClassification,
+    EfficientXLMRobertaForTokenClassification,
+    EfficientXLMRobertaModel,
 )
 
 __all__ = [
@@ -26,4 +44,21 @@ __all__ = [
     "EfficientBertForTokenClassification",
     "EfficientBertModel",
     "EfficientBertPreTrainedModel",
+    "EfficientRobertaConfig",
+    "EfficientRobertaForCausalLM",
+    "EfficientRobertaForMaskedLM",
+    "EfficientRobertaForMultipleChoice",
+    "EfficientRobertaForQuestionAnswering",
+    "EfficientRobertaForSequenceClassification",
+    "EfficientRobertaForTokenClassification",
+    "EfficientRobertaModel",
+    "EfficientRobertaPreTrainedModel",
+    "EfficientXLMRobertaConfig",
+    "EfficientXLMRobertaForCausalLM",
+    "EfficientXLMRobertaForMaskedLM",
+    "EfficientXLMRobertaForMultipleChoice",
+    "EfficientXLMRobertaForQuestionAnswering",
+    "EfficientXLMRobertaForSequenceClassification",
+    "EfficientXLMRobertaForTokenClassification",
+    "EfficientXLMRobertaModel",
 ]

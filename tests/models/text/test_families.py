@@ -1,0 +1,115 @@
+"""Every text family against transformers' own classes: a checkpoint of every head upstream has loads strictly
+into ours with equal outputs (1e-5), loads under other attention types with only the type's own parameters
+new, and what we save with exact attention loads back into transformers' class with equal outputs.
+
+The families and their heads: tests/models/text/families.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ...attention.helpers import small_config
+from .families import HEAD_CASES, TEXT_FAMILIES, TextFamily, randomise_zero_init
+from .helpers import assert_close_real
+
+CLOSE = dict(atol=1e-5, rtol=1e-5)
+PER_TOKEN = ("last_hidden_state", "logits", "start_logits", "end_logits")
+
+
+def case_id(case) -> str:
+    family, upstream = case
+    return f"{family.name}-{upstream.__name__}"
+
+
+def upstream_checkpoint(family: TextFamily, upstream: type, folder) -> torch.nn.Module:
+    """transformers' tiny ``upstream`` model, its zero-initialised parameters randomised, saved in ``folder``."""
+    torch.manual_seed(0)
+    model = upstream(family.config(upstream)).eval()
+    randomise_zero_init(model)
+    model.save_pretrained(folder)
+    return model
+
+
+def assert_same_outputs(got, expected, mask: torch.Tensor, names=None) -> None:
+    """Every output field transformers gives (per-token ones at real positions: transformers' padded
+    positions are meaningless), the loss included."""
+    names = names or [name for name in expected.keys() if name not in ("hidden_states", "attentions", "cache")]
+    for name in names:
+        if name in ("cache", "past_key_values"):
+            continue
+        ours, theirs = got[name], expected[name]
+        if name in PER_TOKEN and ours.dim() >= 2 and ours.shape[:2] == mask.shape:
+            assert_close_real(ours, theirs, mask, **CLOSE)
+        else:
+            torch.testing.assert_close(ours, theirs, **CLOSE, msg=name)
+
+
+def forward(model, inputs):
+    with torch.no_grad():
+        return model.eval()(**inputs)
+
+
+@pytest.mark.parametrize("case", HEAD_CASES, ids=case_id)
+def test_upstream_checkpoint_loads_strictly_with_equal_outputs(case, tmp_path):
+    family, upstream = case
+    reference = upstream_checkpoint(family, upstream, tmp_path)
+    our_class = family.ours(upstream)
+    ours, info = our_class.from_pretrained(tmp_path, output_loading_info=True)
+    assert ours.config.attention_type == "full"
+    assert not any(info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    inputs, mask = family.inputs(our_class)
+    expected, got = forward(reference, inputs), forward(ours, inputs)
+    if "start_positions" in inputs:
+        # transformers' span loss softmaxes over padded positions too (their logits are meaningless there):
+        # the losses are compared on the batch without padding.
+        full = {**inputs, "attention_mask": torch.ones_like(mask)}
+        torch.testing.assert_close(forward(ours, full).loss, forward(reference, full).loss, **CLOSE)
+        assert_same_outputs(got, expected, mask, names=["start_logits", "end_logits"])
+        return
+    assert_same_outputs(got, expected, mask)
+
+
+@pytest.mark.parametrize("case", HEAD_CASES, ids=case_id)
+def test_saved_with_exact_attention_loads_back_into_transformers(case, tmp_path):
+    family, upstream = case
+    upstream_checkpoint(family, upstream, tmp_path / "upstream")
+    our_class = family.ours(upstream)
+    ours = our_class.from_pretrained(tmp_path / "upstream")
+    ours.save_pretrained(tmp_path / "ours")
+    back, info = upstream.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not any(info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
+    inputs, _ = family.inputs(our_class)
+    inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])  # transformers' pads are its own
+    expected = forward(back, inputs)
+    assert_same_outputs(forward(ours, inputs), expected, inputs["attention_mask"].reshape(-1, 20))
+
+
+@pytest.mark.parametrize("attention_type", ["longformer", "performer"])
+@pytest.mark.parametrize("name", list(TEXT_FAMILIES))
+def test_every_head_loads_with_another_attention(name, attention_type, tmp_path):
+    """Every weight of every head's checkpoint loads under another type; only the core's own parameters are
+    new; each head trains (a finite loss, a finite gradient)."""
+    family = TEXT_FAMILIES[name]
+    for index, upstream in enumerate(family.heads):
+        if family.ours(upstream).__name__.endswith("ForCausalLM") and attention_type not in ("longformer",):
+            continue  # a decoder needs a causal form: longformer has one, performer's is tested elsewhere
+        folder = tmp_path / str(index)
+        reference = upstream_checkpoint(family, upstream, folder)
+        config = small_config(attention_type, causal=upstream.__name__.endswith(("CausalLM", "LMHeadModel")))
+        ours, info = family.ours(upstream).from_pretrained(
+            folder, attention_type=attention_type, attention_config=config, output_loading_info=True
+        )
+        assert all(".core." in key for key in info["missing_keys"]), info["missing_keys"]
+        assert not info["unexpected_keys"] and not info["mismatched_keys"], info
+        theirs = dict(reference.named_parameters(remove_duplicate=False))  # tied: under both names
+        for param_name, param in ours.named_parameters():
+            if ".core." not in param_name:
+                torch.testing.assert_close(param, theirs[param_name], atol=0, rtol=0, msg=param_name)
+        inputs, _ = family.inputs(family.ours(upstream))
+        out = ours.train()(**inputs)
+        if "loss" in out and out.loss is not None:
+            assert torch.isfinite(out.loss)
+            out.loss.backward()
+            assert all(p.grad is None or torch.isfinite(p.grad).all() for p in ours.parameters())
