@@ -130,8 +130,8 @@ class TextTaskModel(EfficientTextPreTrainedModel):
 
 
 def build_linear_classifier(model: nn.Module, config) -> None:
-    """BERT's classifier: ``dropout`` (``classifier_dropout``, else ``hidden_dropout_prob``) and ``classifier``
-    (D -> num_labels)."""
+    """BERT's classifier: ``dropout`` (``classifier_dropout``, else ``hidden_dropout_prob``) and
+    ``classifier`` (D -> num_labels)."""
     model.num_labels = config.num_labels
     model.dropout = classifier_dropout(config)
     model.classifier = nn.Linear(config.hidden_size, config.num_labels)

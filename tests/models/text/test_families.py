@@ -24,7 +24,8 @@ def case_id(case) -> str:
 
 
 def upstream_checkpoint(family: TextFamily, upstream: type, folder) -> torch.nn.Module:
-    """transformers' tiny ``upstream`` model, its zero-initialised parameters randomised, saved in ``folder``."""
+    """transformers' tiny ``upstream`` model, its zero-initialised parameters randomised, saved in
+    ``folder``."""
     torch.manual_seed(0)
     model = upstream(family.config(upstream)).eval()
     randomise_zero_init(model)
@@ -35,10 +36,8 @@ def upstream_checkpoint(family: TextFamily, upstream: type, folder) -> torch.nn.
 def assert_same_outputs(got, expected, mask: torch.Tensor, names=None) -> None:
     """Every output field transformers gives (per-token ones at real positions: transformers' padded
     positions are meaningless), the loss included."""
-    names = names or [name for name in expected.keys() if name not in ("hidden_states", "attentions", "cache")]
-    for name in names:
-        if name in ("cache", "past_key_values"):
-            continue
+    skipped = ("hidden_states", "attentions", "cache", "past_key_values")
+    for name in names or [name for name in expected.keys() if name not in skipped]:
         ours, theirs = got[name], expected[name]
         if name in PER_TOKEN and ours.dim() >= 2 and ours.shape[:2] == mask.shape:
             assert_close_real(ours, theirs, mask, **CLOSE)
