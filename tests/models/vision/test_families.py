@@ -27,6 +27,7 @@ from hf_efficient import (
     EfficientDeiTConfig,
     EfficientDeiTForImageClassification,
     EfficientDeiTForImageClassificationWithTeacher,
+    EfficientDeiTModel,
     EfficientDinov2Config,
     EfficientDinov2Model,
     EfficientViTConfig,
@@ -237,6 +238,19 @@ def test_deit_with_teacher_is_chosen_by_architectures_and_refuses_labels(tmp_pat
     torch.testing.assert_close(out.logits, (out.cls_logits + out.distillation_logits) / 2)
     with pytest.raises(InputError, match="inference only.*EfficientDeiTForImageClassification"):
         teacher(torch.randn(2, 3, 16, 16), labels=torch.tensor([0, 1]))
+
+
+def test_the_attention_map_of_a_deit_patch_counts_both_prefix_tokens():
+    """plot_patch_attention's map: patch 5's row of the last layer's weights (averaged over heads) after
+    the two prefix tokens, and their weight beside it; the row sums to 1."""
+    from hf_efficient.visualization import patch_attention_map
+
+    model = EfficientDeiTModel(EfficientDeiTConfig(**TINY, intermediate_size=37)).eval()
+    x = torch.randn(1, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    grid, prefix = patch_attention_map(model, x, patch=5)
+    row = forward(model, {"pixel_values": x}, output_attentions=True).attentions[-1][0, :, 2 + 5].mean(0)
+    torch.testing.assert_close(grid, row[2:].reshape(4, 4))
+    assert prefix == pytest.approx(float(row[:2].sum())) and float(grid.sum()) + prefix == pytest.approx(1.0)
 
 
 def test_a_checkpoint_of_another_family_is_refused_naming_its_classes(tmp_path):
