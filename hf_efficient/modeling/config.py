@@ -106,10 +106,9 @@ class EfficientEncoderConfig(PreTrainedConfig):
             value = getattr(self, name, None)
             if value is not None and not 0.0 <= value < 1.0:
                 raise InputError(f"{name} is a dropout probability and must be in [0, 1), got {value}.")
-        if not self.layer_norm_eps > 0:
-            raise InputError(
-                f"layer_norm_eps must be > 0 (LayerNorm divides by it), got {self.layer_norm_eps}."
-            )
+        eps = getattr(self, "layer_norm_eps", None)  # DistilBERT's is fixed: not a field of its config
+        if eps is not None and not eps > 0:
+            raise InputError(f"layer_norm_eps must be > 0 (LayerNorm divides by it), got {eps}.")
         if self.initializer_range < 0:
             raise InputError(
                 f"initializer_range is a standard deviation, >= 0; got {self.initializer_range}."

@@ -17,8 +17,9 @@ class EfficientDistilBertConfig(EfficientEncoderConfig):
     ``dropout``, ``attention_dropout``, ``activation``, ...), so a DistilBERT ``config.json`` loads as an
     ``EfficientDistilBertConfig``; ``attribute_map`` lets the shared blocks read them under BERT's names
     (``hidden_size`` is ``dim``, ``intermediate_size`` is ``hidden_dim``, ...), as transformers' config does
-    for three of them. What DistilBERT fixes is not a field: LayerNorm's epsilon (1e-12), no token types
-    (``type_vocab_size`` 0: token_type_ids are refused), an encoder only (no decoder, no cross-attention).
+    for three of them. What DistilBERT fixes is not a field: LayerNorm's epsilon (1e-12, whatever a
+    ``layer_norm_eps`` set on the config says, as in transformers), no token types (``type_vocab_size`` 0:
+    token_type_ids are refused), an encoder only (no decoder, no cross-attention).
 
     Attributes:
         sinusoidal_pos_embds: the position table starts as fixed sinusoids (Vaswani et al. 2017) instead of
@@ -45,7 +46,6 @@ class EfficientDistilBertConfig(EfficientEncoderConfig):
         "attention_probs_dropout_prob": "attention_dropout",
     }
     weight_shape_fields = ("vocab_size", "dim", "hidden_dim", "max_position_embeddings")
-    layer_norm_eps: ClassVar[float] = 1e-12  # every DistilBERT LayerNorm's
     type_vocab_size: ClassVar[int] = 0  # no segments: no token type table
     is_decoder: ClassVar[bool] = False
     add_cross_attention: ClassVar[bool] = False
@@ -71,7 +71,8 @@ class EfficientDistilBertConfig(EfficientEncoderConfig):
 
     def validate_distilbert_fields(self):
         """Class validator: what DistilBERT fixes is not changed through the BERT names the shared code
-        reads (a config set ``is_decoder=True`` on, or given ``type_vocab_size=2``)."""
+        reads (a config set ``is_decoder=True`` on, or given ``type_vocab_size=2``), where transformers'
+        DistilBERT would ignore them and the two models would differ."""
         if self.is_decoder or self.add_cross_attention:
             raise InputError(
                 "DistilBERT is an encoder: is_decoder / add_cross_attention cannot be set on an "
@@ -83,9 +84,4 @@ class EfficientDistilBertConfig(EfficientEncoderConfig):
             raise InputError(
                 f"type_vocab_size={self.type_vocab_size}: DistilBERT has no token type embeddings (its "
                 "tokenizer returns no token_type_ids); drop the field."
-            )
-        if self.layer_norm_eps != 1e-12:
-            raise InputError(
-                f"layer_norm_eps={self.layer_norm_eps}: DistilBERT's LayerNorms use 1e-12, which is not a "
-                "field of its config (its checkpoints are trained with it); drop the field."
             )

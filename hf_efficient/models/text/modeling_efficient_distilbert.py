@@ -32,6 +32,15 @@ from .tasks import (
     TokenClassificationTask,
 )
 
+LAYER_NORM_EPS = 1e-12  # every DistilBERT LayerNorm's: not a field of its config
+
+
+class EfficientDistilBertEmbeddings(EfficientBertEmbeddings):
+    """BERT's embeddings (``word_embeddings``, ``position_embeddings``, ``LayerNorm``) without token types
+    (``type_vocab_size`` 0), at DistilBERT's fixed LayerNorm epsilon."""
+
+    layer_norm_eps = LAYER_NORM_EPS
+
 
 def sinusoidal_positions(num_positions: int, dim: int) -> torch.Tensor:
     """(num_positions, dim) float32 table: sin(p / 10000^(2i / dim)) at column 2i, cos at 2i + 1 (DistilBERT's
@@ -83,9 +92,9 @@ class EfficientDistilBertLayer(GradientCheckpointingLayer):
     def __init__(self, config, layer_idx: int):
         super().__init__()
         self.attention = EfficientDistilBertAttention(config, layer_idx)
-        self.sa_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.sa_layer_norm = nn.LayerNorm(config.dim, eps=LAYER_NORM_EPS)
         self.ffn = EfficientDistilBertFeedForward(config)
-        self.output_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.output_layer_norm = nn.LayerNorm(config.dim, eps=LAYER_NORM_EPS)
 
     def forward(
         self, hidden_states: torch.Tensor, inputs: AttentionInputs
@@ -131,7 +140,7 @@ class EfficientDistilBertModel(EfficientDistilBertPreTrainedModel, EfficientText
     ``transformer.layer.N``; hidden states (b, n, D). No pooler (``add_pooling_layer`` is accepted and
     ignored)."""
 
-    embeddings_class = EfficientBertEmbeddings
+    embeddings_class = EfficientDistilBertEmbeddings
     layer_class = EfficientDistilBertLayer
     has_pooler = False
 
@@ -153,7 +162,7 @@ class EfficientDistilBertForMaskedLM(EfficientDistilBertPreTrainedModel, MaskedL
     def build_head(self, config) -> None:
         self.activation = ACT2FN[config.activation]
         self.vocab_transform = nn.Linear(config.dim, config.dim)
-        self.vocab_layer_norm = nn.LayerNorm(config.dim, eps=config.layer_norm_eps)
+        self.vocab_layer_norm = nn.LayerNorm(config.dim, eps=LAYER_NORM_EPS)
         self.vocab_projector = nn.Linear(config.dim, config.vocab_size)
 
     def lm_features(self, hidden_states: torch.Tensor) -> torch.Tensor:

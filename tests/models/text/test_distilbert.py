@@ -40,15 +40,21 @@ def test_a_distilbert_config_loads_with_its_own_field_names(tmp_path):
     [
         ({"is_decoder": True}, "DistilBERT is an encoder: is_decoder / add_cross_attention"),
         ({"type_vocab_size": 2}, "type_vocab_size=2: DistilBERT has no token type embeddings"),
-        ({"layer_norm_eps": 1e-5}, "DistilBERT's LayerNorms use 1e-12"),
         ({"seq_classif_dropout": 1.2}, r"seq_classif_dropout is a dropout probability .* got 1.2"),
         ({"dim": 30}, "hidden_size=30 is not a multiple of num_attention_heads=4"),
     ],
-    ids=["decoder", "token types", "norm epsilon", "dropout", "heads"],
+    ids=["decoder", "token types", "dropout", "heads"],
 )
 def test_what_distilbert_fixes_is_refused(fields, message):
     with pytest.raises(CONFIG_ERRORS, match=message):
         EfficientDistilBertModel(EfficientDistilBertConfig(**{**DISTILBERT_SIZES, **fields}))
+
+
+def test_layer_norm_epsilon_is_fixed_as_in_transformers():
+    """transformers' DistilBERT ignores a ``layer_norm_eps`` set on its config (its mixin's tests set one)."""
+    config = EfficientDistilBertConfig(**DISTILBERT_SIZES, layer_norm_eps=1.0)
+    norms = [m for m in EfficientDistilBertForMaskedLM(config).modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 2 * 2 + 2 and all(norm.eps == 1e-12 for norm in norms)
 
 
 def test_token_type_ids_are_refused():
