@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from transformers import AutoModelForMaskedLM
+
+from hf_efficient import list_attention_types
+from hf_efficient.models.families import task_of
 
 from ...attention.helpers import small_config
 from .families import HEAD_CASES, TEXT_FAMILIES
@@ -124,3 +128,25 @@ def test_reformer_shares_queries_and_keys_in_every_family(name, tmp_path):
     (hidden * mask[..., None]).square().mean().backward()
     grads = [param.grad for param in ours.parameters() if param.grad is not None]
     assert grads and all(torch.isfinite(grad).all() for grad in grads)
+
+
+@pytest.mark.parametrize("attention_type", list_attention_types("text"))
+@pytest.mark.parametrize("name", list(TEXT_FAMILIES))
+def test_every_text_type_trains_in_every_family(name, attention_type):
+    """Each family's layers (BERT's, DistilBERT's) and embeddings (ELECTRA's projected ones) run every text
+    attention type: a masked-LM training step on a padded batch, a finite loss and finite gradients."""
+    family = TEXT_FAMILIES[name]
+    upstream = next(up for up in family.heads if task_of(family.ours(up)) is AutoModelForMaskedLM)
+    our_class = family.ours(upstream)
+    fields = {
+        **family.sizes,
+        "attention_type": attention_type,
+        "attention_config": small_config(attention_type),
+    }
+    torch.manual_seed(0)
+    model = our_class(our_class.config_class(**fields)).train()
+    inputs, _ = family.inputs(our_class)
+    loss = model(**inputs).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
