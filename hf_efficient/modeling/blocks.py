@@ -105,6 +105,16 @@ class CoreAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, n, D) -> (b, h, n, d)
 
+    def attend_projected(
+        self, hidden_states: torch.Tensor, inputs, query: nn.Module, key: nn.Module | None, value: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The core on the heads of ``query`` / ``key`` / ``value`` (D -> D maps, under the family's names) of
+        (b, n, D) hidden states; ``key`` None where the core shares queries and keys (Reformer: the keys are
+        the queries). Returns ((b, n, D), weights)."""
+        queries = self.split_heads(query(hidden_states))  # (b, h, n, d)
+        keys = queries if key is None else self.split_heads(key(hidden_states))
+        return self.attend(queries, keys, self.split_heads(value(hidden_states)), inputs)
+
     def attend(self, query, key, value, inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The core on (b, h, n, d) heads, checkpointed when asked; returns ((b, n, D), weights)."""
         if self.checkpoint_core and self.training and torch.is_grad_enabled():
@@ -136,10 +146,7 @@ class EfficientSelfAttention(CoreAttention):
     def forward(
         self, hidden_states: torch.Tensor, inputs: AttentionInputs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query = self.split_heads(self.query(hidden_states))  # (b, h, n, d)
-        key = query if self.key is None else self.split_heads(self.key(hidden_states))
-        value = self.split_heads(self.value(hidden_states))
-        return self.attend(query, key, value, inputs)
+        return self.attend_projected(hidden_states, inputs, self.query, self.key, self.value)
 
 
 @dataclass(frozen=True)
@@ -409,9 +416,9 @@ class EfficientLayerStack(nn.ModuleList):
 
 
 class EfficientEncoder(nn.Module):
-    """BERT's and ViT's ``encoder``: the :class:`EfficientLayerStack` under the name ``layer`` (layers of
-    ``layer_class``: BERT's post-LayerNorm :class:`EfficientLayer`, ViT's :class:`EfficientPreNormLayer`...).
-    """
+    """BERT's and ViT's ``encoder`` (DistilBERT's ``transformer``): the :class:`EfficientLayerStack` under the
+    name ``layer`` (layers of ``layer_class``: BERT's post-LayerNorm :class:`EfficientLayer`, ViT's
+    :class:`EfficientPreNormLayer`, DistilBERT's...)."""
 
     def __init__(self, config, layer_class: type[nn.Module] = EfficientLayer):
         super().__init__()

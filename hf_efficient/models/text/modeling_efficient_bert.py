@@ -51,9 +51,13 @@ class EfficientBertEmbeddings(nn.Module):
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
         if config.type_vocab_size:
             self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
-        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        eps = config.layer_norm_eps if self.layer_norm_eps is None else self.layer_norm_eps
+        self.LayerNorm = nn.LayerNorm(width, eps=eps)
         self.dropout = CompactDropout(config.hidden_dropout_prob)
 
+    # A family's fixed LayerNorm epsilon, not a field of its config (DistilBERT's 1e-12); None: the config's
+    # layer_norm_eps.
+    layer_norm_eps: float | None = None
     # The position of the first token: 0, or RoBERTa's pad_token_id + 1 (its lower rows are not positions of
     # real tokens, which resize_position_embeddings keeps as they are).
     position_offset = 0
