@@ -8,6 +8,7 @@ from .attention import (
     AttentionOutput,
     AttentionSpec,
     GraphEdges,
+    RelativePositions,
     attention_table,
     build_attention,
     causal_attention_types,
@@ -15,6 +16,7 @@ from .attention import (
     get_attention_class,
     list_attention_types,
     register_attention,
+    relative_position_types,
     validate_attention_config,
 )
 from .attention.cache import EfficientCache
@@ -137,6 +139,7 @@ __all__ = [
     "AttentionOutput",
     "AttentionSpec",
     "GraphEdges",
+    "RelativePositions",
     "attention_table",
     "build_attention",
     "causal_attention_types",
@@ -145,5 +148,6 @@ __all__ = [
     "get_attention_class",
     "list_attention_types",
     "register_attention",
+    "relative_position_types",
     "validate_attention_config",
 ]
