@@ -29,6 +29,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from ..attention.base import AttentionCore, AttentionSpec
 from ..attention.inputs import AttentionInputs
 from ..attention.registry import build_attention, get_attention_class
+from ..attention.relative import RELATIVE_POSITION_TYPES, RelativePositions
 from ..compat import attn_implementation
 from ..errors import InputError
 from .memory import CompactDropout, feed_forward
@@ -135,17 +136,28 @@ class CoreAttention(nn.Module):
 class EfficientSelfAttention(CoreAttention):
     """Query/key/value projections around one attention core (BERT's ``attention.self``, ViT's
     ``attention.attention``). Cores that share queries and keys (Reformer) have no ``key`` projection: their
-    keys are the queries."""
+    keys are the queries. With BERT's relative positions (``config.position_embedding_type``
+    ``"relative_key"`` / ``"relative_key_query"``) the self-attention owns the layer's distance table,
+    ``distance_embedding`` ((2 max_position_embeddings - 1, d), BERT's name), and passes it to its core with
+    every call (:class:`~hf_efficient.attention.relative.RelativePositions`)."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = None if self.shares_query_key else nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        position_type = getattr(config, "position_embedding_type", "absolute")
+        self.distance_embedding = None  # BERT builds none for cross-attention either
+        if position_type in RELATIVE_POSITION_TYPES and not self.cross_attention:
+            self.distance_embedding = nn.Embedding(2 * config.max_position_embeddings - 1, self.head_dim)
+            self.relative_keys_too = RELATIVE_POSITION_TYPES[position_type]
 
     def forward(
         self, hidden_states: torch.Tensor, inputs: AttentionInputs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.distance_embedding is not None:
+            table = self.distance_embedding.weight
+            inputs = inputs.replace(relative_positions=RelativePositions(table, self.relative_keys_too))
         return self.attend_projected(hidden_states, inputs, self.query, self.key, self.value)
 
 

@@ -53,6 +53,13 @@ class EfficientTextPreTrainedModel(EfficientPreTrainedModel):
                 f"{type(self).__name__} has no learned position table to extend (its positions are rotary: "
                 "they need no table); set max_position_embeddings instead."
             )
+        if getattr(self.config, "position_embedding_type", "absolute") != "absolute":
+            raise InputError(
+                f"{type(self).__name__} has relative positions (position_embedding_type="
+                f"{self.config.position_embedding_type!r}): its position table is not read, and each "
+                "layer's distance_embedding holds trained distances below max_position_embeddings only, "
+                "which copying cannot extend. Train a checkpoint with absolute positions for longer inputs."
+            )
         if new_length <= old.num_embeddings:
             raise ValueError(f"new_length={new_length} must exceed the current {old.num_embeddings}.")
         fixed = [core for core in self.attention_cores() if core.capabilities.fixed_max_length]

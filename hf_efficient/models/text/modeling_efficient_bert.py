@@ -42,10 +42,14 @@ from .tasks import (
 class EfficientBertEmbeddings(nn.Module):
     """Word + learned absolute position + token type embeddings, LayerNorm, dropout (BERT's). Their width is
     ``config.embedding_size`` where a family has one (ELECTRA's), else ``hidden_size``; a family without
-    segments has ``type_vocab_size=0`` and no token type table (DistilBERT's)."""
+    segments has ``type_vocab_size=0`` and no token type table (DistilBERT's). With relative positions
+    (``position_embedding_type`` ``"relative_key"`` / ``"relative_key_query"``) the position table is kept
+    (checkpoints hold it) but not added, as BERT's: positions enter the attention scores instead, and
+    ``position_ids`` are not read."""
 
     def __init__(self, config):
         super().__init__()
+        self.absolute_positions = getattr(config, "position_embedding_type", "absolute") == "absolute"
         width = getattr(config, "embedding_size", None) or config.hidden_size
         self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
@@ -95,7 +99,8 @@ class EfficientBertEmbeddings(nn.Module):
         b, n, _ = embeds.shape
         if position_ids is None:
             position_ids = self.default_position_ids(input_ids, n, past_length, embeds.device)
-        embeds = embeds + self.position_embeddings(position_ids)
+        if self.absolute_positions:
+            embeds = embeds + self.position_embeddings(position_ids)
         if hasattr(self, "token_type_embeddings"):
             if token_type_ids is None:
                 token_type_ids = torch.zeros(b, n, dtype=torch.long, device=embeds.device)

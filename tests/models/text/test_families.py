@@ -19,7 +19,7 @@ from .families import HEAD_CASES, TEXT_FAMILIES
 from .helpers import assert_close_real
 
 CLOSE = dict(atol=1e-5, rtol=1e-5)
-PER_TOKEN = ("last_hidden_state", "logits", "start_logits", "end_logits")
+PER_TOKEN = ("last_hidden_state", "logits", "prediction_logits", "start_logits", "end_logits")
 
 
 def case_id(case) -> str:
