@@ -222,7 +222,8 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             encoder_hidden_states: decoders with cross-attention (``add_cross_attention``): (b, m, D) the
                 encoder's states every layer attends to. With a cache the cache is transformers'
                 ``EncoderDecoderCache`` (this model's state, and each layer's projected encoder keys and
-                values, computed at the first step and reused after, as BERT's).
+                values, computed at the first step and reused after, as BERT's). None: the cross-attention
+                is skipped, the model runs as a plain decoder (and a new cache is an EfficientCache).
             encoder_attention_mask: (b, m) the encoder's padding, 1 = real token (the encoder's input mask).
         """
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
@@ -268,7 +269,9 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
         self, b: int, states: torch.Tensor | None, mask: torch.Tensor | None
     ) -> torch.Tensor | None:
         """``encoder_hidden_states`` (b, m, D) and ``encoder_attention_mask`` (b, m) against this model: given
-        exactly when it has cross-attention, of its batch and width; returns the states."""
+        only when it has cross-attention, of its batch and width; returns the states. A decoder with
+        cross-attention called without them runs as a plain decoder (its cross-attention skipped, as
+        transformers' BERT does), the mask then not given either."""
         owner, width = type(self).__name__, self.config.hidden_size
         if not self.config.add_cross_attention:
             if states is not None or mask is not None:
@@ -278,12 +281,13 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
                     "(an EncoderDecoderModel sets both), or drop them."
                 )
             return None
-        if states is None:
-            raise InputError(
-                f"{owner}: this decoder has cross-attention (add_cross_attention=True) and needs "
-                "encoder_hidden_states, (batch, encoder seq, hidden_size) = the encoder's last_hidden_state; "
-                "none were given. Call it through EncoderDecoderModel, or pass them."
-            )
+        if states is None:  # a plain decoder for this call: the cross-attention is skipped, as BERT's
+            if mask is not None:
+                raise InputError(
+                    f"{owner}: encoder_attention_mask was given without encoder_hidden_states; pass the "
+                    "encoder's states (batch, encoder seq, hidden_size) with it, or drop it."
+                )
+            return None
         if states.dim() != 3 or states.shape[0] != b or states.shape[2] != width or states.shape[1] == 0:
             raise InputError(
                 f"{owner}: encoder_hidden_states must have shape (batch, encoder seq, hidden_size) = "
