@@ -28,9 +28,10 @@ import pytest
 from hf_efficient.attention.registry import get_attention_class, list_attention_types
 
 ALL = None  # every group / every attention type
-# The groups of text families (tests/upstream/test_transformers_common.py's BERT group, and the family
-# testers of tests/upstream/test_<family>.py): what the fast loop leaves to `make test` applies to each.
-TEXT_GROUPS = ("text", "electra", "distilbert")
+# The groups of text families (tests/upstream/test_<family>.py; "text" names every family that
+# tests/upstream/common.py builds with modality="text"): what the fast loop leaves to `make test` applies
+# to each.
+TEXT_GROUPS = ("text", "bert", "roberta", "xlm-roberta", "electra", "distilbert")
 
 
 @dataclass(frozen=True)
@@ -41,11 +42,12 @@ class Expectation:
     groups: tuple[str, ...] | None = ALL
     types: tuple[str, ...] | None = ALL
 
-    def applies(self, group: str, attention_type: str, modality: str) -> bool:
-        """Whether the entry covers this family (by its group or its modality) and type."""
-        return (self.groups is ALL or group in self.groups or modality in self.groups) and (
-            self.types is ALL or attention_type in self.types
+    def applies(self, group: str, attention_type: str, modality: str | None = None) -> bool:
+        """Whether the entry covers this family (by its group, or its modality when given) and type."""
+        named = (
+            self.groups is ALL or group in self.groups or (modality is not None and modality in self.groups)
         )
+        return named and (self.types is ALL or attention_type in self.types)
 
 
 # Types whose core cannot return attention weights (linear, longformer, bigbird among those tested).
@@ -134,16 +136,6 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         types=("linear", "longformer", "bigbird"),
     ),
     Expectation(
-        "test_electra_model_as_decoder",
-        "xfail",
-        "issue 64 item 8 (BERT's contract, the shared text encoder's): a decoder built with "
-        "add_cross_attention=True and called without encoder_hidden_states runs as a plain decoder in "
-        "transformers; ours raises (InputError naming encoder_hidden_states). On bigbird, which has no "
-        "causal form, the decoder is refused at construction and the test checks that refusal",
-        groups=("electra",),
-        types=("full", "linear", "longformer"),
-    ),
-    Expectation(
         "test_resize_position_vector_embeddings",
         "xfail",
         "its second half shrinks the position table (max_position_embeddings - 5), which transformers' "
@@ -193,7 +185,7 @@ def _own_copy(test):
     return run
 
 
-def apply_expectations(cls: type, group: str, attention_type: str, modality: str) -> type:
+def apply_expectations(cls: type, group: str, attention_type: str, modality: str | None = None) -> type:
     """Mark ``cls``'s tests listed in :data:`EXPECTATIONS` for this group (or modality) and type."""
     for entry in EXPECTATIONS:
         if not entry.applies(group, attention_type, modality):
