@@ -29,6 +29,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from ..attention.base import AttentionCore, AttentionSpec
 from ..attention.inputs import AttentionInputs
 from ..attention.registry import build_attention, get_attention_class
+from ..attention.relative import RELATIVE_POSITION_TYPES, RelativePositions
 from ..compat import attn_implementation
 from ..errors import InputError
 from .memory import CompactDropout, feed_forward
@@ -105,6 +106,16 @@ class CoreAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, n, D) -> (b, h, n, d)
 
+    def attend_projected(
+        self, hidden_states: torch.Tensor, inputs, query: nn.Module, key: nn.Module | None, value: nn.Module
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The core on the heads of ``query`` / ``key`` / ``value`` (D -> D maps, under the family's names) of
+        (b, n, D) hidden states; ``key`` None where the core shares queries and keys (Reformer: the keys are
+        the queries). Returns ((b, n, D), weights)."""
+        queries = self.split_heads(query(hidden_states))  # (b, h, n, d)
+        keys = queries if key is None else self.split_heads(key(hidden_states))
+        return self.attend(queries, keys, self.split_heads(value(hidden_states)), inputs)
+
     def attend(self, query, key, value, inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The core on (b, h, n, d) heads, checkpointed when asked; returns ((b, n, D), weights)."""
         if self.checkpoint_core and self.training and torch.is_grad_enabled():
@@ -125,21 +136,29 @@ class CoreAttention(nn.Module):
 class EfficientSelfAttention(CoreAttention):
     """Query/key/value projections around one attention core (BERT's ``attention.self``, ViT's
     ``attention.attention``). Cores that share queries and keys (Reformer) have no ``key`` projection: their
-    keys are the queries."""
+    keys are the queries. With BERT's relative positions (``config.position_embedding_type``
+    ``"relative_key"`` / ``"relative_key_query"``) the self-attention owns the layer's distance table,
+    ``distance_embedding`` ((2 max_position_embeddings - 1, d), BERT's name), and passes it to its core with
+    every call (:class:`~hf_efficient.attention.relative.RelativePositions`)."""
 
     def __init__(self, config, layer_idx: int):
         super().__init__(config, layer_idx)
         self.query = nn.Linear(config.hidden_size, config.hidden_size)
         self.key = None if self.shares_query_key else nn.Linear(config.hidden_size, config.hidden_size)
         self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        position_type = getattr(config, "position_embedding_type", "absolute")
+        self.distance_embedding = None  # BERT builds none for cross-attention either
+        if position_type in RELATIVE_POSITION_TYPES and not self.cross_attention:
+            self.distance_embedding = nn.Embedding(2 * config.max_position_embeddings - 1, self.head_dim)
+            self.relative_keys_too = RELATIVE_POSITION_TYPES[position_type]
 
     def forward(
         self, hidden_states: torch.Tensor, inputs: AttentionInputs
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query = self.split_heads(self.query(hidden_states))  # (b, h, n, d)
-        key = query if self.key is None else self.split_heads(self.key(hidden_states))
-        value = self.split_heads(self.value(hidden_states))
-        return self.attend(query, key, value, inputs)
+        if self.distance_embedding is not None:
+            table = self.distance_embedding.weight
+            inputs = inputs.replace(relative_positions=RelativePositions(table, self.relative_keys_too))
+        return self.attend_projected(hidden_states, inputs, self.query, self.key, self.value)
 
 
 @dataclass(frozen=True)
@@ -418,9 +437,9 @@ class EfficientLayerStack(nn.ModuleList):
 
 
 class EfficientEncoder(nn.Module):
-    """BERT's and ViT's ``encoder``: the :class:`EfficientLayerStack` under the name ``layer`` (layers of
-    ``layer_class``: BERT's post-LayerNorm :class:`EfficientLayer`, ViT's :class:`EfficientPreNormLayer`...).
-    """
+    """BERT's and ViT's ``encoder`` (DistilBERT's ``transformer``): the :class:`EfficientLayerStack` under the
+    name ``layer`` (layers of ``layer_class``: BERT's post-LayerNorm :class:`EfficientLayer`, ViT's
+    :class:`EfficientPreNormLayer`, DistilBERT's...)."""
 
     def __init__(self, config, layer_class: type[nn.Module] = EfficientLayer):
         super().__init__()

@@ -22,6 +22,22 @@ from .text import (
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
     EfficientBertModel,
+    EfficientDistilBertConfig,
+    EfficientDistilBertForMaskedLM,
+    EfficientDistilBertForMultipleChoice,
+    EfficientDistilBertForQuestionAnswering,
+    EfficientDistilBertForSequenceClassification,
+    EfficientDistilBertForTokenClassification,
+    EfficientDistilBertModel,
+    EfficientElectraConfig,
+    EfficientElectraForCausalLM,
+    EfficientElectraForMaskedLM,
+    EfficientElectraForMultipleChoice,
+    EfficientElectraForPreTraining,
+    EfficientElectraForQuestionAnswering,
+    EfficientElectraForSequenceClassification,
+    EfficientElectraForTokenClassification,
+    EfficientElectraModel,
     EfficientRobertaConfig,
     EfficientRobertaForCausalLM,
     EfficientRobertaForMaskedLM,
@@ -39,6 +55,8 @@ from .text import (
     EfficientXLMRobertaForTokenClassification,
     EfficientXLMRobertaModel,
     modeling_efficient_bert,
+    modeling_efficient_distilbert,
+    modeling_efficient_electra,
     modeling_efficient_roberta,
 )
 from .text.question_answering import register_question_answering_pipeline
@@ -65,6 +83,8 @@ from .vision import (
 register_family(ModelFamily.collect(EfficientBertConfig, modeling_efficient_bert))
 register_family(ModelFamily.collect(EfficientRobertaConfig, modeling_efficient_roberta))
 register_family(ModelFamily.collect(EfficientXLMRobertaConfig, modeling_efficient_roberta))
+register_family(ModelFamily.collect(EfficientElectraConfig, modeling_efficient_electra))
+register_family(ModelFamily.collect(EfficientDistilBertConfig, modeling_efficient_distilbert))
 register_question_answering_pipeline()  # transformers 5 removed pipeline("question-answering")
 
 # without Pillow ([vision] extra) there is no image processor to register
@@ -75,6 +95,22 @@ register_family(ModelFamily.collect(EfficientDinov2Config, modeling_efficient_di
 register_family(ModelFamily.collect(EfficientGraphConfig, modeling_efficient_graph))
 
 __all__ = [
+    "EfficientDistilBertConfig",
+    "EfficientDistilBertForMaskedLM",
+    "EfficientDistilBertForMultipleChoice",
+    "EfficientDistilBertForQuestionAnswering",
+    "EfficientDistilBertForSequenceClassification",
+    "EfficientDistilBertForTokenClassification",
+    "EfficientDistilBertModel",
+    "EfficientElectraConfig",
+    "EfficientElectraForCausalLM",
+    "EfficientElectraForMaskedLM",
+    "EfficientElectraForMultipleChoice",
+    "EfficientElectraForPreTraining",
+    "EfficientElectraForQuestionAnswering",
+    "EfficientElectraForSequenceClassification",
+    "EfficientElectraForTokenClassification",
+    "EfficientElectraModel",
     "EfficientBertConfig",
     "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",

@@ -1,9 +1,10 @@
 """transformers' model tests on our DeiT classes, with a tester written as transformers' ``DeiTModelTester``
 (tests/models/deit/test_modeling_deit.py, not shipped in the sdist): its sizes (13 images of 30x30 in 2x2
 patches: [CLS], the distillation token and 225 patches), its mask details (``num_masks`` counted over the
-sequence, ``mask_length`` over the patches) and its ``create_and_check_*`` methods, and the overrides of
-upstream's ``DeiTModelTest``: the classifier with a teacher is inference only (no labels, no training tests),
-and the input embeddings are the patch projection. Skips and their reasons: tests/upstream/expectations.py.
+sequence, ``mask_length`` over the patches) and its ``create_and_check_*`` methods, and the tests of
+upstream's ``DeiTModelTest``: the classifier with a teacher is inference only (no labels, no training tests).
+Once per type of ``VISION_ATTENTION_TYPES``, in `make test` only (slow); skips and their reasons:
+tests/upstream/expectations.py.
 """
 
 from __future__ import annotations
@@ -16,16 +17,11 @@ from hf_efficient import (
     EfficientDeiTModel,
 )
 
-from .family_testers import (
-    VisionModelTester,
-    checks,
-    family_test_classes,
-    model_get_set_embeddings,
-    without_classes,
-)
-from .test_transformers_common import UPSTREAM, floats_tensor
+from .common import UPSTREAM, VISION_ATTENTION_TYPES, add_test_classes, floats_tensor
+from .vision_testers import VisionModelTester, without_classes
 
 TEACHER = ("EfficientDeiTForImageClassificationWithTeacher",)  # inference only, as upstream's
+MIXIN = UPSTREAM.modeling.ModelTesterMixin
 
 
 class DeiTModelTester(VisionModelTester):
@@ -59,35 +55,45 @@ class DeiTModelTester(VisionModelTester):
         self.check_image_classifier(EfficientDeiTForImageClassification, config, pixel_values, labels, True)
 
 
-def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
-    """The mixin's inputs; the classifier with a teacher takes no labels (upstream's special case)."""
-    mixin = UPSTREAM.modeling.ModelTesterMixin
-    inputs_dict = mixin._prepare_for_class(self, inputs_dict, model_class, return_labels=return_labels)
-    if return_labels and model_class.__name__ in TEACHER:
-        del inputs_dict["labels"]
-    return inputs_dict
+class DeiTModelTest:
+    """The tests upstream's DeiTModelTest adds to the mixin, or changes in it."""
+
+    test_resize_embeddings = False
+
+    def test_model(self):
+        config_and_inputs = self.model_tester.prepare_config_and_inputs()
+        self.model_tester.create_and_check_model(*config_and_inputs)
+
+    def test_for_masked_image_modeling(self):
+        config_and_inputs = self.model_tester.prepare_config_and_inputs()
+        self.model_tester.create_and_check_for_masked_image_modeling(*config_and_inputs)
+
+    def test_for_image_classification(self):
+        config_and_inputs = self.model_tester.prepare_config_and_inputs()
+        self.model_tester.create_and_check_for_image_classification(*config_and_inputs)
+
+    # special case for the classifier with a teacher
+    def _prepare_for_class(self, inputs_dict, model_class, return_labels=False):
+        inputs_dict = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
+        if return_labels and model_class.__name__ in TEACHER:
+            del inputs_dict["labels"]
+        return inputs_dict
+
+    # the classifier with a teacher supports inference only
+    test_training = without_classes(MIXIN.test_training, TEACHER)
+    check_training_gradient_checkpointing = without_classes(
+        MIXIN.check_training_gradient_checkpointing, TEACHER
+    )
+    test_problem_types = without_classes(MIXIN.test_problem_types, TEACHER)
 
 
-_mixin = UPSTREAM.modeling.ModelTesterMixin
-BODY = {
-    "test_resize_embeddings": False,
-    "_prepare_for_class": _prepare_for_class,
-    "test_model_get_set_embeddings": model_get_set_embeddings,
-    "test_model": checks("model"),
-    "test_for_masked_image_modeling": checks("for_masked_image_modeling"),
-    "test_for_image_classification": checks("for_image_classification"),
-    # DeiTForImageClassificationWithTeacher supports inference only
-    "test_training": without_classes(_mixin.test_training, TEACHER),
-    "check_training_gradient_checkpointing": without_classes(
-        _mixin.check_training_gradient_checkpointing, TEACHER
-    ),
-    "test_problem_types": without_classes(_mixin.test_problem_types, TEACHER),
-}
 CLASSES = (
     EfficientDeiTModel,
     EfficientDeiTForImageClassification,
     EfficientDeiTForImageClassificationWithTeacher,
     EfficientDeiTForMaskedImageModeling,
 )
-
-globals().update(family_test_classes("deit", DeiTModelTester, CLASSES, BODY, config_hidden_size=32))
+add_test_classes(
+    globals(), "deit", DeiTModelTester, CLASSES, modality="vision", tests=(DeiTModelTest,), fast=False,
+    types=VISION_ATTENTION_TYPES, config_hidden_size=32,
+)  # fmt: skip

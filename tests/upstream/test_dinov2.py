@@ -2,15 +2,18 @@
 ``Dinov2ModelTester`` (tests/models/dinov2/test_modeling_dinov2.py, not shipped in the sdist): its sizes (13
 images of 30x30 in 2x2 patches: [CLS] and 225 patches), its mask details (``num_masks`` counted over the
 sequence, ``mask_length`` over the patches: DINOv2's bare model takes ``bool_masked_pos``) and its
-``create_and_check_*`` methods, and the overrides of upstream's ``Dinov2ModelTest`` (the input embeddings
-are the patch projection). Skips and their reasons: tests/upstream/expectations.py.
+``create_and_check_*`` methods, and the tests of upstream's ``Dinov2ModelTest`` (not its backbone ones:
+there is no Dinov2Backbone here). Once per type of ``VISION_ATTENTION_TYPES``, in `make test` only (slow);
+skips, narrowed tests and their reasons: tests/upstream/expectations.py.
 """
 
 from __future__ import annotations
 
 from hf_efficient import EfficientDinov2Config, EfficientDinov2ForImageClassification, EfficientDinov2Model
 
-from .family_testers import VisionModelTester, checks, family_test_classes, model_get_set_embeddings
+from .common import VISION_ATTENTION_TYPES, add_test_classes
+from .expectations import class_settings
+from .vision_testers import VisionModelTester
 
 
 class Dinov2ModelTester(VisionModelTester):
@@ -33,12 +36,22 @@ class Dinov2ModelTester(VisionModelTester):
         )
 
 
-BODY = {
-    "test_resize_embeddings": False,
-    "test_model_get_set_embeddings": model_get_set_embeddings,
-    "test_model": checks("model"),
-    "test_for_image_classification": checks("for_image_classification"),
-}
-CLASSES = (EfficientDinov2Model, EfficientDinov2ForImageClassification)
+class Dinov2ModelTest:
+    """The tests upstream's Dinov2ModelTest adds to the mixin."""
 
-globals().update(family_test_classes("dinov2", Dinov2ModelTester, CLASSES, BODY, config_hidden_size=37))
+    test_resize_embeddings = False
+
+    def test_model(self):
+        config_and_inputs = self.model_tester.prepare_config_and_inputs()
+        self.model_tester.create_and_check_model(*config_and_inputs)
+
+    def test_for_image_classification(self):
+        config_and_inputs = self.model_tester.prepare_config_and_inputs()
+        self.model_tester.create_and_check_for_image_classification(*config_and_inputs)
+
+
+CLASSES = (EfficientDinov2Model, EfficientDinov2ForImageClassification)
+add_test_classes(
+    globals(), "dinov2", Dinov2ModelTester, CLASSES, modality="vision", tests=(Dinov2ModelTest,),
+    body=class_settings("dinov2"), fast=False, types=VISION_ATTENTION_TYPES, config_hidden_size=37,
+)  # fmt: skip

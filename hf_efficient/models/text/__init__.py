@@ -1,6 +1,9 @@
-"""The text families: BERT, RoBERTa, XLM-RoBERTa, over one shared encoder and one set of tasks."""
+"""The text families: BERT, RoBERTa, XLM-RoBERTa, ELECTRA, DistilBERT, over one shared encoder and one set of
+tasks."""
 
 from .configuration_efficient_bert import EfficientBertConfig
+from .configuration_efficient_distilbert import EfficientDistilBertConfig
+from .configuration_efficient_electra import EfficientElectraConfig
 from .configuration_efficient_roberta import EfficientRobertaConfig, EfficientXLMRobertaConfig
 from .modeling_efficient_bert import (
     EfficientBertForCausalLM,
@@ -13,6 +16,26 @@ from .modeling_efficient_bert import (
     EfficientBertForTokenClassification,
     EfficientBertModel,
     EfficientBertPreTrainedModel,
+)
+from .modeling_efficient_distilbert import (
+    EfficientDistilBertForMaskedLM,
+    EfficientDistilBertForMultipleChoice,
+    EfficientDistilBertForQuestionAnswering,
+    EfficientDistilBertForSequenceClassification,
+    EfficientDistilBertForTokenClassification,
+    EfficientDistilBertModel,
+    EfficientDistilBertPreTrainedModel,
+)
+from .modeling_efficient_electra import (
+    EfficientElectraForCausalLM,
+    EfficientElectraForMaskedLM,
+    EfficientElectraForMultipleChoice,
+    EfficientElectraForPreTraining,
+    EfficientElectraForQuestionAnswering,
+    EfficientElectraForSequenceClassification,
+    EfficientElectraForTokenClassification,
+    EfficientElectraModel,
+    EfficientElectraPreTrainedModel,
 )
 from .modeling_efficient_roberta import (
     EfficientRobertaForCausalLM,
@@ -33,6 +56,24 @@ from .modeling_efficient_roberta import (
 )
 
 __all__ = [
+    "EfficientDistilBertConfig",
+    "EfficientDistilBertForMaskedLM",
+    "EfficientDistilBertForMultipleChoice",
+    "EfficientDistilBertForQuestionAnswering",
+    "EfficientDistilBertForSequenceClassification",
+    "EfficientDistilBertForTokenClassification",
+    "EfficientDistilBertModel",
+    "EfficientDistilBertPreTrainedModel",
+    "EfficientElectraConfig",
+    "EfficientElectraForCausalLM",
+    "EfficientElectraForMaskedLM",
+    "EfficientElectraForMultipleChoice",
+    "EfficientElectraForPreTraining",
+    "EfficientElectraForQuestionAnswering",
+    "EfficientElectraForSequenceClassification",
+    "EfficientElectraForTokenClassification",
+    "EfficientElectraModel",
+    "EfficientElectraPreTrainedModel",
     "EfficientBertConfig",
     "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",

@@ -53,6 +53,13 @@ class EfficientTextPreTrainedModel(EfficientPreTrainedModel):
                 f"{type(self).__name__} has no learned position table to extend (its positions are rotary: "
                 "they need no table); set max_position_embeddings instead."
             )
+        if getattr(self.config, "position_embedding_type", "absolute") != "absolute":
+            raise InputError(
+                f"{type(self).__name__} has relative positions (position_embedding_type="
+                f"{self.config.position_embedding_type!r}): its position table is not read, and each "
+                "layer's distance_embedding holds trained distances below max_position_embeddings only, "
+                "which copying cannot extend. Train a checkpoint with absolute positions for longer inputs."
+            )
         if new_length <= old.num_embeddings:
             raise ValueError(f"new_length={new_length} must exceed the current {old.num_embeddings}.")
         fixed = [core for core in self.attention_cores() if core.capabilities.fixed_max_length]
@@ -215,7 +222,8 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             encoder_hidden_states: decoders with cross-attention (``add_cross_attention``): (b, m, D) the
                 encoder's states every layer attends to. With a cache the cache is transformers'
                 ``EncoderDecoderCache`` (this model's state, and each layer's projected encoder keys and
-                values, computed at the first step and reused after, as BERT's).
+                values, computed at the first step and reused after, as BERT's). None: the cross-attention
+                is skipped, the model runs as a plain decoder (and a new cache is an EfficientCache).
             encoder_attention_mask: (b, m) the encoder's padding, 1 = real token (the encoder's input mask).
         """
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
@@ -261,7 +269,9 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
         self, b: int, states: torch.Tensor | None, mask: torch.Tensor | None
     ) -> torch.Tensor | None:
         """``encoder_hidden_states`` (b, m, D) and ``encoder_attention_mask`` (b, m) against this model: given
-        exactly when it has cross-attention, of its batch and width; returns the states."""
+        only when it has cross-attention, of its batch and width; returns the states. A decoder with
+        cross-attention called without them runs as a plain decoder (its cross-attention skipped, as
+        transformers' BERT does), the mask then not given either."""
         owner, width = type(self).__name__, self.config.hidden_size
         if not self.config.add_cross_attention:
             if states is not None or mask is not None:
@@ -271,12 +281,13 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
                     "(an EncoderDecoderModel sets both), or drop them."
                 )
             return None
-        if states is None:
-            raise InputError(
-                f"{owner}: this decoder has cross-attention (add_cross_attention=True) and needs "
-                "encoder_hidden_states, (batch, encoder seq, hidden_size) = the encoder's last_hidden_state; "
-                "none were given. Call it through EncoderDecoderModel, or pass them."
-            )
+        if states is None:  # a plain decoder for this call: the cross-attention is skipped, as BERT's
+            if mask is not None:
+                raise InputError(
+                    f"{owner}: encoder_attention_mask was given without encoder_hidden_states; pass the "
+                    "encoder's states (batch, encoder seq, hidden_size) with it, or drop it."
+                )
+            return None
         if states.dim() != 3 or states.shape[0] != b or states.shape[2] != width or states.shape[1] == 0:
             raise InputError(
                 f"{owner}: encoder_hidden_states must have shape (batch, encoder seq, hidden_size) = "

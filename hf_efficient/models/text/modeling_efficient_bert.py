@@ -42,18 +42,26 @@ from .tasks import (
 class EfficientBertEmbeddings(nn.Module):
     """Word + learned absolute position + token type embeddings, LayerNorm, dropout (BERT's). Their width is
     ``config.embedding_size`` where a family has one (ELECTRA's), else ``hidden_size``; a family without
-    segments has ``type_vocab_size=0`` and no token type table (DistilBERT's)."""
+    segments has ``type_vocab_size=0`` and no token type table (DistilBERT's). With relative positions
+    (``position_embedding_type`` ``"relative_key"`` / ``"relative_key_query"``) the position table is kept
+    (checkpoints hold it) but not added, as BERT's: positions enter the attention scores instead, and
+    ``position_ids`` are not read."""
 
     def __init__(self, config):
         super().__init__()
+        self.absolute_positions = getattr(config, "position_embedding_type", "absolute") == "absolute"
         width = getattr(config, "embedding_size", None) or config.hidden_size
         self.word_embeddings = nn.Embedding(config.vocab_size, width, padding_idx=config.pad_token_id)
         self.position_embeddings = nn.Embedding(config.max_position_embeddings, width)
         if config.type_vocab_size:
             self.token_type_embeddings = nn.Embedding(config.type_vocab_size, width)
-        self.LayerNorm = nn.LayerNorm(width, eps=config.layer_norm_eps)
+        eps = config.layer_norm_eps if self.layer_norm_eps is None else self.layer_norm_eps
+        self.LayerNorm = nn.LayerNorm(width, eps=eps)
         self.dropout = CompactDropout(config.hidden_dropout_prob)
 
+    # A family's fixed LayerNorm epsilon, not a field of its config (DistilBERT's 1e-12); None: the config's
+    # layer_norm_eps.
+    layer_norm_eps: float | None = None
     # The position of the first token: 0, or RoBERTa's pad_token_id + 1 (its lower rows are not positions of
     # real tokens, which resize_position_embeddings keeps as they are).
     position_offset = 0
@@ -91,7 +99,8 @@ class EfficientBertEmbeddings(nn.Module):
         b, n, _ = embeds.shape
         if position_ids is None:
             position_ids = self.default_position_ids(input_ids, n, past_length, embeds.device)
-        embeds = embeds + self.position_embeddings(position_ids)
+        if self.absolute_positions:
+            embeds = embeds + self.position_embeddings(position_ids)
         if hasattr(self, "token_type_embeddings"):
             if token_type_ids is None:
                 token_type_ids = torch.zeros(b, n, dtype=torch.long, device=embeds.device)

@@ -16,17 +16,16 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from ...modeling.heads import FirstTokenClassifier
 from .configuration_efficient_roberta import EfficientRobertaConfig, EfficientXLMRobertaConfig
 from .encoder import EfficientTextModel, EfficientTextPreTrainedModel
 from .modeling_efficient_bert import EfficientBertEmbeddings
 from .tasks import (
     CausalLMTask,
+    FirstTokenSequenceClassificationTask,
     LanguageModelTask,
     MaskedLMTask,
     MultipleChoiceTask,
     QuestionAnsweringTask,
-    SequenceClassificationTask,
     TokenClassificationTask,
 )
 
@@ -123,18 +122,13 @@ class EfficientRobertaForCausalLM(EfficientRobertaLanguageModel, CausalLMTask):
     """RoBERTa as a causal language model (transformers' ``RobertaForCausalLM``: ``is_decoder=True``)."""
 
 
-class EfficientRobertaForSequenceClassification(EfficientRobertaPreTrainedModel, SequenceClassificationTask):
+class EfficientRobertaForSequenceClassification(
+    EfficientRobertaPreTrainedModel, FirstTokenSequenceClassificationTask
+):
     """``<s>`` -> dense -> tanh -> linear (``classifier``, transformers' ``RobertaClassificationHead``)."""
 
     bare_model_class = EfficientRobertaModel
-    add_pooling_layer = False
-
-    def build_head(self, config) -> None:
-        self.num_labels = config.num_labels
-        self.classifier = FirstTokenClassifier(config, "tanh")
-
-    def sequence_logits(self, outputs) -> torch.Tensor:
-        return self.classifier(outputs.last_hidden_state)  # (b, num_labels)
+    classifier_activation = "tanh"
 
 
 class EfficientRobertaForMultipleChoice(EfficientRobertaPreTrainedModel, MultipleChoiceTask):

@@ -48,6 +48,7 @@ from ...errors import InputError
 from ...modeling.checks import check_class_labels, check_rank, check_same_shape
 from ...modeling.heads import (
     CAUSAL_LM_LOSS_KWARGS,
+    FirstTokenClassifier,
     causal_lm_targets,
     check_loss_kwargs,
     classification_loss,
@@ -103,7 +104,8 @@ class TextTaskModel(EfficientTextPreTrainedModel):
 
     def task_output(self, outputs: Outputs, labels: torch.Tensor | None, inputs: dict):
         """The head on the encoder's outputs: the task's ``ModelOutput`` (and loss, with ``labels``).
-        ``inputs``: what the forward was given (a multiple-choice head reads its number of choices)."""
+        ``inputs``: what the forward was given (a multiple-choice head reads its number of choices, ELECTRA's
+        discriminator the attention mask)."""
         raise NotImplementedError
 
     @can_return_tuple
@@ -125,7 +127,7 @@ class TextTaskModel(EfficientTextPreTrainedModel):
             inputs: :class:`TextInputs`, passed on to the encoder.
         """
         outputs = self.encode(input_ids, attention_mask, token_type_ids, inputs)
-        given = dict(inputs, input_ids=input_ids)
+        given = dict(inputs, input_ids=input_ids, attention_mask=attention_mask)
         return self.task_output(outputs, labels, given)
 
 
@@ -160,6 +162,22 @@ class SequenceClassificationTask(TextTaskModel):
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
+
+
+class FirstTokenSequenceClassificationTask(SequenceClassificationTask):
+    """RoBERTa's and ELECTRA's sentence classifier: no pooler, the first token through
+    :class:`~hf_efficient.modeling.heads.FirstTokenClassifier` (``classifier.dense``, ``classifier.out_proj``)
+    with the family's fixed ``classifier_activation``."""
+
+    add_pooling_layer = False
+    classifier_activation: ClassVar[str]
+
+    def build_head(self, config) -> None:
+        self.num_labels = config.num_labels
+        self.classifier = FirstTokenClassifier(config, self.classifier_activation)
+
+    def sequence_logits(self, outputs: Outputs) -> torch.Tensor:
+        return self.classifier(outputs.last_hidden_state)  # (b, num_labels)
 
 
 class TokenClassificationTask(TextTaskModel):

@@ -19,6 +19,22 @@ from transformers import (
     BertForTokenClassification,
     BertLMHeadModel,
     BertModel,
+    DistilBertConfig,
+    DistilBertForMaskedLM,
+    DistilBertForMultipleChoice,
+    DistilBertForQuestionAnswering,
+    DistilBertForSequenceClassification,
+    DistilBertForTokenClassification,
+    DistilBertModel,
+    ElectraConfig,
+    ElectraForCausalLM,
+    ElectraForMaskedLM,
+    ElectraForMultipleChoice,
+    ElectraForPreTraining,
+    ElectraForQuestionAnswering,
+    ElectraForSequenceClassification,
+    ElectraForTokenClassification,
+    ElectraModel,
     RobertaConfig,
     RobertaForCausalLM,
     RobertaForMaskedLM,
@@ -68,13 +84,23 @@ class TextFamily:
     pad_token_id: int = 0
     decoder_fields: dict = field(default_factory=lambda: {"is_decoder": True})
 
-    def config(self, upstream_class: type):
-        """transformers' tiny config for ``upstream_class`` (a causal LM gets ``is_decoder``)."""
+    def config(self, upstream_class: type, **fields):
+        """transformers' tiny config for ``upstream_class`` (a causal LM gets ``is_decoder``), ``fields``
+        replacing any of its values."""
         task = task_of(self.ours(upstream_class)).__name__
         extra = dict(self.decoder_fields) if task == "AutoModelForCausalLM" else {}
         if task in ("AutoModelForSequenceClassification", "AutoModelForTokenClassification"):
             extra["num_labels"] = NUM_LABELS  # question answering keeps its 2 (start, end)
-        return self.upstream_config(**self.sizes, **extra)
+        return self.upstream_config(**{**self.sizes, **extra, **fields})
+
+    def checkpoint(self, upstream_class: type, folder, **fields) -> torch.nn.Module:
+        """transformers' tiny ``upstream_class`` model (``fields`` set on its config), its zero-initialised
+        parameters randomised, saved in ``folder``; returned in eval mode."""
+        torch.manual_seed(0)
+        model = upstream_class(self.config(upstream_class, **fields)).eval()
+        randomise_zero_init(model)
+        model.save_pretrained(folder)
+        return model
 
     def ours(self, upstream_class: type) -> type:
         return getattr(hf_efficient, self.heads[upstream_class])
@@ -115,6 +141,8 @@ class TextFamily:
             return {**inputs, "labels": labels}, mask
         if task == "AutoModelForCausalLM":
             return {**inputs, "labels": ids.masked_fill(mask == 0, -100)}, mask
+        if task == "AutoModelForPreTraining":  # ELECTRA's discriminator: 1 = a replaced token
+            return {**inputs, "labels": torch.randint(0, 2, ids.shape, generator=g)}, mask
         return inputs, mask
 
 
@@ -136,6 +164,20 @@ BERT_HEADS = {
     BertForMultipleChoice: "EfficientBertForMultipleChoice",
 }
 ROBERTA_SIZES = dict(**TINY, vocab_size=VOCAB, max_position_embeddings=66, type_vocab_size=1)
+# The activations are not the default gelu, so that the heads with a fixed one (ELECTRA's generator and
+# classifier: gelu; DistilBERT's classifiers: relu) show if they read the config's instead.
+ELECTRA_SIZES = dict(
+    **TINY, vocab_size=VOCAB, max_position_embeddings=64, embedding_size=16, hidden_act="silu"
+)
+DISTILBERT_SIZES = dict(
+    dim=32,
+    n_layers=2,
+    n_heads=4,
+    hidden_dim=37,
+    vocab_size=VOCAB,
+    max_position_embeddings=64,
+    activation="silu",
+)
 
 TEXT_FAMILIES = {
     family.name: family
@@ -177,6 +219,35 @@ TEXT_FAMILIES = {
             },
             token_types=False,
             pad_token_id=1,
+        ),
+        TextFamily(
+            "electra",
+            ElectraConfig,
+            ELECTRA_SIZES,
+            {
+                ElectraModel: "EfficientElectraModel",
+                ElectraForPreTraining: "EfficientElectraForPreTraining",
+                ElectraForMaskedLM: "EfficientElectraForMaskedLM",
+                ElectraForCausalLM: "EfficientElectraForCausalLM",
+                ElectraForSequenceClassification: "EfficientElectraForSequenceClassification",
+                ElectraForTokenClassification: "EfficientElectraForTokenClassification",
+                ElectraForQuestionAnswering: "EfficientElectraForQuestionAnswering",
+                ElectraForMultipleChoice: "EfficientElectraForMultipleChoice",
+            },
+        ),
+        TextFamily(
+            "distilbert",
+            DistilBertConfig,
+            DISTILBERT_SIZES,
+            {
+                DistilBertModel: "EfficientDistilBertModel",
+                DistilBertForMaskedLM: "EfficientDistilBertForMaskedLM",
+                DistilBertForSequenceClassification: "EfficientDistilBertForSequenceClassification",
+                DistilBertForTokenClassification: "EfficientDistilBertForTokenClassification",
+                DistilBertForQuestionAnswering: "EfficientDistilBertForQuestionAnswering",
+                DistilBertForMultipleChoice: "EfficientDistilBertForMultipleChoice",
+            },
+            token_types=False,
         ),
     )
 }

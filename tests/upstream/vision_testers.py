@@ -1,25 +1,10 @@
-"""Building transformers' model tests for one of our families: a tester written as upstream's tester of that
-family, our classes, and the test class body upstream's ``<Family>ModelTest`` adds to the mixin, run once per
-attention type, with the expectations of tests/upstream/expectations.py applied.
-
-Used by the family test modules (tests/upstream/test_deit.py, test_dinov2.py); the mixins come from
-:mod:`tests.upstream.test_transformers_common` (which skips without the transformers sdist).
-"""
+"""What transformers' DeiT and DINOv2 model testers share (tests/upstream/test_deit.py, test_dinov2.py): their
+fields with upstream's defaults, their inputs and mask details, and the checks both ``create_and_check_*``
+methods make."""
 
 from __future__ import annotations
 
-import unittest
-
-import pytest
-from torch import nn
-
-from ..attention.helpers import small_config
-from .expectations import TESTER_SETTINGS, apply_expectations
-from .test_transformers_common import UPSTREAM, floats_tensor, ids_tensor
-
-# `full` and two efficient types: kernelized linear attention (no weights to return) and 2-D windows over
-# the patch grid (which must be told the prefix tokens before the patches).
-VISION_FAMILY_TYPES = ("full", "linear", "swin_window")
+from .common import attention_fields, floats_tensor, ids_tensor
 
 
 class VisionModelTester:
@@ -58,11 +43,7 @@ class VisionModelTester:
             "attention_probs_dropout_prob", "initializer_range", "attn_implementation",
         )  # fmt: skip
         fields = {name: getattr(self, name) for name in names}
-        attention = {
-            "attention_type": self.attention_type,
-            "attention_config": small_config(self.attention_type),
-        }
-        return {**fields, "is_decoder": False, **attention}
+        return {**fields, "is_decoder": False, **attention_fields(self.attention_type)}
 
     def prepare_config_and_inputs(self):
         pixel_values = floats_tensor([self.batch_size, self.num_channels, self.image_size, self.image_size])
@@ -93,52 +74,9 @@ class VisionModelTester:
         self.parent.assertEqual(result.logits.shape, (self.batch_size, self.type_sequence_label_size))
 
 
-def family_test_classes(
-    group: str,
-    tester: type,
-    classes: tuple[type, ...],
-    body: dict,
-    config_hidden_size: int,
-    types=VISION_FAMILY_TYPES,
-) -> dict[str, type]:
-    """``Test<Group>_<type>`` for each attention type: ModelTesterMixin on ``classes`` with
-    ``tester(self, attention_type)``, transformers' ConfigTester on the tester's config (a vision config:
-    ``has_text_modality=False``, and the ``hidden_size`` upstream's test of the family gives it), ``body``
-    (upstream's overrides) and the group's settings in expectations.py (``TESTER_SETTINGS``). Every class is
-    ``slow`` (`make test` runs them, `make test-fast` does not)."""
-    made = {}
-    settings = {name: value for name, (value, _reason) in TESTER_SETTINGS.get(group, {}).items()}
-    for attention_type in types:
-
-        def setUp(self, attention_type=attention_type):
-            self.model_tester = tester(self, attention_type)
-            self.config_tester = UPSTREAM.configuration.ConfigTester(
-                self,
-                config_class=type(self.model_tester.get_config()),
-                has_text_modality=False,
-                hidden_size=config_hidden_size,
-            )
-
-        def test_config(self):
-            self.config_tester.run_common_tests()
-
-        members = {
-            "all_model_classes": classes,
-            "setUp": setUp,
-            "test_config": test_config,
-            "pytestmark": [pytest.mark.slow],
-            **body,
-            **settings,
-        }
-        name = f"Test{group.capitalize()}_{attention_type}"
-        cls = type(name, (UPSTREAM.modeling.ModelTesterMixin, unittest.TestCase), members)
-        made[name] = apply_expectations(cls, group, attention_type)
-    return made
-
-
 def without_classes(test, names: tuple[str, ...]):
-    """The mixin's ``test`` run on ``all_model_classes`` less the classes named (upstream's tests skip
-    DeiT's inference-only classifier with a teacher in its training tests)."""
+    """The mixin's ``test`` run on ``all_model_classes`` less the classes named (upstream's DeiT tests leave
+    its inference-only classifier with a teacher out of the training tests)."""
 
     def run(self, *args, **kwargs):
         kept = tuple(c for c in self.all_model_classes if c.__name__ not in names)
@@ -151,26 +89,3 @@ def without_classes(test, names: tuple[str, ...]):
     run.__name__ = run.__qualname__ = test.__name__
     run.__doc__ = f"{test.__name__} without {', '.join(names)}."
     return run
-
-
-def checks(name: str):
-    """``test_<name>``: the tester's ``create_and_check_<name>`` on fresh inputs, as upstream's tests call
-    them."""
-
-    def run(self):
-        config_and_inputs = self.model_tester.prepare_config_and_inputs()
-        getattr(self.model_tester, f"create_and_check_{name}")(*config_and_inputs)
-
-    run.__name__ = f"test_{name}"
-    return run
-
-
-def model_get_set_embeddings(self):
-    """Upstream's vision version (DeiT's, DINOv2's tests): the input embeddings are a module (the patch
-    projection, not a token table to replace), and the output embeddings none or a linear map."""
-    config, _ = self.model_tester.prepare_config_and_inputs_for_common()
-    for model_class in self.all_model_classes:
-        model = model_class(config)
-        self.assertIsInstance(model.get_input_embeddings(), nn.Module)
-        x = model.get_output_embeddings()
-        self.assertTrue(x is None or isinstance(x, nn.Linear))
