@@ -134,7 +134,10 @@ def _auto_classes(model) -> dict[str, type]:
     for name, auto_class in sorted(vars(modeling_auto).items()):
         mapping = auto_model_mapping(auto_class)
         if name.startswith("AutoModel") and mapping is not None and config_class in mapping:
-            classes[name] = mapping[config_class]
+            registered = mapping[config_class]  # a class, or a tuple chosen from by architectures
+            if isinstance(registered, tuple):
+                registered = type(model) if type(model) in registered else registered[0]
+            classes[name] = registered
     if auto_class_of(type(model)) is not None:
         classes[auto_class_of(type(model)).rpartition(".")[2]] = type(model)
     processor = _image_processor_class(config_class)

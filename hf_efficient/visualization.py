@@ -12,16 +12,17 @@ import torch
 
 
 def patch_attention_map(model, pixel_values: torch.Tensor, patch: int | tuple[int, int], layer: int = -1):
-    """Attention of one patch (averaged over heads) to every patch, as an (h, w) grid, plus its [CLS] weight.
+    """Attention of one patch (averaged over heads) to every patch, as an (h, w) grid, plus its weight on the
+    prefix tokens ([CLS]; DeiT's distillation token too).
 
     Args:
-        model: an EfficientViT model (the bare encoder or a task model).
+        model: an hf_efficient vision model (ViT, DeiT, DINOv2: the bare encoder or a task model).
         pixel_values: (1, C, H, W) one image, preprocessed.
         patch: the query patch, a flat index in row-major order or (row, column).
         layer: which layer's attention (Python indexing).
 
     Returns:
-        (grid (h, w) float tensor, weight on [CLS] as a float).
+        (grid (h, w) float tensor, weight on the prefix tokens as a float).
     """
     encoder = model.base_model
     cores = encoder.attention_cores()
@@ -42,8 +43,9 @@ def patch_attention_map(model, pixel_values: torch.Tensor, patch: int | tuple[in
         weights = encoder(
             pixel_values, interpolate_pos_encoding=interpolate, output_attentions=True
         ).attentions
-    query_row = weights[layer][0, :, 1 + row * w + col].mean(0)  # (1 + h*w,): over heads; token 0 is [CLS]
-    return query_row[1:].reshape(h, w).float(), float(query_row[0])  # (h*w,) -> (h, w)
+    prefix = encoder.config.num_prefix_tokens  # [CLS] (and DeiT's distillation token) before the patches
+    query_row = weights[layer][0, :, prefix + row * w + col].mean(0)  # (P + h*w,): averaged over heads
+    return query_row[prefix:].reshape(h, w).float(), float(query_row[:prefix].sum())  # (h*w,) -> (h, w)
 
 
 def plot_patch_attention(
@@ -64,7 +66,7 @@ def plot_patch_attention(
     from matplotlib import pyplot as plt
     from matplotlib.patches import Rectangle
 
-    grid, cls_weight = patch_attention_map(model, pixel_values, patch, layer)
+    grid, prefix_weight = patch_attention_map(model, pixel_values, patch, layer)
     h, w = grid.shape
     row, col = divmod(patch, w) if isinstance(patch, int) else patch
     image = pixel_values[0].detach().float()
@@ -78,7 +80,7 @@ def plot_patch_attention(
     left.set_title("image, query patch in red")
     shown = right.imshow(grid.numpy(), cmap="viridis")
     right.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
-    right.set_title(f"layer {layer} attention of patch ({row}, {col}); [CLS] {cls_weight:.2f}")
+    right.set_title(f"layer {layer} attention of patch ({row}, {col}); prefix tokens {prefix_weight:.2f}")
     fig.colorbar(shown, ax=right, fraction=0.046)
     for axis in (left, right):
         axis.set_xticks([])

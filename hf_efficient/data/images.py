@@ -298,26 +298,34 @@ def describe_images(splits: ImageSplits, config, augment: bool = False) -> str:
 def image_processor_for(
     config, name_or_path: str | None = None, processor_name: str | None = None, **hub_kwargs
 ) -> EfficientViTImageProcessor:
-    """The image processor of a model, always resizing to ``config.image_size`` and converting to
-    ``config.num_channels``, with the normalisation (mean, std, resampling) of:
+    """The image processor of a model, giving ``config.image_size`` square images converted to
+    ``config.num_channels``, with the preprocessing (resize, crop, mean, std, resampling) of:
 
     - ``processor_name`` (``--image_processor_name``: a folder or hub id with a ``preprocessor_config.json``);
       one that cannot be loaded raises;
     - else the checkpoint ``name_or_path``'s saved processor, when it has one;
-    - else ViT's (0.5 per channel).
+    - else the model's family's (:meth:`EfficientViTImageProcessor.for_config`: ViT's 0.5 per channel, DeiT's
+      and DINOv2's resize, center crop and ImageNet statistics).
+
+    A loaded processor that center-crops to the image size (DeiT's and DINOv2's checkpoints) keeps its
+    resize and crop; any other resizes to the image size, without a crop.
     """
-    size = {"height": config.image_size, "width": config.image_size}
-    if processor_name is not None:
-        return EfficientViTImageProcessor.from_pretrained(
-            processor_name, num_channels=config.num_channels, size=size, **hub_kwargs
-        )
-    if name_or_path is not None:
+    for source, required in ((processor_name, True), (name_or_path, False)):
+        if source is None:
+            continue
         try:
-            return EfficientViTImageProcessor.from_pretrained(
-                name_or_path, num_channels=config.num_channels, size=size, **hub_kwargs
+            processor = EfficientViTImageProcessor.from_pretrained(
+                source, num_channels=config.num_channels, **hub_kwargs
             )
         except OSError:  # no preprocessor_config.json (a checkpoint saved without its processor)
-            pass
+            if required:
+                raise
+            continue
+        side = config.image_size
+        crop = processor.crop_size
+        if not (processor.do_center_crop and crop is not None and (crop.height, crop.width) == (side, side)):
+            processor.size, processor.do_center_crop = {"height": side, "width": side}, False
+        return processor
     return EfficientViTImageProcessor.for_config(config)
 
 

@@ -284,24 +284,33 @@ class EfficientLayer(GradientCheckpointingLayer):
 
 
 class EfficientPreNormSelfOutput(nn.Module):
-    """ViT's ``attention.output``: output projection and dropout; the residual is added by the layer."""
+    """ViT's ``attention.output``: output projection and dropout; the residual is added by the layer.
 
-    def __init__(self, config):
+    Args:
+        dropout: the dropout after the projection; None: ``config.hidden_dropout_prob`` (ViT's).
+    """
+
+    def __init__(self, config, dropout: float | None = None):
         super().__init__()
         self.dense = nn.Linear(config.hidden_size, config.hidden_size)
-        self.dropout = CompactDropout(config.hidden_dropout_prob)
+        self.dropout = CompactDropout(config.hidden_dropout_prob if dropout is None else dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.dropout(self.dense(hidden_states))
 
 
 class EfficientPreNormAttention(nn.Module):
-    """ViT's attention block: ``attention.attention`` (projections + core, as BERT's) and ``output``."""
+    """ViT's attention block: ``attention.attention`` (projections + core, as BERT's) and ``output``.
 
-    def __init__(self, config, layer_idx: int):
+    Args:
+        output_dropout: the dropout after the output projection; None: ``config.hidden_dropout_prob`` (ViT's;
+            DINOv2's layers have none there: 0).
+    """
+
+    def __init__(self, config, layer_idx: int, output_dropout: float | None = None):
         super().__init__()
         self.attention = EfficientSelfAttention(config, layer_idx)
-        self.output = EfficientPreNormSelfOutput(config)
+        self.output = EfficientPreNormSelfOutput(config, output_dropout)
 
     def forward(self, hidden_states, inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         context, weights = self.attention(hidden_states, inputs)

@@ -61,12 +61,22 @@ from .text import (
 )
 from .text.question_answering import register_question_answering_pipeline
 from .vision import (
+    EfficientDeiTConfig,
+    EfficientDeiTForImageClassification,
+    EfficientDeiTForImageClassificationWithTeacher,
+    EfficientDeiTForMaskedImageModeling,
+    EfficientDeiTModel,
+    EfficientDinov2Config,
+    EfficientDinov2ForImageClassification,
+    EfficientDinov2Model,
     EfficientViTConfig,
     EfficientViTForImageClassification,
     EfficientViTForMaskedImageModeling,
     EfficientViTImageProcessor,
     EfficientViTMAEForPreTraining,
     EfficientViTModel,
+    modeling_efficient_deit,
+    modeling_efficient_dinov2,
     modeling_efficient_vit,
 )
 
@@ -80,6 +90,8 @@ register_question_answering_pipeline()  # transformers 5 removed pipeline("quest
 # without Pillow ([vision] extra) there is no image processor to register
 _processor = EfficientViTImageProcessor if is_vision_available() else None
 register_family(ModelFamily.collect(EfficientViTConfig, modeling_efficient_vit, _processor))
+register_family(ModelFamily.collect(EfficientDeiTConfig, modeling_efficient_deit, _processor))
+register_family(ModelFamily.collect(EfficientDinov2Config, modeling_efficient_dinov2, _processor))
 register_family(ModelFamily.collect(EfficientGraphConfig, modeling_efficient_graph))
 
 __all__ = [
@@ -113,6 +125,14 @@ __all__ = [
     "EfficientGraphForGraphClassification",
     "EfficientGraphForNodeClassification",
     "EfficientGraphModel",
+    "EfficientDeiTConfig",
+    "EfficientDeiTForImageClassification",
+    "EfficientDeiTForImageClassificationWithTeacher",
+    "EfficientDeiTForMaskedImageModeling",
+    "EfficientDeiTModel",
+    "EfficientDinov2Config",
+    "EfficientDinov2ForImageClassification",
+    "EfficientDinov2Model",
     "EfficientViTConfig",
     "EfficientViTForImageClassification",
     "EfficientViTForMaskedImageModeling",

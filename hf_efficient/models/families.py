@@ -31,22 +31,30 @@ class ModelFamily:
             checkpoints load into it).
         models: transformers Auto class -> our model class for that task (``AutoModel`` -> the bare model).
         image_processor: the processor ``AutoImageProcessor`` gives for this family's checkpoints (vision).
+        alternatives: Auto class -> other classes of that task, which the Auto class gives for checkpoints
+            whose ``architectures`` name them (DeiT's classifier with a teacher beside its plain one, as
+            transformers registers both); a class says so with ``auto_class_by_architecture = True``.
     """
 
     config_class: type[PretrainedConfig]
     models: Mapping[type, type] = field(default_factory=dict)
     image_processor: type | None = None
+    alternatives: Mapping[type, tuple[type, ...]] = field(default_factory=dict)
 
     @classmethod
     def collect(cls, config_class: type, module: ModuleType, image_processor: type | None = None):
         """The family of ``config_class`` whose models are the classes of ``module`` built on it that name
         their task (``auto_class``): a head added to a family's module is registered with it."""
         models: dict[type, type] = {}
+        alternatives: dict[type, tuple[type, ...]] = {}
         for value in vars(module).values():
             if not (isinstance(value, type) and value.__module__ == module.__name__):
                 continue
             auto_class = getattr(value, "auto_class", None)
             if auto_class is None or getattr(value, "config_class", None) is not config_class:
+                continue
+            if getattr(value, "auto_class_by_architecture", False):
+                alternatives[auto_class] = (*alternatives.get(auto_class, ()), value)
                 continue
             if auto_class in models:
                 raise TypeError(
@@ -54,7 +62,12 @@ class ModelFamily:
                     f"{auto_class.__name__} for {config_class.__name__}; a family has one class per task."
                 )
             models[auto_class] = value
-        return cls(config_class, models, image_processor)
+        orphans = [classes[0].__name__ for auto, classes in alternatives.items() if auto not in models]
+        if orphans:
+            raise TypeError(
+                f"{module.__name__}: {orphans} have no default class of their task to stand beside."
+            )
+        return cls(config_class, models, image_processor, alternatives)
 
     @property
     def checkpoint_types(self) -> tuple[str, ...]:
@@ -79,7 +92,9 @@ def register_family(family: ModelFamily) -> None:
         CHECKPOINT_CONFIGS[model_type] = config_class
     AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
     for auto_class, model_class in family.models.items():
-        auto_class.register(config_class, model_class, exist_ok=True)
+        # transformers' tuple entry: the first class, unless a checkpoint's architectures name another
+        others = family.alternatives.get(auto_class, ())
+        auto_class.register(config_class, (model_class, *others) if others else model_class, exist_ok=True)
     if family.image_processor is not None:
         processors = {"pil": family.image_processor}
         AutoImageProcessor.register(config_class, image_processor_classes=processors, exist_ok=True)
@@ -107,7 +122,7 @@ def task_of(model_class: type) -> type:
     ``EfficientBertForMaskedLM``."""
     for family in FAMILIES.values():
         for auto_class, registered in family.models.items():
-            if registered is model_class:
+            if model_class in (registered, *family.alternatives.get(auto_class, ())):
                 return auto_class
     raise ValueError(f"{model_class.__name__} is not a registered hf_efficient model.")
 

@@ -33,6 +33,9 @@ random_attention_mask = UPSTREAM.modeling.random_attention_mask
 
 # full, and efficient types of three kinds: kernelized (linear), windowed (longformer), blocks (bigbird)
 ATTENTION_TYPES = ("full", "linear", "longformer", "bigbird")
+# DeiT's and DINOv2's testers: full, kernelized linear attention (no weights to return) and 2-D windows over
+# the patch grid (which must be told the prefix tokens before the patches)
+VISION_ATTENTION_TYPES = ("full", "linear", "swin_window")
 
 
 def attention_fields(attention_type: str, causal: bool = False) -> dict:
@@ -49,9 +52,12 @@ def add_test_classes(
     tests: tuple[type, ...] = (),
     body: dict | None = None,
     fast: bool = True,
+    types: tuple[str, ...] = ATTENTION_TYPES,
+    config_hidden_size: int = 37,
 ) -> None:
-    """One ``unittest.TestCase`` per attention type in :data:`ATTENTION_TYPES`, named ``Test<Group>_<type>``,
-    put into ``namespace`` (the family module's ``globals()``, where pytest collects them).
+    """One ``unittest.TestCase`` per attention type in ``types`` (:data:`ATTENTION_TYPES`), named
+    ``Test<Group>_<type>``, put into ``namespace`` (the family module's ``globals()``, where pytest collects
+    them).
 
     Args:
         group: the family's name in expectations.py (``"bert"``, ``"roberta"``, ...).
@@ -63,17 +69,20 @@ def add_test_classes(
             placed before the mixins.
         body: more class attributes (``_prepare_for_class``...).
         fast: whether `make test-fast` runs the ``full`` class (text families only; False: all slow).
+        types: the attention types (a vision family's: :data:`VISION_ATTENTION_TYPES`).
+        config_hidden_size: the ``hidden_size`` upstream's test of the family gives its ConfigTester.
     """
     mixins = (UPSTREAM.modeling.ModelTesterMixin,)
     if any(model_class.can_generate() for model_class in classes):  # as upstream's testers of generators
         mixins += (UPSTREAM.modeling.GenerationTesterMixin,)
-    for attention_type in ATTENTION_TYPES:
+    for attention_type in types:
 
         def setUp(self, attention_type=attention_type):
             self.model_tester = tester(self, attention_type)
             self.config_tester = UPSTREAM.configuration.ConfigTester(
                 self, config_class=type(self.model_tester.get_config()), has_text_modality=modality == "text",
-                hidden_size=37, common_properties=["hidden_size", "num_attention_heads", "num_hidden_layers"],
+                hidden_size=config_hidden_size,
+                common_properties=["hidden_size", "num_attention_heads", "num_hidden_layers"],
             )  # fmt: skip
 
         def test_config(self):

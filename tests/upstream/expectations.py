@@ -2,12 +2,12 @@
 
 The one place that decides it (tests/upstream/common.py applies it to every family's test classes): an entry
 names the test (a shell pattern, ``*`` and ``[...]``: the mixin's parametrized cases), the groups it applies
-to (a family: ``bert``, ``roberta``, ``xlm-roberta``, ``vision`` (ViT), ``mae``; or a modality: ``text``,
-``vision``) and attention types, and why. ``skip``: the test does not apply (it needs
+to (a family: ``bert``, ``roberta``, ``xlm-roberta``, ``vision`` (ViT), ``mae``, ``deit``, ``dinov2``; or a
+modality: ``text``, ``vision``) and attention types, and why. ``skip``: the test does not apply (it needs
 the Hub, a GPU, or checks something our models by design do not have); ``xfail``: a known difference, run
 strictly so that a fix shows up as a failure here; ``slow``: it runs in `make test` (CI) but not in the edit
 loop (`make test-fast`), as a second layer of a check the fast loop keeps (the other attention types than
-``full``, and the vision and MAE groups, are slow as a whole: tests/upstream/common.py).
+``full``, and the vision families, are slow as a whole: tests/upstream/common.py).
 
 The mixin also skips tests by its own conditions, with its own reasons (``pytest -rs`` lists them): a GPU,
 several accelerators, MPS, Flash Attention, DeepSpeed or the kernels library; ``RUN_SLOW``; features our
@@ -173,6 +173,60 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         types=("full",),
     ),
 )
+
+
+# The vision families' testers (tests/upstream/test_deit.py, test_dinov2.py) run on full, linear and
+# swin_window; what applies to swin_window there.
+VISION_FAMILY_GROUPS = ("deit", "dinov2")
+EXPECTATIONS += (
+    Expectation(
+        "test_eager_matches_sdpa_inference_*",
+        "skip",
+        "compares the model with itself for this type: attn_implementation picks among transformers' softmax "
+        "functions, which only `full` cores call, so eager and sdpa run the same window kernels here; its 25 "
+        "cases run for full",
+        groups=VISION_FAMILY_GROUPS,
+        types=("swin_window",),
+    ),
+    Expectation(
+        "test_bc_torch_dtype",
+        "skip",
+        "time (28 from_pretrained calls per class): it checks the deprecated torch_dtype alias of "
+        "from_pretrained, code no attention type touches; it runs for full",
+        groups=VISION_FAMILY_GROUPS,
+        types=("swin_window",),
+    ),
+    Expectation(
+        "test_retain_grad_hidden_states_attentions",
+        "xfail",
+        "swin_window computes softmax within each window; the (n, n) weights it returns are those window "
+        "probabilities scattered into a dense matrix beside the computation (hf_efficient/attention/"
+        "window_2d.py, dense_weights), so the outputs do not depend on that tensor and it gets no gradient. "
+        "The weights' values are tested (test_attention_outputs passes; tests/attention/test_window_2d.py)",
+        groups=VISION_FAMILY_GROUPS,
+        types=("swin_window",),
+    ),
+)
+
+
+# Attributes of a family's test class that narrow a mixin test instead of skipping it, with the reason:
+# group -> {attribute: (value, reason)} (the family's module passes class_settings(group) as its body).
+TESTER_SETTINGS: dict[str, dict[str, tuple[object, str]]] = {
+    "dinov2": {
+        "test_all_params_have_gradient": (
+            False,
+            "DINOv2's models have a mask token (use_mask_token, its default) that only bool_masked_pos uses, "
+            "so a training step without it leaves that one parameter without a gradient; the gradient "
+            "checkpointing tests still compare every other gradient with and without checkpointing "
+            "(upstream's Dinov2ModelTest skips these tests altogether)",
+        )
+    }
+}
+
+
+def class_settings(group: str) -> dict:
+    """The class attributes :data:`TESTER_SETTINGS` gives ``group``'s test classes."""
+    return {name: value for name, (value, _reason) in TESTER_SETTINGS.get(group, {}).items()}
 
 
 def _own_copy(test):

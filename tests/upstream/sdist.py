@@ -81,7 +81,13 @@ def _register_auto_names(common: types.ModuleType) -> None:
         names, registered = mapping._model_mapping, mapping._extra_content
         for attribute, value in vars(common).items():
             if value is names and registered:
-                extra = {config.model_type: model.__name__ for config, model in registered.items()}
+                # a tuple entry (DeiT's two classifiers) is a tuple of names, as transformers' own tables have
+                extra = {
+                    config.model_type: tuple(m.__name__ for m in model)
+                    if isinstance(model, tuple)
+                    else model.__name__
+                    for config, model in registered.items()
+                }
                 setattr(common, attribute, {**names, **extra})
 
 

@@ -3,11 +3,11 @@
 from huggingface_hub.dataclasses import strict
 
 from ...errors import InputError
-from ...modeling.config import EfficientEncoderConfig
+from .configuration_efficient_vision import EfficientVisionConfig
 
 
 @strict(accept_kwargs=True)
-class EfficientViTConfig(EfficientEncoderConfig):
+class EfficientViTConfig(EfficientVisionConfig):
     """A ViT encoder (pre-LayerNorm, [CLS] + patches) whose attention is chosen by ``attention_type``.
 
     ViT's and ViT-MAE's fields keep their names and defaults, so their ``config.json`` files load as an
@@ -24,23 +24,10 @@ class EfficientViTConfig(EfficientEncoderConfig):
     """
 
     model_type = "efficient_vit"
-    modality = "vision"
     compatible_model_types = ("vit", "vit_mae")
     weight_shape_fields = ("image_size", "patch_size", "num_channels", "hidden_size", "intermediate_size")
 
-    image_size: int = 224
-    patch_size: int = 16
-    num_channels: int = 3
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
     intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float | int = 0.0
-    attention_probs_dropout_prob: float | int = 0.0
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    qkv_bias: bool = True
     pooler_output_size: int | None = None
     pooler_act: str = "tanh"
     # How ViT's learned position embeddings start: "random" (ViT's truncated normal) or "sincos" (MAE's
@@ -57,17 +44,6 @@ class EfficientViTConfig(EfficientEncoderConfig):
     decoder_num_attention_heads: int = 16
     decoder_intermediate_size: int = 2048
 
-    @property
-    def grid_size(self) -> tuple[int, int]:
-        """(height, width) of the patch grid at ``image_size``."""
-        return (self.image_size // self.patch_size, self.image_size // self.patch_size)
-
-    @property
-    def max_position_embeddings(self) -> int:
-        """[CLS] + patches at ``image_size``: the length that fixed-length attention types (Linformer) get."""
-        height, width = self.grid_size
-        return 1 + height * width
-
     def kept_patches(self, num_patches: int) -> int:
         """How many of ``num_patches`` patches MAE's encoder sees: ``int(num_patches * (1 - mask_ratio))``,
         as transformers' ViT-MAE; raises when that is none."""
@@ -82,18 +58,7 @@ class EfficientViTConfig(EfficientEncoderConfig):
         return kept
 
     def validate_vit_fields(self):
-        """Class validator: sizes agree, and no ViT option we do not implement is silently dropped. (Whether
-        hidden_size splits into num_attention_heads is checked when a model is built, as ViTConfig accepts
-        any sizes.)"""
-        for name in ("image_size", "patch_size"):
-            if not isinstance(getattr(self, name), int):
-                raise InputError(
-                    f"{name} must be one int (square images and patches), got {getattr(self, name)!r}."
-                )
-        if self.image_size % self.patch_size:
-            raise InputError(
-                f"image_size={self.image_size} must be a multiple of patch_size={self.patch_size}."
-            )
+        """Class validator: MAE's and ViT's own options (the shared ones: ``validate_vision_fields``)."""
         if not 0.0 <= self.mask_ratio < 1.0:
             raise InputError(
                 f"mask_ratio must be in [0, 1), got {self.mask_ratio}: it is the share of patches MAE hides "
@@ -104,5 +69,3 @@ class EfficientViTConfig(EfficientEncoderConfig):
                 f"position_embedding_init must be 'random' (ViT's truncated normal) or 'sincos' (the 2-D "
                 f"sine-cosine table, then learned), got {self.position_embedding_init!r}."
             )
-        if not self.qkv_bias:
-            raise InputError("qkv_bias=False is not supported: the query/key/value projections have biases.")

@@ -1,17 +1,52 @@
 """An image processor needing only Pillow and NumPy (transformers' ``ViTImageProcessor`` needs torchvision).
 
-It is transformers' PIL-backed ViT processor (resize, rescale to [0, 1], normalise) plus a conversion of each
-image to the model's channel count, so RGB photos feed a 1-channel model and grey scans a 3-channel one.
+It is transformers' PIL-backed processor (resize, optional center crop, rescale to [0, 1], normalise) plus a
+conversion of each image to the model's channel count, so RGB photos feed a 1-channel model and grey scans a
+3-channel one. It reads the ``preprocessor_config.json`` of the ViT, DeiT (resize to 256, center crop 224)
+and DINOv2 checkpoints (shortest edge to 256, center crop 224) with the same outputs as transformers' own
+processors of those families, and is what ``AutoImageProcessor`` gives for every hf_efficient vision model.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from transformers.image_utils import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, PILImageResampling
 from transformers.models.vit.image_processing_pil_vit import ViTImageProcessorPil
 from transformers.processing_utils import ImagesKwargs
 
 # ITU-R 601-2 luma, as PIL's Image.convert("L").
 _LUMA = np.array([0.299, 0.587, 0.114])
+# DeiT and DINOv2 resize to 256 / 224 of the model's image size, then crop its center (their eval transform).
+_CROP_MARGIN = 256 / 224
+
+
+def _family_defaults(config) -> dict:
+    """The preprocessing a family's checkpoints are evaluated with, at ``config.image_size``: ViT's (resize
+    to the size, 0.5 per channel), DeiT's (resize to 256 / 224 of it, center crop, bicubic, ImageNet
+    statistics) and DINOv2's (the shortest edge to 256 / 224 of it, center crop, bicubic, ImageNet
+    statistics). Other channel counts than 3 get the mean of ImageNet's per-channel statistics."""
+    size, channels = config.image_size, config.num_channels
+    if config.model_type not in ("efficient_deit", "efficient_dinov2"):
+        return dict(
+            size={"height": size, "width": size}, image_mean=[0.5] * channels, image_std=[0.5] * channels
+        )
+    mean, std = (
+        (list(stats) if channels == 3 else [float(np.mean(stats))] * channels)
+        for stats in (IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD)
+    )
+    resized = round(size * _CROP_MARGIN)
+    if config.model_type == "efficient_deit":
+        resize = {"height": resized, "width": resized}
+    else:
+        resize = {"shortest_edge": resized}
+    return dict(
+        size=resize,
+        crop_size={"height": size, "width": size},
+        do_center_crop=True,
+        resample=PILImageResampling.BICUBIC,
+        image_mean=mean,
+        image_std=std,
+    )
 
 
 class EfficientViTImageProcessorKwargs(ImagesKwargs, total=False):
@@ -56,14 +91,10 @@ class EfficientViTImageProcessor(ViTImageProcessorPil):
 
     @classmethod
     def for_config(cls, config, **kwargs) -> EfficientViTImageProcessor:
-        """A processor sized for a model config: ``image_size`` square, mean/std 0.5 per channel (ViT's)."""
-        channels = config.num_channels
-        defaults = dict(
-            size={"height": config.image_size, "width": config.image_size},
-            image_mean=[0.5] * channels,
-            image_std=[0.5] * channels,
-        )
-        return cls(num_channels=channels, **{**defaults, **kwargs})
+        """A processor for a model config, giving ``image_size`` square images of ``num_channels`` channels
+        with its family's preprocessing: ViT's (resize, mean/std 0.5 per channel), DeiT's and DINOv2's
+        (resize, center crop, ImageNet statistics); ``kwargs`` override any of it."""
+        return cls(num_channels=config.num_channels, **{**_family_defaults(config), **kwargs})
 
     @staticmethod
     def _convert_channels(image: np.ndarray, num_channels: int) -> np.ndarray:
