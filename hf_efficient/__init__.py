@@ -17,6 +17,7 @@ from .attention import (
     list_attention_types,
     register_attention,
     relative_position_types,
+    rotary_attention_types,
     validate_attention_config,
 )
 from .attention.cache import EfficientCache
@@ -149,5 +150,6 @@ __all__ = [
     "list_attention_types",
     "register_attention",
     "relative_position_types",
+    "rotary_attention_types",
     "validate_attention_config",
 ]
