@@ -175,6 +175,55 @@ EXPECTATIONS: tuple[Expectation, ...] = (
 )
 
 
+# --- ModernBERT (tests/upstream/test_modernbert.py): its window layers run the Longformer kernel whatever
+# type the global layers take
+WINDOW_LAYERS_NO_WEIGHTS = (
+    "attention weights: ModernBERT's window layers run the Longformer window kernel (the checkpoint's "
+    "pattern, in every test class), which never forms the (n, n) attention matrix; output_attentions=True "
+    "raises saying so"
+)
+EXPECTATIONS += (
+    *(
+        Expectation(test, "skip", WINDOW_LAYERS_NO_WEIGHTS, groups=("modernbert",))
+        for test in (
+            "test_attention_outputs",
+            "test_eager_matches_sdpa_inference_24_fp32_pad_left_output_attentions",
+            "test_model_outputs_equivalence",
+            "test_retain_grad_hidden_states_attentions",
+        )
+    ),
+    Expectation(
+        "test_model_rope_scaling_from_config_1_dynamic",
+        "skip",
+        "dynamic RoPE scaling changes the frequencies with the input's length (transformers' "
+        "dynamic_rope_update); EfficientModernBertConfig refuses rope_type 'dynamic' and 'longrope' naming "
+        "the types it takes (tests/models/text/test_modernbert.py); the linear and yarn cases run",
+        groups=("modernbert",),
+    ),
+    Expectation(
+        "test_model_forward_default_config_values",
+        "xfail",
+        "the test rebuilds the config without its special token ids, so with ModernBERT's defaults "
+        "(pad_token_id=50283) and the tester's 99-token vocabulary, and only then sets them to 0; our "
+        "configs refuse a pad_token_id outside the vocabulary when built (validate_architecture_sizes)",
+        groups=("modernbert",),
+    ),
+    *(
+        Expectation(
+            test, "slow", f"time: {why}, as for the text group", groups=("modernbert",), types=("full",)
+        )
+        for test, why in (
+            (
+                "test_bc_torch_dtype",
+                "28 from_pretrained calls per class for the deprecated torch_dtype alias",
+            ),
+            ("test_eager_matches_sdpa_inference_*_[bf][fp]16_*", "the half-precision eager-vs-sdpa cases"),
+            ("test_eager_matches_sdpa_inference_*_sdpa_kernels", "the cases with SDPA backends narrowed"),
+        )
+    ),
+)
+
+
 def _own_copy(test):
     """A new function running ``test``: a mark set on it stays on this class (the mixin's is shared)."""
 

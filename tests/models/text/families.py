@@ -35,6 +35,13 @@ from transformers import (
     ElectraForSequenceClassification,
     ElectraForTokenClassification,
     ElectraModel,
+    ModernBertConfig,
+    ModernBertForMaskedLM,
+    ModernBertForMultipleChoice,
+    ModernBertForQuestionAnswering,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+    ModernBertModel,
     RobertaConfig,
     RobertaForCausalLM,
     RobertaForMaskedLM,
@@ -178,6 +185,13 @@ DISTILBERT_SIZES = dict(
     max_position_embeddings=64,
     activation="silu",
 )
+# ModernBERT: a global layer then a window layer whose window (8 tokens: 4 keys on each side) the 20-token
+# inputs pass; its special ids inside the tiny vocabulary, biases and norm biases on (so they load too).
+MODERNBERT_SIZES = dict(
+    **TINY, vocab_size=VOCAB, max_position_embeddings=64, local_attention=8, pad_token_id=0, bos_token_id=1,
+    cls_token_id=1, eos_token_id=2, sep_token_id=2, norm_bias=True, attention_bias=True, mlp_bias=True,
+    classifier_bias=True,
+)  # fmt: skip
 
 TEXT_FAMILIES = {
     family.name: family
@@ -246,6 +260,20 @@ TEXT_FAMILIES = {
                 DistilBertForTokenClassification: "EfficientDistilBertForTokenClassification",
                 DistilBertForQuestionAnswering: "EfficientDistilBertForQuestionAnswering",
                 DistilBertForMultipleChoice: "EfficientDistilBertForMultipleChoice",
+            },
+            token_types=False,
+        ),
+        TextFamily(
+            "modernbert",
+            ModernBertConfig,
+            MODERNBERT_SIZES,
+            {
+                ModernBertModel: "EfficientModernBertModel",
+                ModernBertForMaskedLM: "EfficientModernBertForMaskedLM",
+                ModernBertForSequenceClassification: "EfficientModernBertForSequenceClassification",
+                ModernBertForTokenClassification: "EfficientModernBertForTokenClassification",
+                ModernBertForQuestionAnswering: "EfficientModernBertForQuestionAnswering",
+                ModernBertForMultipleChoice: "EfficientModernBertForMultipleChoice",
             },
             token_types=False,
         ),
