@@ -86,7 +86,9 @@ class EfficientModernBertConfig(EfficientEncoderConfig):
     classifier_activation: str = "gelu"
     # FlashAttention 2's deterministic backward upstream; no kernel here reads it (kept for round trips)
     deterministic_flash_attn: bool = False
-    # True: a masked LM given labels scores the masked positions only, (M, V) logits; False: every position
+    # A masked LM given labels: True scores the masked positions only, (M, V) logits; False (ModernBERT's
+    # default) every position, (b, n, V); None: in training the masked ones through a chunked loss that
+    # builds no logits, in eval every position (EfficientBertConfig's default)
     sparse_prediction: bool | None = False
     sparse_pred_ignore_index: int = -100
     tie_word_embeddings: bool = True
