@@ -31,7 +31,7 @@ ALL = None  # every group / every attention type
 # The groups of text families (tests/upstream/test_<family>.py; "text" names every family that
 # tests/upstream/common.py builds with modality="text"): what the fast loop leaves to `make test` applies
 # to each.
-TEXT_GROUPS = ("text", "bert", "roberta", "xlm-roberta", "electra", "distilbert")
+TEXT_GROUPS = ("text", "bert", "roberta", "xlm-roberta", "electra", "distilbert", "modernbert")
 
 
 @dataclass(frozen=True)
@@ -207,19 +207,6 @@ EXPECTATIONS += (
         "(pad_token_id=50283) and the tester's 99-token vocabulary, and only then sets them to 0; our "
         "configs refuse a pad_token_id outside the vocabulary when built (validate_architecture_sizes)",
         groups=("modernbert",),
-    ),
-    *(
-        Expectation(
-            test, "slow", f"time: {why}, as for the text group", groups=("modernbert",), types=("full",)
-        )
-        for test, why in (
-            (
-                "test_bc_torch_dtype",
-                "28 from_pretrained calls per class for the deprecated torch_dtype alias",
-            ),
-            ("test_eager_matches_sdpa_inference_*_[bf][fp]16_*", "the half-precision eager-vs-sdpa cases"),
-            ("test_eager_matches_sdpa_inference_*_sdpa_kernels", "the cases with SDPA backends narrowed"),
-        )
     ),
 )
 

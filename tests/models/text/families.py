@@ -81,6 +81,8 @@ class TextFamily:
         heads: transformers' class -> ours (by name, in ``hf_efficient``).
         token_types: its tokenizer returns token_type_ids (BERT's segments).
         pad_token_id: the padding id its positions and padding read.
+        rotary: its positions are rotary (ModernBERT's): only the types that carry them run
+            (``hf_efficient.rotary_attention_types()``), the others are refused naming why.
     """
 
     name: str
@@ -90,6 +92,11 @@ class TextFamily:
     token_types: bool = True
     pad_token_id: int = 0
     decoder_fields: dict = field(default_factory=lambda: {"is_decoder": True})
+    rotary: bool = False
+
+    def allows(self, attention_type: str) -> bool:
+        """Whether the family's positions allow ``attention_type`` (every text type, unless rotary)."""
+        return not self.rotary or attention_type in hf_efficient.rotary_attention_types("text")
 
     def config(self, upstream_class: type, **fields):
         """transformers' tiny config for ``upstream_class`` (a causal LM gets ``is_decoder``), ``fields``
@@ -276,6 +283,7 @@ TEXT_FAMILIES = {
                 ModernBertForMultipleChoice: "EfficientModernBertForMultipleChoice",
             },
             token_types=False,
+            rotary=True,
         ),
     )
 }

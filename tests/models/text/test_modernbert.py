@@ -14,20 +14,17 @@ from hf_efficient import EfficientModernBertConfig, EfficientModernBertForMasked
 from hf_efficient.errors import InputError
 
 from ..helpers import CONFIG_ERRORS
-from .families import MODERNBERT_SIZES, randomise_zero_init
+from .families import MODERNBERT_SIZES, TEXT_FAMILIES
 from .helpers import assert_close_real
 
 CLOSE = dict(atol=1e-5, rtol=1e-5)
+MODERNBERT = TEXT_FAMILIES["modernbert"]
 
 
 def checkpoint(folder, upstream=ModernBertModel, **fields) -> torch.nn.Module:
-    """transformers' tiny ModernBERT (``MODERNBERT_SIZES`` with ``fields``), its biases and norms randomised,
-    saved in ``folder``."""
-    torch.manual_seed(0)
-    model = upstream(ModernBertConfig(**{**MODERNBERT_SIZES, **fields})).eval()
-    randomise_zero_init(model)
-    model.save_pretrained(folder)
-    return model
+    """transformers' tiny ModernBERT (the family's sizes, ``fields`` over them), its biases and norms
+    randomised, saved in ``folder``."""
+    return MODERNBERT.checkpoint(upstream, folder, **fields)
 
 
 def padded(n: int, lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
