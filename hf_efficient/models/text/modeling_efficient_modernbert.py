@@ -227,20 +227,21 @@ class EfficientModernBertModel(EfficientModernBertPreTrainedModel, EfficientText
 
 
 class ModernBertHeadModel(EfficientModernBertPreTrainedModel):
-    """What every ModernBERT head shares: the encoder under ``model`` (no pooler) and ``head``, its
-    dense -> act -> norm, and for the classifiers ``drop`` (``classifier_dropout``) and ``classifier``
-    (D -> ``classifier_width``)."""
+    """What every ModernBERT classifier shares: the encoder under ``model`` (no pooler), ``head`` (dense ->
+    act -> norm), ``drop`` (``classifier_dropout``) and ``classifier`` (D -> :meth:`classifier_outputs`)."""
 
     bare_model_class = EfficientModernBertModel
     add_pooling_layer = False
-    classifier_width = "num_labels"  # a config field, or 1 (a multiple-choice score)
+
+    def classifier_outputs(self, config) -> int:
+        """The classifier's outputs: ``num_labels`` (a multiple-choice head: 1, the choice's score)."""
+        return config.num_labels
 
     def build_head(self, config) -> None:
         self.num_labels = config.num_labels
         self.head = EfficientModernBertPredictionHead(config)
         self.drop = nn.Dropout(config.classifier_dropout)
-        width = 1 if self.classifier_width == 1 else getattr(config, self.classifier_width)
-        self.classifier = nn.Linear(config.hidden_size, width)
+        self.classifier = nn.Linear(config.hidden_size, self.classifier_outputs(config))
 
     def classify(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., width): classifier(drop(head(h)))."""
@@ -313,7 +314,8 @@ class EfficientModernBertForMultipleChoice(ModernBertHeadModel, MultipleChoiceTa
     the padding of a left-padded one) or mean -> head -> drop -> classifier, one score per choice
     (transformers' ``ModernBertForMultipleChoice``)."""
 
-    classifier_width = 1
+    def classifier_outputs(self, config) -> int:
+        return 1
 
     def encode(self, input_ids, attention_mask, token_type_ids, inputs):
         outputs = super().encode(input_ids, attention_mask, token_type_ids, inputs)
