@@ -18,8 +18,8 @@ from hf_efficient import (
     EfficientModernBertModel,
 )
 
+from .common import ids_tensor, random_attention_mask
 from .families import FamilyTester, family_test_classes
-from .test_transformers_common import ids_tensor, random_attention_mask
 
 
 class ModernBertTester(FamilyTester):
