@@ -21,12 +21,14 @@ from .registry import (
     list_attention_types,
     register_attention,
     relative_position_types,
+    rotary_attention_types,
     unregister_attention,
     validate_attention_config,
 )
 from .relative import RelativePositions
+from .rotary import RotaryPositions
 
-_INFRASTRUCTURE = {"base", "cache", "config", "inputs", "kernels", "registry", "relative", "utils"}
+_INFRASTRUCTURE = {"base", "cache", "config", "inputs", "kernels", "registry", "relative", "rotary", "utils"}
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _INFRASTRUCTURE and not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")
@@ -50,6 +52,8 @@ __all__ = [
     "list_attention_types",
     "register_attention",
     "relative_position_types",
+    "rotary_attention_types",
+    "RotaryPositions",
     "unregister_attention",
     "validate_attention_config",
 ]

@@ -36,3 +36,10 @@ def relative_position_types(modality: str | None = None) -> list[str]:
         for name in list_attention_types(modality)
         if ATTENTION_REGISTRY[name].capabilities.relative_positions
     ]
+
+
+def rotary_attention_types(modality: str | None = None) -> list[str]:
+    """Sorted names of the types that carry rotary positions (``capabilities.rotary``: RoPE's rotation of
+    queries and keys, or of feature maps): the attention types a model with rotary positions (ModernBERT)
+    can use."""
+    return [name for name in list_attention_types(modality) if ATTENTION_REGISTRY[name].capabilities.rotary]

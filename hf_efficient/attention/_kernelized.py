@@ -59,10 +59,20 @@ from ._kernel_state import (
 from .base import AttentionCore, AttentionOutput
 from .cache import RecurrentStateLayer
 from .inputs import AttentionInputs
+from .rotary import RotaryPositions, kernel_sums
 
 
 def kernelized_reference(
-    query, key, value, mask, maps: FeatureMaps, *, causal: bool, eps: float, state: KernelState | None = None
+    query,
+    key,
+    value,
+    mask,
+    maps: FeatureMaps,
+    *,
+    causal: bool,
+    eps: float,
+    state: KernelState | None = None,
+    rotary: RotaryPositions | None = None,
 ) -> tuple[torch.Tensor, KernelState | None]:
     """The kernelised attention of the module docstring in one piece (plain differentiable ops).
 
@@ -71,6 +81,8 @@ def kernelized_reference(
         mask: (b, n) bool, True = real token, or None.
         causal: query i sees keys j <= i only (and the tokens before this call, summed up in ``state``).
         state: causal only: the :class:`KernelState` before these tokens (None: they are the first).
+        rotary: non-causal only: rotary positions, carried as RoFormer's eq. 19 (the feature maps rotated in
+            the numerator, :func:`~hf_efficient.attention.rotary.kernel_sums`).
 
     Returns:
         (output (b, h, n, d), the state after the last token; None for the non-causal form).
@@ -84,8 +96,12 @@ def kernelized_reference(
         if maxima is not None:  # one shift for all keys: the largest log-feature of any real key
             shift = common_shift(maxima)  # (b, h, 1, 1)
             key_features = lambda keys, keep: maps.key_features(keys, keep, shift)  # noqa: E731
-        sums = (key_features(key, keep).transpose(-1, -2) @ value).to(work)  # (b, h, m, d + 1): [S | z]
-        return normalise(maps.query_features(maps.query).to(work) @ sums, eps).to(query.dtype), None
+        phi_k, phi_q = key_features(key, keep), maps.query_features(maps.query).to(work)  # (b, h, n, m)
+        if rotary is not None:
+            numerator, denominator = kernel_sums(phi_q, phi_k.to(work), value.to(work), rotary)
+            return (numerator / (denominator + eps)).to(query.dtype), None
+        sums = (phi_k.transpose(-1, -2) @ value).to(work)  # (b, h, m, d + 1): [S | z]
+        return normalise(phi_q @ sums, eps).to(query.dtype), None
     n = value.shape[2]
     phi_q = maps.query_features(maps.query).to(work)  # (b, h, n, m)
     causal_mask = torch.ones(n, n, dtype=torch.bool, device=value.device).tril()
@@ -178,7 +194,7 @@ class KernelizedAttentionCore(AttentionCore):
         maps = self.feature_maps(query, inputs.attention_mask)
         output, final = kernelized_reference(
             query, key, value, inputs.attention_mask, maps, causal=inputs.is_causal, eps=self.config.eps,
-            state=state,
+            state=state, rotary=inputs.rotary,
         )  # fmt: skip
         return (AttentionOutput(output, None), final) if return_state else AttentionOutput(output, None)
 

@@ -10,7 +10,8 @@ Shapes (the whole package uses these names):
     query, key, value : (b, h, n, d)
     inputs            : :class:`~hf_efficient.attention.inputs.AttentionInputs`, everything else about the
                         call (padding mask, bias, edges, global tokens, causal, weights wanted, kernel,
-                        patch grid, cache), built once per model forward and passed to every layer unchanged
+                        patch grid, cache, rotary positions), built once per model forward and passed to
+                        every layer unchanged (a model with rotary positions replaces them per layer kind)
     output            : (b, h, n, d); rows of padded query positions are exactly 0
     weights           : (b, h, n, n) attention probabilities, only when requested and supported (cores over
                         edges return a sparse COO tensor holding one entry per edge and head)
@@ -41,9 +42,10 @@ import torch
 from torch import nn
 from transformers.cache_utils import CacheLayerMixin
 
-from ._catalog import causal_attention_types, relative_position_types
+from ._catalog import causal_attention_types, relative_position_types, rotary_attention_types
 from .config import AttentionConfig
 from .inputs import AttentionInputs, check_supported, is_tracing
+from .rotary import ROTARY_MODES, ROTATE_FEATURE_MAPS, ROTATE_QUERIES_AND_KEYS
 
 MODALITIES = ("text", "vision", "graph")
 
@@ -71,7 +73,17 @@ class AttentionCapabilities:
     # adds learned relative position scores (BERT's relative_key / relative_key_query) to the scores of the
     # pairs it forms: reads inputs.relative_positions (hf_efficient/attention/relative.py)
     relative_positions: bool = False
+    # rotary positions (inputs.rotary, RoPE): how the core carries them, ROTATE_QUERIES_AND_KEYS (rotated
+    # once, before the pattern, by forward) or ROTATE_FEATURE_MAPS (the core rotates its feature maps,
+    # RoFormer's linear attention); None: refused with the core's rotary_refusal (see attention/rotary.py)
+    rotary: str | None = None
     modalities: frozenset[str] = frozenset(MODALITIES)
+
+    def __post_init__(self):
+        if self.rotary is not None and self.rotary not in ROTARY_MODES:
+            raise ValueError(
+                f"AttentionCapabilities.rotary must be None or one of {ROTARY_MODES}, got {self.rotary!r}."
+            )
 
 
 @dataclass(frozen=True)
@@ -172,6 +184,10 @@ class Kernel(NamedTuple):
         devices: the device types (``"cuda"``, ``"cpu"``) on which ``"auto"`` considers this kernel, None:
             every device. Resolved once per device (:meth:`AttentionCore.resolve_kernels`), not per call; a
             forced kernel runs on any device its ``unsupported`` accepts.
+        rotary: whether it rotates the core's feature maps itself for rotary positions (a core whose
+            ``capabilities.rotary`` is ``ROTATE_FEATURE_MAPS``; rotated queries and keys need nothing of a
+            kernel). A call with rotary positions only goes to kernels that do; a forced kernel that does not
+            raises.
     """
 
     name: str
@@ -181,6 +197,7 @@ class Kernel(NamedTuple):
     traces: bool = False
     carries_state: bool = False
     devices: frozenset[str] | None = None
+    rotary: bool = False
 
 
 IMPLEMENTATION_CHOICES = ("auto", "reference")
@@ -235,6 +252,12 @@ class AttentionCore(nn.Module):
     relative_positions_refusal: ClassVar[str] = (
         "it never forms the score of each (query, key) pair that they are added to (it approximates softmax "
         "attention without them)"
+    )
+    # Why the maths cannot carry rotary positions, read when capabilities.rotary is None: the error refusing
+    # rotary positions (inputs.rotary) shows it.
+    rotary_refusal: ClassVar[str] = (
+        "it declares no way to carry them (the exact, window and block types rotate queries and keys, the "
+        "kernelized types their feature maps)"
     )
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
@@ -324,10 +347,11 @@ class AttentionCore(nn.Module):
         if choice == "reference":
             return None
         kernels = self.resolve_kernels(query.device)
-        tracing = is_tracing()
+        tracing, rotated = is_tracing(), getattr(inputs, "rotary", None) is not None
         if choice == "auto":
             for kernel in kernels:
-                if (kernel.traces or not tracing) and (kernel.carries_state or not carried):
+                fits = (kernel.traces or not tracing) and (kernel.carries_state or not carried)
+                if fits and (kernel.rotary or not rotated):
                     if kernel.unsupported(self, query, inputs) is None and kernel.chosen(self, query, inputs):
                         return kernel
             return None
@@ -337,6 +361,8 @@ class AttentionCore(nn.Module):
             reason = "it does not run inside torch.export / torch.compile graphs"
         if reason is None and carried and not kernel.carries_state:
             reason = "it does not start from a carried state (a cached prefill)"
+        if reason is None and rotated and not kernel.rotary:
+            reason = "it does not rotate the feature maps for rotary positions (the reference does)"
         if reason is not None:
             name = self.attention_type or type(self).__name__
             raise ValueError(
@@ -456,6 +482,8 @@ class AttentionCore(nn.Module):
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
         if inputs.relative_positions is not None:
             self._check_relative_positions(inputs.relative_positions, name)
+        if inputs.rotary is not None:
+            query, key, inputs = self._apply_rotary(query, key, inputs, name)
         if is_tracing():
             blocker = self.tracing_blocker()
             if blocker is not None:
@@ -496,6 +524,7 @@ class AttentionCore(nn.Module):
             "cache",
             "grid_size",
             "relative_positions",
+            "rotary",
         ):
             if getattr(inputs, field) is not None:
                 raise ValueError(
@@ -530,6 +559,30 @@ class AttentionCore(nn.Module):
                 f"{self.relative_positions_refusal}. Types that can: {', '.join(relative_position_types())}."
             )
         relative.check(self.head_dim, name)
+
+    def _apply_rotary(self, query, key, inputs: AttentionInputs, name: str):
+        """Check the call's rotary positions against this core and rotate what the core does not:
+        ``ROTATE_QUERIES_AND_KEYS`` cores get rotated queries and keys and inputs without rotary positions,
+        ``ROTATE_FEATURE_MAPS`` ones the inputs unchanged (their reference rotates its feature maps); a core
+        that cannot carry them raises with its ``rotary_refusal``. Returns (query, key, inputs)."""
+        mode = self.capabilities.rotary
+        if mode is None:
+            raise ValueError(
+                f"{name} cannot carry rotary positions: {self.rotary_refusal}. Types that can: "
+                f"{', '.join(rotary_attention_types())}."
+            )
+        inputs.rotary.check(tuple(query.shape), name)
+        if mode == ROTATE_FEATURE_MAPS:
+            if inputs.is_causal:
+                raise ValueError(
+                    f"{name}: rotary positions are carried by its non-causal form only (RoFormer's rotated "
+                    "feature maps; a causal state would keep rotated and plain sums apart). Drop is_causal, "
+                    "or use a type that rotates queries and keys (full, longformer)."
+                )
+            return query, key, inputs
+        rotated = inputs.rotary.rotate(query)
+        key = rotated if key is query else inputs.rotary.rotate(key)
+        return rotated, key, inputs.replace(rotary=None)
 
     def _forward_cached(self, query, key, value, inputs: AttentionInputs, name: str) -> AttentionOutput:
         """The n new tokens of incremental decoding, against the state this core keeps in ``inputs.cache``.
@@ -661,4 +714,6 @@ __all__ = [
     "AttentionSpec",
     "IMPLEMENTATION_CHOICES",
     "Kernel",
+    "ROTATE_FEATURE_MAPS",
+    "ROTATE_QUERIES_AND_KEYS",
 ]

@@ -35,7 +35,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .base import ROTATE_QUERIES_AND_KEYS, AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
 from .inputs import AttentionInputs, is_tracing
 from .kernels.bigbird import FLEX, NATIVE
@@ -150,7 +150,7 @@ class BigBirdAttention(AttentionCore):
         "its kernels gather key blocks (window, global, per-head random) per query block and add no score of "
         "their own to them; relative scores are built for the window of longformer"
     )
-    capabilities = AttentionCapabilities()
+    capabilities = AttentionCapabilities(rotary=ROTATE_QUERIES_AND_KEYS)
     paper = "Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences (ITC)"
     cost = "O(n·b·(w+r+g))"
     summary = "blocks: window + global + seeded random blocks"

@@ -25,7 +25,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .base import (
+    ROTATE_QUERIES_AND_KEYS,
+    AttentionCapabilities,
+    AttentionCore,
+    AttentionOutput,
+    AttentionSpec,
+)
 from .cache import KeyValueCacheLayer
 from .inputs import AttentionInputs
 from .kernels.flex import BlockMaskCache
@@ -45,6 +51,7 @@ class FullAttention(AttentionCore):
         permutation_equivariant=True,
         cross_attention=True,
         relative_positions=True,
+        rotary=ROTATE_QUERIES_AND_KEYS,
     )
     paper = "Vaswani et al. 2017, Attention Is All You Need"
     cost = "O(n²)"

@@ -35,6 +35,7 @@ from ._catalog import causal_attention_types
 
 if TYPE_CHECKING:
     from .base import AttentionCapabilities
+    from .rotary import RotaryPositions
 
 
 def is_tracing() -> bool:
@@ -96,6 +97,10 @@ class AttentionInputs:
             ``relative_key_query``), for cores with ``capabilities.relative_positions``; the block owning the
             layer's distance table sets it for its own call. Positions are the sequence's indices (0..n-1;
             with a cache, the new tokens follow the cached ones).
+        rotary: the :class:`~hf_efficient.attention.rotary.RotaryPositions` of the tokens (RoPE), for
+            models whose positions are rotary; carried by the cores that declare ``capabilities.rotary``
+            (refused by the others, naming why). Shapes are checked by each core; a model replaces it per
+            layer kind (ModernBERT's theta of its global and of its window layers) with :meth:`replace`.
         empty_rows: (b,) bool, True for sequences with no real token at all (a batch of real data padded
             to a common length can hold one); set by :meth:`prepare`, None when there is none. Their
             output rows are 0, like every padded query row.
@@ -115,6 +120,7 @@ class AttentionInputs:
     cache: Any = None
     block_mask: Any = None
     relative_positions: Any = None
+    rotary: RotaryPositions | None = None
     empty_rows: torch.Tensor | None = dataclasses.field(default=None, repr=False)
     prepared_for: tuple[int, int] | None = dataclasses.field(default=None, repr=False)
 

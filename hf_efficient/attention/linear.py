@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from ._kernel_state import FeatureMaps, Pointwise, plain
 from ._kernelized import KernelizedAttentionCore
-from .base import AttentionCapabilities
+from .base import ROTATE_FEATURE_MAPS, AttentionCapabilities
 from .config import AttentionConfig
 from .kernels.fla import KERNELIZED_FLA
 from .kernels.kernelized import CHUNKED
@@ -81,7 +81,9 @@ class LinearAttention(KernelizedAttentionCore):
     config_class = LinearAttentionConfig
     # auto: parallel on CUDA, chunked elsewhere; fla (the gpu extra) only when forced, until measured
     kernels = (PARALLEL, CHUNKED, KERNELIZED_FLA)
-    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
+    capabilities = AttentionCapabilities(
+        causal=True, permutation_equivariant=True, cross_attention=True, rotary=ROTATE_FEATURE_MAPS
+    )
     paper = (
         "Katharopoulos et al. 2020, Transformers are RNNs: Fast Autoregressive Transformers with Linear "
         "Attention"

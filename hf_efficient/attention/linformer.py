@@ -82,6 +82,10 @@ class LinformerAttention(AttentionCore):
         "max_position_embeddings), and a decoder decodes one query at a time against an encoder sequence "
         "of another length; cross-attention over another sequence is not defined for it here"
     )
+    rotary_refusal = (
+        "its projections E, F mix the keys and values of every position into k compressed rows, which have "
+        "no position a rotation could stand for: no query meets a key at a relative position"
+    )
     capabilities = AttentionCapabilities(fixed_max_length=True, modalities=frozenset({"text", "vision"}))
     paper = "Wang et al. 2020, Linformer: Self-Attention with Linear Complexity"
     cost = "O(n·k)"

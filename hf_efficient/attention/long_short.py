@@ -86,6 +86,10 @@ class LongShortAttention(AttentionCore):
         "its long-range keys are learned low-rank mixtures of the whole sequence, which sit at no distance "
         "from a query (only its window's pairs have one)"
     )
+    rotary_refusal = (
+        "its long-range keys are dynamic projections of the whole sequence (mixtures of the keys of every "
+        "position), which have no relative position to a query; only its window could carry them"
+    )
     capabilities = AttentionCapabilities(modalities=frozenset({"text", "vision", "graph"}))
     paper = "Zhu et al. 2021, Long-Short Transformer: Efficient Transformers for Language and Vision"
     cost = "O(n·(w+r))"

@@ -11,8 +11,7 @@ Causal form (``is_causal=True``, a decoder): token i sees itself and the w earli
 A(i) = {i - t r : 0 <= t <= w}, as many keys as the two-sided window (the whole span moved to the left, as
 the autoregressive models of the paper's section 4). Decoding keeps the last w r keys and values of each
 layer (a :class:`~hf_efficient.attention.cache.SlidingWindowCacheLayer`): memory and time per token
-independent of the context. The causal form has no global tokens (a global token attends to later
-tokens): a causal model sets ``global_token_indices=[]``.
+independent of the context. It has no global tokens (they attend to later tokens): ``[]`` when causal.
 
 :meth:`LongformerAttention.reference` computes the window as overlapping chunks (the paper's own scheme):
 O(n (w + |G|) d) time, O(n (w + |G|)) memory, no (n x n) tensor. Its kernels
@@ -37,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicLayer
 
-from .base import AttentionCapabilities, AttentionCore, AttentionOutput
+from .base import ROTATE_QUERIES_AND_KEYS, AttentionCapabilities, AttentionCore, AttentionOutput
 from .cache import SlidingWindowCacheLayer
 from .config import AttentionConfig
 from .inputs import AttentionInputs, is_tracing
@@ -94,7 +93,9 @@ class LongformerAttention(AttentionCore):
         "its sliding window pairs query i with the keys around position i of the same sequence, which a "
         "decoder's query has no place in (Longformer-Encoder-Decoder uses full cross-attention too)"
     )
-    capabilities = AttentionCapabilities(global_attention_mask=True, causal=True, relative_positions=True)
+    capabilities = AttentionCapabilities(
+        global_attention_mask=True, causal=True, relative_positions=True, rotary=ROTATE_QUERIES_AND_KEYS
+    )
     paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
     cost = "O(n·w)"
     summary = "sliding window (optional dilation) + global tokens by index or per-example mask; causal window"

@@ -137,6 +137,10 @@ class NystromformerAttention(AttentionCore):
         "its landmarks average the queries as well as the keys, so a decoder token's cross-attention "
         "would depend on the later tokens (not causal) and change at every decoding step"
     )
+    rotary_refusal = (
+        "its landmarks are means of the queries and of the keys over segments of the sequence, and a mean "
+        "of vectors turned by different positions has no position of its own to carry"
+    )
     capabilities = AttentionCapabilities()
     paper = "Xiong et al. 2021, Nystromformer: A Nystrom-Based Algorithm for Approximating Self-Attention"
     cost = "O(n·m)"

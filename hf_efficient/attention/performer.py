@@ -44,7 +44,7 @@ import torch
 
 from ._kernel_state import FeatureMaps, Pointwise, accumulate_dtype, plain
 from ._kernelized import KernelizedAttentionCore
-from .base import AttentionCapabilities, AttentionSpec
+from .base import ROTATE_FEATURE_MAPS, AttentionCapabilities, AttentionSpec
 from .config import AttentionConfig
 from .kernels.fla import KERNELIZED_FLA
 from .kernels.kernelized import CHUNKED
@@ -120,7 +120,9 @@ class PerformerAttention(KernelizedAttentionCore):
     config_class = PerformerConfig
     # auto: parallel on CUDA, chunked elsewhere; fla (the gpu extra) only when forced, until measured
     kernels = (PARALLEL, CHUNKED, KERNELIZED_FLA)
-    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
+    capabilities = AttentionCapabilities(
+        causal=True, permutation_equivariant=True, cross_attention=True, rotary=ROTATE_FEATURE_MAPS
+    )
     paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
     cost = "O(n·m·d)"
     summary = "FAVOR+ positive orthogonal random features, redraw callback"

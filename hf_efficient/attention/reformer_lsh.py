@@ -107,6 +107,10 @@ class ReformerLSHAttention(AttentionCore):
     relative_positions_refusal = (
         "it forms scores only inside hash buckets of tokens sorted by their hash, not by position"
     )
+    rotary_refusal = (
+        "its hash buckets would be drawn from the rotated vectors, so which pairs it scores would depend on "
+        "where the text sits (a text shifted by one token hashes apart), not on relative positions only"
+    )
     capabilities = AttentionCapabilities(
         padding_mask=True, shared_query_key=True, modalities=frozenset({"text", "vision"})
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._catalog import ATTENTION_REGISTRY, list_attention_types
+from ._catalog import ATTENTION_REGISTRY, list_attention_types, rotary_attention_types
 from ._catalog import causal_attention_types as causal_attention_types  # the registry's API
 from ._catalog import relative_position_types as relative_position_types
 from .base import MODALITIES, AttentionCore, AttentionSpec
@@ -52,11 +52,30 @@ def cross_attention_types(modality: str | None = None) -> list[str]:
 def check_cross_attention_type(attention_type: str, modality: str | None = None) -> type[AttentionCore]:
     """The core class of ``attention_type`` for cross-attention; a type that cannot attend to another
     sequence raises with the reason its core declares (``cross_attention_refusal``) and the types that can."""
+    return _capable_class(
+        attention_type, modality, "cross_attention", "serve cross-attention",
+        cross_attention_types(modality), " (set cross_attention_type to one)",
+    )  # fmt: skip
+
+
+def check_rotary_type(attention_type: str, modality: str | None = None) -> type[AttentionCore]:
+    """The core class of ``attention_type`` for a model with rotary positions; a type that cannot carry them
+    raises with the reason its core declares (``rotary_refusal``) and the types that can."""
+    return _capable_class(
+        attention_type, modality, "rotary", "carry rotary positions", rotary_attention_types(modality)
+    )
+
+
+def _capable_class(
+    attention_type: str, modality: str | None, capability: str, use: str, able: list[str], fix: str = ""
+) -> type[AttentionCore]:
+    """The core class of ``attention_type`` when it declares ``capability``, else a ValueError: it cannot
+    ``use``, why (its ``<capability>_refusal``), the types that can (``able``) and ``fix``."""
     cls = get_attention_class(attention_type, modality)
-    if not cls.capabilities.cross_attention:
+    if not getattr(cls.capabilities, capability):
         raise ValueError(
-            f"attention_type {attention_type!r} cannot serve cross-attention: {cls.cross_attention_refusal}. "
-            f"Types that can: {', '.join(cross_attention_types(modality))} (set cross_attention_type to one)."
+            f"attention_type {attention_type!r} cannot {use}: {getattr(cls, f'{capability}_refusal')}. "
+            f"Types that can: {', '.join(able)}{fix}."
         )
     return cls
 
@@ -65,14 +84,10 @@ def check_relative_positions_type(attention_type: str, modality: str | None = No
     """The core class of ``attention_type`` for BERT's relative position scores (``relative_key`` /
     ``relative_key_query``); a type that cannot add them raises with the reason its core declares
     (``relative_positions_refusal``) and the types that can."""
-    cls = get_attention_class(attention_type, modality)
-    if not cls.capabilities.relative_positions:
-        raise ValueError(
-            f"attention_type {attention_type!r} cannot add relative position scores: "
-            f"{cls.relative_positions_refusal}. Types that can: "
-            f"{', '.join(relative_position_types(modality))} (or position_embedding_type='absolute')."
-        )
-    return cls
+    return _capable_class(
+        attention_type, modality, "relative_positions", "add relative position scores",
+        relative_position_types(modality), " (or position_embedding_type='absolute')",
+    )  # fmt: skip
 
 
 def get_attention_class(attention_type: str, modality: str | None = None) -> type[AttentionCore]:

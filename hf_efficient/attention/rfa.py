@@ -37,12 +37,11 @@ Choices and deviations (following the authors' released code where the paper is 
   ignored). ``gate=False`` gives plain causal RFA. Padded steps leave S, z unchanged (g = 1, no contribution).
 - Decoding keeps (S, z) per layer, 2m (d + 1) numbers per head whatever the context.
 - ``orthogonal_features=True`` draws each head's W~ in orthogonal blocks with chi_d row norms (as Performer):
-  every row is still N(0, I), so the estimate stays unbiased, and its variance drops. Off by default (the
-  rows are iid, as in the paper).
-- W~ is a persistent buffer drawn from (seed, layer_idx); the paper redraws per training step from a
-  pool: here :meth:`resample_random_state` redraws it, called explicitly by the training loop, or it is
-  kept for the whole run (the scripts' ``--random_state_redraw_steps 0``). A model trained on one draw is
-  tied to it: never redraw after training.
+  every row is still N(0, I): unbiased, with less variance. Off by default (iid rows, as in the paper).
+- W~ is a persistent buffer drawn from (seed, layer_idx); the paper redraws per training step from a pool:
+  here :meth:`resample_random_state` redraws it when the training loop asks (or never: the scripts'
+  ``--random_state_redraw_steps 0``). A model trained on one draw is tied to it: never redraw after training.
+- Rotary positions (RoPE): the non-causal form rotates its features as RoFormer's eq. 19 (``rotary``).
 - Attention-probability dropout has no counterpart (no probabilities are formed) and is not applied.
 """
 
@@ -55,13 +54,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
+from .base import ROTATE_FEATURE_MAPS, AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .cache import RecurrentStateLayer
 from .config import AttentionConfig
 from .inputs import AttentionInputs
 from .kernels.fla import RFA_FLA
 from .kernels.rfa import CHUNKED
 from .registry import register_attention
+from .rotary import kernel_sums
 from .utils import orthogonal_gaussian_features
 
 
@@ -105,7 +105,9 @@ class RFAConfig(AttentionConfig):
 class RandomFeatureAttention(AttentionCore):
     config_class = RFAConfig
     kernels = (CHUNKED, RFA_FLA)  # fla (the gpu extra): only when forced, until measured
-    capabilities = AttentionCapabilities(causal=True, permutation_equivariant=True, cross_attention=True)
+    capabilities = AttentionCapabilities(
+        causal=True, permutation_equivariant=True, cross_attention=True, rotary=ROTATE_FEATURE_MAPS
+    )
     paper = "Peng et al. 2021, Random Feature Attention (ICLR)"
     cost = "O(n·m·d)"
     summary = "random Fourier features, gated causal form"
@@ -193,10 +195,9 @@ class RandomFeatureAttention(AttentionCore):
         keep = None if mask is None else mask[:, None, :, None]  # (b, 1, n, 1)
         v_one = F.pad(value, (0, 1), value=1.0)  # (b, h, n, d + 1): the ones accumulate z beside S
         v_one = v_one if keep is None else v_one.masked_fill(~keep, 0.0)  # padded keys: no contribution
-        sums = self.feature_map(key).transpose(-1, -2) @ v_one  # (b, h, 2m, d + 1): [S | z]
-        result = self.feature_map(query) @ sums  # (b, h, n, d + 1)
-        d = value.shape[-1]
-        return AttentionOutput(result[..., :d] / result[..., d:].abs().clamp_min(self.config.eps), None)
+        phi_q, phi_k = self.feature_map(query), self.feature_map(key)  # (b, h, n, 2m)
+        numerator, denominator = kernel_sums(phi_q, phi_k, v_one, inputs.rotary)  # [S | z]: (b, h, 2m, d + 1)
+        return AttentionOutput(numerator / denominator.abs().clamp_min(self.config.eps), None)
 
     def _causal(self, query, key, value, mask, state=None) -> tuple[torch.Tensor, torch.Tensor]:
         """The gated causal form as its masked quadratic form, from ``state`` ([S | z] (b, h, 2m, d + 1) of

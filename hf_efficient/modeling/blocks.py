@@ -410,29 +410,31 @@ class EfficientLayerStack(nn.ModuleList):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        inputs: AttentionInputs,
+        inputs: AttentionInputs | list[AttentionInputs],
         output_hidden_states: bool = False,
         encoder_hidden_states: torch.Tensor | None = None,
         cross: CrossAttentionInputs | None = None,
     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None, tuple[torch.Tensor, ...] | None]:
         """Returns (last hidden state (b, n, D), all hidden states or None, attention weights or None); with
         ``encoder_hidden_states`` (b, m, D) and ``cross``, every layer also attends to the encoder's states
-        (a decoder with cross-attention)."""
+        (a decoder with cross-attention). ``inputs``: the same for every layer, or one per layer (a model
+        whose layer kinds differ in what their cores are told: ModernBERT's rotary thetas)."""
+        per_layer = inputs if isinstance(inputs, list) else [inputs] * len(self)
         all_hidden, all_weights = [], []
-        for layer in self:
+        for layer, layer_inputs in zip(self, per_layer, strict=True):
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             # hidden_states (and the encoder's) positional: gradient checkpointing (use_reentrant) propagates
             # their gradient. Layers without cross-attention take two arguments.
             extra = () if encoder_hidden_states is None else (encoder_hidden_states, cross)
-            hidden_states, weights = layer(hidden_states, inputs, *extra)
+            hidden_states, weights = layer(hidden_states, layer_inputs, *extra)
             all_weights.append(weights)
         if output_hidden_states:
             all_hidden.append(hidden_states)
         return (
             hidden_states,
             tuple(all_hidden) if output_hidden_states else None,
-            tuple(all_weights) if inputs.output_attentions else None,
+            tuple(all_weights) if per_layer[0].output_attentions else None,
         )
 
 

@@ -38,6 +38,13 @@ from .text import (
     EfficientElectraForSequenceClassification,
     EfficientElectraForTokenClassification,
     EfficientElectraModel,
+    EfficientModernBertConfig,
+    EfficientModernBertForMaskedLM,
+    EfficientModernBertForMultipleChoice,
+    EfficientModernBertForQuestionAnswering,
+    EfficientModernBertForSequenceClassification,
+    EfficientModernBertForTokenClassification,
+    EfficientModernBertModel,
     EfficientRobertaConfig,
     EfficientRobertaForCausalLM,
     EfficientRobertaForMaskedLM,
@@ -57,6 +64,7 @@ from .text import (
     modeling_efficient_bert,
     modeling_efficient_distilbert,
     modeling_efficient_electra,
+    modeling_efficient_modernbert,
     modeling_efficient_roberta,
 )
 from .text.question_answering import register_question_answering_pipeline
@@ -85,6 +93,7 @@ register_family(ModelFamily.collect(EfficientRobertaConfig, modeling_efficient_r
 register_family(ModelFamily.collect(EfficientXLMRobertaConfig, modeling_efficient_roberta))
 register_family(ModelFamily.collect(EfficientElectraConfig, modeling_efficient_electra))
 register_family(ModelFamily.collect(EfficientDistilBertConfig, modeling_efficient_distilbert))
+register_family(ModelFamily.collect(EfficientModernBertConfig, modeling_efficient_modernbert))
 register_question_answering_pipeline()  # transformers 5 removed pipeline("question-answering")
 
 # without Pillow ([vision] extra) there is no image processor to register
@@ -156,4 +165,11 @@ __all__ = [
     "EfficientXLMRobertaForSequenceClassification",
     "EfficientXLMRobertaForTokenClassification",
     "EfficientXLMRobertaModel",
+    "EfficientModernBertConfig",
+    "EfficientModernBertForMaskedLM",
+    "EfficientModernBertForMultipleChoice",
+    "EfficientModernBertForQuestionAnswering",
+    "EfficientModernBertForSequenceClassification",
+    "EfficientModernBertForTokenClassification",
+    "EfficientModernBertModel",
 ]

@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
+from hf_efficient.attention.base import ROTATE_QUERIES_AND_KEYS
 from hf_efficient.attention.cache import EfficientCache
 from hf_efficient.attention.relative import RelativePositions
 
@@ -31,6 +32,7 @@ from .helpers import (
     reference_attention,
     relative_bias,
     relative_table,
+    rotary_positions,
 )
 
 POISON = 1e9
@@ -403,6 +405,38 @@ def check_relative_positions(attention_type: str) -> None:
         check_causal_decoding_matches_parallel(attention_type, relative=True)
 
 
+def check_rotary_positions_carried_or_refused(attention_type: str) -> None:
+    """Rotary positions (RoPE) are carried or refused naming why. A type that carries them depends on relative
+    positions only (every position shifted: the same outputs), on a padded batch; with every token at one
+    position (no rotation between any pair) it is the type without them; and they do change its outputs.
+    A type that rotates queries and keys computes what it computes on rotated ones. (Exactness: at a covered
+    length against exact attention with RoPE, and for the kernelized types against RoFormer's eq. 19, in
+    tests/attention/test_rotary.py.)"""
+    cls = get_attention_class(attention_type)
+    core = make_core(attention_type)
+    lengths = [29, 21]
+    q, k, v = make_qkv(b=2, n=29)
+    mask = padding_mask(lengths, 29)
+    positions = torch.arange(29)[None]
+    rotary = rotary_positions(positions)
+    if cls.capabilities.rotary is None:
+        assert attention_type not in hf_efficient.rotary_attention_types()
+        with pytest.raises(ValueError, match=f"{attention_type} cannot carry rotary positions: "):
+            run(core, q, k, v, mask, lengths=lengths, rotary=rotary)
+        return
+    assert attention_type in hf_efficient.rotary_attention_types()
+    out = run(core, q, k, v, mask, lengths=lengths, rotary=rotary).output
+    shifted = run(core, q, k, v, mask, lengths=lengths, rotary=rotary_positions(positions + 17)).output
+    torch.testing.assert_close(shifted, out, atol=1e-5, rtol=1e-5)
+    plain = run(core, q, k, v, mask, lengths=lengths).output
+    one_place = rotary_positions(torch.full_like(positions, 5))
+    torch.testing.assert_close(run(core, q, k, v, mask, lengths=lengths, rotary=one_place).output, plain)
+    assert (out - plain).abs().max() > 1e-2, "rotary positions changed nothing"
+    if cls.capabilities.rotary == ROTATE_QUERIES_AND_KEYS:
+        rotated = run(core, rotary.rotate(q), rotary.rotate(k), v, mask, lengths=lengths).output
+        torch.testing.assert_close(out, rotated, atol=0, rtol=0)
+
+
 def check_shared_query_key_enforced(attention_type: str) -> None:
     """A core that shares queries and keys refuses a separate key (nothing to check for the others)."""
     core = make_core(attention_type)
@@ -457,6 +491,7 @@ def run_contract_matrix(attention_type: str, folder: Path | None = None) -> None
     check_causal_decoding_matches_parallel(attention_type)
     check_relative_positions(attention_type)
     check_shared_query_key_enforced(attention_type)
+    check_rotary_positions_carried_or_refused(attention_type)
     check_no_weight_decay_names_own_parameters(attention_type)
     check_traced_form_matches_eager(attention_type)
     check_compiles_fullgraph(attention_type)

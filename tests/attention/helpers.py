@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
+from hf_efficient.attention.rotary import RotaryPositions, default_inverse_frequencies
 
 
 def reference_attention(q, k, v, mask=None, bias=None, causal=False, allowed=None):
@@ -74,6 +75,26 @@ def kernel_quadratic_form(phi_q, phi_k, v, mask=None, causal=False, eps=0.0):
         n = kernel.shape[-1]
         kernel = kernel.masked_fill(~torch.ones(n, n, dtype=torch.bool).tril(), 0.0)
     return (kernel @ v.double()) / (kernel.sum(-1, keepdim=True) + eps)
+
+
+def rotary_positions(positions: torch.Tensor, head_dim: int = 8, theta: float = 10.0) -> RotaryPositions:
+    """RoPE's rotation of tokens at ``positions`` (b | 1, n), frequencies theta^(-2f / d) (a small theta:
+    every angle turns within a few tokens at head size 8)."""
+    return RotaryPositions.at(positions, default_inverse_frequencies(head_dim, theta))
+
+
+def rotary_kernel_quadratic_form(phi_q, phi_k, v, rotary, mask=None):
+    """RoFormer's eq. 19 in float64 with explicit (n x n) kernel matrices: its numerator (R phi(Q))
+    (R phi(K))^T V, (b, h, n, d), and denominator phi(Q) phi(K)^T 1, (b, h, n, 1), padded keys (mask False)
+    left out of both; phi_q, phi_k (b, h, n, m)."""
+    keep = None if mask is None else mask[:, None, None, :].bool()
+    rotated = rotary.rotate_features(phi_q.double()) @ rotary.rotate_features(phi_k.double()).transpose(
+        -1, -2
+    )
+    plain = phi_q.double() @ phi_k.double().transpose(-1, -2)  # (b, h, n, n)
+    if keep is not None:
+        rotated, plain = rotated.masked_fill(~keep, 0.0), plain.masked_fill(~keep, 0.0)
+    return rotated @ v.double(), plain.sum(-1, keepdim=True)
 
 
 def small_config(attention_type: str, causal: bool = False, **extra) -> dict:

@@ -80,6 +80,11 @@ def test_relative_positions_exact_in_the_limit_or_refused(attention_type):
 
 
 @pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_rotary_positions_carried_or_refused(attention_type):
+    contract.check_rotary_positions_carried_or_refused(attention_type)
+
+
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
 def test_unknown_config_key_lists_valid_keys(attention_type):
     contract.check_unknown_config_key_lists_valid_keys(attention_type)
 

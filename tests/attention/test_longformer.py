@@ -36,9 +36,12 @@ def padded_batch(n: int, seed: int = 0):
     return q, k, v, mask
 
 
-def assert_equals_pattern_reference(out, q, k, v, mask, allowed) -> None:
-    """``out`` equals the dense oracle over the ``allowed`` pattern (padded rows 0), outputs and gradients."""
-    expected = reference_attention(q, k, v, mask, allowed=allowed).masked_fill(~mask[:, None, :, None], 0.0)
+def assert_equals_pattern_reference(out, q, k, v, mask, allowed, rotary=None) -> None:
+    """``out`` equals the dense oracle over the ``allowed`` pattern (padded rows 0), outputs and gradients;
+    with ``rotary`` (RotaryPositions), on the rotated queries and keys."""
+    rotated_q, rotated_k = (q, k) if rotary is None else (rotary.rotate(q), rotary.rotate(k))
+    expected = reference_attention(rotated_q, rotated_k, v, mask, allowed=allowed)
+    expected = expected.masked_fill(~mask[:, None, :, None], 0.0)
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
     weights = torch.randn_like(out)
     grads = torch.autograd.grad((out * weights).sum(), (q, k, v))

@@ -1,9 +1,10 @@
-"""The text families: BERT, RoBERTa, XLM-RoBERTa, ELECTRA, DistilBERT, over one shared encoder and one set of
-tasks."""
+"""The text families: BERT, RoBERTa, XLM-RoBERTa, ELECTRA, DistilBERT, ModernBERT, over one shared encoder and
+one set of tasks."""
 
 from .configuration_efficient_bert import EfficientBertConfig
 from .configuration_efficient_distilbert import EfficientDistilBertConfig
 from .configuration_efficient_electra import EfficientElectraConfig
+from .configuration_efficient_modernbert import EfficientModernBertConfig
 from .configuration_efficient_roberta import EfficientRobertaConfig, EfficientXLMRobertaConfig
 from .modeling_efficient_bert import (
     EfficientBertForCausalLM,
@@ -36,6 +37,15 @@ from .modeling_efficient_electra import (
     EfficientElectraForTokenClassification,
     EfficientElectraModel,
     EfficientElectraPreTrainedModel,
+)
+from .modeling_efficient_modernbert import (
+    EfficientModernBertForMaskedLM,
+    EfficientModernBertForMultipleChoice,
+    EfficientModernBertForQuestionAnswering,
+    EfficientModernBertForSequenceClassification,
+    EfficientModernBertForTokenClassification,
+    EfficientModernBertModel,
+    EfficientModernBertPreTrainedModel,
 )
 from .modeling_efficient_roberta import (
     EfficientRobertaForCausalLM,
@@ -85,6 +95,14 @@ __all__ = [
     "EfficientBertForTokenClassification",
     "EfficientBertModel",
     "EfficientBertPreTrainedModel",
+    "EfficientModernBertConfig",
+    "EfficientModernBertForMaskedLM",
+    "EfficientModernBertForMultipleChoice",
+    "EfficientModernBertForQuestionAnswering",
+    "EfficientModernBertForSequenceClassification",
+    "EfficientModernBertForTokenClassification",
+    "EfficientModernBertModel",
+    "EfficientModernBertPreTrainedModel",
     "EfficientRobertaConfig",
     "EfficientRobertaForCausalLM",
     "EfficientRobertaForMaskedLM",

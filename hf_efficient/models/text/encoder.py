@@ -22,6 +22,7 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
 from ...attention.cache import EfficientCache
+from ...attention.inputs import AttentionInputs
 from ...errors import InputError
 from ...modeling.blocks import CrossAttentionInputs, EfficientEncoder, EfficientLayer, EfficientLayerStack
 from ...modeling.checks import check_float_input, check_ids, check_not_empty, check_rank, check_same_shape
@@ -117,6 +118,11 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
     def layer_stack(self) -> EfficientLayerStack:
         return self.encoder.layer
 
+    @property
+    def is_decoder(self) -> bool:
+        """Whether this encoder attends causally (``config.is_decoder``; an encoder-only family has none)."""
+        return getattr(self.config, "is_decoder", False)
+
     def project(self, embeddings: torch.Tensor) -> torch.Tensor:
         """What runs between the embeddings and the first layer (nothing, for BERT)."""
         return embeddings
@@ -178,6 +184,8 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
                     f"{owner}: position_ids must have shape (batch, seq) = {(b, n)} or (1, seq), got "
                     f"{tuple(position_ids.shape)}."
                 )
+            if self.get_position_embeddings() is None:  # rotary positions: any position has its angles
+                return b, n
             positions = self.config.max_position_embeddings
             fix = "Positions count from 0; extend the table: model.resize_position_embeddings(new_length)."
             table = f"max_position_embeddings={positions} position embeddings"
@@ -187,6 +195,13 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
     def extra_attention_inputs(self, b: int, n: int, position_ids, past_length: int) -> dict:
         """Fields of the call's AttentionInputs a family adds (none for BERT)."""
         return {}
+
+    def layer_attention_inputs(
+        self, inputs: AttentionInputs, hidden_states: torch.Tensor, position_ids
+    ) -> AttentionInputs | list[AttentionInputs]:
+        """What the layers are given: the call's AttentionInputs for every layer (BERT), or one per layer
+        (ModernBERT's rotary positions, a theta per layer kind)."""
+        return inputs
 
     @can_return_tuple
     @deprecate_kwarg("past_key_values", "5.40.0", new_name="cache")
@@ -244,7 +259,7 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             attention_mask=attention_mask,
             global_attention_mask=global_attention_mask,
             output_attentions=output_attentions,
-            is_causal=self.config.is_decoder,
+            is_causal=self.is_decoder,
             cache=cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache,
             **self.extra_attention_inputs(b, n, position_ids, past),
         )
@@ -253,8 +268,9 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             keys = self.attention_inputs(b, cross_states.shape[1], attention_mask=encoder_attention_mask)
             cross_cache = cache if isinstance(cache, EncoderDecoderCache) else None
             cross = CrossAttentionInputs(keys, cross_cache)
+        layer_inputs = self.layer_attention_inputs(inputs, hidden_states, position_ids)
         last, all_hidden, all_attentions = self.layer_stack()(
-            hidden_states, inputs, output_hidden_states, cross_states, cross
+            hidden_states, layer_inputs, output_hidden_states, cross_states, cross
         )
         last = self.finish(last)
         return BaseModelOutputWithPoolingAndCrossAttentions(
@@ -273,7 +289,7 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
         cross-attention called without them runs as a plain decoder (its cross-attention skipped, as
         transformers' BERT does), the mask then not given either."""
         owner, width = type(self).__name__, self.config.hidden_size
-        if not self.config.add_cross_attention:
+        if not getattr(self.config, "add_cross_attention", False):  # an encoder-only family has no field
             if states is not None or mask is not None:
                 raise InputError(
                     f"{owner}: encoder_hidden_states / encoder_attention_mask were given, but this model has "
@@ -311,7 +327,7 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
         the encoder's keys and values); the empty transformers caches ``generate()`` of an EncoderDecoderModel
         passes get an EfficientCache in place of their self-attention half."""
         owner = type(self).__name__
-        if not self.config.is_decoder:  # use_cache is ignored, as BertModel does without is_decoder
+        if not self.is_decoder:  # use_cache is ignored, as BertModel does without is_decoder
             if cache is not None:
                 raise InputError(
                     f"cache is for causal models: this {owner} is a bidirectional encoder "

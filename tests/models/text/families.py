@@ -35,6 +35,13 @@ from transformers import (
     ElectraForSequenceClassification,
     ElectraForTokenClassification,
     ElectraModel,
+    ModernBertConfig,
+    ModernBertForMaskedLM,
+    ModernBertForMultipleChoice,
+    ModernBertForQuestionAnswering,
+    ModernBertForSequenceClassification,
+    ModernBertForTokenClassification,
+    ModernBertModel,
     RobertaConfig,
     RobertaForCausalLM,
     RobertaForMaskedLM,
@@ -74,6 +81,8 @@ class TextFamily:
         heads: transformers' class -> ours (by name, in ``hf_efficient``).
         token_types: its tokenizer returns token_type_ids (BERT's segments).
         pad_token_id: the padding id its positions and padding read.
+        rotary: its positions are rotary (ModernBERT's): only the types that carry them run
+            (``hf_efficient.rotary_attention_types()``), the others are refused naming why.
     """
 
     name: str
@@ -83,6 +92,11 @@ class TextFamily:
     token_types: bool = True
     pad_token_id: int = 0
     decoder_fields: dict = field(default_factory=lambda: {"is_decoder": True})
+    rotary: bool = False
+
+    def allows(self, attention_type: str) -> bool:
+        """Whether the family's positions allow ``attention_type`` (every text type, unless rotary)."""
+        return not self.rotary or attention_type in hf_efficient.rotary_attention_types("text")
 
     def config(self, upstream_class: type, **fields):
         """transformers' tiny config for ``upstream_class`` (a causal LM gets ``is_decoder``), ``fields``
@@ -178,6 +192,13 @@ DISTILBERT_SIZES = dict(
     max_position_embeddings=64,
     activation="silu",
 )
+# ModernBERT: a global layer then a window layer whose window (8 tokens: 4 keys on each side) the 20-token
+# inputs pass; its special ids inside the tiny vocabulary, biases and norm biases on (so they load too).
+MODERNBERT_SIZES = dict(
+    **TINY, vocab_size=VOCAB, max_position_embeddings=64, local_attention=8, pad_token_id=0, bos_token_id=1,
+    cls_token_id=1, eos_token_id=2, sep_token_id=2, norm_bias=True, attention_bias=True, mlp_bias=True,
+    classifier_bias=True,
+)  # fmt: skip
 
 TEXT_FAMILIES = {
     family.name: family
@@ -248,6 +269,21 @@ TEXT_FAMILIES = {
                 DistilBertForMultipleChoice: "EfficientDistilBertForMultipleChoice",
             },
             token_types=False,
+        ),
+        TextFamily(
+            "modernbert",
+            ModernBertConfig,
+            MODERNBERT_SIZES,
+            {
+                ModernBertModel: "EfficientModernBertModel",
+                ModernBertForMaskedLM: "EfficientModernBertForMaskedLM",
+                ModernBertForSequenceClassification: "EfficientModernBertForSequenceClassification",
+                ModernBertForTokenClassification: "EfficientModernBertForTokenClassification",
+                ModernBertForQuestionAnswering: "EfficientModernBertForQuestionAnswering",
+                ModernBertForMultipleChoice: "EfficientModernBertForMultipleChoice",
+            },
+            token_types=False,
+            rotary=True,
         ),
     )
 }

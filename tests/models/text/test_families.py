@@ -15,6 +15,7 @@ from hf_efficient import list_attention_types
 from hf_efficient.models.families import task_of
 
 from ...attention.helpers import small_config
+from ..helpers import CONFIG_ERRORS
 from .families import HEAD_CASES, TEXT_FAMILIES
 from .helpers import assert_close_real
 
@@ -115,6 +116,10 @@ def test_reformer_shares_queries_and_keys_in_every_family(name, tmp_path):
     family = TEXT_FAMILIES[name]
     bare = next(iter(family.heads))
     family.checkpoint(bare, tmp_path)
+    if not family.allows("reformer_lsh"):  # rotary positions: its buckets would hash rotated vectors
+        with pytest.raises(CONFIG_ERRORS, match="'reformer_lsh' cannot carry rotary positions: its hash"):
+            family.ours(bare).from_pretrained(tmp_path, attention_type="reformer_lsh")
+        return
     ours, info = family.ours(bare).from_pretrained(
         tmp_path, attention_type="reformer_lsh", attention_config=small_config("reformer_lsh"),
         output_loading_info=True,
@@ -143,6 +148,10 @@ def test_every_text_type_trains_in_every_family(name, attention_type):
         "attention_type": attention_type,
         "attention_config": small_config(attention_type),
     }
+    if not family.allows(attention_type):  # a type that cannot carry the family's rotary positions
+        with pytest.raises(CONFIG_ERRORS, match=f"'{attention_type}' cannot carry rotary positions: "):
+            our_class.config_class(**fields)
+        return
     torch.manual_seed(0)
     model = our_class(our_class.config_class(**fields)).train()
     inputs, _ = family.inputs(our_class)
