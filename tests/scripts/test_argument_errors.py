@@ -65,7 +65,7 @@ def test_finetune_flags(finetune_glue, tiny_checkpoint, data, tmp_path):
         ValueError, r"--train_file .*empty.csv is empty \(0 bytes\)", train_file=str(tmp_path / "empty.csv")
     )
     header = write_csv(tmp_path / "header.csv", ["sentence", "label"], [])
-    fails(ValueError, r"No rows could be read from --train_file .*header.csv", train_file=header)
+    fails(ValueError, r"--train_file .*header.csv holds no rows \(a header only\?\)", train_file=header)
     no_label = write_csv(tmp_path / "no_label.csv", ["sentence", "target"], [["a film", 1]])
     message = r"no column\(s\) \['label'\]; its columns are \['sentence', 'target'\]: .* --label_column_name"
     fails(ValueError, message, train_file=no_label)
