@@ -80,19 +80,20 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     """
     enable_cpu_ddp_if_launched()  # before TrainingArguments exists
     parsed, model_kwargs = parse_args_with_config_files(parser, model_config_class, attention_dir, args)
-    for arguments in parsed:  # a checkpoint path that does not exist: said now, not as a hub lookup error
-        for flag, holds in PRETRAINED_PATH_FLAGS.items():
-            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}", holds)
     training_args = parsed[-1]
-    decide_phases(training_args, args)
-    if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
-        training_args.dataloader_pin_memory = False
     # Warnings of every library; INFO from this package and the script only (not from datasets, urllib3,
     # filelock ... through the root logger), and only on the process that logs (rank 0).
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=logging.WARNING)
     level = logging.INFO if training_args.should_log else logging.WARNING
     for name in SCRIPT_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    check_device_flags(training_args)
+    for arguments in parsed:  # a checkpoint path that does not exist: said now, not as a hub lookup error
+        for flag, holds in PRETRAINED_PATH_FLAGS.items():
+            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}", holds)
+    decide_phases(training_args, args)
+    if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
+        training_args.dataloader_pin_memory = False
     claim_output_dir(training_args, overwrite=getattr(training_args, "overwrite_output_dir", False))
     set_seed(training_args.seed)
     # float32 values below ~1e-38 (denormals) cost ~100x per operation on x86 CPUs; exp-based attention
@@ -100,6 +101,32 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     # do. No effect on results beyond the 1e-38 level; returns False where the CPU cannot.
     torch.set_flush_denormal(True)
     return parsed, model_kwargs
+
+
+def check_device_flags(training_args: TrainingArguments) -> None:
+    """The flags that need an accelerator, on a machine without one: ``--fp16`` is refused (transformers
+    would train in float32 without a word: float16 autocast runs on accelerators only), and
+    ``--torch_compile`` is said once (it compiles for minutes before the first step, so a short run is many
+    times slower than eager). ``--bf16`` without ``--use_cpu`` is refused while the flags are parsed
+    (:func:`~hf_efficient.training.config_files.flags_error`).
+
+    Raises:
+        InputError: ``--fp16`` or ``--fp16_full_eval`` without an accelerator.
+    """
+    if has_accelerator():
+        return
+    for flag in ("fp16", "fp16_full_eval"):
+        if getattr(training_args, flag, False):
+            raise InputError(
+                f"--{flag} computes in float16 on a GPU, and this machine has none "
+                "(torch.cuda.is_available() is False): transformers would train in float32 instead. Leave "
+                "--fp16 out, or use --bf16 --use_cpu for bfloat16 on the CPU."
+            )
+    if getattr(training_args, "torch_compile", False):
+        logger.info(
+            "--torch_compile on the CPU: the model compiles for minutes before the first step, so a short "
+            "run is many times slower than eager; it pays off on long runs only: leave it out for short ones"
+        )
 
 
 def random_state_callbacks(
