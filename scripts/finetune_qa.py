@@ -33,6 +33,7 @@ from hf_efficient.cli import run_script
 from hf_efficient.data import check_sequence_length
 from hf_efficient.data.question_answering import (
     SAMPLE_FLAGS,
+    SPLIT_FLAGS,
     QAColumns,
     load_question_answering_data,
     predict_answers,
@@ -81,6 +82,12 @@ class QuestionAnsweringArguments(SampleLimitArguments, DataCacheArguments):
     answer_column_name: str | None = field(
         default=None, metadata={"help": "The answers column; none: 'answers', else the third column."}
     )
+    id_column_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "The questions' id column, which keys the predictions; none: 'id', else row numbers."
+        },
+    )
     max_seq_length: int = field(default=384, metadata={"help": "Tokens per window (question and context)."})
     doc_stride: int = field(default=128, metadata={"help": "Context tokens consecutive windows share."})
     pad_to_max_length: bool = field(
@@ -120,8 +127,11 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )
     columns = QAColumns.of(
         next(iter(raw.values())), data_args.question_column_name, data_args.context_column_name,
-        data_args.answer_column_name,
+        data_args.answer_column_name, data_args.id_column_name,
     )  # fmt: skip
+    sources = {
+        split: f"{SPLIT_FLAGS[split]} {path}" for split, path in zip(SPLIT_FLAGS, files, strict=True) if path
+    }
     tokenizer = load_tokenizer(
         model_args.tokenizer_name or model_args.model_name_or_path, **model_args.hub_kwargs()
     )
@@ -138,8 +148,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     with training_args.main_process_first(desc="tokenizing"):
         examples, train, features = question_answering_features(
             raw, [split for split, flag in phases.items() if getattr(training_args, flag)], columns, limits,
-            required=[split for split, flag in phases.items() if flag in asked], tokenizer=tokenizer,
-            max_length=max_length, doc_stride=data_args.doc_stride,
+            required=[split for split, flag in phases.items() if flag in asked], sources=sources,
+            tokenizer=tokenizer, max_length=max_length, doc_stride=data_args.doc_stride,
             padding="max_length" if data_args.pad_to_max_length else False,
             num_proc=data_args.preprocessing_num_workers, load_from_cache_file=data_args.load_from_cache_file,
         )  # fmt: skip
