@@ -36,6 +36,7 @@ from hf_efficient.data import (
     preprocess_task,
     write_predictions,
 )
+from hf_efficient.data.inputs import check_tokenizer, first_texts
 from hf_efficient.errors import InputError
 from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
@@ -180,6 +181,10 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.bert.resize_position_embeddings(max_length)
     check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
+    first = task.train_split or next(iter(task.eval_splits), None) or next(iter(raw))
+    file = {"train": task_args.train_file, "validation": task_args.validation_file}.get(first)
+    texts = first_texts(raw[first], *task.sentence_keys)
+    check_tokenizer(tokenizer, model.config, model_args.tokenizer_flag, texts, file or task.source)
     match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(

@@ -31,6 +31,7 @@ from transformers import DataCollatorWithPadding, HfArgumentParser
 from hf_efficient import EfficientBertConfig, EfficientBertForQuestionAnswering
 from hf_efficient.cli import run_script
 from hf_efficient.data import check_sequence_length
+from hf_efficient.data.inputs import check_tokenizer, first_texts
 from hf_efficient.data.question_answering import (
     SAMPLE_FLAGS,
     SPLIT_FLAGS,
@@ -140,6 +141,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.resize_position_embeddings(max_length)
     check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
+    first = next(iter(raw))
+    texts = first_texts(raw[first], columns.question, columns.context)
+    check_tokenizer(tokenizer, model.config, model_args.tokenizer_flag, texts, sources.get(first, first))
     # Saved with the model: pipeline("question-answering", model=output_dir) then reads windows this long.
     tokenizer.model_max_length = max_length
     phases = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}

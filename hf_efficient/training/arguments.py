@@ -84,6 +84,16 @@ class ModelArguments(RandomStateArguments):
         },
     )
 
+    @property
+    def tokenizer_flag(self) -> str:
+        """The tokenizer as the command line named it, for errors: ``--tokenizer_name tok/``, else the
+        checkpoint's."""
+        if self.tokenizer_name:
+            return f"--tokenizer_name {self.tokenizer_name}"
+        if self.model_name_or_path:
+            return f"--model_name_or_path {self.model_name_or_path}'s tokenizer"
+        return "the tokenizer trained on the corpus"
+
     def download_kwargs(self) -> dict[str, Any]:
         """``from_pretrained`` keyword arguments saying where and what to download (``--cache_dir``,
         ``--model_revision``, ``--token``): what a config class takes."""
