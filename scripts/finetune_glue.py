@@ -51,7 +51,6 @@ from hf_efficient.training import (
     evaluate_and_save,
     finish_run,
     first_examples,
-    note_exact_attention,
     predictions_from_logits,
     random_state_callbacks,
     releases_output_dirs,
@@ -220,10 +219,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     logger.info("task %s, %d training rows, %s attention", task.name, len(train or []), attention)
     efficiency = None
     if train is not None:
-        lengths = [len(ids) for ids in train["input_ids"]]
-        if lengths:  # none: train_and_save refuses the empty training set
-            note_exact_attention(model, max(lengths))
         train_result = train_and_save(trainer)
+        lengths = [len(ids) for ids in train["input_ids"]]
         efficiency = efficiency_metrics(train_result.metrics, float(np.mean(lengths)))
     eval_metrics: dict[str, float] = {}
     for split, dataset in evals.items():

@@ -91,6 +91,44 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
     return None
 
 
+# The saved config fields that say which attention a checkpoint's weights (and optimizer state) belong to.
+ATTENTION_FIELDS = ("attention_type", "attention_config", "layer_attention_types", "layer_attention_configs")
+
+
+def check_resumes_same_attention(config, checkpoint: str | Path) -> None:
+    """The model a run resumes is built with the attention its ``checkpoint`` was trained with: flags that
+    change it (``--attention_type performer`` on a Longformer run) would load Longformer's weights into
+    Performer's layers, with only transformers' "missing keys ... projection_matrix" line, and resume its
+    optimizer over other parameters.
+
+    Raises:
+        InputError: naming the fields, the checkpoint's values, this run's and the two fixes.
+    """
+    path = Path(checkpoint) / "config.json"
+    if not path.is_file():
+        return
+    saved = json.loads(path.read_text())
+    if not any(name in saved for name in ATTENTION_FIELDS):
+        return  # a checkpoint of a model without these fields
+    differ = [
+        name
+        for name in ATTENTION_FIELDS
+        if json.dumps(saved.get(name), sort_keys=True)
+        != json.dumps(getattr(config, name, None), sort_keys=True)
+    ]
+    if not differ:
+        return
+    theirs = ", ".join(f"{name}={json.dumps(saved.get(name))}" for name in differ)
+    ours = ", ".join(f"{name}={json.dumps(getattr(config, name, None))}" for name in differ)
+    raise InputError(
+        f"--resume_from_checkpoint {checkpoint}: the checkpoint was trained with {theirs}, but this run "
+        f"builds {ours} (--attention_type, --attention_config, --config or --config_overrides): its weights "
+        "and optimizer state belong to the checkpoint's attention. Resume with the flags of the run that "
+        f"wrote it, or start a new run from its weights: --model_name_or_path {checkpoint} with this "
+        "attention and another --output_dir."
+    )
+
+
 def resolve_resume_checkpoint(value: str | bool | None, output_dir: str | Path) -> str | None:
     """The checkpoint folder to resume from for ``resume_from_checkpoint`` = ``value``.
 

@@ -36,7 +36,6 @@ from .arguments import DataCacheArguments, ModelArguments, first_examples
 from .model_card import efficiency_metrics
 from .run import (
     finish_run,
-    note_exact_attention,
     random_state_callbacks,
     random_state_settings,
     train_and_save,
@@ -310,8 +309,6 @@ def pretrain_language_model(
         "%s blocks of %d tokens, attention %s, %s parameters", count(train_blocks), data_args.block_size,
         model.config.attention_type, f"{model.num_parameters():,}",
     )  # fmt: skip
-    if training_args.do_train:  # every block is block_size tokens (line_by_line rows: at most that)
-        note_exact_attention(model, data_args.block_size)
     train_result = train_and_save(trainer) if training_args.do_train else None
     if trainer.is_world_process_zero():
         write_data_settings(

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import pyarrow.compute
 import torch
+from datasets import Dataset, IterableDataset
 from torch import nn
 from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import HubStrategy, TrainOutput
@@ -14,7 +16,7 @@ from ..errors import InputError
 from ..modeling.checkpoint_files import check_pretrained_path
 from .arguments import RandomStateArguments, decide_phases
 from .callbacks import RandomStateCallback, has_random_state
-from .checkpoints import resolve_resume_checkpoint
+from .checkpoints import check_resumes_same_attention, resolve_resume_checkpoint
 from .config_files import parse_args_with_config_files
 from .distributed import enable_cpu_ddp_if_launched, has_accelerator
 from .model_card import build_model_card, efficiency_metrics, save_model_card
@@ -182,9 +184,24 @@ def note_exact_attention(model: nn.Module, longest: int) -> None:
         )  # fmt: skip
 
 
+def longest_input(dataset) -> int | None:
+    """The most tokens of any example of ``dataset`` (its ``input_ids``; a stream: its first example's, as
+    the language-model scripts' blocks all have ``--block_size``), or None for other inputs (images,
+    graphs)."""
+    if isinstance(dataset, IterableDataset):
+        first = next(iter(dataset), None)
+        return len(first["input_ids"]) if first is not None and "input_ids" in first else None
+    if not isinstance(dataset, Dataset) or "input_ids" not in dataset.column_names or not len(dataset):
+        return None
+    lengths = pyarrow.compute.list_value_length(dataset.with_format("arrow")["input_ids"])
+    return int(pyarrow.compute.max(lengths).as_py())
+
+
 def train_and_save(trainer: Trainer) -> TrainOutput:
     """Train (resuming from ``--resume_from_checkpoint``, ``last`` = the newest complete checkpoint in
-    output_dir), save model, tokenizer and trainer state, log the metrics, and print one line per process."""
+    output_dir, once its attention is checked to be this run's), save model, tokenizer and trainer state, log
+    the metrics, and print one line per process. An attention whose pattern covers every training input is
+    said first (:func:`note_exact_attention`)."""
     args = trainer.args
     size = len(trainer.train_dataset) if hasattr(trainer.train_dataset, "__len__") else None
     if size == 0:
@@ -193,6 +210,11 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
             "--max_train_samples."
         )
     resume = resolve_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
+    if resume is not None:
+        check_resumes_same_attention(trainer.model.config, resume)
+    longest = longest_input(trainer.train_dataset)
+    if longest is not None:
+        note_exact_attention(trainer.model, longest)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
     except ValueError as error:  # torch's optimizer.load_state_dict on differently grouped parameters
