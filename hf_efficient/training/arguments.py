@@ -13,6 +13,7 @@ when any is given, and keeps the scripts' default (train, then evaluate) when no
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -157,10 +158,9 @@ class ModelArguments(RandomStateArguments):
         if not fields:
             return
         checkpoint = config_class.from_pretrained(self.model_name_or_path, **self.download_kwargs())
-        differ = [name for name in fields if getattr(checkpoint, name, None) != config_kwargs[name]]
+        saved = {name: getattr(checkpoint, name, None) for name in fields}
+        differ, theirs, ours = differing_fields(fields, saved, config_kwargs)
         if differ:
-            theirs = ", ".join(f"{name}={getattr(checkpoint, name, None)}" for name in differ)
-            ours = ", ".join(f"{name}={config_kwargs[name]}" for name in differ)
             raise InputError(
                 f"--model_name_or_path {self.model_name_or_path} has {theirs}, but the model settings "
                 f"(--config's model section, --config_overrides) set {ours}, and they override the "
@@ -169,6 +169,19 @@ class ModelArguments(RandomStateArguments):
                 "prepared for them), or pass --ignore_mismatched_sizes to train the weights they shape "
                 "afresh."
             )
+
+
+def differing_fields(names, theirs: dict, ours: dict) -> tuple[list[str], str, str]:
+    """The ``names`` whose values differ between ``theirs`` and ``ours`` (compared as JSON), and each side's
+    values of them as a message says them: ``hidden_size=32, attention_type="longformer"``."""
+    differ = [
+        name
+        for name in names
+        if json.dumps(theirs.get(name), sort_keys=True) != json.dumps(ours.get(name), sort_keys=True)
+    ]
+    return differ, *(
+        ", ".join(f"{name}={json.dumps(side.get(name))}" for name in differ) for side in (theirs, ours)
+    )
 
 
 def build_model_config(config_class: type, config_kwargs: dict[str, Any]):

@@ -27,6 +27,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..errors import InputError
 from ..modeling.checkpoint_files import check_weights_files
+from .arguments import differing_fields
 
 logger = logging.getLogger(__name__)
 
@@ -110,16 +111,10 @@ def check_resumes_same_attention(config, checkpoint: str | Path) -> None:
     saved = json.loads(path.read_text())
     if not any(name in saved for name in ATTENTION_FIELDS):
         return  # a checkpoint of a model without these fields
-    differ = [
-        name
-        for name in ATTENTION_FIELDS
-        if json.dumps(saved.get(name), sort_keys=True)
-        != json.dumps(getattr(config, name, None), sort_keys=True)
-    ]
+    built = {name: getattr(config, name, None) for name in ATTENTION_FIELDS}
+    differ, theirs, ours = differing_fields(ATTENTION_FIELDS, saved, built)
     if not differ:
         return
-    theirs = ", ".join(f"{name}={json.dumps(saved.get(name))}" for name in differ)
-    ours = ", ".join(f"{name}={json.dumps(getattr(config, name, None))}" for name in differ)
     raise InputError(
         f"--resume_from_checkpoint {checkpoint}: the checkpoint was trained with {theirs}, but this run "
         f"builds {ours} (--attention_type, --attention_config, --config or --config_overrides): its weights "
