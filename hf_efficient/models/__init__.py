@@ -17,6 +17,7 @@ from transformers import (
 )
 from transformers.utils import is_vision_available
 
+from ..clients import register_with_peft
 from .graph import (
     EfficientGraphConfig,
     EfficientGraphForGraphClassification,
@@ -46,10 +47,15 @@ from .vision import (
     EfficientViTModel,
 )
 
+# Every config class registered below, in order: what the clients' integrations (hf_efficient.clients) read.
+REGISTERED_CONFIGS: list[type] = []
+
 
 def _register(config_class, mapping: dict) -> None:
     """Register with the Auto classes (idempotent: a second import of the package is a no-op)."""
     AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+    if config_class not in REGISTERED_CONFIGS:
+        REGISTERED_CONFIGS.append(config_class)
     for auto_class, model_class in mapping.items():
         auto_class.register(config_class, model_class, exist_ok=True)
 
@@ -94,6 +100,8 @@ _register(
         AutoModelForTokenClassification: EfficientGraphForNodeClassification,
     },
 )
+
+register_with_peft(REGISTERED_CONFIGS)  # PEFT's default target modules for our model types, once PEFT loads
 
 __all__ = [
     "EfficientBertConfig",

@@ -27,6 +27,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..errors import InputError
 from ..modeling.checkpoint_files import check_weights_files
+from ..modeling.loading import ATTENTION_FIELDS
 from .arguments import differing_fields
 
 logger = logging.getLogger(__name__)
@@ -90,10 +91,6 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
             return folder
         skipped.append(f"{folder.name} ({problem})")
     return None
-
-
-# The saved config fields that say which attention a checkpoint's weights (and optimizer state) belong to.
-ATTENTION_FIELDS = ("attention_type", "attention_config", "layer_attention_types", "layer_attention_configs")
 
 
 def check_resumes_same_attention(config, checkpoint: str | Path) -> None:
