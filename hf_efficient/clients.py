@@ -9,16 +9,31 @@ needs nothing here.
   ``compatible_model_types``: its weights keep those names), in every mapping PEFT has, once PEFT is
   imported (:func:`when_imported`: importing PEFT costs half a second, which a user without it should not
   pay).
+* sentence-transformers reads a folder as an embedder from its ``modules.json`` (the modules: the
+  transformer, its pooling...) and ``sentence_bert_config.json`` (``max_seq_length``). Without them it
+  guesses: mean pooling (a sentence-transformers checkpoint's own pooling and normalisation are lost) and a
+  ``max_seq_length`` of the tokenizer's ``model_max_length`` (a 4,096-position model saved with BERT's
+  tokenizer reads 512 tokens). The save of a text encoder (the family's ``AutoModel`` class, not a decoder)
+  writes them (:func:`write_sentence_transformers_files`): the modules of the checkpoint it was loaded from,
+  else mean pooling, and ``max_seq_length`` = its ``max_position_embeddings``.
 """
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import json
+import shutil
 import sys
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import ModuleType
 
+from .compat import auto_model_mapping
+
+SENTENCE_TRANSFORMERS_MODULES = "modules.json"
+SENTENCE_TRANSFORMERS_CONFIG = "sentence_bert_config.json"
+POOLING_FOLDER = "1_Pooling"
 PEFT_MAPPINGS = "peft.utils.constants"  # PEFT's TRANSFORMERS_MODELS_TO_<METHOD>_..._MAPPING dicts
 PEFT_MAPPING_PREFIX = "TRANSFORMERS_MODELS_TO_"
 
@@ -73,3 +88,50 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 def register_with_peft(config_classes: Iterable[type]) -> None:
     """:func:`register_peft_defaults` for ``config_classes`` (read then) when PEFT's mappings are imported."""
     when_imported(PEFT_MAPPINGS, lambda constants: register_peft_defaults(config_classes, constants))
+
+
+def fits_sentence_transformers(model) -> bool:
+    """Whether ``model`` is a text encoder that sentence-transformers embeds with: its family's ``AutoModel``
+    class (not a head), and not a decoder."""
+    from transformers import AutoModel
+
+    config = model.config
+    if getattr(config, "modality", None) != "text" or getattr(config, "is_decoder", False):
+        return False
+    mapping = auto_model_mapping(AutoModel)
+    return mapping is not None and type(config) in mapping and mapping[type(config)] is type(model)
+
+
+def write_sentence_transformers_files(model, folder: str | Path) -> None:
+    """Write into ``folder`` what sentence-transformers reads to embed with the saved ``model``: the
+    ``modules.json`` (and module folders) of the sentence-transformers checkpoint it was loaded from (its
+    ``name_or_path``: all-MiniLM-L6-v2's mean pooling and normalisation), else a transformer and mean
+    pooling; and ``sentence_bert_config.json`` with ``max_seq_length`` = ``max_position_embeddings``."""
+    folder, config = Path(folder), model.config
+    source = Path(str(config.name_or_path or ""))
+    from_checkpoint = (
+        source / SENTENCE_TRANSFORMERS_MODULES
+    ).is_file() and source.resolve() != folder.resolve()
+    lower_case = False
+    if from_checkpoint:
+        modules = json.loads((source / SENTENCE_TRANSFORMERS_MODULES).read_text())
+        for module in modules:
+            if module.get("path") and (source / module["path"]).is_dir():
+                shutil.copytree(source / module["path"], folder / module["path"], dirs_exist_ok=True)
+        if (source / SENTENCE_TRANSFORMERS_CONFIG).is_file():
+            lower_case = json.loads((source / SENTENCE_TRANSFORMERS_CONFIG).read_text()).get(
+                "do_lower_case", False
+            )
+    elif not (folder / SENTENCE_TRANSFORMERS_MODULES).is_file():
+        modules = [
+            {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+            {"idx": 1, "name": "1", "path": POOLING_FOLDER, "type": "sentence_transformers.models.Pooling"},
+        ]
+        pooling = {"word_embedding_dimension": config.hidden_size, "pooling_mode_mean_tokens": True}
+        (folder / POOLING_FOLDER).mkdir(exist_ok=True)
+        (folder / POOLING_FOLDER / "config.json").write_text(json.dumps(pooling, indent=2) + "\n")
+    else:  # saved again into its own folder: its modules stay
+        modules = json.loads((folder / SENTENCE_TRANSFORMERS_MODULES).read_text())
+    (folder / SENTENCE_TRANSFORMERS_MODULES).write_text(json.dumps(modules, indent=2) + "\n")
+    settings = {"max_seq_length": config.max_position_embeddings, "do_lower_case": lower_case}
+    (folder / SENTENCE_TRANSFORMERS_CONFIG).write_text(json.dumps(settings, indent=2) + "\n")
