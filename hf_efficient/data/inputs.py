@@ -21,6 +21,7 @@ import collections
 import io
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 from datasets import IterableDataset
 from transformers import PreTrainedTokenizerBase
@@ -90,6 +91,23 @@ def check_tokenizer(
             f"word embeddings have {rows:,} rows (vocab_size): more than half of them could never be read, "
             f"so it is not the model's tokenizer. {fix}."
         )
+
+
+def check_saved_tokenizer(
+    folder, flag: str, texts: Sequence[str] = (), needs: Sequence[str] = ()
+) -> PreTrainedTokenizerBase | None:
+    """The tokenizer saved in the model ``folder`` (as the command line named it: ``flag``), checked against
+    the folder's config and ``texts`` (:func:`check_tokenizer`); a folder without tokenizer files: None."""
+    from transformers import AutoConfig
+
+    from ..modeling.checkpoint_files import TOKENIZER_FILES, load_tokenizer
+
+    if Path(folder).is_dir() and not any((Path(folder) / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    tokenizer = load_tokenizer(folder)
+    config = AutoConfig.from_pretrained(folder)
+    check_tokenizer(tokenizer, config, f"{flag} {folder}'s tokenizer", texts, "the texts", needs)
+    return tokenizer
 
 
 def first_texts(dataset, *columns: str | None) -> list[str]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow
 from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase
 
@@ -107,17 +108,52 @@ def load_squad_files(files: dict[str, str]) -> DatasetDict:
     check_data_files({flags[split]: path for split, path in files.items()})
     loaded = {}
     for split, path in files.items():
-        suffix = Path(path).suffix.lower()
-        if suffix == ".jsonl":
-            loaded[split] = load_data_files("json", {split: (flags[split], [path])})[split]
-        elif suffix == ".json":
-            loaded[split] = Dataset.from_list(_squad_json_rows(Path(path), flags[split]))
-        else:
+        suffix, where = Path(path).suffix.lower(), f"{flags[split]} {path}"
+        if suffix not in (".json", ".jsonl"):
             raise InputError(
-                f"{flags[split]} {path}: question answering reads SQuAD-format .json or .jsonl files, not "
+                f"{where}: question answering reads SQuAD-format .json or .jsonl files, not "
                 f"{suffix or 'files without a suffix'}."
             )
+        try:
+            if suffix == ".jsonl":
+                loaded[split] = load_data_files("json", {split: (flags[split], [path])})[split]
+            else:
+                loaded[split] = Dataset.from_list(_squad_json_rows(Path(path), flags[split]))
+        except (InputError, pyarrow.ArrowException, TypeError) as error:
+            # records of other shapes (answers as a scalar in one row, lists in the others) do not make
+            # one table: the first record that is not a question says which
+            rows = _records(Path(path), flags[split], suffix)
+            if rows is None:
+                raise
+            view = _Records(rows)
+            check_question_records(view, QAColumns.of(view), where)
+            raise InputError(f"{where} cannot be read: {error}") from error
     return DatasetDict(loaded)
+
+
+def _records(path: Path, flag: str, suffix: str) -> list[dict] | None:
+    """The question records of ``path`` as Python objects, or None where they do not parse."""
+    if suffix == ".json":
+        return _squad_json_rows(path, flag)
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except ValueError:
+        return None
+
+
+class _Records:
+    """Records (dicts) with a ``Dataset``'s column access, for :func:`check_question_records`: a record
+    without a column holds None there."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = [row if isinstance(row, dict) else {} for row in rows]
+        self.column_names = list(dict.fromkeys(key for row in self.rows for key in row))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, column: str) -> list:
+        return [row.get(column) for row in self.rows]
 
 
 def _squad_json_rows(path: Path, flag: str) -> list[dict]:
