@@ -183,7 +183,10 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     first = task.train_split or next(iter(task.eval_splits), None) or next(iter(raw))
     file = {"train": task_args.train_file, "validation": task_args.validation_file}.get(first)
     texts = first_texts(raw[first], *task.sentence_keys)
-    check_tokenizer(tokenizer, model.config, model_args.tokenizer_flag, texts, file or task.source)
+    saved = model_args.saved_tokenizer()
+    check_tokenizer(
+        tokenizer, model.config, model_args.tokenizer_flag, texts, file or task.source, saved=saved
+    )
     match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(

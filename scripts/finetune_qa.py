@@ -143,7 +143,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
     first = next(iter(raw))
     texts = first_texts(raw[first], columns.question, columns.context)
-    check_tokenizer(tokenizer, model.config, model_args.tokenizer_flag, texts, sources.get(first, first))
+    where, saved = sources.get(first, first), model_args.saved_tokenizer()
+    check_tokenizer(tokenizer, model.config, model_args.tokenizer_flag, texts, where, saved=saved)
     # Saved with the model: pipeline("question-answering", model=output_dir) then reads windows this long.
     tokenizer.model_max_length = max_length
     phases = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}

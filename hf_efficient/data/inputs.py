@@ -44,16 +44,19 @@ def check_tokenizer(
     texts: Sequence[str] = (),
     texts_from: str = "the data",
     needs: Sequence[str] = (),
+    saved: tuple[str, PreTrainedTokenizerBase] | None = None,
 ) -> None:
     """``tokenizer`` is the model's: no more tokens than the model's word embeddings have rows, more than
     half as many (else half the rows could never be read: another model's tokenizer), its special tokens
     inside the vocabulary and its padding id the model's, the special tokens the task ``needs``
-    (``"mask_token"`` for masked LM), and ``texts`` (the run's first texts) mostly known words, not
-    ``[UNK]``.
+    (``"mask_token"`` for masked LM), ``texts`` (the run's first texts) mostly known words, not ``[UNK]``,
+    and the vocabulary of the tokenizer ``saved`` with the checkpoint, if any (a cased BERT tokenizer over an
+    uncased model fits every other check and reads other tokens' embeddings).
 
     Args:
         where: the tokenizer as the command line named it (``--tokenizer_name tok/``).
         texts_from: where ``texts`` come from (``--train_file reviews.csv``).
+        saved: (the checkpoint as the command line names it, the tokenizer saved in it).
 
     Raises:
         InputError: naming the tokenizer, what does not fit and the fix.
@@ -84,6 +87,15 @@ def check_tokenizer(
             f"{where}: the tokenizer turns {unknown:.0%} of the tokens of the first "
             f"{min(len(texts), SAMPLED_TEXTS)} texts of {texts_from} into {tokenizer.unk_token}: it knows "
             f"only {size:,} tokens{_only_specials(size, specials)}, not the words of this text. {fix}."
+        )
+    if saved is not None and saved[1].get_vocab() != tokenizer.get_vocab():
+        theirs, ours = saved[1].get_vocab(), tokenizer.get_vocab()
+        other = sorted(token for token, index in theirs.items() if ours.get(token) != index)
+        example = f"{other[0]!r} is {theirs[other[0]]} there and {ours.get(other[0], 'absent')} here"
+        raise InputError(
+            f"{where}: its vocabulary is not the one saved with the model ({saved[0]}): {len(other):,} of "
+            f"that one's {len(theirs):,} tokens have another id here ({example}), so the model would read "
+            "other tokens' embeddings. Leave --tokenizer_name out to use the checkpoint's own tokenizer."
         )
     if rows is not None and size < rows / 2:
         raise InputError(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -94,6 +95,21 @@ class ModelArguments(RandomStateArguments):
         if self.model_name_or_path:
             return f"--model_name_or_path {self.model_name_or_path}'s tokenizer"
         return "the tokenizer trained on the corpus"
+
+    def saved_tokenizer(self):
+        """``(flag, tokenizer)`` of the tokenizer saved in the ``--model_name_or_path`` folder when
+        ``--tokenizer_name`` names another: what :func:`~hf_efficient.data.inputs.check_tokenizer` compares
+        the given one with; else None (no other tokenizer given, or none saved, or a hub checkpoint)."""
+        from ..modeling.checkpoint_files import TOKENIZER_FILES, load_tokenizer
+
+        folder = Path(self.model_name_or_path or "")
+        if not (self.tokenizer_name and self.model_name_or_path and folder.is_dir()):
+            return None
+        if folder.resolve() == Path(self.tokenizer_name).resolve():
+            return None
+        if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            return None
+        return f"--model_name_or_path {self.model_name_or_path}", load_tokenizer(folder)
 
     def download_kwargs(self) -> dict[str, Any]:
         """``from_pretrained`` keyword arguments saying where and what to download (``--cache_dir``,

@@ -189,7 +189,8 @@ def language_model(
     if model_args.resize_position_embeddings and block_size > model.config.max_position_embeddings:
         model.base_model.resize_position_embeddings(block_size)
     texts = first_texts(corpus, data_args.text_column)
-    check_tokenizer(tokenizer, model.config, model_args.tokenizer_flag, texts, data_args.source_flag, needs)
+    where, saved = model_args.tokenizer_flag, model_args.saved_tokenizer()
+    check_tokenizer(tokenizer, model.config, where, texts, data_args.source_flag, needs, saved)
     match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     return model
 

@@ -81,6 +81,23 @@ def test_a_tokenizer_that_is_not_the_models_is_refused(tokenizers, case):
         )
 
 
+def test_another_vocabulary_than_the_checkpoints_is_refused(tokenizers, tmp_path):
+    """Two tokens swapped: every other check passes (a cased BERT tokenizer over an uncased model would too),
+    and each id would read the other token's embedding."""
+    words = open(tokenizers["vocab"]).read().split("\n")
+    words[5], words[6] = words[6], words[5]
+    (tmp_path / "vocab.txt").write_text("\n".join(words))
+    swapped = BertTokenizer(vocab=str(tmp_path / "vocab.txt"))
+    saved = ("--model_name_or_path m", tokenizers["good"])
+    check_tokenizer(tokenizers["good"], model_config(), "t", TEXTS, saved=saved)
+    message = (
+        r"^t: its vocabulary is not the one saved with the model \(--model_name_or_path m\): 2 of that "
+        rf"one's 48 tokens have another id here \('{words[5]}' is 6 there and 5 here\)"
+    )
+    with pytest.raises(ValueError, match=message):
+        check_tokenizer(swapped, model_config(), "t", TEXTS, saved=saved)
+
+
 def test_a_special_token_the_task_needs(tokenizers):
     tokenizer = BertTokenizer(vocab=tokenizers["vocab"], mask_token=None)
     with pytest.raises(ValueError, match=r"^t: the tokenizer has no mask_token, which this task needs"):
