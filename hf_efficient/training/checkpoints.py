@@ -94,10 +94,11 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
 
 
 def check_resumes_same_attention(config, checkpoint: str | Path) -> None:
-    """The model a run resumes is built with the attention its ``checkpoint`` was trained with: flags that
-    change it (``--attention_type performer`` on a Longformer run) would load Longformer's weights into
-    Performer's layers, with only transformers' "missing keys ... projection_matrix" line, and resume its
-    optimizer over other parameters.
+    """The model a run resumes is built as its ``checkpoint`` was: the same attention, and the same sizes
+    (``num_hidden_layers`` and the config class's ``weight_shape_fields``). Flags that change the attention
+    (``--attention_type performer`` on a Longformer run) would load Longformer's weights into Performer's
+    layers, with only transformers' "missing keys ... projection_matrix" line, and resume its optimizer over
+    other parameters; other sizes would fail inside ``load_state_dict``.
 
     Raises:
         InputError: naming the fields, the checkpoint's values, this run's and the two fixes.
@@ -108,16 +109,17 @@ def check_resumes_same_attention(config, checkpoint: str | Path) -> None:
     saved = json.loads(path.read_text())
     if not any(name in saved for name in ATTENTION_FIELDS):
         return  # a checkpoint of a model without these fields
-    built = {name: getattr(config, name, None) for name in ATTENTION_FIELDS}
-    differ, theirs, ours = differing_fields(ATTENTION_FIELDS, saved, built)
+    fields = (*ATTENTION_FIELDS, "num_hidden_layers", *getattr(type(config), "weight_shape_fields", ()))
+    built = {name: getattr(config, name, None) for name in fields}
+    differ, theirs, ours = differing_fields([name for name in fields if name in saved], saved, built)
     if not differ:
         return
     raise InputError(
         f"--resume_from_checkpoint {checkpoint}: the checkpoint was trained with {theirs}, but this run "
         f"builds {ours} (--attention_type, --attention_config, --config or --config_overrides): its weights "
-        "and optimizer state belong to the checkpoint's attention. Resume with the flags of the run that "
-        f"wrote it, or start a new run from its weights: --model_name_or_path {checkpoint} with this "
-        "attention and another --output_dir."
+        "and optimizer state belong to the checkpoint's model. Resume with the flags of the run that wrote "
+        f"it, or start a new run from its weights: --model_name_or_path {checkpoint} with these settings and "
+        "another --output_dir."
     )
 
 

@@ -26,7 +26,7 @@ from ..models.text.helpers import MINILM
 from ..processes import free_port, launch
 from ..script_loader import CONFIGS, SCRIPTS
 from ..training.helpers import open_lock_files
-from .helpers import COMMON, TINY_SIZES, logged_losses, pretrain_args, recording
+from .helpers import COMMON, TINY, TINY_SIZES, logged_losses, pretrain_args, recording
 
 
 @pytest.fixture(scope="module")
@@ -407,6 +407,10 @@ def test_resume_continues_the_same_loss_curve(pretrain_mlm, pretrained, data, tm
     )
     with pytest.raises(ValueError, match=message):
         pretrain_mlm.main([*longformer, "--resume_from_checkpoint", "last"])
+    # other sizes failed inside load_state_dict
+    wider = ["--config_overrides", TINY.replace("hidden_size=32", "hidden_size=48")]
+    with pytest.raises(ValueError, match=r"trained with hidden_size=32, but this run builds hidden_size=48"):
+        pretrain_mlm.main([*args, *wider, "--resume_from_checkpoint", "last"])
     pretrain_mlm.main([*args, "--resume_from_checkpoint", "last"])
     whole, resumed = logged_losses(tmp_path / "whole"), logged_losses(tmp_path / "resumed")
     assert sorted(whole) == sorted(resumed) == [1, 2, 3, 4, 5, 6]
