@@ -85,9 +85,10 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def register_with_peft(config_classes: Iterable[type]) -> None:
-    """:func:`register_peft_defaults` for ``config_classes`` (read then) when PEFT's mappings are imported."""
-    when_imported(PEFT_MAPPINGS, lambda constants: register_peft_defaults(config_classes, constants))
+def register_with_peft(config_classes: Callable[[], Iterable[type]]) -> None:
+    """:func:`register_peft_defaults` for the ``config_classes()`` there are when PEFT's mappings are
+    imported."""
+    when_imported(PEFT_MAPPINGS, lambda constants: register_peft_defaults(config_classes(), constants))
 
 
 def fits_sentence_transformers(model) -> bool:

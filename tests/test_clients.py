@@ -31,7 +31,7 @@ from hf_efficient import (
 )
 from hf_efficient.clients import when_imported
 from hf_efficient.export import export_program, load_for_export
-from hf_efficient.models import REGISTERED_CONFIGS
+from hf_efficient.models.families import FAMILIES
 from hf_efficient.training.checkpoints import check_resumes_same_attention
 
 from .models.text.helpers import MINILM, TINY_BERT, tiny_config, write_vocab
@@ -61,7 +61,7 @@ def test_every_registered_model_type_has_its_upstream_types_peft_defaults():
     without target_modules raised "Please specify `target_modules` in `peft_config`"."""
     mappings = [m for n, m in vars(peft_constants).items() if n.startswith("TRANSFORMERS_MODELS_TO_")]
     found = 0
-    for config_class in REGISTERED_CONFIGS:
+    for config_class in (family.config_class for family in FAMILIES.values()):
         for mapping in filter(lambda m: isinstance(m, dict), mappings):
             upstream = next((t for t in config_class.compatible_model_types if t in mapping), None)
             assert mapping.get(config_class.model_type) == (mapping[upstream] if upstream else None)

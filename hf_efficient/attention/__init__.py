@@ -20,11 +20,13 @@ from .registry import (
     get_attention_class,
     list_attention_types,
     register_attention,
+    relative_position_types,
     unregister_attention,
     validate_attention_config,
 )
+from .relative import RelativePositions
 
-_INFRASTRUCTURE = {"base", "cache", "config", "inputs", "kernels", "registry", "utils"}
+_INFRASTRUCTURE = {"base", "cache", "config", "inputs", "kernels", "registry", "relative", "utils"}
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _INFRASTRUCTURE and not _module.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_module.name}")
@@ -39,6 +41,7 @@ __all__ = [
     "AttentionSpec",
     "GraphEdges",
     "Kernel",
+    "RelativePositions",
     "attention_table",
     "build_attention",
     "causal_attention_types",
@@ -46,6 +49,7 @@ __all__ = [
     "get_attention_class",
     "list_attention_types",
     "register_attention",
+    "relative_position_types",
     "unregister_attention",
     "validate_attention_config",
 ]

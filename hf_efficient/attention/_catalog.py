@@ -25,3 +25,14 @@ def causal_attention_types(modality: str | None = None) -> list[str]:
     """Sorted names of the types with a causal form and incremental decoding (``capabilities.causal``): the
     attention types a decoder (``is_decoder=True``, ``EfficientBertForCausalLM``) can use."""
     return [name for name in list_attention_types(modality) if ATTENTION_REGISTRY[name].capabilities.causal]
+
+
+def relative_position_types(modality: str | None = None) -> list[str]:
+    """Sorted names of the types that add learned relative position scores to theirs
+    (``capabilities.relative_positions``): the ``attention_type`` choices of a BERT with
+    ``position_embedding_type="relative_key"`` or ``"relative_key_query"``."""
+    return [
+        name
+        for name in list_attention_types(modality)
+        if ATTENTION_REGISTRY[name].capabilities.relative_positions
+    ]

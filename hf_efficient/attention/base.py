@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import CacheLayerMixin
 
-from ._catalog import causal_attention_types
+from ._catalog import causal_attention_types, relative_position_types
 from .config import AttentionConfig
 from .inputs import AttentionInputs, check_supported, is_tracing
 
@@ -68,6 +68,9 @@ class AttentionCapabilities:
     # cross-attention: queries of one sequence attend (non-causally) to the keys and values of another, of any
     # length (a decoder's tokens to its encoder's states); built with AttentionSpec(cross_attention=True)
     cross_attention: bool = False
+    # adds learned relative position scores (BERT's relative_key / relative_key_query) to the scores of the
+    # pairs it forms: reads inputs.relative_positions (hf_efficient/attention/relative.py)
+    relative_positions: bool = False
     modalities: frozenset[str] = frozenset(MODALITIES)
 
 
@@ -228,6 +231,11 @@ class AttentionCore(nn.Module):
     # Why the maths cannot attend from one sequence's queries to another sequence's keys, read when
     # capabilities.cross_attention is False: the error refusing such a core for cross-attention shows it.
     cross_attention_refusal: ClassVar[str] = "it declares no form that attends to another sequence"
+    # Why the maths cannot add relative position scores, read when capabilities.relative_positions is False.
+    relative_positions_refusal: ClassVar[str] = (
+        "it never forms the score of each (query, key) pair that they are added to (it approximates softmax "
+        "attention without them)"
+    )
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()
@@ -446,6 +454,8 @@ class AttentionCore(nn.Module):
         b, _, n, _ = query.shape
         inputs = inputs.prepare(b, n, name)
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
+        if inputs.relative_positions is not None:
+            self._check_relative_positions(inputs.relative_positions, name)
         if is_tracing():
             blocker = self.tracing_blocker()
             if blocker is not None:
@@ -479,7 +489,14 @@ class AttentionCore(nn.Module):
         """Cross-attention (``spec.cross_attention``): n queries over the m keys of another sequence, whose
         padding is ``inputs.attention_mask`` (b, m). A batch row whose keys are all padding attends to
         nothing: its output is 0 (computed on zeroed keys counted real, as the parallel path does)."""
-        for field in ("attention_bias", "edges", "global_attention_mask", "cache", "grid_size"):
+        for field in (
+            "attention_bias",
+            "edges",
+            "global_attention_mask",
+            "cache",
+            "grid_size",
+            "relative_positions",
+        ):
             if getattr(inputs, field) is not None:
                 raise ValueError(
                     f"{name} cross-attention takes the other sequence's padding mask only, not {field}; "
@@ -503,6 +520,16 @@ class AttentionCore(nn.Module):
             output = output.masked_fill(blank, 0.0)
             weights = None if weights is None else weights.masked_fill(blank, 0.0)
         return AttentionOutput(output, weights)
+
+    def _check_relative_positions(self, relative, name: str) -> None:
+        """Relative position scores (:class:`~hf_efficient.attention.relative.RelativePositions`) only for a
+        core that declares them, with a (2 L - 1, d) table."""
+        if not self.capabilities.relative_positions:
+            raise ValueError(
+                f"{name} cannot add relative position scores ({relative.kind}): "
+                f"{self.relative_positions_refusal}. Types that can: {', '.join(relative_position_types())}."
+            )
+        relative.check(self.head_dim, name)
 
     def _forward_cached(self, query, key, value, inputs: AttentionInputs, name: str) -> AttentionOutput:
         """The n new tokens of incremental decoding, against the state this core keeps in ``inputs.cache``.

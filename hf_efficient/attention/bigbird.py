@@ -146,6 +146,10 @@ class BigBirdAttention(AttentionCore):
         "sequence (window, global and random blocks), so a decoder's queries have no blocks in the "
         "encoder's sequence"
     )
+    relative_positions_refusal = (
+        "its kernels gather key blocks (window, global, per-head random) per query block and add no score of "
+        "their own to them; relative scores are built for the window of longformer"
+    )
     capabilities = AttentionCapabilities()
     paper = "Zaheer et al. 2020, Big Bird: Transformers for Longer Sequences (ITC)"
     cost = "O(n·b·(w+r+g))"

@@ -2,9 +2,11 @@
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d) + B + M) V
 
-B is an optional additive bias (Graphormer's spatial/edge encodings, relative positions), M the padding
-(and causal) mask: 0 where a query may see a key, the dtype's minimum where it may not. Cost O(n^2 d)
-time; the reference forms the n x n scores (O(n^2) memory), sdpa's flash-style kernel does not (O(n)).
+B is an optional additive bias (Graphormer's spatial/edge encodings) plus, when given, BERT's learned
+relative position scores (:mod:`~hf_efficient.attention.relative`: formed as a dense (b, h, n, T) bias, as
+BERT's eager attention forms them, so that every kernel runs them; O(n^2 d) memory), M the padding (and
+causal) mask: 0 where a query may see a key, the dtype's minimum where it may not. Cost O(n^2 d) time; the
+reference forms the n x n scores (O(n^2) memory), sdpa's flash-style kernel does not (O(n)).
 
 The reference (:meth:`FullAttention.reference`) is BERT's eager maths; the kernels
 (:mod:`~hf_efficient.attention.kernels.full`) run Hugging Face's ``attn_implementation`` (``"hf"``: eager,
@@ -29,6 +31,7 @@ from .inputs import AttentionInputs
 from .kernels.flex import BlockMaskCache
 from .kernels.full import FULL_KERNELS, check_kernel, hf_function_name, run_hf
 from .registry import register_attention
+from .relative import offset_distances
 from .utils import additive_mask
 
 
@@ -41,6 +44,7 @@ class FullAttention(AttentionCore):
         output_attentions=True,
         permutation_equivariant=True,
         cross_attention=True,
+        relative_positions=True,
     )
     paper = "Vaswani et al. 2017, Attention Is All You Need"
     cost = "O(n²)"
@@ -59,6 +63,19 @@ class FullAttention(AttentionCore):
         check_kernel(spec.attn_implementation)
         self.flex_masks = BlockMaskCache()  # FlexAttention masks of unpadded causal lengths
         self.is_causal = False  # read by HF kernels as a fallback; we always pass is_causal explicitly
+
+    def _attend(self, query, key, value, inputs: AttentionInputs, **carried) -> AttentionOutput:
+        """The parallel form; relative position scores join the bias first, so every kernel sees them."""
+        relative = inputs.relative_positions
+        if relative is not None:
+            distance = offset_distances(query.shape[2], query.shape[2], query.device)  # (n, n)
+            bias = relative.scores(query, key, distance, self.scaling)  # (b, h, n, n)
+            if inputs.attention_bias is not None:
+                bias = bias + inputs.attention_bias.to(bias.dtype)
+            inputs = inputs.replace(
+                attention_bias=bias, relative_positions=None, prepared_for=inputs.prepared_for
+            )
+        return super()._attend(query, key, value, inputs, **carried)
 
     def reference(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         """softmax(Q K^T / sqrt(d) + B + M) V, with the (b, h, n, n) probabilities when asked for."""
@@ -116,6 +133,11 @@ class FullAttention(AttentionCore):
         if total == n:  # the prompt: the parallel causal form
             return self._attend(query, key, value, inputs)
         mask = self.score_mask(query, key_mask, None, n > 1, total)  # (b, 1, n|1, T) or None
+        relative = inputs.relative_positions
+        if relative is not None:  # the new tokens sit at total - n .. total - 1
+            distance = offset_distances(n, total, query.device)  # (n, T)
+            scores = relative.scores(query, keys, distance, self.scaling)  # (b, h, n, T)
+            mask = scores if mask is None else mask + scores
         if self.config.implementation == "reference":
             return self.softmax_attention(query, keys, values, mask, inputs.output_attentions)
         return run_hf(self, query, keys, values, mask, False, hf_function_name(self, inputs), inputs)

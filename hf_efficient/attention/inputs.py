@@ -91,6 +91,11 @@ class AttentionInputs:
         cache: generation state for incremental decoding, shared by all layers (each core finds its own
             part by ``spec.layer_idx``); None when not generating.
         block_mask: a precomputed FlexAttention ``BlockMask`` for cores that run on FlexAttention.
+        relative_positions: learned relative position scores to add to every (query, key) score
+            (:class:`~hf_efficient.attention.relative.RelativePositions`: BERT's ``relative_key`` /
+            ``relative_key_query``), for cores with ``capabilities.relative_positions``; the block owning the
+            layer's distance table sets it for its own call. Positions are the sequence's indices (0..n-1;
+            with a cache, the new tokens follow the cached ones).
         empty_rows: (b,) bool, True for sequences with no real token at all (a batch of real data padded
             to a common length can hold one); set by :meth:`prepare`, None when there is none. Their
             output rows are 0, like every padded query row.
@@ -109,6 +114,7 @@ class AttentionInputs:
     num_prefix_tokens: int = 0
     cache: Any = None
     block_mask: Any = None
+    relative_positions: Any = None
     empty_rows: torch.Tensor | None = dataclasses.field(default=None, repr=False)
     prepared_for: tuple[int, int] | None = dataclasses.field(default=None, repr=False)
 

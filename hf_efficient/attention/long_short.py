@@ -82,6 +82,10 @@ class LongShortAttention(AttentionCore):
         "its sliding window pairs query i with the keys around position i of the same sequence, which a "
         "decoder's query has no place in"
     )
+    relative_positions_refusal = (
+        "its long-range keys are learned low-rank mixtures of the whole sequence, which sit at no distance "
+        "from a query (only its window's pairs have one)"
+    )
     capabilities = AttentionCapabilities(modalities=frozenset({"text", "vision", "graph"}))
     paper = "Zhu et al. 2021, Long-Short Transformer: Efficient Transformers for Language and Vision"
     cost = "O(n·(w+r))"

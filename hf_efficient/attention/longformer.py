@@ -18,7 +18,8 @@ tokens): a causal model sets ``global_token_indices=[]``.
 O(n (w + |G|) d) time, O(n (w + |G|)) memory, no (n x n) tensor. Its kernels
 (:mod:`hf_efficient.attention.kernels.longformer`): ``"native"``, the same chunks a group at a time (on
 CPU through torch's fused flash kernel, recomputing the windows in backward), and ``"flex"``,
-FlexAttention.
+FlexAttention. Relative positions (BERT's ``relative_key[_query]``, :mod:`.relative`): each score of the
+pattern (window, global rows and columns) gets its pair's distance score, in the reference (kernels pass).
 
 Deviations from the paper:
     * Longformer has separate projections Q_g, K_g, V_g for global attention. Projections live outside the
@@ -43,6 +44,7 @@ from .inputs import AttentionInputs, is_tracing
 from .kernels.flex import BlockMaskCache
 from .kernels.longformer import LONGFORMER_KERNELS, chunk_size
 from .registry import register_attention
+from .relative import band_scores
 from .utils import pad_to_multiple, unpad
 
 
@@ -92,7 +94,7 @@ class LongformerAttention(AttentionCore):
         "its sliding window pairs query i with the keys around position i of the same sequence, which a "
         "decoder's query has no place in (Longformer-Encoder-Decoder uses full cross-attention too)"
     )
-    capabilities = AttentionCapabilities(global_attention_mask=True, causal=True)
+    capabilities = AttentionCapabilities(global_attention_mask=True, causal=True, relative_positions=True)
     paper = "Beltagy et al. 2020, Longformer: The Long-Document Transformer"
     cost = "O(n·w)"
     summary = "sliding window (optional dilation) + global tokens by index or per-example mask; causal window"
@@ -146,10 +148,11 @@ class LongformerAttention(AttentionCore):
         real = key_mask if key_mask is not None else torch.ones(b, total, dtype=torch.bool, device=key.device)
         if n == 1:
             distance = torch.arange(held, -1, -1, device=key.device)  # (held + 1,): the query is the last
-            allowed = (distance % r == 0) & (real | (distance == 0))  # (b, held + 1); all within w r
-            out = F.scaled_dot_product_attention(
-                query, keys, values, attn_mask=allowed[:, None, None, :], scale=self.scaling
-            )
+            allowed = ((distance % r == 0) & (real | (distance == 0)))[:, None, None, :]  # all within w r
+            if inputs.relative_positions is not None:  # (b, h, 1, held + 1) scores, -inf where not allowed
+                scores = inputs.relative_positions.scores(query, keys, distance[None], self.scaling)
+                allowed = scores.masked_fill(~allowed, float("-inf"))
+            out = F.scaled_dot_product_attention(query, keys, values, attn_mask=allowed, scale=self.scaling)
             return AttentionOutput(out, None)
         queries = torch.cat([query.new_zeros(b, h, held, d), query], dim=2)  # kept tokens: outputs dropped
         joined = inputs.replace(attention_mask=key_mask, cache=None).prepare(b, total, "longformer")
@@ -168,7 +171,7 @@ class LongformerAttention(AttentionCore):
         before, after = (w, 0) if inputs.is_causal else (w // 2, w // 2)  # window keys before / after a query
         c = chunk_size(before, after)  # queries per chunk
         j, a = -(-before // c), -(-after // c)  # key blocks before / after a chunk's own
-        mask = inputs.attention_mask
+        mask, rel = inputs.attention_mask, inputs.relative_positions
         real = mask if mask is not None else torch.ones(b, n, dtype=torch.bool, device=device)  # (b, n)
         is_global = self._global_tokens(inputs, b, n, device)  # (b, n) or None
         slot_pos, slot_valid = self._global_slots(is_global, inputs, b, n, device)  # (b, G), (b, G)
@@ -201,12 +204,15 @@ class LongformerAttention(AttentionCore):
         glob = slot_valid.repeat_interleave(r, dim=0)[:, None, None, :] & ~in_window
         allowed = torch.cat([local[:, 0], glob], dim=-1)[:, None]  # (B, 1, chunks, c, span + G)
 
-        queries = q.unflatten(2, (num_chunks, c)) * self.scaling  # (B, h, chunks, c, d)
+        queries = q.unflatten(2, (num_chunks, c))  # (B, h, chunks, c, d)
         keys, values = (
             torch.cat([windows(x), g[:, :, None].expand(-1, -1, num_chunks, -1, -1)], dim=3)
             for x, g in ((k, global_key), (v, global_value))
         )  # (B, h, chunks, span + G, d)
-        scores = (queries @ keys.transpose(-1, -2)).masked_fill(~allowed, float("-inf"))
+        scores = (queries * self.scaling) @ keys.transpose(-1, -2)  # (B, h, chunks, c, span + G)
+        if rel is not None:
+            scores = scores + band_scores(rel, queries, keys, offset, slot_pos, r, self.scaling)
+        scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         if self.training and self.spec.dropout > 0:
             probs = F.dropout(probs, self.spec.dropout)
@@ -215,22 +221,21 @@ class LongformerAttention(AttentionCore):
             out = out.unflatten(0, (b, r)).permute(0, 2, 3, 1, 4).flatten(2, 3)  # (b, h, m r, d)
         out = unpad(out, n)
         if is_global is not None:
-            out = self._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid)
+            out = self._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid, rel)
         return AttentionOutput(out, None)
 
-    def _global_rows(self, out, query, key, value, real, is_global, slot_pos, slot_valid) -> torch.Tensor:
-        """Replace the rows of global tokens by dense attention over all real keys: out (b, h, n, d), slots
-        (b, G) as :meth:`_global_slots` gives them (unused slots repeat some row and are dropped)."""
+    def _global_rows(self, out, query, key, value, real, is_global, slot_pos, slot_valid, rel=None):
+        """Replace the rows of global tokens by dense attention over all real keys (plus ``rel``'s scores):
+        out (b, h, n, d), slots (b, G) as :meth:`_global_slots` gives them (unused slots are dropped)."""
         b, h, n, d = query.shape
         gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
+        global_query, mask = query.gather(2, gather_index), real[:, None, None, :]
+        if rel is not None:  # (b, h, G, n) scores of the global queries, -inf at padding
+            scores = rel.position_scores(global_query, key, slot_pos[:, None], torch.arange(n), self.scaling)
+            mask = scores.masked_fill(~mask, float("-inf"))
         dropout = self.spec.dropout if self.training else 0.0
         global_out = F.scaled_dot_product_attention(
-            query.gather(2, gather_index),
-            key,
-            value,
-            attn_mask=real[:, None, None, :],
-            dropout_p=dropout,
-            scale=self.scaling,
+            global_query, key, value, attn_mask=mask, dropout_p=dropout, scale=self.scaling
         )  # (b, h, G, d)
         # Into their positions by a scatter and a select (no nonzero: its size would be a value).
         rows = global_out.masked_fill(~slot_valid[:, None, :, None], 0.0)  # unused slots add nothing

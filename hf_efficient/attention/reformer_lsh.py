@@ -104,6 +104,9 @@ class ReformerLSHAttention(AttentionCore):
         "its keys are its own normalised queries (shared query/key) and it hashes queries and keys of one"
         " sequence into the same buckets"
     )
+    relative_positions_refusal = (
+        "it forms scores only inside hash buckets of tokens sorted by their hash, not by position"
+    )
     capabilities = AttentionCapabilities(
         padding_mask=True, shared_query_key=True, modalities=frozenset({"text", "vision"})
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 from ._catalog import ATTENTION_REGISTRY, list_attention_types
 from ._catalog import causal_attention_types as causal_attention_types  # the registry's API
+from ._catalog import relative_position_types as relative_position_types
 from .base import MODALITIES, AttentionCore, AttentionSpec
 from .config import AttentionConfig
 
@@ -56,6 +57,20 @@ def check_cross_attention_type(attention_type: str, modality: str | None = None)
         raise ValueError(
             f"attention_type {attention_type!r} cannot serve cross-attention: {cls.cross_attention_refusal}. "
             f"Types that can: {', '.join(cross_attention_types(modality))} (set cross_attention_type to one)."
+        )
+    return cls
+
+
+def check_relative_positions_type(attention_type: str, modality: str | None = None) -> type[AttentionCore]:
+    """The core class of ``attention_type`` for BERT's relative position scores (``relative_key`` /
+    ``relative_key_query``); a type that cannot add them raises with the reason its core declares
+    (``relative_positions_refusal``) and the types that can."""
+    cls = get_attention_class(attention_type, modality)
+    if not cls.capabilities.relative_positions:
+        raise ValueError(
+            f"attention_type {attention_type!r} cannot add relative position scores: "
+            f"{cls.relative_positions_refusal}. Types that can: "
+            f"{', '.join(relative_position_types(modality))} (or position_embedding_type='absolute')."
         )
     return cls
 

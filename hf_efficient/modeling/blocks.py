@@ -29,6 +29,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from ..attention.base import AttentionCore, AttentionSpec
 from ..attention.inputs import AttentionInputs
 from ..attention.registry import build_attention, get_attention_class
+from ..attention.relative import RELATIVE_POSITION_TYPES, RelativePositions
 from ..compat import attn_implementation
 from ..errors import InputError
 from .memory import CompactDropout, feed_forward
@@ -47,11 +48,13 @@ def check_heads_divide(hidden_size: int, num_heads: int, prefix: str = "") -> No
         )
 
 
-class EfficientSelfAttention(nn.Module):
-    """Query/key/value projections around one attention core.
+class CoreAttention(nn.Module):
+    """A module that owns one attention core: builds it from the config, splits (b, n, D) projections into
+    heads and attends with it (checkpointed when asked). Every family's attention module derives from it and
+    adds its projections under its own names: BERT's and ViT's ``query`` / ``key`` / ``value``
+    (:class:`EfficientSelfAttention`), DistilBERT's ``q_lin`` ..., ModernBERT's fused ``Wqkv``.
 
-    The core is chosen by ``config.attention_for_layer(layer_idx)``. Cores that share queries and keys
-    (Reformer) have no ``key`` projection: their keys are the queries.
+    The core is chosen by ``config.attention_for_layer(layer_idx)``.
     """
 
     cross_attention = False  # keys and values from another sequence (EfficientCrossAttention)
@@ -64,11 +67,13 @@ class EfficientSelfAttention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
         self.core: AttentionCore = self.build_core()
-        self.query = nn.Linear(config.hidden_size, config.hidden_size)
-        self.key = None if self.core.capabilities.shared_query_key else nn.Linear(*[config.hidden_size] * 2)
-        self.value = nn.Linear(config.hidden_size, config.hidden_size)
         # Set by EfficientPreTrainedModel.attention_checkpointing_enable; a training choice, not saved.
         self.checkpoint_core = False
+
+    @property
+    def shares_query_key(self) -> bool:
+        """True for cores whose keys are the queries (Reformer): the module builds no key projection."""
+        return self.core.capabilities.shared_query_key
 
     def attention_for_layer(self) -> tuple[str, dict]:
         """(attention_type, attention_config) of this module's core; subclasses may pick another source
@@ -91,17 +96,25 @@ class EfficientSelfAttention(nn.Module):
         )
         return build_attention(attention_type, spec, attention_config, config.modality)
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+    def rebuild_core(self) -> None:
+        """A fresh core in place of this one, on the device and floating dtype of the module's projections
+        (a bf16 model gets a bf16 core): after a change of the length the core is sized by."""
+        projection = next(p for name, p in self.named_parameters() if not name.startswith("core."))
+        self.core = self.build_core().to(projection)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, n, _ = x.shape
         return x.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)  # (b, n, D) -> (b, h, n, d)
 
-    def forward(
-        self, hidden_states: torch.Tensor, inputs: AttentionInputs
+    def attend_projected(
+        self, hidden_states: torch.Tensor, inputs, query: nn.Module, key: nn.Module | None, value: nn.Module
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query = self._heads(self.query(hidden_states))  # (b, h, n, d)
-        key = query if self.key is None else self._heads(self.key(hidden_states))
-        value = self._heads(self.value(hidden_states))
-        return self.attend(query, key, value, inputs)
+        """The core on the heads of ``query`` / ``key`` / ``value`` (D -> D maps, under the family's names) of
+        (b, n, D) hidden states; ``key`` None where the core shares queries and keys (Reformer: the keys are
+        the queries). Returns ((b, n, D), weights)."""
+        queries = self.split_heads(query(hidden_states))  # (b, h, n, d)
+        keys = queries if key is None else self.split_heads(key(hidden_states))
+        return self.attend(queries, keys, self.split_heads(value(hidden_states)), inputs)
 
     def attend(self, query, key, value, inputs) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The core on (b, h, n, d) heads, checkpointed when asked; returns ((b, n, D), weights)."""
@@ -118,6 +131,34 @@ class EfficientSelfAttention(nn.Module):
 
     def _core_call(self, query, key, value, inputs):
         return self.core(query, query if key is None else key, value, inputs)
+
+
+class EfficientSelfAttention(CoreAttention):
+    """Query/key/value projections around one attention core (BERT's ``attention.self``, ViT's
+    ``attention.attention``). Cores that share queries and keys (Reformer) have no ``key`` projection: their
+    keys are the queries. With BERT's relative positions (``config.position_embedding_type``
+    ``"relative_key"`` / ``"relative_key_query"``) the self-attention owns the layer's distance table,
+    ``distance_embedding`` ((2 max_position_embeddings - 1, d), BERT's name), and passes it to its core with
+    every call (:class:`~hf_efficient.attention.relative.RelativePositions`)."""
+
+    def __init__(self, config, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.query = nn.Linear(config.hidden_size, config.hidden_size)
+        self.key = None if self.shares_query_key else nn.Linear(config.hidden_size, config.hidden_size)
+        self.value = nn.Linear(config.hidden_size, config.hidden_size)
+        position_type = getattr(config, "position_embedding_type", "absolute")
+        self.distance_embedding = None  # BERT builds none for cross-attention either
+        if position_type in RELATIVE_POSITION_TYPES and not self.cross_attention:
+            self.distance_embedding = nn.Embedding(2 * config.max_position_embeddings - 1, self.head_dim)
+            self.relative_keys_too = RELATIVE_POSITION_TYPES[position_type]
+
+    def forward(
+        self, hidden_states: torch.Tensor, inputs: AttentionInputs
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.distance_embedding is not None:
+            table = self.distance_embedding.weight
+            inputs = inputs.replace(relative_positions=RelativePositions(table, self.relative_keys_too))
+        return self.attend_projected(hidden_states, inputs, self.query, self.key, self.value)
 
 
 @dataclass(frozen=True)
@@ -149,14 +190,14 @@ class EfficientCrossAttention(EfficientSelfAttention):
         self, hidden_states: torch.Tensor, cross: CrossAttentionInputs, encoder_hidden_states: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Decoder states (b, n, D) attend to the encoder's (b, m, D)."""
-        query = self._heads(self.query(hidden_states))  # (b, h, n, d)
+        query = self.split_heads(self.query(hidden_states))  # (b, h, n, d)
         cache, idx = cross.cache, self.layer_idx
         if cache is not None and cache.is_updated.get(idx):  # generating: the keys of the first step
             layer = cache.cross_attention_cache.layers[idx]
             key, value = layer.keys, layer.values  # (b, h, m, d)
         else:
-            key = self._heads(self.key(encoder_hidden_states))  # (b, h, m, d)
-            value = self._heads(self.value(encoder_hidden_states))
+            key = self.split_heads(self.key(encoder_hidden_states))  # (b, h, m, d)
+            value = self.split_heads(self.value(encoder_hidden_states))
             if cache is not None:
                 key, value = cache.cross_attention_cache.update(key, value, idx)
                 cache.is_updated[idx] = True
@@ -303,21 +344,21 @@ class EfficientPreNormLayer(GradientCheckpointingLayer):
         return feed_forward(self, self.layernorm_after(hidden_states), hidden_states), weights
 
 
-class EfficientEncoder(nn.Module):
-    """A stack of :class:`EfficientLayer` (or another layer class, e.g. the vision models' pre-LayerNorm
-    :class:`EfficientPreNormLayer`); collects hidden states and attention weights on request.
+class EfficientLayerStack(nn.ModuleList):
+    """The layers of an encoder (``layer_class(config, i)`` for each layer i), run in order; collects hidden
+    states and attention weights on request. A module list, so a family names it as its checkpoints do:
+    BERT's and ViT's ``encoder.layer.N`` (:class:`EfficientEncoder`), DistilBERT's ``transformer.layer.N``,
+    ModernBERT's ``layers.N``.
     """
 
     def __init__(self, config, layer_class: type[nn.Module] = EfficientLayer):
-        super().__init__()
-        self.config = config
-        self.layer = nn.ModuleList(layer_class(config, i) for i in range(config.num_hidden_layers))
+        super().__init__(layer_class(config, i) for i in range(config.num_hidden_layers))
         self.tie_attention_parameters()
 
-    def self_attentions(self) -> list[EfficientSelfAttention]:
+    def self_attentions(self) -> list[CoreAttention]:
         """The projections + core of every layer (``attention.self``, or ViT's ``attention.attention``; a
         decoder's ``crossattention.self`` too)."""
-        return [module for module in self.modules() if isinstance(module, EfficientSelfAttention)]
+        return [module for module in self.modules() if isinstance(module, CoreAttention)]
 
     def attention_cores(self) -> list[AttentionCore]:
         return [attention.core for attention in self.self_attentions()]
@@ -326,8 +367,7 @@ class EfficientEncoder(nn.Module):
         """Rebuild, freshly initialised, the cores sized by the maximum length (after it changed)."""
         for attention in self.self_attentions():
             if attention.core.capabilities.fixed_max_length:
-                # Device and floating dtype of the layer's projections (a bf16 model gets a bf16 core).
-                attention.core = attention.build_core().to(attention.query.weight)
+                attention.rebuild_core()
         self.tie_attention_parameters()
 
     def tie_attention_parameters(self) -> None:
@@ -348,7 +388,7 @@ class EfficientEncoder(nn.Module):
         self._tied_weights_keys = self.shared_parameter_names()
 
     def shared_parameter_names(self) -> dict[str, str]:
-        """{target: source} names (relative to the encoder) of parameters shared by several layers."""
+        """{target: source} names (relative to the stack) of parameters shared by several layers."""
         first_name: dict[int, str] = {}
         shared = {}
         for name, param in self.named_parameters(remove_duplicate=False):
@@ -370,7 +410,7 @@ class EfficientEncoder(nn.Module):
         ``encoder_hidden_states`` (b, m, D) and ``cross``, every layer also attends to the encoder's states
         (a decoder with cross-attention)."""
         all_hidden, all_weights = [], []
-        for layer in self.layer:
+        for layer in self:
             if output_hidden_states:
                 all_hidden.append(hidden_states)
             # hidden_states (and the encoder's) positional: gradient checkpointing (use_reentrant) propagates
@@ -385,6 +425,21 @@ class EfficientEncoder(nn.Module):
             tuple(all_hidden) if output_hidden_states else None,
             tuple(all_weights) if inputs.output_attentions else None,
         )
+
+
+class EfficientEncoder(nn.Module):
+    """BERT's and ViT's ``encoder`` (DistilBERT's ``transformer``): the :class:`EfficientLayerStack` under the
+    name ``layer`` (layers of ``layer_class``: BERT's post-LayerNorm :class:`EfficientLayer`, ViT's
+    :class:`EfficientPreNormLayer`, DistilBERT's...)."""
+
+    def __init__(self, config, layer_class: type[nn.Module] = EfficientLayer):
+        super().__init__()
+        self.config = config
+        self.layer = EfficientLayerStack(config, layer_class)
+
+    def forward(self, *args, **kwargs):
+        """:meth:`EfficientLayerStack.forward`."""
+        return self.layer(*args, **kwargs)
 
 
 def attention_types_in(config) -> list[str]:

@@ -28,7 +28,7 @@ POSITIVE_SIZES = (
     "num_hidden_layers",
     "num_attention_heads",
     "intermediate_size",
-    "type_vocab_size",
+    "embedding_size",
     "image_size",
     "patch_size",
     "num_channels",
@@ -38,7 +38,22 @@ POSITIVE_SIZES = (
     "decoder_intermediate_size",
     "max_position_embeddings",  # last: ViT derives it from image_size // patch_size
 )
-PROBABILITIES = ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout")
+# Token type rows: 0 is a family without segments (DistilBERT: no token type table, token_type_ids refused).
+SIZES_FROM_ZERO = ("type_vocab_size",)
+PROBABILITIES = (
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "classifier_dropout",
+    "summary_first_dropout",  # ELECTRA's multiple-choice summary
+    "summary_last_dropout",
+    "qa_dropout",  # DistilBERT's heads
+    "seq_classif_dropout",
+)
+
+# Checkpoint model_type (ours and upstream's) -> the config class of the family that loads it; filled by
+# hf_efficient.models.families.register_family, read to name the right family when a checkpoint is offered to
+# another's class.
+CHECKPOINT_CONFIGS: dict[str, type] = {}
 
 
 @strict(accept_kwargs=True)
@@ -84,14 +99,17 @@ class EfficientEncoderConfig(PreTrainedConfig):
             value = getattr(self, name, None)
             if isinstance(value, int) and not isinstance(value, bool) and value < 1:
                 raise InputError(f"{name} must be a positive int, got {value}.")
+        for name in SIZES_FROM_ZERO:
+            value = getattr(self, name, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                raise InputError(f"{name} must be an int >= 0 (0: no token type embeddings), got {value}.")
         for name in PROBABILITIES:
             value = getattr(self, name, None)
             if value is not None and not 0.0 <= value < 1.0:
                 raise InputError(f"{name} is a dropout probability and must be in [0, 1), got {value}.")
-        if not self.layer_norm_eps > 0:
-            raise InputError(
-                f"layer_norm_eps must be > 0 (LayerNorm divides by it), got {self.layer_norm_eps}."
-            )
+        eps = getattr(self, "layer_norm_eps", None)  # DistilBERT's is fixed: not a field of its config
+        if eps is not None and not eps > 0:
+            raise InputError(f"layer_norm_eps must be > 0 (LayerNorm divides by it), got {eps}.")
         if self.initializer_range < 0:
             raise InputError(
                 f"initializer_range is a standard deviation, >= 0; got {self.initializer_range}."
@@ -163,9 +181,12 @@ class EfficientEncoderConfig(PreTrainedConfig):
         source = config_dict.get("model_type")
         if source is not None and source not in (cls.model_type, *cls.compatible_model_types):
             supported = ", ".join((cls.model_type, *cls.compatible_model_types))
+            family = CHECKPOINT_CONFIGS.get(source)
+            prefix = family.__name__.removesuffix("Config") if family is not None else None
+            fix = f" Load it with its own family's classes: {prefix}Model, {prefix}For..." if prefix else ""
             raise InputError(
                 f"A checkpoint of model_type {source!r} cannot be mapped onto {cls.__name__}: its weights "
-                f"have another architecture. Supported checkpoint types: {supported}."
+                f"have another architecture. Supported checkpoint types: {supported}.{fix}"
             )
         if source is not None and source != cls.model_type:
             source_model_type.set(source)  # for the model's one-line load summary

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn import functional as F
+from transformers.activations import ACT2FN
 
 from ..errors import InputError
 from .checks import IGNORE_INDEX, check_class_labels, check_float_labels, check_same_shape, checking_values
@@ -201,3 +202,20 @@ class Pooler(nn.Module):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.activation(self.dense(hidden_states[:, 0]))  # (b, n, D) -> (b, D)
+
+
+class FirstTokenClassifier(nn.Module):
+    """RoBERTa's and ELECTRA's sentence classifier (``classifier.dense``, ``classifier.out_proj``) on the
+    first token: dropout -> dense -> activation (tanh for RoBERTa, gelu for ELECTRA) -> dropout -> out_proj.
+    (b, n, D) -> (b, num_labels)."""
+
+    def __init__(self, config, activation: str):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout = classifier_dropout(config)
+        self.activation = ACT2FN[activation]
+        self.out_proj = nn.Linear(config.hidden_size, config.num_labels)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        first = self.dropout(hidden_states[:, 0])  # (b, D): <s> / [CLS]
+        return self.out_proj(self.dropout(self.activation(self.dense(first))))

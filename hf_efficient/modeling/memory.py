@@ -99,21 +99,35 @@ class _RecomputedActivation:
 
 
 def feed_forward(layer: nn.Module, hidden_states: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    """``layer.output(layer.intermediate(hidden_states), residual)``. Training with gradients, the
+    """``layer.output(layer.intermediate(hidden_states), residual)``, BERT's and ViT's feed-forward names,
+    through :func:`memory_saving_feed_forward`."""
+    intermediate = layer.intermediate
+    return memory_saving_feed_forward(
+        layer, intermediate.dense, intermediate.intermediate_act_fn, layer.output, hidden_states, residual
+    )
+
+
+def memory_saving_feed_forward(
+    layer: nn.Module,
+    dense: nn.Module,
+    activation: nn.Module,
+    finish,
+    hidden_states: torch.Tensor,
+    residual: torch.Tensor,
+) -> torch.Tensor:
+    """``finish(activation(dense(hidden_states)), residual)``: a feed-forward under any family's names
+    (``finish`` is the second projection with its dropout, residual and norm). Training with gradients, the
     activation's output, when it has at least ``MIN_ELEMENTS_TO_SAVE_MEMORY`` elements, is not kept for
     backward but recomputed (:class:`_RecomputedActivation`). Not while tracing, nor under saved-tensor hooks
     someone else installed (non-reentrant gradient checkpointing, ``torch.autograd.graph.save_on_cpu``...):
-    ours would hide this region's tensors from them."""
+    ours would hide this region's tensors from them. ``layer``: whose ``training`` flag decides."""
     recompute = (
         layer.training and torch.is_grad_enabled() and not is_tracing() and not saved_tensor_hooks_active()
     )
-    intermediate = layer.intermediate
-    if not recompute:
-        return layer.output(intermediate(hidden_states), residual)
-    pre = intermediate.dense(hidden_states)  # (b, n, intermediate_size)
-    activated = intermediate.intermediate_act_fn(pre)
-    if activated.numel() < MIN_ELEMENTS_TO_SAVE_MEMORY:
-        return layer.output(activated, residual)
-    hooks = _RecomputedActivation(pre, intermediate.intermediate_act_fn, activated)
+    pre = dense(hidden_states)  # (b, n, intermediate_size)
+    activated = activation(pre)
+    if not recompute or activated.numel() < MIN_ELEMENTS_TO_SAVE_MEMORY:
+        return finish(activated, residual)
+    hooks = _RecomputedActivation(pre, activation, activated)
     with torch.autograd.graph.saved_tensors_hooks(hooks.pack, hooks.unpack):
-        return layer.output(activated, residual)
+        return finish(activated, residual)

@@ -20,7 +20,7 @@ from ..compat import (
     loaded_from_checkpoint,
     requested_attn_implementation,
 )
-from .blocks import EfficientEncoder, EfficientSelfAttention
+from .blocks import CoreAttention, EfficientLayerStack
 from .checkpoint_files import check_pretrained_path, check_weights_files, not_found_locally_note
 from .loading import (
     ABSENT_TIED_PAIR,
@@ -163,7 +163,7 @@ class EfficientPreTrainedModel(PreTrainedModel):
         super().tie_weights(*args, **kwargs)
         # Loading replaces parameters one by one, which unties cross-layer sharing (Linformer layerwise).
         for module in self.modules():
-            if isinstance(module, EfficientEncoder):
+            if isinstance(module, EfficientLayerStack):
                 module.tie_attention_parameters()
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
@@ -174,7 +174,7 @@ class EfficientPreTrainedModel(PreTrainedModel):
         """
         tied = super().get_expanded_tied_weights_keys(all_submodels=all_submodels)
         for name, module in self.named_modules():
-            if isinstance(module, EfficientEncoder):
+            if isinstance(module, EfficientLayerStack):
                 prefix = f"{name}." if name else ""
                 tied.update({prefix + t: prefix + s for t, s in module.shared_parameter_names().items()})
         return tied
@@ -223,7 +223,7 @@ class EfficientPreTrainedModel(PreTrainedModel):
 
     def _set_attention_checkpointing(self, enabled: bool) -> None:
         for module in self.modules():
-            if isinstance(module, EfficientSelfAttention):
+            if isinstance(module, CoreAttention):
                 module.checkpoint_core = enabled
 
     def save_pretrained(

@@ -1,29 +1,16 @@
 """The encoders, one sub-package per modality, and their registration with transformers' Auto classes."""
 
-from transformers import (
-    AutoConfig,
-    AutoImageProcessor,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForImageClassification,
-    AutoModelForMaskedImageModeling,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForNextSentencePrediction,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
 from transformers.utils import is_vision_available
 
 from ..clients import register_with_peft
+from .families import FAMILIES, ModelFamily, register_family
 from .graph import (
     EfficientGraphConfig,
     EfficientGraphForGraphClassification,
     EfficientGraphForNodeClassification,
     EfficientGraphModel,
     GraphCollator,
+    modeling_efficient_graph,
 )
 from .text import (
     EfficientBertConfig,
@@ -36,6 +23,42 @@ from .text import (
     EfficientBertForSequenceClassification,
     EfficientBertForTokenClassification,
     EfficientBertModel,
+    EfficientDistilBertConfig,
+    EfficientDistilBertForMaskedLM,
+    EfficientDistilBertForMultipleChoice,
+    EfficientDistilBertForQuestionAnswering,
+    EfficientDistilBertForSequenceClassification,
+    EfficientDistilBertForTokenClassification,
+    EfficientDistilBertModel,
+    EfficientElectraConfig,
+    EfficientElectraForCausalLM,
+    EfficientElectraForMaskedLM,
+    EfficientElectraForMultipleChoice,
+    EfficientElectraForPreTraining,
+    EfficientElectraForQuestionAnswering,
+    EfficientElectraForSequenceClassification,
+    EfficientElectraForTokenClassification,
+    EfficientElectraModel,
+    EfficientRobertaConfig,
+    EfficientRobertaForCausalLM,
+    EfficientRobertaForMaskedLM,
+    EfficientRobertaForMultipleChoice,
+    EfficientRobertaForQuestionAnswering,
+    EfficientRobertaForSequenceClassification,
+    EfficientRobertaForTokenClassification,
+    EfficientRobertaModel,
+    EfficientXLMRobertaConfig,
+    EfficientXLMRobertaForCausalLM,
+    EfficientXLMRobertaForMaskedLM,
+    EfficientXLMRobertaForMultipleChoice,
+    EfficientXLMRobertaForQuestionAnswering,
+    EfficientXLMRobertaForSequenceClassification,
+    EfficientXLMRobertaForTokenClassification,
+    EfficientXLMRobertaModel,
+    modeling_efficient_bert,
+    modeling_efficient_distilbert,
+    modeling_efficient_electra,
+    modeling_efficient_roberta,
 )
 from .text.question_answering import register_question_answering_pipeline
 from .vision import (
@@ -45,65 +68,41 @@ from .vision import (
     EfficientViTImageProcessor,
     EfficientViTMAEForPreTraining,
     EfficientViTModel,
+    modeling_efficient_vit,
 )
 
-# Every config class registered below, in order: what the clients' integrations (hf_efficient.clients) read.
-REGISTERED_CONFIGS: list[type] = []
-
-
-def _register(config_class, mapping: dict) -> None:
-    """Register with the Auto classes (idempotent: a second import of the package is a no-op)."""
-    AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
-    if config_class not in REGISTERED_CONFIGS:
-        REGISTERED_CONFIGS.append(config_class)
-    for auto_class, model_class in mapping.items():
-        auto_class.register(config_class, model_class, exist_ok=True)
-
-
-_register(
-    EfficientBertConfig,
-    {
-        AutoModel: EfficientBertModel,
-        AutoModelForMaskedLM: EfficientBertForMaskedLM,
-        AutoModelForCausalLM: EfficientBertForCausalLM,
-        AutoModelForPreTraining: EfficientBertForPreTraining,
-        AutoModelForNextSentencePrediction: EfficientBertForNextSentencePrediction,
-        AutoModelForSequenceClassification: EfficientBertForSequenceClassification,
-        AutoModelForMultipleChoice: EfficientBertForMultipleChoice,
-        AutoModelForTokenClassification: EfficientBertForTokenClassification,
-        AutoModelForQuestionAnswering: EfficientBertForQuestionAnswering,
-    },
-)
+register_family(ModelFamily.collect(EfficientBertConfig, modeling_efficient_bert))
+register_family(ModelFamily.collect(EfficientRobertaConfig, modeling_efficient_roberta))
+register_family(ModelFamily.collect(EfficientXLMRobertaConfig, modeling_efficient_roberta))
+register_family(ModelFamily.collect(EfficientElectraConfig, modeling_efficient_electra))
+register_family(ModelFamily.collect(EfficientDistilBertConfig, modeling_efficient_distilbert))
 register_question_answering_pipeline()  # transformers 5 removed pipeline("question-answering")
 
-_register(
-    EfficientViTConfig,
-    {
-        AutoModel: EfficientViTModel,
-        AutoModelForImageClassification: EfficientViTForImageClassification,
-        AutoModelForPreTraining: EfficientViTMAEForPreTraining,
-        AutoModelForMaskedImageModeling: EfficientViTForMaskedImageModeling,
-    },
-)
-if is_vision_available():  # without Pillow ([vision] extra) there is no image processor to register
-    AutoImageProcessor.register(
-        EfficientViTConfig, image_processor_classes={"pil": EfficientViTImageProcessor}, exist_ok=True
-    )
+# without Pillow ([vision] extra) there is no image processor to register
+_processor = EfficientViTImageProcessor if is_vision_available() else None
+register_family(ModelFamily.collect(EfficientViTConfig, modeling_efficient_vit, _processor))
+register_family(ModelFamily.collect(EfficientGraphConfig, modeling_efficient_graph))
 
-# Graph classification is one label per input, as sequence classification; node classification one label per
-# element, as token classification: the graph models register under those Auto classes.
-_register(
-    EfficientGraphConfig,
-    {
-        AutoModel: EfficientGraphModel,
-        AutoModelForSequenceClassification: EfficientGraphForGraphClassification,
-        AutoModelForTokenClassification: EfficientGraphForNodeClassification,
-    },
-)
-
-register_with_peft(REGISTERED_CONFIGS)  # PEFT's default target modules for our model types, once PEFT loads
+# PEFT's default target modules for every family's model type, once PEFT is imported
+register_with_peft(lambda: [family.config_class for family in FAMILIES.values()])
 
 __all__ = [
+    "EfficientDistilBertConfig",
+    "EfficientDistilBertForMaskedLM",
+    "EfficientDistilBertForMultipleChoice",
+    "EfficientDistilBertForQuestionAnswering",
+    "EfficientDistilBertForSequenceClassification",
+    "EfficientDistilBertForTokenClassification",
+    "EfficientDistilBertModel",
+    "EfficientElectraConfig",
+    "EfficientElectraForCausalLM",
+    "EfficientElectraForMaskedLM",
+    "EfficientElectraForMultipleChoice",
+    "EfficientElectraForPreTraining",
+    "EfficientElectraForQuestionAnswering",
+    "EfficientElectraForSequenceClassification",
+    "EfficientElectraForTokenClassification",
+    "EfficientElectraModel",
     "EfficientBertConfig",
     "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",
@@ -125,4 +124,20 @@ __all__ = [
     "EfficientViTMAEForPreTraining",
     "EfficientViTModel",
     "GraphCollator",
+    "EfficientRobertaConfig",
+    "EfficientXLMRobertaConfig",
+    "EfficientRobertaForCausalLM",
+    "EfficientRobertaForMaskedLM",
+    "EfficientRobertaForMultipleChoice",
+    "EfficientRobertaForQuestionAnswering",
+    "EfficientRobertaForSequenceClassification",
+    "EfficientRobertaForTokenClassification",
+    "EfficientRobertaModel",
+    "EfficientXLMRobertaForCausalLM",
+    "EfficientXLMRobertaForMaskedLM",
+    "EfficientXLMRobertaForMultipleChoice",
+    "EfficientXLMRobertaForQuestionAnswering",
+    "EfficientXLMRobertaForSequenceClassification",
+    "EfficientXLMRobertaForTokenClassification",
+    "EfficientXLMRobertaModel",
 ]

@@ -21,8 +21,17 @@ from safetensors.torch import load_file, save_file
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
 from hf_efficient.attention.cache import EfficientCache
+from hf_efficient.attention.relative import RelativePositions
 
-from .helpers import adjacency_to_edges, make_core, make_qkv, padding_mask
+from .helpers import (
+    adjacency_to_edges,
+    make_core,
+    make_qkv,
+    padding_mask,
+    reference_attention,
+    relative_bias,
+    relative_table,
+)
 
 POISON = 1e9
 STRIDED_LENGTHS = (4, 37)  # 4: one block at the small configs' sizes
@@ -319,11 +328,12 @@ def decode_padding_mask() -> torch.Tensor:
     return mask
 
 
-def check_causal_decoding_matches_parallel(attention_type: str) -> None:
+def check_causal_decoding_matches_parallel(attention_type: str, relative: bool = False) -> None:
     """A causal type decodes from a cache exactly as its parallel causal form computes the whole sequence:
     prompt, single tokens and a chunk (DECODE_PIECES) against one pass, left and right padding, outputs at
     real positions equal to 1e-5 (float32), padded ones 0; the cache counts every token. Types without a
-    causal form refuse a cache with the list of those that have one."""
+    causal form refuse a cache with the list of those that have one. ``relative``: both with BERT's relative
+    position scores (``relative_key_query``; for types that declare them)."""
     core = (
         make_core(attention_type, causal=True)
         if get_attention_class(attention_type).capabilities.causal
@@ -338,7 +348,8 @@ def check_causal_decoding_matches_parallel(attention_type: str) -> None:
     if core.capabilities.shared_query_key:
         k = q
     mask = decode_padding_mask()
-    expected = core(q, k, v, attention_mask=mask, is_causal=True).output
+    extra = {"relative_positions": RelativePositions(relative_table(), keys_too=True)} if relative else {}
+    expected = core(q, k, v, attention_mask=mask, is_causal=True, **extra).output
     cache = EfficientCache.for_cores([core])
     pieces = []
     for start, stop in DECODE_PIECES:
@@ -350,6 +361,7 @@ def check_causal_decoding_matches_parallel(attention_type: str) -> None:
             attention_mask=mask[:, part],
             is_causal=True,
             cache=cache,
+            **extra,
         )
         pieces.append(out.output)
     decoded = torch.cat(pieces, dim=2)
@@ -357,6 +369,38 @@ def check_causal_decoding_matches_parallel(attention_type: str) -> None:
     torch.testing.assert_close(decoded[real], expected[real], atol=1e-5, rtol=1e-5)
     assert (decoded[~real] == 0).all()
     assert cache.get_seq_length() == DECODE_LENGTH
+
+
+def check_relative_positions(attention_type: str) -> None:
+    """A type declaring ``relative_positions`` adds BERT's relative position scores (``relative_key`` and
+    ``relative_key_query``) to its own: in its limiting case (the length it covers whole; any length for an
+    exact type) its outputs and the table's gradient equal exact attention with the scores written out as
+    transformers 4's BERT forms them (1e-5), on a padded batch; its causal form decodes with them from a
+    cache as in parallel. A type declaring none refuses them, naming why and the types that can."""
+    core = make_core(attention_type)
+    if not core.capabilities.relative_positions:
+        q, k, v = make_qkv(b=2, n=16)
+        relative = RelativePositions(relative_table())
+        pattern = f"{attention_type} cannot add relative position scores \\(relative_key\\): .+ can: .*full"
+        with pytest.raises(ValueError, match=pattern):
+            run(core, q, k, v, relative_positions=relative)
+        return
+    n = core.covered_length() or 29
+    for keys_too in (False, True):
+        table = relative_table()
+        q, k, v = make_qkv(b=2, n=n, requires_grad=True)
+        mask = padding_mask([n, n - 2], n)
+        out = run(core, q, k, v, mask, relative_positions=RelativePositions(table, keys_too)).output
+        expected = reference_attention(q, k, v, mask, bias=relative_bias(table, q, k, keys_too))
+        real = mask[:, None, :, None].expand_as(out)
+        torch.testing.assert_close(out[real], expected.float()[real], atol=1e-5, rtol=1e-5)
+        grad_out = torch.randn_like(out) * real
+        got = torch.autograd.grad((out * grad_out).sum(), [table, q, k])
+        want = torch.autograd.grad((expected.float() * grad_out).sum(), [table, q, k])
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-4)
+    if core.capabilities.causal:
+        check_causal_decoding_matches_parallel(attention_type, relative=True)
 
 
 def check_shared_query_key_enforced(attention_type: str) -> None:
@@ -411,6 +455,7 @@ def run_contract_matrix(attention_type: str, folder: Path | None = None) -> None
     check_save_load_identical_outputs(attention_type, folder)
     check_unsupported_inputs_raise(attention_type)
     check_causal_decoding_matches_parallel(attention_type)
+    check_relative_positions(attention_type)
     check_shared_query_key_enforced(attention_type)
     check_no_weight_decay_names_own_parameters(attention_type)
     check_traced_form_matches_eager(attention_type)

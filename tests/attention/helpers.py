@@ -37,6 +37,26 @@ def reference_attention(q, k, v, mask=None, bias=None, causal=False, allowed=Non
     return probs @ v
 
 
+def relative_table(max_positions: int = 64, head_dim: int = 8, seed: int = 1) -> torch.Tensor:
+    """A (2 max_positions - 1, head_dim) distance table (BERT's ``distance_embedding.weight``), with grad."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(2 * max_positions - 1, head_dim, generator=g).requires_grad_()
+
+
+def relative_bias(table, q, k, keys_too: bool, positions=None) -> torch.Tensor:
+    """BERT's relative position scores written out as transformers 4's eager BERT forms them, in float64:
+    (q_i . e_{i-j} [+ k_j . e_{i-j}]) / sqrt(d), (b, h, n, n), e_r = table[r + L - 1]; query and key i at
+    ``positions[i]`` (default 0..n-1)."""
+    n, d = q.shape[-2], q.shape[-1]
+    positions = torch.arange(n) if positions is None else positions
+    distance = positions[:, None] - positions[None, :]  # (n, n)
+    embedded = table.double()[distance + (table.shape[0] - 1) // 2]  # (n, n, d)
+    bias = torch.einsum("bhld,lrd->bhlr", q.double(), embedded)
+    if keys_too:
+        bias = bias + torch.einsum("bhrd,lrd->bhlr", k.double(), embedded)
+    return bias / d**0.5
+
+
 def kernel_quadratic_form(phi_q, phi_k, v, mask=None, causal=False, eps=0.0):
     """phi(Q) phi(K)^T V / (phi(Q) phi(K)^T 1 + eps) in float64, with an explicit (n x n) kernel matrix: the
     O(n^2) form every kernelized (linear-time) attention must equal.

@@ -75,6 +75,11 @@ def test_causal_decoding_matches_parallel(attention_type):
 
 
 @pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_relative_positions_exact_in_the_limit_or_refused(attention_type):
+    contract.check_relative_positions(attention_type)
+
+
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
 def test_unknown_config_key_lists_valid_keys(attention_type):
     contract.check_unknown_config_key_lists_valid_keys(attention_type)
 

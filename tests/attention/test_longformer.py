@@ -8,8 +8,16 @@ import torch
 import hf_efficient.attention.kernels.longformer as longformer_kernels
 from hf_efficient.attention import AttentionSpec, build_attention
 from hf_efficient.attention.cache import EfficientCache
+from hf_efficient.attention.relative import RelativePositions
 
-from .helpers import assert_dropout_only_in_training, make_core, make_qkv, reference_attention
+from .helpers import (
+    assert_dropout_only_in_training,
+    make_core,
+    make_qkv,
+    reference_attention,
+    relative_bias,
+    relative_table,
+)
 
 
 def longformer_pattern(n: int, window: int, dilation: int, is_global: torch.Tensor) -> torch.Tensor:
@@ -297,3 +305,34 @@ def test_auto_takes_the_native_kernel_on_cpu_and_the_reference_while_tracing(mon
     assert core.kernel_for(q, None) is None
     with pytest.raises(ValueError, match="cannot compute this call"):
         make_core("longformer", implementation="native").kernel_for(q, None)
+
+
+@pytest.mark.parametrize("keys_too", [False, True])
+@pytest.mark.parametrize(("n", "window", "dilation"), [(23, 4, 1), (50, 4, 2), (23, 6, 3)])
+def test_relative_positions_over_the_band_and_the_global_tokens(n, window, dilation, keys_too):
+    """BERT's relative position scores on every pair the pattern forms: window (dilated), global columns and
+    rows, past the covered length: outputs and gradients equal the dense oracle with those scores; the
+    kernels pass such calls to the reference, and a forced kernel says why it cannot take them."""
+    core = make_core(
+        "longformer", attention_window=window, attention_dilation=dilation, global_token_indices=[]
+    )
+    q, k, v, mask = padded_batch(n)
+    global_mask = torch.zeros(2, n, dtype=torch.bool)
+    global_mask[0, [0, n - 2]] = True
+    global_mask[1, 5] = True
+    table = relative_table()
+    relative = RelativePositions(table, keys_too)
+    out = core(q, k, v, attention_mask=mask, global_attention_mask=global_mask, relative_positions=relative)
+    allowed = longformer_pattern(n, window, dilation, global_mask & mask)
+    bias = relative_bias(table, q, k, keys_too)
+    expected = reference_attention(q, k, v, mask, bias=bias, allowed=allowed)
+    expected = expected.masked_fill(~mask[:, None, :, None], 0.0)
+    torch.testing.assert_close(out.output.double(), expected, atol=1e-5, rtol=1e-5)
+    weights = torch.randn_like(out.output)
+    grads = torch.autograd.grad((out.output * weights).sum(), (q, k, v, table))
+    expected_grads = torch.autograd.grad((expected * weights.double()).sum(), (q, k, v, table))
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad.double(), expected_grad.double(), atol=1e-5, rtol=1e-5)
+    forced = make_core("longformer", attention_window=window, implementation="native")
+    with pytest.raises(ValueError, match="'native' cannot compute this call: it adds no relative"):
+        forced(q, k, v, relative_positions=relative)

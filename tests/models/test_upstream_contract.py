@@ -113,8 +113,8 @@ def test_sizes_are_checked_when_the_model_is_built(build, fields):
     [
         (
             "position_embedding_type",
-            "relative_key",
-            "position_embedding_type='relative_key' is not supported",
+            "rotary",
+            "position_embedding_type='rotary' is not one of BERT's",
         ),
         ("add_cross_attention", True, "add_cross_attention=True needs is_decoder=True"),
     ],

@@ -9,7 +9,7 @@ from . import sdist
 
 
 def test_load_without_the_sdist_is_none(monkeypatch, tmp_path):
-    """No sdist: load() returns None (test_transformers_common.py then skips naming the make target), and
+    """No sdist: load() returns None (tests/upstream/common.py then skips naming the make target), and
     nothing is downloaded."""
     monkeypatch.setattr(sdist, "TESTS_DIR", tmp_path / "transformers-0.0.0" / "tests")
     assert sdist.load() is None

@@ -353,10 +353,21 @@ def flex_mask(config, n, real, is_global, device, causal: bool = False) -> Block
     return flex_block_mask(partial, mask_mod, n, full=full & partial)
 
 
+def native_unsupported(core, query, inputs) -> str | None:
+    """Relative position scores are added by the reference only (no kernel forms them)."""
+    if inputs is not None and inputs.relative_positions is not None:
+        return "it adds no relative position scores (the reference does)"
+    return None
+
+
+def flex_window_unsupported(core, query, inputs) -> str | None:
+    return native_unsupported(core, query, inputs) or flex_unsupported(core, query, inputs)
+
+
 # In the order "auto" tries them: FlexAttention on CUDA (FLEX_DEVICES), else the chunked window
 # (not while tracing: there the reference runs, as one graph without a loop over chunk groups).
-FLEX = Kernel("flex", flex_attend_window, flex_unsupported, traces=True, devices=FLEX_DEVICES)
-NATIVE = Kernel("native", native_attend)
+FLEX = Kernel("flex", flex_attend_window, flex_window_unsupported, traces=True, devices=FLEX_DEVICES)
+NATIVE = Kernel("native", native_attend, native_unsupported)
 LONGFORMER_KERNELS = (FLEX, NATIVE)
 
 __all__ = [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
@@ -224,6 +225,8 @@ def _with_virtual_token(edges: GraphEdges, node_mask: torch.Tensor) -> GraphEdge
 class EfficientGraphModel(EfficientGraphPreTrainedModel):
     """The bare encoder: node states (b, n, D) and a graph embedding (b, D) (mean or virtual token)."""
 
+    auto_class = AutoModel
+
     def __init__(self, config: EfficientGraphConfig):
         super().__init__(config)
         self.embeddings = EfficientGraphEmbeddings(config)
@@ -419,6 +422,9 @@ class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
     multi-label as transformers' sequence classification (``problem_type``), except that NaN regression /
     multi-label targets count as missing (OGB multi-task sets): the loss averages over the others."""
 
+    # One label per input, as sequence classification.
+    auto_class = AutoModelForSequenceClassification
+
     def __init__(self, config: EfficientGraphConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -462,6 +468,9 @@ class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
 
 class EfficientGraphForNodeClassification(EfficientGraphPreTrainedModel):
     """Node states -> dropout -> linear, one prediction per node; the loss covers real nodes only."""
+
+    # One label per element, as token classification.
+    auto_class = AutoModelForTokenClassification
 
     def __init__(self, config: EfficientGraphConfig):
         super().__init__(config)

@@ -1,6 +1,10 @@
-"""EfficientBert: the text encoder."""
+"""The text families: BERT, RoBERTa, XLM-RoBERTa, ELECTRA, DistilBERT, over one shared encoder and one set of
+tasks."""
 
 from .configuration_efficient_bert import EfficientBertConfig
+from .configuration_efficient_distilbert import EfficientDistilBertConfig
+from .configuration_efficient_electra import EfficientElectraConfig
+from .configuration_efficient_roberta import EfficientRobertaConfig, EfficientXLMRobertaConfig
 from .modeling_efficient_bert import (
     EfficientBertForCausalLM,
     EfficientBertForMaskedLM,
@@ -13,8 +17,63 @@ from .modeling_efficient_bert import (
     EfficientBertModel,
     EfficientBertPreTrainedModel,
 )
+from .modeling_efficient_distilbert import (
+    EfficientDistilBertForMaskedLM,
+    EfficientDistilBertForMultipleChoice,
+    EfficientDistilBertForQuestionAnswering,
+    EfficientDistilBertForSequenceClassification,
+    EfficientDistilBertForTokenClassification,
+    EfficientDistilBertModel,
+    EfficientDistilBertPreTrainedModel,
+)
+from .modeling_efficient_electra import (
+    EfficientElectraForCausalLM,
+    EfficientElectraForMaskedLM,
+    EfficientElectraForMultipleChoice,
+    EfficientElectraForPreTraining,
+    EfficientElectraForQuestionAnswering,
+    EfficientElectraForSequenceClassification,
+    EfficientElectraForTokenClassification,
+    EfficientElectraModel,
+    EfficientElectraPreTrainedModel,
+)
+from .modeling_efficient_roberta import (
+    EfficientRobertaForCausalLM,
+    EfficientRobertaForMaskedLM,
+    EfficientRobertaForMultipleChoice,
+    EfficientRobertaForQuestionAnswering,
+    EfficientRobertaForSequenceClassification,
+    EfficientRobertaForTokenClassification,
+    EfficientRobertaModel,
+    EfficientRobertaPreTrainedModel,
+    EfficientXLMRobertaForCausalLM,
+    EfficientXLMRobertaForMaskedLM,
+    EfficientXLMRobertaForMultipleChoice,
+    EfficientXLMRobertaForQuestionAnswering,
+    EfficientXLMRobertaForSequenceClassification,
+    EfficientXLMRobertaForTokenClassification,
+    EfficientXLMRobertaModel,
+)
 
 __all__ = [
+    "EfficientDistilBertConfig",
+    "EfficientDistilBertForMaskedLM",
+    "EfficientDistilBertForMultipleChoice",
+    "EfficientDistilBertForQuestionAnswering",
+    "EfficientDistilBertForSequenceClassification",
+    "EfficientDistilBertForTokenClassification",
+    "EfficientDistilBertModel",
+    "EfficientDistilBertPreTrainedModel",
+    "EfficientElectraConfig",
+    "EfficientElectraForCausalLM",
+    "EfficientElectraForMaskedLM",
+    "EfficientElectraForMultipleChoice",
+    "EfficientElectraForPreTraining",
+    "EfficientElectraForQuestionAnswering",
+    "EfficientElectraForSequenceClassification",
+    "EfficientElectraForTokenClassification",
+    "EfficientElectraModel",
+    "EfficientElectraPreTrainedModel",
     "EfficientBertConfig",
     "EfficientBertForCausalLM",
     "EfficientBertForMaskedLM",
@@ -26,4 +85,21 @@ __all__ = [
     "EfficientBertForTokenClassification",
     "EfficientBertModel",
     "EfficientBertPreTrainedModel",
+    "EfficientRobertaConfig",
+    "EfficientRobertaForCausalLM",
+    "EfficientRobertaForMaskedLM",
+    "EfficientRobertaForMultipleChoice",
+    "EfficientRobertaForQuestionAnswering",
+    "EfficientRobertaForSequenceClassification",
+    "EfficientRobertaForTokenClassification",
+    "EfficientRobertaModel",
+    "EfficientRobertaPreTrainedModel",
+    "EfficientXLMRobertaConfig",
+    "EfficientXLMRobertaForCausalLM",
+    "EfficientXLMRobertaForMaskedLM",
+    "EfficientXLMRobertaForMultipleChoice",
+    "EfficientXLMRobertaForQuestionAnswering",
+    "EfficientXLMRobertaForSequenceClassification",
+    "EfficientXLMRobertaForTokenClassification",
+    "EfficientXLMRobertaModel",
 ]

@@ -5,8 +5,10 @@ from huggingface_hub.dataclasses import strict
 from ...attention.registry import (
     causal_attention_types,
     check_cross_attention_type,
+    check_relative_positions_type,
     validate_attention_config,
 )
+from ...attention.relative import RELATIVE_POSITION_TYPES
 from ...errors import InputError
 from ...modeling.config import EfficientEncoderConfig
 
@@ -53,6 +55,12 @@ class EfficientBertConfig(EfficientEncoderConfig):
     eos_token_id: int | list[int] | None = None
     classifier_dropout: float | int | None = None
     tie_word_embeddings: bool = True
+    # BERT's positions: "absolute" (a learned table added to the embeddings), or learned relative position
+    # scores added to every query-key score (Shaw et al. 2018 "relative_key", Huang et al. 2020
+    # "relative_key_query": each layer's attention.self.distance_embedding, 2 * max_position_embeddings - 1
+    # rows), as transformers 4's BERT builds them; those need an attention type that forms the scores of the
+    # pairs it attends to (hf_efficient.relative_position_types(): full, longformer).
+    position_embedding_type: str = "absolute"
     # A causal model (EfficientBertForCausalLM, BERT's is_decoder): every token attends to itself and earlier
     # tokens only, and generation decodes from a cache (use_cache). Needs an attention type with a causal
     # form (hf_efficient.causal_attention_types()).
@@ -76,12 +84,18 @@ class EfficientBertConfig(EfficientEncoderConfig):
         splits into num_attention_heads is checked when a model is built, as BertConfig accepts any sizes.)
         Models run these validators again when built (``EfficientPreTrainedModel.__init__``), so an option
         set on the config after construction is refused there too."""
-        position_type = getattr(self, "position_embedding_type", "absolute")
+        position_type = self.position_embedding_type
         if position_type != "absolute":
-            raise InputError(
-                f"position_embedding_type={position_type!r} is not supported: EfficientBert uses BERT's "
-                "absolute position embeddings. Convert a checkpoint with absolute positions."
-            )
+            if position_type not in RELATIVE_POSITION_TYPES:
+                raise InputError(
+                    f"position_embedding_type={position_type!r} is not one of BERT's: 'absolute', "
+                    f"{', '.join(map(repr, RELATIVE_POSITION_TYPES))}."
+                )
+            for layer_type in dict.fromkeys(self.layer_attention_types or [self.attention_type]):
+                try:
+                    check_relative_positions_type(layer_type, self.modality)
+                except ValueError as error:
+                    raise InputError(f"position_embedding_type={position_type!r}: {error}") from None
         if self.add_cross_attention:
             if not self.is_decoder:
                 raise InputError(

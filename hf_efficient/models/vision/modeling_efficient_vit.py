@@ -17,6 +17,12 @@ import copy
 
 import torch
 from torch import nn
+from transformers import (
+    AutoModel,
+    AutoModelForImageClassification,
+    AutoModelForMaskedImageModeling,
+    AutoModelForPreTraining,
+)
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
@@ -210,6 +216,8 @@ class EfficientViTPreTrainedModel(EfficientPreTrainedModel):
 class EfficientViTModel(EfficientViTPreTrainedModel):
     """The bare encoder: final-LayerNorm hidden states (b, 1 + N, D) and, optionally, ViT's pooled [CLS]."""
 
+    auto_class = AutoModel
+
     def __init__(
         self,
         config: EfficientViTConfig,
@@ -290,6 +298,8 @@ class EfficientViTModel(EfficientViTPreTrainedModel):
 class EfficientViTForImageClassification(EfficientViTPreTrainedModel):
     """Final-LayerNorm [CLS] -> linear (ViT's head); single-label, multi-label or regression."""
 
+    auto_class = AutoModelForImageClassification
+
     def __init__(self, config: EfficientViTConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -338,6 +348,8 @@ class EfficientViTForMaskedImageModeling(EfficientViTPreTrainedModel):
     Unlike MAE the encoder sees every patch on the full grid, so every vision attention type serves it
     (``swin_window`` included).
     """
+
+    auto_class = AutoModelForMaskedImageModeling
 
     def __init__(self, config: EfficientViTConfig):
         super().__init__(config)
@@ -458,6 +470,8 @@ class EfficientViTMAEForPreTraining(EfficientViTPreTrainedModel):
     that attend by 2-D position (``swin_window``) raise there; they can still serve the decoder
     (``attention_type``) with other types in the encoder (``layer_attention_types``).
     """
+
+    auto_class = AutoModelForPreTraining
 
     # transformers 5 saves ViTMAEForPreTraining's decoder layers under this name (see the module docstring).
     _decoder_key_mapping = {r"^decoder\.decoder_encoder\.layer\.": "decoder.decoder_layers."}

@@ -18,8 +18,9 @@ import hf_efficient
 from hf_efficient import EfficientBertConfig, EfficientBertForCausalLM, EfficientBertModel, EfficientCache
 from hf_efficient.errors import InputError
 
+from ...attention.helpers import small_config
 from ..helpers import CONFIG_ERRORS, assert_same_gradients
-from .helpers import TINY_BERT, VOCAB, assert_close_real, tiny_causal_config, tiny_config
+from .helpers import TINY_BERT, VOCAB, assert_close_real, left_padded_batch, tiny_causal_config, tiny_config
 
 # transformers' EncoderDecoderModel warns on every call with labels (a note about its v4.12 loss change); ours
 # to hide in the suite's output, not to fix
@@ -77,6 +78,43 @@ def test_decoder_with_cross_attention_equals_bert_lm_head_model(tmp_path, attn_i
         without_padding = ours(ids, attention_mask=mask, encoder_hidden_states=states, use_cache=False).logits
     assert_close_real(got, expected, mask, atol=1e-5, rtol=1e-5)
     assert (got[1] - without_padding[1]).abs().max() > 1e-3  # the encoder padding was honoured
+
+
+@pytest.mark.parametrize("attention_type", ["full", "linear"])
+def test_a_decoder_with_cross_attention_runs_as_a_plain_decoder_without_encoder_states(
+    attention_type, tmp_path
+):
+    """Called without encoder_hidden_states, a decoder built with add_cross_attention skips its cross-attn
+    as transformers' BertLMHeadModel does: its logits are upstream's (full) and those of the same weights
+    without cross-attention; it makes an EfficientCache (no encoder keys to keep) and generates with and
+    without it alike (and as upstream, for full)."""
+    torch.manual_seed(0)
+    upstream = BertLMHeadModel(upstream_decoder_config()).eval()
+    upstream.save_pretrained(tmp_path)
+    config = small_config(attention_type, causal=True)
+    ours = EfficientBertForCausalLM.from_pretrained(
+        tmp_path, attention_type=attention_type, attention_config=config
+    )
+    positions = TINY_BERT["max_position_embeddings"]
+    plain = EfficientBertForCausalLM(
+        tiny_causal_config(attention_type, **NO_DROPOUT, max_position_embeddings=positions)
+    )
+    plain.load_state_dict(ours.state_dict(), strict=False)  # every weight but the cross-attention's
+    ids, mask = left_padded_batch()
+    with torch.no_grad():
+        got = ours.eval()(ids, attention_mask=mask, use_cache=True)
+        assert_close_real(
+            got.logits, plain.eval()(ids, attention_mask=mask).logits, mask, atol=1e-5, rtol=1e-5
+        )
+        if attention_type == "full":
+            expected = upstream(ids, attention_mask=mask).logits
+            assert_close_real(got.logits, expected, mask, atol=1e-5, rtol=1e-5)
+    assert type(got.cache) is EfficientCache and got.cache.get_seq_length() == ids.shape[1]
+    options = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=PAD)
+    cached = ours.generate(ids, **options)
+    assert torch.equal(cached, ours.generate(ids, use_cache=False, **options))
+    if attention_type == "full":
+        assert torch.equal(cached, upstream.generate(ids, **options))
 
 
 def test_bert2bert_checkpoint_loads_into_ours_with_the_same_logits():
@@ -232,8 +270,8 @@ def test_encoder_states_are_checked():
     decoder = EfficientBertForCausalLM(tiny_causal_config(add_cross_attention=True)).eval()
     plain = EfficientBertForCausalLM(tiny_causal_config()).eval()
     ids, states, mask = torch.randint(5, VOCAB, (2, 4)), torch.randn(2, 9, 32), encoder_batch()[1]
-    with pytest.raises(InputError, match="needs encoder_hidden_states"):
-        decoder(ids)
+    with pytest.raises(InputError, match="encoder_attention_mask was given without encoder_hidden_states"):
+        decoder(ids, encoder_attention_mask=mask)
     with pytest.raises(InputError, match="has no cross-attention"):
         plain(ids, encoder_hidden_states=states)
     with pytest.raises(InputError, match=r"encoder_hidden_states must have shape .* got \(2, 9, 16\)"):

@@ -404,7 +404,7 @@ def test_attention_checkpointing_same_gradients_fewer_saved(attention_type):
 
     plain, plain_saved = parameter_gradients(model, loss), saved_elements()
     model.attention_checkpointing_enable()
-    assert all(attention.checkpoint_core for attention in model.bert.encoder.self_attentions())
+    assert all(attention.checkpoint_core for attention in model.bert.encoder.layer.self_attentions())
     assert_same_gradients(parameter_gradients(model, loss), plain)
     assert saved_elements() < plain_saved
     model.attention_checkpointing_disable()
@@ -713,15 +713,16 @@ def test_attention_overrides_in_from_pretrained_are_validated(tmp_path):
 
 
 def test_unsupported_bert_options_raise(tmp_path):
-    with pytest.raises(CONFIG_ERRORS, match="position_embedding_type='relative_key'"):
-        tiny_config(position_embedding_type="relative_key")
+    # relative positions need a type that forms the scores (tests/models/text/test_relative_positions.py)
+    with pytest.raises(CONFIG_ERRORS, match="position_embedding_type='relative_key': .*'linear' cannot add"):
+        tiny_config("linear", position_embedding_type="relative_key")
     BertModel(BertConfig(**TINY_BERT)).save_pretrained(tmp_path)
     config_file = tmp_path / "config.json"
     config_file.write_text(
         config_file.read_text().replace("{", '{"position_embedding_type": "relative_key",', 1)
     )
-    with pytest.raises(CONFIG_ERRORS, match="relative_key"):
-        EfficientBertModel.from_pretrained(tmp_path)
+    with pytest.raises(CONFIG_ERRORS, match="relative_key.*'performer' cannot add relative position scores"):
+        EfficientBertModel.from_pretrained(tmp_path, attention_type="performer")
     with pytest.raises(CONFIG_ERRORS, match="add_cross_attention=True needs is_decoder=True"):
         tiny_config(add_cross_attention=True)
     # a decoder needs a causal form in every layer; the error lists the types that have one
