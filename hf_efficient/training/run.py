@@ -210,10 +210,11 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
             "--max_train_samples."
         )
     resume = resolve_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
-    if resume is not None:
-        check_resumes_same_attention(trainer.model.config, resume)
+    config = getattr(trainer.model, "config", None)  # a model of ours, or any module Trainer trains
+    if resume is not None and config is not None:
+        check_resumes_same_attention(config, resume)
     longest = longest_input(trainer.train_dataset)
-    if longest is not None:
+    if longest is not None and hasattr(trainer.model, "attention_cores"):
         note_exact_attention(trainer.model, longest)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
