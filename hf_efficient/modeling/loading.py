@@ -100,10 +100,13 @@ def name_unsaved_attention(model: nn.Module, source, overrides: dict) -> None:
     name says why and what to do. A model saved with ``save_pretrained`` and loaded from that folder is named
     by the folder again.
     """
-    if not (set(ATTENTION_FIELDS) & set(overrides) or "config" in overrides):
-        return
+    if source is None or not (set(ATTENTION_FIELDS) & set(overrides) or "config" in overrides):
+        return  # None: weights given as a state_dict, no folder to rebuild from
     hub = {key: overrides[key] for key in ("subfolder", "revision", "cache_dir", "token") if key in overrides}
-    saved = type(model.config).from_pretrained(source, **hub)
+    try:
+        saved = type(model.config).from_pretrained(source, **hub)
+    except OSError:  # weights without a config.json (config= given): nothing says what the folder rebuilds
+        return
     if all(
         json.dumps(getattr(saved, name, None), sort_keys=True)
         == json.dumps(getattr(model.config, name, None), sort_keys=True)
