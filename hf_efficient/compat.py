@@ -353,3 +353,19 @@ def register_pipeline_task(task: str, pipeline_class: type, auto_model_class: ty
         pipelines.PIPELINE_REGISTRY.register_pipeline(
             task, pipeline_class=pipeline_class, pt_model=auto_model_class, type="text"
         )
+
+
+def without_registered_pipelines(custom_pipelines: dict | None) -> dict:
+    """A ``config.json``'s ``custom_pipelines`` without the tasks this process has registered a pipeline of
+    the same class for (``import hf_efficient`` registers ``question-answering``): pipeline() builds a task
+    named there from the model's remote code only, asking for ``trust_remote_code=True``, even where the
+    installed package serves it. Where the package is absent, nothing is registered and every entry stays."""
+    from transformers import pipelines
+
+    kept = {}
+    for task, info in (custom_pipelines or {}).items():
+        registered = pipelines.PIPELINE_REGISTRY.supported_tasks.get(task, {}).get("impl")
+        named = str(info.get("impl", "")).rpartition(".")[2] if isinstance(info, dict) else None
+        if not (isinstance(registered, type) and registered.__name__ == named):
+            kept[task] = info
+    return kept

@@ -21,6 +21,7 @@ import re
 import sys
 from pathlib import Path
 
+from .clients import fits_sentence_transformers, write_sentence_transformers_files
 from .compat import (
     auto_class_hidden,
     auto_class_of,
@@ -156,17 +157,39 @@ def _image_processor_class(config_class: type) -> type | None:
     return next(iter(registered.values())) if isinstance(registered, dict) else registered
 
 
+def _our_pipelines(classes: dict[str, type]) -> dict[str, tuple[type, dict]]:
+    """The pipelines of this package (registered with transformers' ``PIPELINE_REGISTRY``: the
+    ``question-answering`` one transformers 5 removed) that load one of the Auto ``classes`` of the model:
+    ``{task: (pipeline class, its custom_pipelines entry)}``. transformers builds a pipeline named in a
+    model's ``config.json`` ``custom_pipelines`` from the model's remote code (where hf_efficient is
+    absent)."""
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    found = {}
+    for task, info in PIPELINE_REGISTRY.supported_tasks.items():
+        impl, autos = info.get("impl"), [getattr(auto, "__name__", auto) for auto in info.get("pt", ())]
+        ours = isinstance(impl, type) and impl.__module__.startswith(f"{_ROOT}.")  # built-ins: "module.Class"
+        if ours and set(autos) & set(classes):
+            entry = {"impl": f"{flat_module_name(impl.__module__)}.{impl.__qualname__}", "pt": autos}
+            found[task] = (impl, {**entry, "tf": [], "type": info.get("type", "text")})
+    return found
+
+
 def export_remote_code(model, save_directory: str | os.PathLike) -> list[str]:
     """Write the flat remote-code files of ``model`` into ``save_directory`` and its ``config.json`` with
-    an ``auto_map``; weights are ``save_pretrained``'s job. Returns the python file names written.
+    an ``auto_map`` (and, for a model our pipelines serve, ``custom_pipelines``: ``pipeline(
+    "question-answering", model=folder, trust_remote_code=True)`` builds ours from the folder); weights are
+    ``save_pretrained``'s job. Returns the python file names written.
 
     A model loaded with ``trust_remote_code=True`` (already flat) re-exports the flat files it came from.
     """
     classes = _auto_classes(model)
     auto_map = {name: f"{flat_module_name(c.__module__)}.{c.__qualname__}" for name, c in classes.items()}
+    pipelines = _our_pipelines(classes)
     module = type(model).__module__
     if module.startswith(f"{_ROOT}."):
-        sources = _flat_sources({cls.__module__ for cls in classes.values()})
+        shipped = {cls.__module__ for cls in classes.values()} | {p.__module__ for p, _ in pipelines.values()}
+        sources = _flat_sources(shipped)
     elif module.startswith(_DYNAMIC_MODULES):  # loaded from flat files by transformers: ship those unchanged
         folder = Path(sys.modules[module].__file__).parent
         sources = {path.name: path.read_text(encoding="utf-8") for path in folder.glob(f"{_PREFIX}*.py")}
@@ -178,15 +201,21 @@ def export_remote_code(model, save_directory: str | os.PathLike) -> list[str]:
         (save_directory / file_name).write_text(text, encoding="utf-8")
 
     config = model.config
-    previous = getattr(config, "auto_map", None)
-    config.auto_map = {**(previous or {}), **auto_map}
-    try:  # auto_map is written to disk only: a later plain save must not point at files it does not write
+    written = {
+        "auto_map": auto_map,
+        "custom_pipelines": {task: entry for task, (_, entry) in pipelines.items()},
+    }
+    previous = {name: getattr(config, name, None) for name in written}
+    for name, values in written.items():
+        setattr(config, name, {**(previous[name] or {}), **values})
+    try:  # written to disk only: a later plain save must not point at files it does not write
         with auto_class_hidden(model, config):
             config.save_pretrained(save_directory)
     finally:
-        config.auto_map = previous
-        if previous is None:
-            del config.auto_map
+        for name, value in previous.items():
+            setattr(config, name, value)
+            if value is None:
+                delattr(config, name)
     if "AutoImageProcessor" in auto_map:
         add_image_processor_auto_map(save_directory, auto_map["AutoImageProcessor"])
     return sorted(sources)
@@ -226,10 +255,13 @@ def save_pretrained_with_remote_code(
 ):
     """``save`` (transformers' ``save_pretrained``), with our flat folder in place of transformers' copy when
     the model or its config is registered for an Auto class, or its config's ``auto_map`` already names the
-    flat files (:func:`names_remote_code`: a model fine-tuned from a checkpoint that ships them); uploads
-    afterwards, as transformers does."""
+    flat files (:func:`names_remote_code`: a model fine-tuned from a checkpoint that ships them), and, for a
+    text encoder, the files sentence-transformers embeds with
+    (:func:`~hf_efficient.clients.write_sentence_transformers_files`); uploads afterwards, as transformers
+    does."""
     registered = auto_class_of(type(model)) or auto_class_of(type(model.config))
-    if not (registered or names_remote_code(model.config)):
+    remote, embedder = bool(registered or names_remote_code(model.config)), fits_sentence_transformers(model)
+    if not (remote or embedder):
         return save(save_directory, is_main_process, state_dict, push_to_hub=push_to_hub, **kwargs)
     hub_keys = ("repo_id", "commit_message", "create_pr", "private", "token")
     hub_kwargs = {key: kwargs.pop(key) for key in hub_keys if key in kwargs}
@@ -239,7 +271,10 @@ def save_pretrained_with_remote_code(
         save(save_directory, is_main_process, state_dict, push_to_hub=False, **kwargs)
     if not model.should_save_on_this_rank(is_main_process):
         return None
-    export_remote_code(model, save_directory)
+    if remote:
+        export_remote_code(model, save_directory)
+    if embedder:
+        write_sentence_transformers_files(model, save_directory)
     if push_to_hub:
         from huggingface_hub import create_repo
 

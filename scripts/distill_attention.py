@@ -29,6 +29,7 @@ from transformers import HfArgumentParser, default_data_collator
 from hf_efficient import EfficientBertConfig, EfficientBertModel
 from hf_efficient.cli import run_script
 from hf_efficient.data import load_corpus_from_args
+from hf_efficient.data.inputs import check_tokenizer, first_texts
 from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
     AttentionDistillationTrainer,
@@ -87,6 +88,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
 
     corpus = load_corpus_from_args(data_args)
     tokenizer = load_tokenizer(teacher_path)
+    texts = first_texts(corpus, data_args.text_column)
+    where = f"--model_name_or_path {teacher_path}'s tokenizer"
+    check_tokenizer(tokenizer, student.config, where, texts, data_args.source_flag)
     blocks, eval_blocks = language_model_blocks(corpus, tokenizer, data_args, student, training_args)
     # Full blocks, no padding: input_ids only, stacked by default_data_collator.
     blocks = blocks.remove_columns("special_tokens_mask")

@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from hf_efficient.cli import run_script
+from hf_efficient.data.inputs import check_saved_tokenizer
 from hf_efficient.export import ExportReport, export_folder
 from hf_efficient.modeling.checkpoint_files import check_pretrained_path
 
@@ -33,9 +34,11 @@ def main(args: list[str] | None = None) -> ExportReport:
         "--no_optimize", action="store_true", help="skip the ONNX graph optimisation (faster export)"
     )
     parsed = parser.parse_args(args)
-    check_pretrained_path(
+    local = check_pretrained_path(
         parsed.model_name_or_path, "--model_name_or_path", holds="config.json"
     )  # before the progress lines
+    if local is not None:  # the tokenizer the serving folder will carry, if the model has one
+        check_saved_tokenizer(parsed.model_name_or_path, "--model_name_or_path")
     report = export_folder(
         parsed.model_name_or_path,
         parsed.output_dir,

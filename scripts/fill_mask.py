@@ -15,8 +15,9 @@ from transformers import pipeline
 
 import hf_efficient  # noqa: F401  (registers the efficient_bert Auto classes)
 from hf_efficient.cli import run_script
+from hf_efficient.data.inputs import check_saved_tokenizer
 from hf_efficient.errors import InputError
-from hf_efficient.modeling.checkpoint_files import check_pretrained_path, load_tokenizer
+from hf_efficient.modeling.checkpoint_files import check_pretrained_path
 
 
 def fill_mask(model: str, texts: list[str], top_k: int = 5) -> list[list[dict]]:
@@ -26,7 +27,12 @@ def fill_mask(model: str, texts: list[str], top_k: int = 5) -> list[list[dict]]:
     )  # a missing folder, said as such (not as a hub lookup error)
     if top_k < 1:
         raise InputError(f"--top_k must be >= 1 (the number of predictions per mask), got {top_k}.")
-    tokenizer = load_tokenizer(model)
+    tokenizer = check_saved_tokenizer(model, "--model", texts, needs=("mask_token",))
+    if tokenizer is None:
+        raise InputError(
+            f"--model {model} holds no tokenizer (tokenizer.json, or vocab.txt with tokenizer_config.json): "
+            "save the model's tokenizer beside it (tokenizer.save_pretrained)."
+        )
     for text in texts:
         if tokenizer.mask_token not in text:
             raise InputError(

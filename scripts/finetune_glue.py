@@ -36,6 +36,7 @@ from hf_efficient.data import (
     preprocess_task,
     write_predictions,
 )
+from hf_efficient.data.inputs import check_tokenizer, first_texts
 from hf_efficient.errors import InputError
 from hf_efficient.modeling.checkpoint_files import load_tokenizer
 from hf_efficient.training import (
@@ -50,7 +51,6 @@ from hf_efficient.training import (
     evaluate_and_save,
     finish_run,
     first_examples,
-    note_exact_attention,
     predictions_from_logits,
     random_state_callbacks,
     releases_output_dirs,
@@ -180,6 +180,13 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.bert.resize_position_embeddings(max_length)
     check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
+    first = task.train_split or next(iter(task.eval_splits), None) or next(iter(raw))
+    file = {"train": task_args.train_file, "validation": task_args.validation_file}.get(first)
+    texts = first_texts(raw[first], *task.sentence_keys)
+    saved = model_args.saved_tokenizer()
+    check_tokenizer(
+        tokenizer, model.config, model_args.tokenizer_flag, texts, file or task.source, saved=saved
+    )
     match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(
@@ -215,10 +222,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     logger.info("task %s, %d training rows, %s attention", task.name, len(train or []), attention)
     efficiency = None
     if train is not None:
-        lengths = [len(ids) for ids in train["input_ids"]]
-        if lengths:  # none: train_and_save refuses the empty training set
-            note_exact_attention(model, max(lengths))
         train_result = train_and_save(trainer)
+        lengths = [len(ids) for ids in train["input_ids"]]
         efficiency = efficiency_metrics(train_result.metrics, float(np.mean(lengths)))
     eval_metrics: dict[str, float] = {}
     for split, dataset in evals.items():

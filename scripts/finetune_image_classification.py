@@ -26,12 +26,8 @@ from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientViTConfig, EfficientViTForImageClassification
 from hf_efficient.cli import run_script
-from hf_efficient.data import (
-    ImageDataArguments,
-    describe_images,
-    load_image_splits,
-    with_image_transform,
-)
+from hf_efficient.data import ImageDataArguments, describe_images, load_image_splits
+from hf_efficient.data.images import transformed_splits
 from hf_efficient.errors import InputError
 from hf_efficient.training import (
     ConfigArguments,
@@ -107,8 +103,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     model = model_args.load_model(EfficientViTForImageClassification, {**model_kwargs, **labels})
     processor = model_args.image_processor(model.config)
     columns = (data_args.image_column_name, data_args.label_column_name)
-    train = with_image_transform(splits.train, processor, *columns, augment=data_args.augment)
-    evaluation = with_image_transform(splits.eval, processor, *columns)
+    train, evaluation = transformed_splits(splits, processor, *columns, augment=data_args.augment)
 
     trainer = EfficientTrainer(
         model=model,

@@ -31,8 +31,10 @@ from transformers import DataCollatorWithPadding, HfArgumentParser
 from hf_efficient import EfficientBertConfig, EfficientBertForQuestionAnswering
 from hf_efficient.cli import run_script
 from hf_efficient.data import check_sequence_length
+from hf_efficient.data.inputs import check_tokenizer, first_texts
 from hf_efficient.data.question_answering import (
     SAMPLE_FLAGS,
+    SPLIT_FLAGS,
     QAColumns,
     load_question_answering_data,
     predict_answers,
@@ -81,6 +83,12 @@ class QuestionAnsweringArguments(SampleLimitArguments, DataCacheArguments):
     answer_column_name: str | None = field(
         default=None, metadata={"help": "The answers column; none: 'answers', else the third column."}
     )
+    id_column_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "The questions' id column, which keys the predictions; none: 'id', else row numbers."
+        },
+    )
     max_seq_length: int = field(default=384, metadata={"help": "Tokens per window (question and context)."})
     doc_stride: int = field(default=128, metadata={"help": "Context tokens consecutive windows share."})
     pad_to_max_length: bool = field(
@@ -120,8 +128,11 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )
     columns = QAColumns.of(
         next(iter(raw.values())), data_args.question_column_name, data_args.context_column_name,
-        data_args.answer_column_name,
+        data_args.answer_column_name, data_args.id_column_name,
     )  # fmt: skip
+    sources = {
+        split: f"{SPLIT_FLAGS[split]} {path}" for split, path in zip(SPLIT_FLAGS, files, strict=True) if path
+    }
     tokenizer = load_tokenizer(
         model_args.tokenizer_name or model_args.model_name_or_path, **model_args.hub_kwargs()
     )
@@ -130,6 +141,10 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
         model.resize_position_embeddings(max_length)
     check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
+    first = next(iter(raw))
+    texts = first_texts(raw[first], columns.question, columns.context)
+    where, saved = sources.get(first, first), model_args.saved_tokenizer()
+    check_tokenizer(tokenizer, model.config, model_args.tokenizer_flag, texts, where, saved=saved)
     # Saved with the model: pipeline("question-answering", model=output_dir) then reads windows this long.
     tokenizer.model_max_length = max_length
     phases = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
@@ -138,8 +153,8 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     with training_args.main_process_first(desc="tokenizing"):
         examples, train, features = question_answering_features(
             raw, [split for split, flag in phases.items() if getattr(training_args, flag)], columns, limits,
-            required=[split for split, flag in phases.items() if flag in asked], tokenizer=tokenizer,
-            max_length=max_length, doc_stride=data_args.doc_stride,
+            required=[split for split, flag in phases.items() if flag in asked], sources=sources,
+            tokenizer=tokenizer, max_length=max_length, doc_stride=data_args.doc_stride,
             padding="max_length" if data_args.pad_to_max_length else False,
             num_proc=data_args.preprocessing_num_workers, load_from_cache_file=data_args.load_from_cache_file,
         )  # fmt: skip

@@ -53,13 +53,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     corpus = language_model_corpus(model_args, data_args, training_args)
     # prompts get no [CLS] / [SEP] (text-generation tokenises with the defaults); documents end with eos
     tokenizer = causal_lm_tokenizer(language_model_tokenizer(model_args, data_args, corpus, training_args))
-    model = language_model(
-        EfficientBertForCausalLM,
-        model_args,
-        tokenizer,
-        model_kwargs,
-        data_args.block_size,
-    )
+    model = language_model(EfficientBertForCausalLM, model_args, tokenizer, model_kwargs, data_args, corpus)
     specials = ("eos_token_id", "bos_token_id", "pad_token_id")
     model.generation_config.update(**{name: getattr(tokenizer, name) for name in specials})
     blocks = language_model_blocks(corpus, tokenizer, data_args, model, training_args, causal=True)

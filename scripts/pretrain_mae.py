@@ -26,12 +26,8 @@ from transformers import HfArgumentParser, default_data_collator
 
 from hf_efficient import EfficientViTConfig, EfficientViTMAEForPreTraining
 from hf_efficient.cli import run_script
-from hf_efficient.data import (
-    ImageDataArguments,
-    describe_images,
-    load_image_splits,
-    with_image_transform,
-)
+from hf_efficient.data import ImageDataArguments, describe_images, load_image_splits
+from hf_efficient.data.images import transformed_splits
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainer,
@@ -99,8 +95,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     model = model_args.load_model(EfficientViTMAEForPreTraining, model_kwargs)
     processor = model_args.image_processor(model.config)
     column = data_args.image_column_name
-    train = with_image_transform(splits.train, processor, column, None, augment=data_args.augment)
-    evaluation = with_image_transform(splits.eval, processor, column, None)
+    train, evaluation = transformed_splits(splits, processor, column, None, augment=data_args.augment)
 
     trainer = EfficientTrainer(
         model=model,

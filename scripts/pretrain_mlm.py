@@ -66,7 +66,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         model_args,
         tokenizer,
         model_kwargs,
-        data_args.block_size,
+        data_args,
+        corpus,
+        needs=("mask_token",),
     )
     blocks = language_model_blocks(
         corpus, tokenizer, data_args, model, training_args,

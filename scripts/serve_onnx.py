@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from hf_efficient.cli import run_script
+from hf_efficient.data.inputs import check_saved_tokenizer
 from hf_efficient.onnx_runtime import OnnxRuntimeModel
 
 
@@ -65,6 +66,8 @@ def main(args: list[str] | None = None) -> list[dict]:
     parsed = parser.parse_args(args)
     if sum(map(bool, (parsed.texts, parsed.images, parsed.graphs))) != 1:
         parser.error("give texts, --images or --graphs (one kind of input).")
+    if parsed.texts and Path(parsed.model_dir).is_dir():  # before the session: another tokenizer serves [UNK]
+        check_saved_tokenizer(parsed.model_dir, "--model_dir", parsed.texts)
     model = OnnxRuntimeModel(parsed.model_dir, threads=parsed.threads)
     if parsed.texts:
         labels, inputs = parsed.texts, model.encode_texts(parsed.texts)

@@ -39,6 +39,7 @@ from hf_efficient.data.graph_tasks import (
     describe_graphs,
     graph_model_kwargs,
     infer_graph_task,
+    say_graph_task,
     select_label,
 )
 from hf_efficient.data.graphs import OFFLINE_GRAPH_DATASETS, check_graph_dataset, load_graph_splits
@@ -126,6 +127,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
             data_args.validation_file,
         )
     task = infer_graph_task(splits.train, data_args.label_column_name, data_args.task)
+    say_graph_task(task, splits.source, data_args.label_column_name)
     model_class = MODELS[task.level]
     # A checkpoint knows its input widths; a new model takes them (and edge_dim) from the data.
     if model_args.model_name_or_path:

@@ -19,6 +19,7 @@ from transformers import PreTrainedTokenizerBase
 
 from ..errors import InputError
 from .files import load_data_files
+from .inputs import label_values, say_label_task
 from .text import rotten_tomatoes_splits
 
 GLUE_HUB_PATH = "nyu-mll/glue"
@@ -175,6 +176,9 @@ def load_task_datasets(
         flags = ("text_column_names", "label_column_name", "text_column_delimiter")
         renames = column_renames(**{flag: column_flags[flag] for flag in flags if flag in column_flags})
         check_task_data(raw, task, sources, renames)
+        if task_name is None:  # inferred from the labels: said, with the flag that makes it the other task
+            column = column_flags.get("label_column_name", LABEL_COLUMN)
+            say_task(raw, task, sources, column, offer_other=column_flags.get("do_regression") is None)
     else:
         check_task_data(raw, task)
     return raw, task
@@ -230,7 +234,9 @@ def load_hub_task_datasets(
         source=dataset_name + (f" ({dataset_config_name})" if dataset_config_name else ""),
     )
     renames = column_renames(text_column_names, label_column_name, text_column_delimiter)
-    check_task_data(raw, task, {split: f"split {split!r} of {dataset_name}" for split in raw}, renames)
+    sources = {split: f"split {split!r} of {dataset_name}" for split in raw}
+    check_task_data(raw, task, sources, renames)
+    say_task(raw, task, sources, label_column_name, offer_other=do_regression is None)
     return raw, task
 
 
@@ -406,6 +412,29 @@ def infer_task(raw: DatasetDict) -> TextClassificationTask:
         label_names = [str(v) for v in sorted(set(split[LABEL_COLUMN]))]
     metrics = ("accuracy", "f1") if len(label_names) == 2 else ("accuracy",)
     return TextClassificationTask("custom", keys, tuple(label_names), metrics)
+
+
+def say_task(
+    raw: DatasetDict, task: TextClassificationTask, sources: dict[str, str], column: str, offer_other: bool
+) -> None:
+    """Say in one line what the label ``column`` holds and the task inferred from it
+    (:func:`~hf_efficient.data.inputs.say_label_task`): float labels are a regression, as in
+    run_classification.py, even 0.0 / 1.0; with ``offer_other``, the ``--do_regression`` that makes it the
+    other task where the labels are numbers."""
+    split = task.train_split or next(iter(task.eval_splits), None)
+    if split is None:
+        return
+    labels = raw[split][LABEL_COLUMN]
+    numbers = all(isinstance(label, (int, float)) for label in labels if label is not None)
+    if task.is_regression:
+        holds, trains = label_values(labels), "a regression (one output, mean squared error)"
+        other = "--do_regression False makes each value a class"
+    else:
+        holds = label_values(labels, task.label_names)
+        trains = f"a {task.num_labels}-class classifier ({', '.join(task.metrics)})"
+        other = "--do_regression True regresses them as numbers" if numbers else None
+    where = sources.get(split, f"split {split!r}")
+    say_label_task(where, column, holds, trains, other if offer_other else None)
 
 
 def check_task_data(

@@ -19,6 +19,7 @@ from ..models.graph.configuration_efficient_graph import STRUCTURAL_INPUTS, Effi
 from ..training.metrics import combine_metrics
 from . import graph_transforms
 from .graphs import GraphSplits, check_graph_dataset
+from .inputs import label_values, say_label_task
 from .molecules import ATOM_VOCAB_SIZE
 
 
@@ -121,6 +122,24 @@ def infer_graph_task(dataset: Dataset, label_column: str = "y", level: str | Non
     else:  # the largest class id in the whole split (node labels: -100 = unlabelled)
         num_labels = int(max(np.asarray(y).max() for y in dataset[label_column])) + 1
     return GraphTask(level, False, num_labels, names, **common)
+
+
+def say_graph_task(task: GraphTask, where: str, column: str) -> None:
+    """Say in one line what the label ``column`` holds and the task inferred from it
+    (:func:`~hf_efficient.data.inputs.say_label_task`): float labels are a regression."""
+    if task.is_regression:
+        holds, trains = "floats", f"a {task.level}-level regression ({task.num_labels} target(s); MAE, RMSE)"
+    elif task.multi_label:
+        holds, trains = (
+            f"{task.num_labels} 0/1 targets per {task.level}",
+            f"{task.num_labels} binary classifiers",
+        )
+    else:
+        holds = (
+            label_values((), task.label_names) if task.label_names else f"class ids 0..{task.num_labels - 1}"
+        )
+        trains = f"a {task.num_labels}-class {task.level} classifier"
+    say_label_task(where, column, holds, trains)
 
 
 def select_label(data: Dataset, label_column: str) -> Dataset:

@@ -37,6 +37,7 @@ from ..errors import InputError, InputFileNotFoundError
 from ..models.vision import EfficientViTImageProcessor
 from .debian import fetch_debian_package
 from .files import check_data_folder
+from .inputs import label_values, say_image_conversions, say_label_task
 
 FASHION_MNIST_PACKAGE = "dataset-fashion-mnist"
 FASHION_MNIST_ENV = "HF_EFFICIENT_FASHION_MNIST_DIR"
@@ -264,13 +265,24 @@ def load_image_splits(args: ImageDataArguments, seed: int, with_labels: bool = T
         if not isinstance(data["train"].features[label_column], ClassLabel):
             data = data.class_encode_column(label_column)
         label_names = list(data["train"].features[label_column].names)
+        holds = label_values((), label_names)
+        say_label_task(
+            args.dataset_name or args.train_dir, label_column, holds, f"a {len(label_names)}-class classifier"
+        )
     eval_split = next((split for split in EVAL_SPLITS if split in data), None)
     train, evaluation = data["train"], data[eval_split] if eval_split else None
     if evaluation is None and args.validation_split_percentage > 0:
         stratify = label_column if label_column is not None else None
-        held = train.train_test_split(
-            test_size=args.validation_split_percentage / 100, seed=seed, stratify_by_column=stratify
-        )
+        try:
+            held = train.train_test_split(
+                test_size=args.validation_split_percentage / 100, seed=seed, stratify_by_column=stratify
+            )
+        except ValueError as error:  # too few images to hold some of every class out (datasets' stratify)
+            raise InputError(
+                f"--validation_split_percentage {args.validation_split_percentage:g} of the {len(train)} "
+                f"training images cannot be held out with every class in both parts ({error}): give more "
+                "images, a larger percentage, or --validation_dir."
+            ) from None
         train, evaluation = held["train"], held["test"]
         eval_split = f"{args.validation_split_percentage:g}% of train"
     if args.max_train_samples is not None:
@@ -364,6 +376,26 @@ def image_transform(
         return result
 
     return transform
+
+
+def transformed_splits(
+    splits: ImageSplits,
+    processor: EfficientViTImageProcessor,
+    image_column: str = "image",
+    label_column: str | None = "label",
+    augment: bool = False,
+) -> tuple[Dataset, Dataset | None]:
+    """(training, evaluation) images of ``splits`` as the model reads them (:func:`with_image_transform`;
+    training ones augmented with ``augment``), after saying in one line per split the modes and sizes that
+    the processor converts (:func:`~hf_efficient.data.inputs.say_image_conversions`, which also names an
+    image file that is no image)."""
+    mode = {1: "L", 3: "RGB"}.get(processor.num_channels, f"{processor.num_channels} channels")
+    size = (processor.size["width"], processor.size["height"])
+    for name, images in (("training", splits.train), (splits.eval_split, splits.eval)):
+        if images is not None:
+            say_image_conversions(images, image_column, f"{splits.source} ({name} images)", mode, size)
+    train = with_image_transform(splits.train, processor, image_column, label_column, augment)
+    return train, with_image_transform(splits.eval, processor, image_column, label_column)
 
 
 def with_image_transform(

@@ -19,11 +19,13 @@ into its answer.
 from __future__ import annotations
 
 import json
+import logging
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow
 from datasets import Dataset, DatasetDict
 from transformers import PreTrainedTokenizerBase
 
@@ -34,15 +36,17 @@ from ..training.metrics import load_metric
 from .files import check_data_files, load_data_files
 
 SPLIT_FLAGS = {"train": "--train_file", "validation": "--validation_file", "test": "--test_file"}
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class QAColumns:
-    """The question, context and answers columns of a dataset (run_qa.py's inference, or named)."""
+    """The question, context, answers and id columns of a dataset (run_qa.py's inference, or named)."""
 
     question: str = "question"
     context: str = "context"
     answers: str = "answers"
+    id: str | None = "id"
 
     @classmethod
     def of(
@@ -51,10 +55,12 @@ class QAColumns:
         question: str | None = None,
         context: str | None = None,
         answers: str | None = None,
+        id: str | None = None,  # noqa: A002 (the column's role, as run_qa.py's "id")
     ) -> QAColumns:
         """The columns of ``data``: the names given, else ``question`` / ``context`` / ``answers`` when
         present, else the first / second / third column (as run_qa.py); ``answers`` may be absent in data to
-        predict only.
+        predict only. The id column is ``id`` when there is one; without, the questions are keyed by their
+        row number ("0", "1", ...), which is said once (the predictions then name no question of the data).
 
         Raises:
             InputError: a named or inferred column that is not there.
@@ -71,12 +77,20 @@ class QAColumns:
             for role, name in chosen.items()
             if name not in names and role != "answers"
         ]
+        if id is not None and id not in names:
+            missing.append(f"id column {id!r}")
         if missing:
             raise InputError(
                 f"The data has no {', '.join(missing)}; its columns are {names}. Name them with "
-                "--question_column_name / --context_column_name / --answer_column_name."
+                "--question_column_name / --context_column_name / --answer_column_name / --id_column_name."
             )
-        return cls(**chosen)
+        if id is None and "id" not in names:
+            logger.info(
+                "the questions have no 'id' column (columns %s): their answers are keyed by row number "
+                '("0", "1", ...) in the predictions; name the id column with --id_column_name',
+                names,
+            )
+        return cls(**chosen, id=id or ("id" if "id" in names else None))
 
     def has_answers(self, data: Dataset) -> bool:
         return self.answers in data.column_names
@@ -94,17 +108,52 @@ def load_squad_files(files: dict[str, str]) -> DatasetDict:
     check_data_files({flags[split]: path for split, path in files.items()})
     loaded = {}
     for split, path in files.items():
-        suffix = Path(path).suffix.lower()
-        if suffix == ".jsonl":
-            loaded[split] = load_data_files("json", {split: (flags[split], [path])})[split]
-        elif suffix == ".json":
-            loaded[split] = Dataset.from_list(_squad_json_rows(Path(path), flags[split]))
-        else:
+        suffix, where = Path(path).suffix.lower(), f"{flags[split]} {path}"
+        if suffix not in (".json", ".jsonl"):
             raise InputError(
-                f"{flags[split]} {path}: question answering reads SQuAD-format .json or .jsonl files, not "
+                f"{where}: question answering reads SQuAD-format .json or .jsonl files, not "
                 f"{suffix or 'files without a suffix'}."
             )
+        try:
+            if suffix == ".jsonl":
+                loaded[split] = load_data_files("json", {split: (flags[split], [path])})[split]
+            else:
+                loaded[split] = Dataset.from_list(_squad_json_rows(Path(path), flags[split]))
+        except (InputError, pyarrow.ArrowException, TypeError) as error:
+            # records of other shapes (answers as a scalar in one row, lists in the others) do not make
+            # one table: the first record that is not a question says which
+            rows = _records(Path(path), flags[split], suffix)
+            if rows is None:
+                raise
+            view = _Records(rows)
+            check_question_records(view, QAColumns.of(view), where)
+            raise InputError(f"{where} cannot be read: {error}") from error
     return DatasetDict(loaded)
+
+
+def _records(path: Path, flag: str, suffix: str) -> list[dict] | None:
+    """The question records of ``path`` as Python objects, or None where they do not parse."""
+    if suffix == ".json":
+        return _squad_json_rows(path, flag)
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except ValueError:
+        return None
+
+
+class _Records:
+    """Records (dicts) with a ``Dataset``'s column access, for :func:`check_question_records`: a record
+    without a column holds None there."""
+
+    def __init__(self, rows: list[dict]):
+        self.rows = [row if isinstance(row, dict) else {} for row in rows]
+        self.column_names = list(dict.fromkeys(key for row in self.rows for key in row))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, column: str) -> list:
+        return [row.get(column) for row in self.rows]
 
 
 def _squad_json_rows(path: Path, flag: str) -> list[dict]:
@@ -122,49 +171,92 @@ def _squad_json_rows(path: Path, flag: str) -> list[dict]:
             f"{flag} {path}: a SQuAD JSON file holds its questions in a non-empty list under 'data' (one row "
             "per question, or SQuAD's titles -> paragraphs -> qas)."
         )
-    if "paragraphs" not in rows[0]:
+    if not isinstance(rows[0], dict) or "paragraphs" not in rows[0]:
         return rows
     flat = []
     for article in rows:
-        for paragraph in article["paragraphs"]:
-            for qa in paragraph["qas"]:
+        for paragraph in article.get("paragraphs") or []:
+            for qa in paragraph.get("qas") or []:
                 answers = qa.get("answers", [])
+                if isinstance(answers, list) and all(isinstance(a, dict) for a in answers):
+                    answers = {
+                        "text": [a.get("text") for a in answers],
+                        "answer_start": [a.get("answer_start") for a in answers],
+                    }
                 flat.append(
                     {
-                        "id": str(qa["id"]),
+                        "id": str(qa.get("id", len(flat))),
                         "title": article.get("title", ""),
-                        "context": paragraph["context"],
-                        "question": qa["question"],
-                        "answers": {
-                            "text": [a["text"] for a in answers],
-                            "answer_start": [int(a["answer_start"]) for a in answers],
-                        },
+                        "context": paragraph.get("context"),
+                        "question": qa.get("question"),
+                        "answers": answers,
                     }
                 )
     return flat
 
 
-def check_answers(data: Dataset, columns: QAColumns, where: str) -> None:
-    """Every answer is ``{"text": [...], "answer_start": [...]}`` whose texts sit at their offsets in the
-    context (a wrong offset would train the model on the wrong span)."""
-    for row, (context, answers) in enumerate(zip(data[columns.context], data[columns.answers], strict=True)):
-        if not isinstance(answers, dict) or set(answers) < {"text", "answer_start"}:
-            raise InputError(
-                f"{where}, row {row}: {columns.answers!r} must be {{'text': [...], 'answer_start': [...]}} "
-                f"(SQuAD's format), got {answers!r:.80}."
-            )
-        for text, start in zip(answers["text"], answers["answer_start"], strict=True):
-            if context[start : start + len(text)] != text:
+ANSWERS_FORMAT = "{'text': [...], 'answer_start': [...]} (SQuAD's format: a list of texts, their offsets)"
+
+
+def check_question_records(data: Dataset, columns: QAColumns, where: str) -> None:
+    """Every record of ``data`` (read from ``where``: ``--train_file q.jsonl``) has a question and a context
+    (non-empty text), a unique id when it has an id column, and, when it has answers, SQuAD's answers whose
+    texts sit at their offsets in the context (a wrong offset would train the model on the wrong span).
+
+    Raises:
+        InputError: the first record that is not so, by its number (from 1: the line of a JSON lines file),
+            what it holds and the fix.
+    """
+    answers = data[columns.answers] if columns.has_answers(data) else [None] * len(data)
+    ids = data[columns.id] if columns.id is not None else [None] * len(data)
+    seen: dict = {}
+    rows = zip(data[columns.question], data[columns.context], answers, ids, strict=True)
+    for number, (question, context, answer, key) in enumerate(rows, start=1):
+        record = f"{where}, record {number}" + (f" (id {key!r})" if key is not None else "")
+        for role, value in (("question", question), ("context", context)):
+            if not isinstance(value, str) or not value.strip():
+                found = "no such key" if value is None else f"{type(value).__name__} {value!r:.40}"
                 raise InputError(
-                    f"{where}, row {row}: the answer {text!r:.60} is not at answer_start={start} of its "
-                    f"context (found {context[start : start + len(text)]!r:.60}); answer_start counts "
-                    "characters from 0."
+                    f"{record}: {getattr(columns, role)!r} holds no {role} ({found}); every record needs a "
+                    f"{role} text (--{role}_column_name names the column)."
                 )
+        if key is not None and key in seen:
+            raise InputError(
+                f"{record}: the id {key!r} is also record {seen[key]}'s; each question needs its own id (its "
+                "answer is saved and scored under it)."
+            )
+        seen[key] = number
+        if columns.has_answers(data):
+            _check_answer(answer, context, record, columns.answers)
 
 
-def question_ids(examples: Dataset) -> list[str]:
-    """The questions' ``id`` column, or their row numbers where there is none."""
-    return list(examples["id"]) if "id" in examples.column_names else [str(i) for i in range(len(examples))]
+def _check_answer(answers, context: str, record: str, column: str) -> None:
+    """One record's answers: SQuAD's lists of texts and offsets, each text at its offset in ``context``."""
+    texts = answers.get("text") if isinstance(answers, dict) else None
+    starts = answers.get("answer_start") if isinstance(answers, dict) else None
+    if not (isinstance(texts, list) and isinstance(starts, list) and len(texts) == len(starts)):
+        hint = ""
+        if isinstance(texts, str) and isinstance(starts, int):  # one answer written without its lists
+            hint = f": write {{'text': [{texts!r:.40}], 'answer_start': [{starts}]}}"
+        raise InputError(f"{record}: {column!r} must be {ANSWERS_FORMAT}, got {answers!r:.80}{hint}.")
+    for text, start in zip(texts, starts, strict=True):
+        if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
+            raise InputError(
+                f"{record}: {column!r} holds the answer text {text!r:.40} at answer_start {start!r}: a text "
+                "and a character offset (an int from 0) are needed."
+            )
+        if context[start : start + len(text)] != text:
+            raise InputError(
+                f"{record}: the answer {text!r:.60} is not at answer_start={start} of its context (found "
+                f"{context[start : start + len(text)]!r:.60}); answer_start counts characters from 0."
+            )
+
+
+def question_ids(examples: Dataset, id_column: str | None = "id") -> list[str]:
+    """The questions' ids (``id_column``), or their row numbers where there is none."""
+    if id_column is not None and id_column in examples.column_names:
+        return [str(key) for key in examples[id_column]]
+    return [str(i) for i in range(len(examples))]
 
 
 def question_windows(
@@ -184,7 +276,7 @@ def question_windows(
     * else ``example_id`` (the question's ``id``, or its row) and ``offset_mapping`` (each token's characters
       in the context, None outside it), what :func:`answer_questions` reads.
     """
-    ids = question_ids(examples)
+    ids = question_ids(examples, columns.id)
 
     def featurize(batch: dict, rows: list[int]) -> dict:
         encoded = encode_windows(
@@ -230,6 +322,7 @@ def answer_questions(
     version_2_with_negative: bool = False,
     null_score_diff_threshold: float = 0.0,
     context_column: str = "context",
+    id_column: str | None = "id",
 ) -> tuple[dict[str, str], dict[str, list[dict]], dict[str, float]]:
     """Each question's answer from the logits of its windows (features in any order, several per question).
 
@@ -246,7 +339,7 @@ def answer_questions(
     by_example = defaultdict(list)
     for index, example_id in enumerate(features["example_id"]):
         by_example[example_id].append(index)
-    ids = question_ids(examples)
+    ids = question_ids(examples, id_column)
     answers, nbest, null_odds = {}, {}, {}
     offsets = features["offset_mapping"]
     for example_id, context in zip(ids, examples[context_column], strict=True):
@@ -281,7 +374,7 @@ def squad_scores(
 ) -> dict[str, float]:
     """SQuAD's exact match and F1 of ``answers`` (``squad`` or, with ``version_2_with_negative``,
     ``squad_v2``: the shipped ``evaluate`` modules)."""
-    ids = question_ids(examples)
+    ids = question_ids(examples, columns.id)
     predictions = [{"id": i, "prediction_text": answers[i]} for i in ids]
     if version_2_with_negative:
         predictions = [{**p, "no_answer_probability": 0.0} for p in predictions]
@@ -350,7 +443,13 @@ def predict_answers(
     output = trainer.predict(features, metric_key_prefix=prefix)
     start_logits, end_logits = output.predictions[:2]  # (features, n), padded across batches with -100
     answers, nbest, null_odds = answer_questions(
-        examples, features, start_logits, end_logits, context_column=columns.context, **post_processing
+        examples,
+        features,
+        start_logits,
+        end_logits,
+        context_column=columns.context,
+        id_column=columns.id,
+        **post_processing,
     )
     metrics = {**output.metrics, f"{prefix}_samples": len(examples)}
     if columns.has_answers(examples):
@@ -375,15 +474,18 @@ def question_answering_features(
     columns: QAColumns,
     limits: dict[str, int | None] | None = None,
     required: list[str] | None = None,
+    sources: dict[str, str] | None = None,
     **windows,
 ) -> tuple[dict[str, Dataset], Dataset | None, dict[str, Dataset]]:
     """What a run reads: the questions of ``splits`` (train / validation / test, capped by ``limits``, the
-    ``--max_*_samples`` per split), their answers checked, the training windows (capped again by the training
-    limit, as run_qa.py caps its features) and the evaluation windows of the other splits.
+    ``--max_*_samples`` per split), every record checked (:func:`check_question_records`), the training
+    windows (capped again by the training limit, as run_qa.py caps its features) and the evaluation windows
+    of the other splits.
 
     Args:
         required: the splits whose absence is an error (a phase flag given); the others of ``splits`` (the
             scripts' default phases) are read where the data has them. None: all of ``splits``.
+        sources: ``{split: what it was read from}`` (``--train_file q.jsonl``) for the messages.
         windows: :func:`question_windows`' ``tokenizer``, ``max_length``,
             ``doc_stride``, ``padding`` and ``datasets.map`` options.
 
@@ -391,7 +493,8 @@ def question_answering_features(
         (questions per split, training features or None, evaluation features per split but train).
 
     Raises:
-        InputError: a split a phase needs that the data lacks, or training questions without answers.
+        InputError: a split a phase needs that the data lacks, training questions without answers, or a
+            record that is not a question (:func:`check_question_records`).
     """
     limits = limits or {}
     for split in splits:
@@ -403,9 +506,8 @@ def question_answering_features(
     splits = [split for split in splits if split in raw]
     examples = {split: first_examples(raw[split], limits.get(split), SAMPLE_FLAGS[split]) for split in splits}
     for split, rows in examples.items():
-        if columns.has_answers(rows):
-            check_answers(rows, columns, f"the {split} questions")
-        elif split == "train":
+        check_question_records(rows, columns, (sources or {}).get(split, f"the {split} questions"))
+        if split == "train" and not columns.has_answers(rows):
             raise InputError(
                 f"The training questions have no {columns.answers!r} column; their columns are "
                 f"{rows.column_names}: name it with --answer_column_name."

@@ -116,6 +116,8 @@ def check_safetensors_file(path: str | Path) -> None:
 
 
 TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+# The files one of which a folder holding a tokenizer has.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 
 
 def check_tokenizer_files(name_or_path) -> None:

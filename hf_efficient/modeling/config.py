@@ -14,6 +14,7 @@ from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
 from ..attention.registry import get_attention_class, validate_attention_config
+from ..compat import without_registered_pipelines
 from ..errors import InputError
 from .checkpoint_files import check_pretrained_path
 from .loading import OTHER_TYPE_WARNING, dropped_log_message, source_model_type
@@ -191,6 +192,8 @@ class EfficientEncoderConfig(PreTrainedConfig):
             source_model_type.set(source)  # for the model's one-line load summary
         # The instance keeps this class's model_type: a BERT config loads as an efficient_bert config.
         config_dict = {key: value for key, value in config_dict.items() if key != "model_type"}
+        if "custom_pipelines" in config_dict:  # remote code's pipelines, for where this package is absent
+            config_dict["custom_pipelines"] = without_registered_pipelines(config_dict["custom_pipelines"])
         result = super().from_dict(config_dict, **kwargs)
         # transformers applies from_pretrained's overrides (attention_type=..., layer_attention_types=...)
         # with setattr after construction, which skips the class validators: run them on the final config.

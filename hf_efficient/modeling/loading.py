@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import json
 import logging
 import re
 from collections.abc import Iterable, Iterator
@@ -29,6 +30,8 @@ source_model_type: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "source_model_type", default=None
 )
 
+# The saved config fields that say which attention a model's weights belong to.
+ATTENTION_FIELDS = ("attention_type", "attention_config", "layer_attention_types", "layer_attention_configs")
 # transformers' messages that this package replaces, by the logger that emits them.
 OTHER_TYPE_WARNING = ("transformers.configuration_utils", "to instantiate a model of type")
 LOAD_REPORT = ("transformers.modeling_utils", "LOAD REPORT")
@@ -84,6 +87,38 @@ def compact_keys(keys: Iterable[str], limit: int = 6) -> str:
         entries.append(folded)
     more = f" and {len(entries) - limit} more" if len(entries) > limit else ""
     return ", ".join(entries[:limit]) + more
+
+
+def name_unsaved_attention(model: nn.Module, source, overrides: dict) -> None:
+    """When ``overrides`` (``from_pretrained``'s keywords: ``attention_type=...``, or a ``config``) gave
+    ``model`` another attention than ``source`` (its path or hub id) holds, its ``name_or_path`` says so.
+
+    ``name_or_path`` is what rebuilds a model: PEFT saves it as an adapter's base, and reloading the adapter
+    (``AutoPeftModelFor*.from_pretrained``, transformers' ``from_pretrained`` of an adapter folder) loads
+    that base. ``source`` would rebuild its own attention (plain BERT's, for a BERT checkpoint), so the
+    reload would compute another model's outputs without a word; under this name it stops instead, and the
+    name says why and what to do. A model saved with ``save_pretrained`` and loaded from that folder is named
+    by the folder again.
+    """
+    if source is None or not (set(ATTENTION_FIELDS) & set(overrides) or "config" in overrides):
+        return  # None: weights given as a state_dict, no folder to rebuild from
+    hub = {key: overrides[key] for key in ("subfolder", "revision", "cache_dir", "token") if key in overrides}
+    try:
+        saved = type(model.config).from_pretrained(source, **hub)
+    except OSError:  # weights without a config.json (config= given): nothing says what the folder rebuilds
+        return
+    if all(
+        json.dumps(getattr(saved, name, None), sort_keys=True)
+        == json.dumps(getattr(model.config, name, None), sort_keys=True)
+        for name in ATTENTION_FIELDS
+    ):
+        return
+    config = model.config
+    attention = ", ".join(sorted({config.attention_for_layer(i)[0] for i in range(config.num_hidden_layers)}))
+    model.name_or_path = (
+        f"{source} ({attention} attention, not saved there: save_pretrained this model and load it from that "
+        "folder to rebuild it)"
+    )
 
 
 def load_summary(model: nn.Module, source: str, missing: set[str], unexpected: set[str], drawn: dict) -> str:

@@ -28,6 +28,7 @@ from .loading import (
     dropped_log_message,
     load_summary,
     logger,
+    name_unsaved_attention,
     random_state_keys,
     source_model_type,
 )
@@ -125,7 +126,7 @@ class EfficientPreTrainedModel(PreTrainedModel):
             check_weights_files(local / kwargs.get("subfolder", ""))
         token = source_model_type.set(None)  # set by the config's from_dict when it reads a bert/vit config
         try:
-            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+            loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         except OSError as error:
             note = not_found_locally_note(pretrained_model_name_or_path)
             if note is None:
@@ -133,6 +134,9 @@ class EfficientPreTrainedModel(PreTrainedModel):
             raise OSError(f"{cls.__name__}.from_pretrained: {note}: {error}") from error
         finally:
             source_model_type.reset(token)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, loading info) when asked
+        name_unsaved_attention(model, pretrained_model_name_or_path, kwargs)  # what PEFT's adapters reload
+        return loaded
 
     @torch.no_grad()
     def _init_weights(self, module):

@@ -2,7 +2,8 @@
 
 from transformers.utils import is_vision_available
 
-from .families import ModelFamily, register_family
+from ..clients import register_with_peft
+from .families import FAMILIES, ModelFamily, register_family
 from .graph import (
     EfficientGraphConfig,
     EfficientGraphForGraphClassification,
@@ -102,6 +103,9 @@ register_family(ModelFamily.collect(EfficientViTConfig, modeling_efficient_vit, 
 register_family(ModelFamily.collect(EfficientDeiTConfig, modeling_efficient_deit, _processor))
 register_family(ModelFamily.collect(EfficientDinov2Config, modeling_efficient_dinov2, _processor))
 register_family(ModelFamily.collect(EfficientGraphConfig, modeling_efficient_graph))
+
+# PEFT's default target modules for every family's model type, once PEFT is imported
+register_with_peft(lambda: [family.config_class for family in FAMILIES.values()])
 
 __all__ = [
     "EfficientDistilBertConfig",

@@ -13,8 +13,10 @@ when any is given, and keeps the scripts' default (train, then evaluate) when no
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -84,6 +86,31 @@ class ModelArguments(RandomStateArguments):
         },
     )
 
+    @property
+    def tokenizer_flag(self) -> str:
+        """The tokenizer as the command line named it, for errors: ``--tokenizer_name tok/``, else the
+        checkpoint's."""
+        if self.tokenizer_name:
+            return f"--tokenizer_name {self.tokenizer_name}"
+        if self.model_name_or_path:
+            return f"--model_name_or_path {self.model_name_or_path}'s tokenizer"
+        return "the tokenizer trained on the corpus"
+
+    def saved_tokenizer(self):
+        """``(flag, tokenizer)`` of the tokenizer saved in the ``--model_name_or_path`` folder when
+        ``--tokenizer_name`` names another: what :func:`~hf_efficient.data.inputs.check_tokenizer` compares
+        the given one with; else None (no other tokenizer given, or none saved, or a hub checkpoint)."""
+        from ..modeling.checkpoint_files import TOKENIZER_FILES, load_tokenizer
+
+        folder = Path(self.model_name_or_path or "")
+        if not (self.tokenizer_name and self.model_name_or_path and folder.is_dir()):
+            return None
+        if folder.resolve() == Path(self.tokenizer_name).resolve():
+            return None
+        if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+            return None
+        return f"--model_name_or_path {self.model_name_or_path}", load_tokenizer(folder)
+
     def download_kwargs(self) -> dict[str, Any]:
         """``from_pretrained`` keyword arguments saying where and what to download (``--cache_dir``,
         ``--model_revision``, ``--token``): what a config class takes."""
@@ -147,10 +174,9 @@ class ModelArguments(RandomStateArguments):
         if not fields:
             return
         checkpoint = config_class.from_pretrained(self.model_name_or_path, **self.download_kwargs())
-        differ = [name for name in fields if getattr(checkpoint, name, None) != config_kwargs[name]]
+        saved = {name: getattr(checkpoint, name, None) for name in fields}
+        differ, theirs, ours = differing_fields(fields, saved, config_kwargs)
         if differ:
-            theirs = ", ".join(f"{name}={getattr(checkpoint, name, None)}" for name in differ)
-            ours = ", ".join(f"{name}={config_kwargs[name]}" for name in differ)
             raise InputError(
                 f"--model_name_or_path {self.model_name_or_path} has {theirs}, but the model settings "
                 f"(--config's model section, --config_overrides) set {ours}, and they override the "
@@ -159,6 +185,19 @@ class ModelArguments(RandomStateArguments):
                 "prepared for them), or pass --ignore_mismatched_sizes to train the weights they shape "
                 "afresh."
             )
+
+
+def differing_fields(names, theirs: dict, ours: dict) -> tuple[list[str], str, str]:
+    """The ``names`` whose values differ between ``theirs`` and ``ours`` (compared as JSON), and each side's
+    values of them as a message says them: ``hidden_size=32, attention_type="longformer"``."""
+    differ = [
+        name
+        for name in names
+        if json.dumps(theirs.get(name), sort_keys=True) != json.dumps(ours.get(name), sort_keys=True)
+    ]
+    return differ, *(
+        ", ".join(f"{name}={json.dumps(side.get(name))}" for name in differ) for side in (theirs, ours)
+    )
 
 
 def build_model_config(config_class: type, config_kwargs: dict[str, Any]):

@@ -27,6 +27,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..errors import InputError
 from ..modeling.checkpoint_files import check_weights_files
+from ..modeling.loading import ATTENTION_FIELDS
+from .arguments import differing_fields
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +91,36 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
             return folder
         skipped.append(f"{folder.name} ({problem})")
     return None
+
+
+def check_resumes_same_attention(config, checkpoint: str | Path) -> None:
+    """The model a run resumes is built as its ``checkpoint`` was: the same attention, and the same sizes
+    (``num_hidden_layers`` and the config class's ``weight_shape_fields``). Flags that change the attention
+    (``--attention_type performer`` on a Longformer run) would load Longformer's weights into Performer's
+    layers, with only transformers' "missing keys ... projection_matrix" line, and resume its optimizer over
+    other parameters; other sizes would fail inside ``load_state_dict``.
+
+    Raises:
+        InputError: naming the fields, the checkpoint's values, this run's and the two fixes.
+    """
+    path = Path(checkpoint) / "config.json"
+    if not path.is_file():
+        return
+    saved = json.loads(path.read_text())
+    if not any(name in saved for name in ATTENTION_FIELDS):
+        return  # a checkpoint of a model without these fields
+    fields = (*ATTENTION_FIELDS, "num_hidden_layers", *getattr(type(config), "weight_shape_fields", ()))
+    built = {name: getattr(config, name, None) for name in fields}
+    differ, theirs, ours = differing_fields([name for name in fields if name in saved], saved, built)
+    if not differ:
+        return
+    raise InputError(
+        f"--resume_from_checkpoint {checkpoint}: the checkpoint was trained with {theirs}, but this run "
+        f"builds {ours} (--attention_type, --attention_config, --config or --config_overrides): its weights "
+        "and optimizer state belong to the checkpoint's model. Resume with the flags of the run that wrote "
+        f"it, or start a new run from its weights: --model_name_or_path {checkpoint} with these settings and "
+        "another --output_dir."
+    )
 
 
 def resolve_resume_checkpoint(value: str | bool | None, output_dir: str | Path) -> str | None:

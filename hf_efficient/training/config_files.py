@@ -31,11 +31,15 @@ from ..attention import list_attention_types
 from ..attention.registry import validate_attention_config
 from ..cli import unknown_flags_error
 from ..errors import InputError, InputFileNotFoundError
+from ..modeling.loading import dropped_log_message
 from .arguments import translate_upstream_flags
+from .distributed import has_accelerator
 
 SECTIONS = ("model", "training")
 # The values HfArgumentParser's boolean flags take (transformers.hf_argparser.string_to_bool).
 SWITCH_VALUES = ("yes", "no", "true", "false", "t", "f", "y", "n", "1", "0")
+# TrainingArguments' warning about --torch_compile without a GPU, which says neither the cost nor the fix.
+TORCH_COMPILE_WITHOUT_GPU = ("transformers.training_args", "The speedups for torchdynamo mostly come with")
 
 
 @dataclass
@@ -191,7 +195,11 @@ def parse_args_with_config_files(
 
     parser.set_defaults(**merged["training"])
     check_switch_values(parser, args)
-    *parsed, unknown = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+    try:  # --torch_compile on a CPU: said by the scripts' setup (run.check_device_flags), with what to do
+        with dropped_log_message(*TORCH_COMPILE_WITHOUT_GPU):
+            *parsed, unknown = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+    except ValueError as error:  # a dataclass's own check of the flags (TrainingArguments.__post_init__)
+        raise flags_error(error) from error
     if unknown:
         raise unknown_flags_error(parser, unknown)
     config_args = next(p for p in parsed if isinstance(p, ConfigArguments))
@@ -205,6 +213,20 @@ def parse_args_with_config_files(
     model = merge_model_configs(merged["model"], cli_model)
     check_attention_config(model)
     return tuple(parsed), model
+
+
+def flags_error(error: ValueError) -> InputError:
+    """The user error of a ``ValueError`` that the flags' dataclasses raised while checking themselves
+    (``TrainingArguments``' "Your setup doesn't support bf16/gpu"): a flag the machine cannot honour is
+    named with the fix; any other is passed on as it is."""
+    message = str(error)
+    if "bf16" in message and not has_accelerator():
+        message = (
+            "--bf16 (or --bf16_full_eval) computes in bfloat16 on a GPU, and this machine has none "
+            "(torch.cuda.is_available() is False): add --use_cpu to compute in bfloat16 on the CPU "
+            "(autocast; on most CPUs no faster than float32), or leave --bf16 out"
+        )
+    return InputError(message)
 
 
 def check_attention_config(model: dict[str, Any]) -> None:

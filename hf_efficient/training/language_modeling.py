@@ -18,6 +18,7 @@ from datasets import Dataset, IterableDataset
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Trainer, TrainingArguments
 from transformers.trainer_utils import has_length
 
+from ..data.inputs import check_tokenizer, first_texts
 from ..data.text import (
     TextCorpusArguments,
     check_enough_to_split,
@@ -35,7 +36,6 @@ from .arguments import DataCacheArguments, ModelArguments, first_examples
 from .model_card import efficiency_metrics
 from .run import (
     finish_run,
-    note_exact_attention,
     random_state_callbacks,
     random_state_settings,
     train_and_save,
@@ -165,12 +165,16 @@ def language_model(
     model_args: LanguageModelArguments,
     tokenizer: PreTrainedTokenizerBase,
     model_kwargs: dict,
-    block_size: int,
+    data_args: TextCorpusArguments,
+    corpus: Dataset | IterableDataset,
+    needs: tuple[str, ...] = (),
 ) -> PreTrainedModel:
     """``model_class`` warm-started from ``--model_name_or_path``, or from scratch with the tokenizer's
     vocabulary size and special tokens (over ``--config_name``'s config when given; ``model_kwargs``: the
     config files' and flags' fields win), by :meth:`~hf_efficient.training.ModelArguments.load_model`; its
-    position table extended to ``block_size`` with ``--resize_position_embeddings``."""
+    position table extended to ``--block_size`` with ``--resize_position_embeddings``; the tokenizer checked
+    against it and the corpus (:func:`~hf_efficient.data.inputs.check_tokenizer`, with the special tokens
+    the objective ``needs``)."""
     config_kwargs = model_kwargs
     if not model_args.model_name_or_path:  # a new model: the tokenizer's vocabulary and special tokens
         specials = {
@@ -181,8 +185,12 @@ def language_model(
         }
         config_kwargs = {**specials, **model_kwargs}
     model = model_args.load_model(model_class, config_kwargs)
+    block_size = data_args.block_size
     if model_args.resize_position_embeddings and block_size > model.config.max_position_embeddings:
         model.base_model.resize_position_embeddings(block_size)
+    texts = first_texts(corpus, data_args.text_column)
+    where, saved = model_args.tokenizer_flag, model_args.saved_tokenizer()
+    check_tokenizer(tokenizer, model.config, where, texts, data_args.source_flag, needs, saved)
     match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
     return model
 
@@ -302,8 +310,6 @@ def pretrain_language_model(
         "%s blocks of %d tokens, attention %s, %s parameters", count(train_blocks), data_args.block_size,
         model.config.attention_type, f"{model.num_parameters():,}",
     )  # fmt: skip
-    if training_args.do_train:  # every block is block_size tokens (line_by_line rows: at most that)
-        note_exact_attention(model, data_args.block_size)
     train_result = train_and_save(trainer) if training_args.do_train else None
     if trainer.is_world_process_zero():
         write_data_settings(

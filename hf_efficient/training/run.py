@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import pyarrow.compute
 import torch
+from datasets import Dataset, IterableDataset
 from torch import nn
 from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments, set_seed
 from transformers.trainer_utils import HubStrategy, TrainOutput
@@ -14,7 +16,7 @@ from ..errors import InputError
 from ..modeling.checkpoint_files import check_pretrained_path
 from .arguments import RandomStateArguments, decide_phases
 from .callbacks import RandomStateCallback, has_random_state
-from .checkpoints import resolve_resume_checkpoint
+from .checkpoints import check_resumes_same_attention, resolve_resume_checkpoint
 from .config_files import parse_args_with_config_files
 from .distributed import enable_cpu_ddp_if_launched, has_accelerator
 from .model_card import build_model_card, efficiency_metrics, save_model_card
@@ -80,19 +82,20 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     """
     enable_cpu_ddp_if_launched()  # before TrainingArguments exists
     parsed, model_kwargs = parse_args_with_config_files(parser, model_config_class, attention_dir, args)
-    for arguments in parsed:  # a checkpoint path that does not exist: said now, not as a hub lookup error
-        for flag, holds in PRETRAINED_PATH_FLAGS.items():
-            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}", holds)
     training_args = parsed[-1]
-    decide_phases(training_args, args)
-    if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
-        training_args.dataloader_pin_memory = False
     # Warnings of every library; INFO from this package and the script only (not from datasets, urllib3,
     # filelock ... through the root logger), and only on the process that logs (rank 0).
     logging.basicConfig(format="%(asctime)s %(name)s: %(message)s", level=logging.WARNING)
     level = logging.INFO if training_args.should_log else logging.WARNING
     for name in SCRIPT_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    check_device_flags(training_args)
+    for arguments in parsed:  # a checkpoint path that does not exist: said now, not as a hub lookup error
+        for flag, holds in PRETRAINED_PATH_FLAGS.items():
+            check_pretrained_path(getattr(arguments, flag, None), f"--{flag}", holds)
+    decide_phases(training_args, args)
+    if not has_accelerator():  # pinned host memory only helps copies to an accelerator (and warns without)
+        training_args.dataloader_pin_memory = False
     claim_output_dir(training_args, overwrite=getattr(training_args, "overwrite_output_dir", False))
     set_seed(training_args.seed)
     # float32 values below ~1e-38 (denormals) cost ~100x per operation on x86 CPUs; exp-based attention
@@ -100,6 +103,32 @@ def setup_run(parser: HfArgumentParser, model_config_class: type, attention_dir,
     # do. No effect on results beyond the 1e-38 level; returns False where the CPU cannot.
     torch.set_flush_denormal(True)
     return parsed, model_kwargs
+
+
+def check_device_flags(training_args: TrainingArguments) -> None:
+    """The flags that need an accelerator, on a machine without one: ``--fp16`` is refused (transformers
+    would train in float32 without a word: float16 autocast runs on accelerators only), and
+    ``--torch_compile`` is said once (it compiles for minutes before the first step, so a short run is many
+    times slower than eager). ``--bf16`` without ``--use_cpu`` is refused while the flags are parsed
+    (:func:`~hf_efficient.training.config_files.flags_error`).
+
+    Raises:
+        InputError: ``--fp16`` or ``--fp16_full_eval`` without an accelerator.
+    """
+    if has_accelerator():
+        return
+    for flag in ("fp16", "fp16_full_eval"):
+        if getattr(training_args, flag, False):
+            raise InputError(
+                f"--{flag} computes in float16 on a GPU, and this machine has none "
+                "(torch.cuda.is_available() is False): transformers would train in float32 instead. Leave "
+                "--fp16 out, or use --bf16 --use_cpu for bfloat16 on the CPU."
+            )
+    if getattr(training_args, "torch_compile", False):
+        logger.info(
+            "--torch_compile on the CPU: the model compiles for minutes before the first step, so a short "
+            "run is many times slower than eager; it pays off on long runs only: leave it out for short ones"
+        )
 
 
 def random_state_callbacks(
@@ -155,9 +184,24 @@ def note_exact_attention(model: nn.Module, longest: int) -> None:
         )  # fmt: skip
 
 
+def longest_input(dataset) -> int | None:
+    """The most tokens of any example of ``dataset`` (its ``input_ids``; a stream: its first example's, as
+    the language-model scripts' blocks all have ``--block_size``), or None for other inputs (images,
+    graphs)."""
+    if isinstance(dataset, IterableDataset):
+        first = next(iter(dataset), None)
+        return len(first["input_ids"]) if first is not None and "input_ids" in first else None
+    if not isinstance(dataset, Dataset) or "input_ids" not in dataset.column_names or not len(dataset):
+        return None
+    lengths = pyarrow.compute.list_value_length(dataset.with_format("arrow")["input_ids"])
+    return int(pyarrow.compute.max(lengths).as_py())
+
+
 def train_and_save(trainer: Trainer) -> TrainOutput:
     """Train (resuming from ``--resume_from_checkpoint``, ``last`` = the newest complete checkpoint in
-    output_dir), save model, tokenizer and trainer state, log the metrics, and print one line per process."""
+    output_dir, once its attention is checked to be this run's), save model, tokenizer and trainer state, log
+    the metrics, and print one line per process. An attention whose pattern covers every training input is
+    said first (:func:`note_exact_attention`)."""
     args = trainer.args
     size = len(trainer.train_dataset) if hasattr(trainer.train_dataset, "__len__") else None
     if size == 0:
@@ -166,6 +210,12 @@ def train_and_save(trainer: Trainer) -> TrainOutput:
             "--max_train_samples."
         )
     resume = resolve_resume_checkpoint(args.resume_from_checkpoint, args.output_dir)
+    config = getattr(trainer.model, "config", None)  # a model of ours, or any module Trainer trains
+    if resume is not None and config is not None:
+        check_resumes_same_attention(config, resume)
+    longest = longest_input(trainer.train_dataset)
+    if longest is not None and hasattr(trainer.model, "attention_cores"):
+        note_exact_attention(trainer.model, longest)
     try:
         result = trainer.train(resume_from_checkpoint=resume)
     except ValueError as error:  # torch's optimizer.load_state_dict on differently grouped parameters

@@ -149,13 +149,65 @@ def test_data_files_that_are_missing_empty_or_without_rows(tmp_path):
         load_task_datasets(train_file=good, validation_file=str(tmp_path / "missing.csv"))
     with pytest.raises(ValueError, match=r"--train_file .*empty.csv is empty \(0 bytes\)"):
         load_task_datasets(train_file=str(tmp_path / "empty.csv"))
-    with pytest.raises(ValueError, match=r"No rows could be read from --train_file .*header.csv"):
+    with pytest.raises(ValueError, match=r"--train_file .*header.csv holds no rows \(a header only\?\)"):
         load_task_datasets(train_file=header_only)
     with pytest.raises(FileNotFoundError, match=r"--train_files .*none.txt: no such file"):
         load_text_corpus(files=[str(tmp_path / "none.txt")])
     (tmp_path / "corpus.txt").mkdir()
     with pytest.raises(FileNotFoundError, match=r"--train_files .*corpus.txt: a folder, not a file"):
         load_text_corpus(files=[str(tmp_path / "corpus.txt")])
+
+
+MALFORMED_FILES = {  # {case: (file name, content, what the error names)}
+    "a JSON line cut short": (
+        "train.jsonl",
+        '{"sentence": "a fine film", "label": 1}\n{"sentence": "a bore", "label": 0\n',
+        r"train.jsonl, line 2: not a JSON record \(Expecting ',' delimiter at column 34\); every line",
+    ),
+    "a JSON line that is no object": (
+        "train.jsonl",
+        '{"sentence": "a fine film", "label": 1}\n["a bore", 0]\n',
+        r"train.jsonl, line 2: list '\[\"a bore\", 0\]' is not a JSON object",
+    ),
+    "a JSON document cut short": (
+        "train.json",
+        '[{"sentence": "a fine film", "label": 1},\n {"sentence": "a bore" "label": 0}]',
+        r"train.json, line 2, column 24: not valid JSON \(Expecting ',' delimiter\)",
+    ),
+    "a CSV row of three cells": (
+        "train.csv",
+        "sentence,label\na fine film,1\na bore, really,0\n",
+        r"train.csv cannot be read: .*Expected 2 fields in line 3, saw 3; every row needs as many cells",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED_FILES))
+def test_a_malformed_record_is_named_by_file_and_line(case, tmp_path):
+    """datasets says "An error occurred while generating the dataset", naming no file or line."""
+    name, content, message = MALFORMED_FILES[case]
+    (tmp_path / name).write_text(content)
+    with pytest.raises(ValueError, match=rf"^--train_file .*{message}"):
+        load_task_datasets(train_file=str(tmp_path / name))
+
+
+def test_text_that_is_not_utf8_is_named(tmp_path):
+    (tmp_path / "corpus.txt").write_bytes(b"a fine film\n\xff\xfe a bore\n")
+    message = r"--train_files .*corpus.txt cannot be read: UnicodeDecodeError: .*; save the file as UTF-8\.$"
+    with pytest.raises(ValueError, match=message):
+        load_text_corpus(files=[str(tmp_path / "corpus.txt")])
+
+
+def test_label_columns_of_another_type_in_each_file_are_named(tmp_path):
+    """Each file reads alone; together datasets cannot cast one's labels to the other's type."""
+    ids = write_csv(tmp_path / "train.csv", ["sentence", "label"], [["a fine film", 1], ["a bore", 0]])
+    names = write_csv(tmp_path / "dev.csv", ["sentence", "label"], [["a fine film", "pos"], ["a bad", "neg"]])
+    message = (
+        r"^The column 'label' holds integers in --train_file .*train.csv but strings in --validation_file "
+        r".*dev.csv: every file must hold the same kind of values there"
+    )
+    with pytest.raises(ValueError, match=message):
+        load_task_datasets(train_file=ids, validation_file=names)
 
 
 def test_image_folders_that_are_missing_or_empty(tmp_path):

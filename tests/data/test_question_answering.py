@@ -5,6 +5,7 @@ answers (n-best, max answer length, SQuAD 2.0's null answer) and SQuAD's scores.
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from hf_efficient.data.long_documents import packaged_tokenizer
 from hf_efficient.data.question_answering import (
     QAColumns,
     answer_questions,
-    check_answers,
+    check_question_records,
     load_squad_files,
     question_windows,
     squad_scores,
@@ -81,14 +82,71 @@ def test_columns_as_run_qa_finds_them_and_answer_checks():
     data = Dataset.from_list(ROWS)
     assert QAColumns.of(data) == QAColumns("question", "context", "answers")
     renamed = Dataset.from_dict({"q": ["x"], "c": ["y"], "a": [{"text": [], "answer_start": []}]})
-    assert QAColumns.of(renamed) == QAColumns("q", "c", "a")  # the first, second and third column
+    assert QAColumns.of(renamed) == QAColumns("q", "c", "a", None)  # the first, second and third column
     with pytest.raises(
         InputError, match=r"no question column 'ask'; its columns are .*--question_column_name"
     ):
         QAColumns.of(data, question="ask")
-    shifted = [{**ROWS[0], "answers": {"text": [ANSWER], "answer_start": [3]}}]
-    with pytest.raises(InputError, match=r"row 0: the answer 'Maria Lopez' is not at answer_start=3"):
-        check_answers(Dataset.from_list(shifted), QAColumns(), "the train questions")
+
+
+BAD_RECORDS = {  # {case: (the second record, what the error says of it)}
+    "no question": (
+        {key: value for key, value in ROWS[1].items() if key != "question"},
+        r"record 2 \(id 'b'\): 'question' holds no question \(no such key\); every record needs a question",
+    ),
+    "an empty context": (
+        {**ROWS[1], "context": " "},
+        r"record 2 \(id 'b'\): 'context' holds no context \(str ' '\)",
+    ),
+    "answers as scalars": (
+        {**ROWS[0], "id": "b", "answers": {"text": ANSWER, "answer_start": CONTEXT.index(ANSWER)}},
+        r"record 2 \(id 'b'\): 'answers' must be \{'text': \[...\], 'answer_start': \[...\]\} \(SQuAD's "
+        r"format.*: write \{'text': \['Maria Lopez'\], 'answer_start': \[551\]\}\.$",
+    ),
+    "an answer at another offset": (
+        {**ROWS[0], "id": "b", "answers": {"text": [ANSWER], "answer_start": [3]}},
+        r"record 2 \(id 'b'\): the answer 'Maria Lopez' is not at answer_start=3 of its context",
+    ),
+    "an id used twice": (
+        {**ROWS[1], "id": "a"},
+        r"record 2 \(id 'a'\): the id 'a' is also record 1's; each question needs its own id",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RECORDS))
+def test_every_record_is_checked(case, tmp_path):
+    """A JSON lines record without its question failed in the tokenizer ("You need to specify either `text`
+    or `text_target`"), answers as scalars in the answer check itself (TypeError), and a repeated id kept one
+    of the two questions' answers in the predictions."""
+    record, message = BAD_RECORDS[case]
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(row) for row in (ROWS[0], record)))
+    data = load_squad_files({"train": str(tmp_path / "q.jsonl")})["train"]
+    with pytest.raises(InputError, match=rf"^--train_file q.jsonl, {message}"):
+        check_question_records(data, QAColumns.of(data), "--train_file q.jsonl")
+
+
+def test_squad_json_without_a_question_is_named(tmp_path):
+    qas = [{"id": "x", "answers": []}]
+    nested = {"data": [{"title": "t", "paragraphs": [{"context": CONTEXT, "qas": qas}]}]}
+    (tmp_path / "squad.json").write_text(json.dumps(nested))
+    data = load_squad_files({"validation": str(tmp_path / "squad.json")})["validation"]
+    with pytest.raises(InputError, match=r"^v, record 1 \(id 'x'\): 'question' holds no question"):
+        check_question_records(data, QAColumns.of(data), "v")
+
+
+def test_questions_without_ids_are_said_or_named(caplog):
+    """Without an id column the predictions are keyed "0", "1", ...: said once; --id_column_name names one."""
+    rows = [{key: value for key, value in row.items() if key != "id"} for row in ROWS]
+    with caplog.at_level(logging.INFO, logger="hf_efficient"):
+        columns = QAColumns.of(Dataset.from_list(rows))
+    assert columns.id is None
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("hf_efficient")]
+    assert len(said) == 1 and "keyed by row number" in said[0] and "--id_column_name" in said[0]
+    named = Dataset.from_list([{**row, "qid": f"q{i}"} for i, row in enumerate(rows)])
+    assert QAColumns.of(named, id="qid").id == "qid"
+    with pytest.raises(InputError, match=r"no id column 'key'; its columns are .*--id_column_name"):
+        QAColumns.of(named, id="key")
 
 
 def test_training_windows_point_at_the_answer_or_cls(tokenizer):

@@ -1,5 +1,5 @@
-"""What the script tests share: tiny text-model sizes, the common flags, the pretraining command line, and
-the logged losses of a run."""
+"""What the script tests share: tiny text-model sizes, the common flags, the pretraining command line, the
+logged losses of a run, and a script run in-process as the command line runs it (status and stderr)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,31 @@ import json
 import re
 from pathlib import Path
 
-from ..script_loader import QUIET
+import pytest
+
+from hf_efficient.cli import run_script
+
+from ..script_loader import QUIET, load_script
 
 TINY_SIZES = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
 TINY_SIZES["max_position_embeddings"] = 64
 TINY = ",".join(f"{key}={value}" for key, value in TINY_SIZES.items())
 COMMON = [*QUIET, "--logging_steps", "1", "--dataloader_pin_memory", "false"]
+# The scripts that parse TrainingArguments (every flag of transformers' Trainer).
+HF_TRAINING_SCRIPTS = (
+    "distill_attention",
+    "finetune_glue",
+    "finetune_image_classification",
+    "finetune_qa",
+    "pretrain_clm",
+    "pretrain_mae",
+    "pretrain_mlm",
+    "train_graph",
+    "train_listops",
+    "train_mqar",
+)
+# Flags a script requires, checked before the others ("{tmp}": the test's folder).
+REQUIRED = {"distill_attention": ["--model_name_or_path", "{tmp}"]}
 
 
 def pretrain_args(data, output_dir, attention_type, attention_config, *extra) -> list[str]:
@@ -50,3 +69,11 @@ def recording(trainer_class: type, trainers: list) -> type:
             trainers.append(self)
 
     return Recording
+
+
+def run_in_process(name: str, args: list[str], capsys) -> tuple[int, str]:
+    """(exit status, stderr) of ``scripts/<name>.py args`` through :func:`run_script`, in this process."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        run_script(load_script(name).main, args)
+    return exit_info.value.code, capsys.readouterr().err

@@ -15,14 +15,14 @@ import textwrap
 import time
 
 import pytest
-from transformers import BertTokenizer
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
+from hf_efficient.data.long_documents import packaged_tokenizer
 from hf_efficient.training import OutputDirNotEmptyError
 from hf_efficient.training.checkpoints import COMPLETE_MARKER, checkpoint_problem
 
 from ..data.helpers import write_csv
-from ..models.text.helpers import TINY_BERT, write_vocab
+from ..models.text.helpers import TINY_BERT
 from ..processes import ROOT, child_env
 from ..script_loader import CONFIGS, QUIET
 from .helpers import COMMON, logged_losses, pretrain_args
@@ -30,9 +30,10 @@ from .helpers import COMMON, logged_losses, pretrain_args
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory):
-    """A tiny BERT checkpoint with its WordPiece tokenizer: what --model_name_or_path reads."""
+    """A tiny BERT checkpoint with all-MiniLM-L6-v2's WordPiece tokenizer (the real text of the tests is
+    English): what --model_name_or_path reads."""
     folder = tmp_path_factory.mktemp("tiny_bert")
-    tokenizer = BertTokenizer(vocab_file=str(write_vocab(folder)))
+    tokenizer = packaged_tokenizer()
     tokenizer.save_pretrained(folder)
     sizes = {**TINY_BERT, "vocab_size": len(tokenizer), "num_attention_heads": 2}
     EfficientBertForMaskedLM(EfficientBertConfig(**sizes)).save_pretrained(folder)
@@ -65,7 +66,7 @@ def test_finetune_flags(finetune_glue, tiny_checkpoint, data, tmp_path):
         ValueError, r"--train_file .*empty.csv is empty \(0 bytes\)", train_file=str(tmp_path / "empty.csv")
     )
     header = write_csv(tmp_path / "header.csv", ["sentence", "label"], [])
-    fails(ValueError, r"No rows could be read from --train_file .*header.csv", train_file=header)
+    fails(ValueError, r"--train_file .*header.csv holds no rows \(a header only\?\)", train_file=header)
     no_label = write_csv(tmp_path / "no_label.csv", ["sentence", "target"], [["a film", 1]])
     message = r"no column\(s\) \['label'\]; its columns are \['sentence', 'target'\]: .* --label_column_name"
     fails(ValueError, message, train_file=no_label)

@@ -17,20 +17,8 @@ from hf_efficient.errors import InputError
 
 from ..processes import ROOT, child_env
 from ..script_loader import SCRIPTS, load_script
+from .helpers import HF_TRAINING_SCRIPTS, REQUIRED, run_in_process
 
-HF_TRAINING_SCRIPTS = (
-    "distill_attention",
-    "finetune_glue",
-    "finetune_image_classification",
-    "finetune_qa",
-    "pretrain_clm",
-    "pretrain_mae",
-    "pretrain_mlm",
-    "train_graph",
-    "train_listops",
-    "train_mqar",
-)
-REQUIRED = {"distill_attention": ["--model_name_or_path", "{tmp}"]}  # checked before unknown flags
 # {script: {case: (the command line, what the error line must say)}}; "{tmp}" is the test's folder.
 USER_ERRORS = {
     **{
@@ -86,14 +74,6 @@ USER_ERRORS = {
         "missing file": (["card", "minilm-l6-linear-4096", "--output_dir", "{tmp}/none"], "{tmp}/none"),
     },
 }
-
-
-def run_in_process(name: str, args: list[str], capsys) -> tuple[int, str]:
-    """(exit status, stderr) of ``scripts/<name>.py args`` through :func:`run_script`, in this process."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        run_script(load_script(name).main, args)
-    return exit_info.value.code, capsys.readouterr().err
 
 
 def test_every_script_is_covered_and_adopts_the_wrapper():

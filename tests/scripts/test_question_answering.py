@@ -5,6 +5,7 @@ model answering through pipeline("question-answering") in one window, and the er
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 from transformers import pipeline
@@ -120,3 +121,15 @@ def test_default_phases_read_the_splits_there_are(finetune_qa, long_qa, checkpoi
     args += ["--max_seq_length", "1024", "--max_steps", "1", "--output_dir", str(tmp_path), *COMMON]
     assert finetune_qa.main(args) == {}
     assert (tmp_path / "model.safetensors").exists() and not (tmp_path / "eval_predictions.json").exists()
+
+
+def test_a_window_covering_every_window_is_said(finetune_qa, long_qa, checkpoint, tmp_path, caplog):
+    """An attention_window of 2,048 over 1,024-token windows is exact attention at Longformer's cost: said
+    once, as the other text scripts say it (the run trains as asked)."""
+    wide = ["--attention_type", "longformer", "--attention_config", '{"attention_window": 2048}']
+    args = ["--model_name_or_path", str(checkpoint), "--train_file", long_qa["train"], *wide]
+    args += ["--max_seq_length", "1024", "--max_steps", "1", "--output_dir", str(tmp_path), *COMMON]
+    with caplog.at_level(logging.INFO, logger="hf_efficient"):
+        finetune_qa.main(args)
+    said = [r.getMessage() for r in caplog.records if "covers every input" in r.getMessage()]
+    assert len(said) == 1 and "each query sees every key of inputs up to" in said[0], said

@@ -26,7 +26,7 @@ from ..models.text.helpers import MINILM
 from ..processes import free_port, launch
 from ..script_loader import CONFIGS, SCRIPTS
 from ..training.helpers import open_lock_files
-from .helpers import COMMON, TINY_SIZES, logged_losses, pretrain_args, recording
+from .helpers import COMMON, TINY, TINY_SIZES, logged_losses, pretrain_args, recording
 
 
 @pytest.fixture(scope="module")
@@ -375,7 +375,8 @@ def test_random_state_is_decided_by_the_cores():
 
 
 def test_resume_continues_the_same_loss_curve(pretrain_mlm, pretrained, data, tmp_path, monkeypatch):
-    """An uninterrupted run vs. a run interrupted after its step-3 checkpoint and resumed: same losses."""
+    """An uninterrupted run vs. a run interrupted after its step-3 checkpoint and resumed: same losses;
+    resumed with another attention, the run stops naming both."""
     extra = ("--max_steps", "6", "--save_steps", "3", "--random_state_redraw_steps", "2")
     extra += ("--warmup_steps", "2", "--tokenizer_name", str(pretrained))  # one tokenizer for both runs
     features = {"num_features": 16}
@@ -396,6 +397,20 @@ def test_resume_continues_the_same_loss_curve(pretrain_mlm, pretrained, data, tm
         with pytest.raises(Interrupted):
             pretrain_mlm.main(args)
     assert sorted(p.name for p in (tmp_path / "resumed").glob("checkpoint-*")) == ["checkpoint-3"]
+    # Another attention would load Performer's weights into its layers (transformers: "missing keys ...").
+    window = {"attention_window": 8, "global_token_indices": [0]}
+    longformer = pretrain_args(data, tmp_path / "resumed", "longformer", window, *extra)
+    message = (
+        r"^--resume_from_checkpoint .*checkpoint-3: the checkpoint was trained with "
+        r"attention_type=\"performer\", attention_config=\{.*\"num_features\": 16.*\}, but this run builds "
+        r"attention_type=\"longformer\""
+    )
+    with pytest.raises(ValueError, match=message):
+        pretrain_mlm.main([*longformer, "--resume_from_checkpoint", "last"])
+    # other sizes failed inside load_state_dict
+    wider = ["--config_overrides", TINY.replace("hidden_size=32", "hidden_size=48")]
+    with pytest.raises(ValueError, match=r"trained with hidden_size=32, but this run builds hidden_size=48"):
+        pretrain_mlm.main([*args, *wider, "--resume_from_checkpoint", "last"])
     pretrain_mlm.main([*args, "--resume_from_checkpoint", "last"])
     whole, resumed = logged_losses(tmp_path / "whole"), logged_losses(tmp_path / "resumed")
     assert sorted(whole) == sorted(resumed) == [1, 2, 3, 4, 5, 6]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from datasets import Dataset
 from transformers import TrainingArguments
 
 from hf_efficient.training import ModelArguments, decide_phases, first_examples
+from hf_efficient.training.run import check_device_flags
 
 
 def test_model_arguments_give_from_pretrained_kwargs():
@@ -39,3 +42,22 @@ def test_first_examples():
     assert len(first_examples(data, 50, "max_train_samples")) == 5 and first_examples(None, 3, "x") is None
     with pytest.raises(ValueError, match="--max_eval_samples must be at least 1, got 0"):
         first_examples(data, 0, "max_eval_samples")
+
+
+def test_flags_that_need_an_accelerator_are_refused_or_said_on_a_cpu(tmp_path, caplog, monkeypatch):
+    """transformers trains an --fp16 run in float32 on a CPU without a word, and compiles a --torch_compile
+    run for minutes before its first step."""
+    monkeypatch.setattr("hf_efficient.training.run.has_accelerator", lambda: False)
+    fp16 = TrainingArguments(output_dir=str(tmp_path), report_to=[], fp16=True)
+    with pytest.raises(ValueError, match=r"^--fp16 computes in float16 on a GPU, and this machine has none"):
+        check_device_flags(fp16)
+    compiled = TrainingArguments(output_dir=str(tmp_path), report_to=[], torch_compile=True)
+    with caplog.at_level(logging.INFO, logger="hf_efficient"):
+        check_device_flags(compiled)
+    said = [record.getMessage() for record in caplog.records if record.name.startswith("hf_efficient")]
+    assert len(said) == 1 and said[0].startswith("--torch_compile on the CPU: the model compiles for minutes")
+    monkeypatch.setattr("hf_efficient.training.run.has_accelerator", lambda: True)
+    caplog.clear()
+    check_device_flags(fp16)
+    check_device_flags(compiled)
+    assert not [record for record in caplog.records if record.name.startswith("hf_efficient")]
