@@ -41,7 +41,7 @@ from .inputs import AttentionInputs, is_tracing
 from .kernels.bigbird import FLEX, NATIVE
 from .kernels.flex import BlockMaskCache
 from .registry import register_attention
-from .utils import extend_padding_mask, pad_to_multiple, unpad
+from .utils import MASK32, extend_padding_mask, mix32, pad_to_multiple, unpad
 
 
 @dataclass
@@ -100,18 +100,7 @@ class BatchLayout(NamedTuple):
 
 
 _CACHED_LAYOUTS = 8  # batch layouts an eager core keeps
-_MASK32 = 2**32 - 1
-_NOT_DRAWN = 2**32  # rank of a key block that may not be drawn: above every hashed rank
-
-
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash of int64 values in [0, 2^32), a bijection (distinct inputs never tie).
-    Multipliers below 2^31 keep every product inside int64, so eager, export and ONNX agree bit for bit."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x31848BAB) & _MASK32
-    return x ^ (x >> 16)
+_NOT_DRAWN = 2**32  # rank of a key block that may not be drawn: above every hashed rank (mix32's < 2^32)
 
 
 def block_sparse_rows(q, k, v, index, blocked, global_index, num_window, dropout_p) -> torch.Tensor:
@@ -191,7 +180,7 @@ class BigBirdAttention(AttentionCore):
         heads = torch.arange(self.num_heads, device=device)[:, None, None]  # (h, 1, 1)
         rows = torch.arange(nb, device=device)[:, None]  # (nb, 1)
         cols = torch.arange(nb, device=device)  # (nb,)
-        seed = (cfg.seed * 1_000_003 + self.spec.layer_idx) & _MASK32
+        seed = (cfg.seed * 1_000_003 + self.spec.layer_idx) & MASK32
         row_key = mix32(mix32(mix32(m ^ seed) ^ heads) ^ rows)  # (b, h, nb, 1)
         is_global = (cols < cfg.num_global_blocks_start) | (cols >= m - cfg.num_global_blocks_end)
         forbidden = ((cols - rows).abs() <= half) | is_global | (cols >= m)  # (b, 1, nb, nb)

@@ -170,3 +170,17 @@ def orthogonal_gaussian_features(m: int, d: int, generator: torch.Generator | No
     directions = torch.cat(blocks)[:m]  # (m, d)
     norms = torch.randn(m, d, generator=generator, device="cpu").norm(dim=1)  # (m,), chi_d distributed
     return directions * norms[:, None]
+
+
+MASK32 = 2**32 - 1
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of int64 values in [0, 2^32), a bijection (distinct inputs never tie): seeded
+    random choices that are a pure tensor function of their sizes (BigBird's random blocks). Multipliers
+    below 2^31 keep every product inside int64, so eager, export and ONNX agree bit for bit."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x31848BAB) & MASK32
+    return x ^ (x >> 16)
