@@ -1,5 +1,6 @@
 """hf_efficient: efficient attention for Hugging Face encoders."""
 
+from . import models
 from .attention import (
     AttentionCapabilities,
     AttentionConfig,
@@ -18,54 +19,12 @@ from .attention import (
     validate_attention_config,
 )
 from .attention.cache import EfficientCache
-from .models import (
-    EfficientBertConfig,
-    EfficientBertForCausalLM,
-    EfficientBertForMaskedLM,
-    EfficientBertForMultipleChoice,
-    EfficientBertForNextSentencePrediction,
-    EfficientBertForPreTraining,
-    EfficientBertForQuestionAnswering,
-    EfficientBertForSequenceClassification,
-    EfficientBertForTokenClassification,
-    EfficientBertModel,
-    EfficientGraphConfig,
-    EfficientGraphForGraphClassification,
-    EfficientGraphForNodeClassification,
-    EfficientGraphModel,
-    EfficientViTConfig,
-    EfficientViTForImageClassification,
-    EfficientViTForMaskedImageModeling,
-    EfficientViTImageProcessor,
-    EfficientViTMAEForPreTraining,
-    EfficientViTModel,
-    GraphCollator,
-)
+from .models import *  # noqa: F403  (the encoders, their configs and processors: models.__all__)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "EfficientBertConfig",
-    "EfficientBertForCausalLM",
-    "EfficientBertForMaskedLM",
-    "EfficientBertForMultipleChoice",
-    "EfficientBertForNextSentencePrediction",
-    "EfficientBertForPreTraining",
-    "EfficientBertForQuestionAnswering",
-    "EfficientBertForSequenceClassification",
-    "EfficientBertForTokenClassification",
-    "EfficientBertModel",
-    "EfficientGraphConfig",
-    "EfficientGraphForGraphClassification",
-    "EfficientGraphForNodeClassification",
-    "EfficientGraphModel",
-    "EfficientViTConfig",
-    "EfficientViTForImageClassification",
-    "EfficientViTForMaskedImageModeling",
-    "EfficientViTImageProcessor",
-    "EfficientViTMAEForPreTraining",
-    "EfficientViTModel",
-    "GraphCollator",
+    *models.__all__,
     "AttentionCapabilities",
     "AttentionConfig",
     "AttentionCore",

@@ -17,34 +17,11 @@ from transformers import (
 )
 from transformers.utils import is_vision_available
 
-from .graph import (
-    EfficientGraphConfig,
-    EfficientGraphForGraphClassification,
-    EfficientGraphForNodeClassification,
-    EfficientGraphModel,
-    GraphCollator,
-)
-from .text import (
-    EfficientBertConfig,
-    EfficientBertForCausalLM,
-    EfficientBertForMaskedLM,
-    EfficientBertForMultipleChoice,
-    EfficientBertForNextSentencePrediction,
-    EfficientBertForPreTraining,
-    EfficientBertForQuestionAnswering,
-    EfficientBertForSequenceClassification,
-    EfficientBertForTokenClassification,
-    EfficientBertModel,
-)
+from . import graph, text, vision
+from .graph import *  # noqa: F403  (graph.__all__)
+from .text import *  # noqa: F403  (text.__all__)
 from .text.question_answering import register_question_answering_pipeline
-from .vision import (
-    EfficientViTConfig,
-    EfficientViTForImageClassification,
-    EfficientViTForMaskedImageModeling,
-    EfficientViTImageProcessor,
-    EfficientViTMAEForPreTraining,
-    EfficientViTModel,
-)
+from .vision import *  # noqa: F403  (vision.__all__)
 
 
 def _register(config_class, mapping: dict) -> None:
@@ -55,66 +32,47 @@ def _register(config_class, mapping: dict) -> None:
 
 
 _register(
-    EfficientBertConfig,
+    text.EfficientBertConfig,
     {
-        AutoModel: EfficientBertModel,
-        AutoModelForMaskedLM: EfficientBertForMaskedLM,
-        AutoModelForCausalLM: EfficientBertForCausalLM,
-        AutoModelForPreTraining: EfficientBertForPreTraining,
-        AutoModelForNextSentencePrediction: EfficientBertForNextSentencePrediction,
-        AutoModelForSequenceClassification: EfficientBertForSequenceClassification,
-        AutoModelForMultipleChoice: EfficientBertForMultipleChoice,
-        AutoModelForTokenClassification: EfficientBertForTokenClassification,
-        AutoModelForQuestionAnswering: EfficientBertForQuestionAnswering,
+        AutoModel: text.EfficientBertModel,
+        AutoModelForMaskedLM: text.EfficientBertForMaskedLM,
+        AutoModelForCausalLM: text.EfficientBertForCausalLM,
+        AutoModelForPreTraining: text.EfficientBertForPreTraining,
+        AutoModelForNextSentencePrediction: text.EfficientBertForNextSentencePrediction,
+        AutoModelForSequenceClassification: text.EfficientBertForSequenceClassification,
+        AutoModelForMultipleChoice: text.EfficientBertForMultipleChoice,
+        AutoModelForTokenClassification: text.EfficientBertForTokenClassification,
+        AutoModelForQuestionAnswering: text.EfficientBertForQuestionAnswering,
     },
 )
 register_question_answering_pipeline()  # transformers 5 removed pipeline("question-answering")
 
 _register(
-    EfficientViTConfig,
+    vision.EfficientViTConfig,
     {
-        AutoModel: EfficientViTModel,
-        AutoModelForImageClassification: EfficientViTForImageClassification,
-        AutoModelForPreTraining: EfficientViTMAEForPreTraining,
-        AutoModelForMaskedImageModeling: EfficientViTForMaskedImageModeling,
+        AutoModel: vision.EfficientViTModel,
+        AutoModelForImageClassification: vision.EfficientViTForImageClassification,
+        AutoModelForPreTraining: vision.EfficientViTMAEForPreTraining,
+        AutoModelForMaskedImageModeling: vision.EfficientViTForMaskedImageModeling,
     },
 )
 if is_vision_available():  # without Pillow ([vision] extra) there is no image processor to register
     AutoImageProcessor.register(
-        EfficientViTConfig, image_processor_classes={"pil": EfficientViTImageProcessor}, exist_ok=True
+        vision.EfficientViTConfig,
+        image_processor_classes={"pil": vision.EfficientViTImageProcessor},
+        exist_ok=True,
     )
 
 # Graph classification is one label per input, as sequence classification; node classification one label per
 # element, as token classification: the graph models register under those Auto classes.
 _register(
-    EfficientGraphConfig,
+    graph.EfficientGraphConfig,
     {
-        AutoModel: EfficientGraphModel,
-        AutoModelForSequenceClassification: EfficientGraphForGraphClassification,
-        AutoModelForTokenClassification: EfficientGraphForNodeClassification,
+        AutoModel: graph.EfficientGraphModel,
+        AutoModelForSequenceClassification: graph.EfficientGraphForGraphClassification,
+        AutoModelForTokenClassification: graph.EfficientGraphForNodeClassification,
     },
 )
 
-__all__ = [
-    "EfficientBertConfig",
-    "EfficientBertForCausalLM",
-    "EfficientBertForMaskedLM",
-    "EfficientBertForMultipleChoice",
-    "EfficientBertForNextSentencePrediction",
-    "EfficientBertForPreTraining",
-    "EfficientBertForQuestionAnswering",
-    "EfficientBertForSequenceClassification",
-    "EfficientBertForTokenClassification",
-    "EfficientBertModel",
-    "EfficientGraphConfig",
-    "EfficientGraphForGraphClassification",
-    "EfficientGraphForNodeClassification",
-    "EfficientGraphModel",
-    "EfficientViTConfig",
-    "EfficientViTForImageClassification",
-    "EfficientViTForMaskedImageModeling",
-    "EfficientViTImageProcessor",
-    "EfficientViTMAEForPreTraining",
-    "EfficientViTModel",
-    "GraphCollator",
-]
+# Each modality's public names stand once, in its own package's __all__.
+__all__ = [*text.__all__, *vision.__all__, *graph.__all__]
