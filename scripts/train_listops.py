@@ -4,7 +4,7 @@ The expressions (``hf_efficient.data.listops``: MIN, MAX, MED, SUM_MOD over digi
 classes) are generated for a seed and cached (default: ``<output_dir>/../listops_data/<settings>``), so every
 attention type trains on the same data. The model and the training schedule come from
 ``configs/listops/base.json`` (used when no ``--config`` is given) and
-``configs/listops/attention/<type>.json``; flags override both. Attention with a fixed maximum length
+each core's ``script_configs["listops"]``; flags override both. Attention with a fixed maximum length
 (Linformer: ``capabilities.fixed_max_length``) gets every input padded to ``max_position_embeddings``, as LRA
 pads; the others are padded per batch.
 
@@ -33,12 +33,11 @@ from pathlib import Path
 import numpy as np
 from transformers import DataCollatorWithPadding, HfArgumentParser
 
-from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification
+from hf_efficient import EfficientBertConfig, EfficientBertForSequenceClassification, get_attention_class
 from hf_efficient.cli import run_script
 from hf_efficient.data import check_sequence_length
 from hf_efficient.data.listops import (
     LABEL_NAMES,
-    LRA_LISTOPS,
     VOCAB,
     ListOpsSpec,
     build_listops_tokenizer,
@@ -177,7 +176,7 @@ def main(args: list[str] | None = None) -> dict:
     mean_tokens = pad_to or float(np.mean(raw["train"]["length"])) + 1
     metrics, efficiency, record = generated_task_run(trainer, data, mean_tokens)
 
-    lra = LRA_LISTOPS.get(attention)  # (LRA model name, ListOps test accuracy %) or None
+    lra = get_attention_class(attention).lra_listops  # (LRA model name, ListOps test accuracy %) or None
     result = {
         "attention_type": attention,
         "attention_config": config.attention_config,

@@ -16,7 +16,7 @@ The causal form learns recall much sooner: at length 64, width 64 and 1,252 step
 84.7% test recall where the encoder stayed at 9.8% (calibration: ``configs/mqar/base.json``).
 
 The model and schedule come from ``configs/mqar/base.json`` (used when no ``--config`` is given) and
-``configs/mqar/attention/<type>.json`` (windows, landmarks, projections and features sized so that no type is
+each core's ``script_configs["mqar"]`` (windows, landmarks, projections and features sized so that no type is
 full attention in disguise at length 64); flags override both; ``--hidden_size`` sets the width (and the MLP
 to twice it). Run from the repository root::
 

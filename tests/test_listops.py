@@ -35,6 +35,7 @@ from hf_efficient.data.listops import (
     tokenize_listops,
 )
 
+from .attention.helpers import script_settings
 from .script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -242,13 +243,11 @@ def test_tokenizer_saves_loads_and_pads(tmp_path):
     assert [sum(mask) for mask in padded["attention_mask"]] == [n + 1 for n in list(data["train"]["length"])]
 
 
-def test_every_text_attention_type_has_a_listops_override():
-    files = {p.stem: p for p in (ROOT / "configs" / "listops" / "attention").glob("*.json")}
-    assert set(files) == set(hf_efficient.list_attention_types("text"))
-    for name, path in files.items():
-        model = json.loads(path.read_text())["model"]
-        assert model["attention_type"] == name
-        validate_attention_config(name, model["attention_config"])
+def test_every_text_attention_type_has_valid_listops_settings_or_its_defaults():
+    settings = script_settings("listops")
+    assert set(hf_efficient.list_attention_types("text")) - set(settings) == {"full", "linear"}
+    for name, entry in settings.items():
+        validate_attention_config(name, entry["attention_config"])
 
 
 def test_train_listops_script_two_types(tmp_path):

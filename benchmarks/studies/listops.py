@@ -2,7 +2,7 @@
 
 Every ``listops_results.json`` under ``--results`` (one per run, each written by the training script next to
 its saved model) becomes a row: test and validation accuracy, the LRA paper's number for the type
-(``LRA_LISTOPS`` of ``hf_efficient.data.listops``), the majority class and the outer-operator baseline of
+(the core's ``lra_listops``), the majority class and the outer-operator baseline of
 the test data, how often the saved model answers a test expression as its outermost operator alone would
 (the shortcut a model finds first; the data is generated again from the run's settings), seconds per step
 and training time. The validation curves of the runs go into one plot.
@@ -51,11 +51,12 @@ DATA_NOTE = (
 
 def lra_reference(attention_type: str) -> str:
     """LRA's ListOps accuracy for the type, e.g. ``'36.37 (Transformer)'``, or ``'-'``."""
-    from hf_efficient.data.listops import LRA_LISTOPS
+    from hf_efficient.attention import ATTENTION_REGISTRY
 
-    if attention_type not in LRA_LISTOPS:
+    core = ATTENTION_REGISTRY.get(attention_type)
+    if core is None or core.lra_listops is None:
         return "-"
-    name, accuracy = LRA_LISTOPS[attention_type]
+    name, accuracy = core.lra_listops
     return f"{accuracy:.2f} ({name})"
 
 

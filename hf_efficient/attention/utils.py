@@ -172,6 +172,12 @@ def orthogonal_gaussian_features(m: int, d: int, generator: torch.Generator | No
     return directions * norms[:, None]
 
 
+def band_pairs(n: int, half: int) -> int:
+    """(i, j) pairs with |i - j| <= half in a sequence of n tokens (a sliding window's, for FLOP counts)."""
+    half = min(half, n - 1)
+    return n * (2 * half + 1) - half * (half + 1)
+
+
 MASK32 = 2**32 - 1
 
 

@@ -378,17 +378,3 @@ def tokenize_listops(
         return tokenizer(batch["source"], **padding)
 
     return data.map(encode, batched=True, remove_columns=["source", "depth"], desc="Tokenizing ListOps")
-
-
-# ListOps test accuracy (%) the Long Range Arena paper reports (Tay et al. 2020, table 1) for the
-# mechanisms it shares with us: attention_type -> (LRA's model name, accuracy); a type not listed is not in
-# LRA. Quoted by scripts/train_listops.py (each run's results and model card) and benchmarks' ListOps table.
-LRA_LISTOPS: dict[str, tuple[str, float]] = {
-    "full": ("Transformer", 36.37),
-    "linear": ("Linear Trans.", 16.13),
-    "performer": ("Performer", 18.01),
-    "linformer": ("Linformer", 35.7),
-    "longformer": ("Longformer", 35.63),
-    "bigbird": ("BigBird", 36.05),
-    "reformer_lsh": ("Reformer", 37.27),
-}

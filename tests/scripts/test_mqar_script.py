@@ -11,7 +11,8 @@ import pytest
 import hf_efficient
 from hf_efficient import validate_attention_config
 
-from ..script_loader import CONFIGS, load_script
+from ..attention.helpers import script_settings
+from ..script_loader import load_script
 from .helpers import COMMON
 
 TINY = [
@@ -55,14 +56,9 @@ def test_causal_form_refused_for_a_type_without_one(tmp_path):
         )
 
 
-def test_every_text_attention_type_has_an_mqar_override_or_its_defaults():
-    files = {p.stem: p for p in (CONFIGS / "mqar" / "attention").glob("*.json")}
-    assert set(files) <= set(hf_efficient.list_attention_types("text"))
-    assert set(hf_efficient.list_attention_types("text")) - set(files) <= {
-        "full",
-        "linear",
-    }  # nothing to size
-    for name, path in files.items():
-        model = json.loads(path.read_text())["model"]
-        assert model["attention_type"] == name
-        validate_attention_config(name, model["attention_config"])
+def test_every_text_attention_type_has_mqar_settings_or_its_defaults():
+    settings = script_settings("mqar")
+    unsized = {"full", "linear"}  # no hyperparameter to size to the task
+    assert set(hf_efficient.list_attention_types("text")) - set(settings) == unsized
+    for name, entry in settings.items():
+        validate_attention_config(name, entry["attention_config"])
