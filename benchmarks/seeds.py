@@ -28,7 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.report import markdown_table, write_report
+from benchmarks.report import write_report
+from hf_efficient.markdown import markdown_table
 
 COMMAND_FILE = "command.json"
 

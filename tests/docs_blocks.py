@@ -38,7 +38,13 @@ from pathlib import Path
 from . import preloaded_python
 from .processes import ROOT, child_env
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LAB = ROOT / "benchmarks"  # the lab's pages: its README and its docs/
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    LAB / "README.md",
+    *sorted((LAB / "docs").glob("*.md")),
+]
 FENCE = re.compile(r"^```(?P<language>python|bash)\n(?P<code>.*?)^```", flags=re.MULTILINE | re.DOTALL)
 # The marker's value runs to the last ")" before "-->", so a reason may hold parentheses itself.
 MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<kind>skip|budget|run-by)\s*\((?P<value>.*)\)\s*-->")

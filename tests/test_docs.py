@@ -23,6 +23,7 @@ import pytest
 from . import preloaded_python
 from .docs_blocks import (
     ANY_MARKER,
+    LAB,
     MARKER,
     PAGES,
     ROOT,
@@ -92,10 +93,24 @@ def test_every_relative_link_and_anchor_resolves():
                 assert anchor in heading_anchors(target), f"{page.name}: no heading {match.group('target')}"
 
 
-def test_the_index_links_every_page():
-    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
-    linked = {match.group("target").partition("#")[0] for match in LINK.finditer(index)}
-    assert {page.name for page in PAGES if page.parent.name == "docs"} - {"index.md"} <= linked
+def linked_pages(page: Path) -> set[Path]:
+    """The files ``page`` links to."""
+    targets = {match.group("target").partition("#")[0] for match in LINK.finditer(page.read_text("utf-8"))}
+    return {(page.parent / target).resolve() for target in targets if target}
+
+
+def test_the_index_links_every_page_and_the_lab_its_own():
+    index = ROOT / "docs" / "index.md"
+    assert set((ROOT / "docs").glob("*.md")) - {index} <= linked_pages(index)
+    assert set((LAB / "docs").glob("*.md")) <= linked_pages(LAB / "README.md")
+
+
+def test_every_committed_result_plot_is_shown_by_a_page():
+    """benchmarks/results/reference/ keeps results.json and summaries; a plot stays only where a page
+    (README.md, docs/, the lab's pages) shows it: rerunning a command draws the others."""
+    shown = set().union(*(linked_pages(page) for page in PAGES))
+    plots = set((LAB / "results" / "reference").rglob("*.png"))
+    assert plots and plots <= shown, sorted(str(p.relative_to(ROOT)) for p in plots - shown)
 
 
 # a relative path that climbs out of its folder: "../x/y.md"
@@ -195,7 +210,8 @@ def group_id(page_and_group) -> str:
 
 def test_every_block_run_in_parts_exists():
     for (name, text), _ in IN_PARTS.items():
-        assert any(text in block.code for block in page_blocks(ROOT / "docs" / name)), (name, text)
+        (page,) = [page for page in PAGES if page.name == name]
+        assert any(text in block.code for block in page_blocks(page)), (name, text)
     ids = {group_id(item) for item in bash_groups()}
     assert {"results.md:511-part1of3", "results.md:511-part3of3"} <= ids
 

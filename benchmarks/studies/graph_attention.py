@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import seeds
-from benchmarks.report import markdown_table, pyplot, write_report
+from benchmarks.report import pyplot, write_report
+from hf_efficient.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: benchmarks/studies/ is two levels down
 SCRIPT = ROOT / "scripts" / "train_graph.py"

@@ -1,9 +1,10 @@
 """MQAR (multi-query associative recall, Zoology) for the text attention types: the grid of runs, its table.
 
-``run`` trains ``scripts/train_mqar.py`` for every (type, width, sequence length) through the seeds runner
-(``benchmarks.seeds``, one folder per setting: ``<out>/<formulation>/<type>/d<width>_n<length>/seed_<s>``),
-so the whole grid is one resumable command: a finished seed is not run again, an interrupted one continues
-from its checkpoint. It ends with ``summarize``, which can also be run alone::
+``run`` trains ``benchmarks/tasks/train_mqar.py`` for every (type, width, sequence length) through the seeds
+runner (``benchmarks.seeds``, one folder per setting:
+``<out>/<formulation>/<type>/d<width>_n<length>/seed_<s>``), so the whole grid is one resumable command: a
+finished seed is not run again, an interrupted one continues from its checkpoint. It ends with ``summarize``,
+which can also be run alone::
 
     python -m benchmarks.studies.mqar run --types full linear --widths 64 128 --lengths 64 128 256 \\
         --seeds 0 --out runs/mqar
@@ -38,10 +39,10 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.report import markdown_table, pyplot, write_report
+from benchmarks.report import pyplot, write_report
+from hf_efficient.markdown import markdown_table
 
-RESULTS_FILE = "mqar_results.json"  # what scripts/train_mqar.py writes into each run's output_dir
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_mqar.py"
+RESULTS_FILE = "mqar_results.json"  # what benchmarks/tasks/train_mqar.py writes into each run's output_dir
 ZOOLOGY_NOTE = (
     "Zoology (Arora et al. 2023, arXiv 2312.04927), Figure 2: MQAR accuracy against model dimension (64-512) "
     "of 2-layer models at sequence lengths 64, 128 and 256 with 4, 8 and 16 key-value pairs (the sweep of "
@@ -78,7 +79,8 @@ def setting_command(
     """The training command of one setting, with the seeds runner's ``{seed}`` and ``{output_dir}``."""
     return [
         sys.executable,
-        str(SCRIPT),
+        "-m",
+        "benchmarks.tasks.train_mqar",
         *("--attention_type", attention_type, "--hidden_size", str(width), "--seq_len", str(length)),
         *(["--causal"] if causal else []),
         *([] if learning_rate is None else ["--learning_rate", f"{learning_rate:g}"]),
@@ -126,7 +128,7 @@ def collect(root: Path) -> list[dict]:
     if not paths:
         raise FileNotFoundError(
             f"No {RESULTS_FILE} under {root}: run `python -m benchmarks.studies.mqar run` (or "
-            "scripts/train_mqar.py) first."
+            "benchmarks/tasks/train_mqar.py) first."
         )
     results = [json.loads(path.read_text()) for path in paths]
     return sorted(results, key=lambda r: (*setting_key(r), r.get("output_dir", "")))

@@ -17,6 +17,7 @@ from hf_efficient.errors import InputError
 
 from ..processes import ROOT, child_env
 from ..script_loader import SCRIPTS, load_script
+from .helpers import check_user_error, exit_status_and_stderr, training_script_errors
 
 HF_TRAINING_SCRIPTS = (
     "distill_attention",
@@ -27,26 +28,11 @@ HF_TRAINING_SCRIPTS = (
     "pretrain_mae",
     "pretrain_mlm",
     "train_graph",
-    "train_listops",
-    "train_mqar",
 )
 REQUIRED = {"distill_attention": ["--model_name_or_path", "{tmp}"]}  # checked before unknown flags
 # {script: {case: (the command line, what the error line must say)}}; "{tmp}" is the test's folder.
 USER_ERRORS = {
-    **{
-        name: {
-            "bad flag": ([*REQUIRED.get(name, []), "--no_such_flag", "1"], "unknown flag --no_such_flag"),
-            "bad value": (
-                ["--output_dir", "{tmp}/out", "--max_steps", "many"],
-                "error: --max_steps: invalid int value: 'many'",
-            ),
-            "missing file": (
-                ["--output_dir", "{tmp}/out", "--config", "{tmp}/no.json"],
-                "--config {tmp}/no.json",
-            ),
-        }
-        for name in HF_TRAINING_SCRIPTS
-    },
+    **{name: training_script_errors(REQUIRED.get(name, [])) for name in HF_TRAINING_SCRIPTS},
     "fill_mask": {
         "bad flag": (
             ["--model", "{tmp}", "--topk", "3", "a [MASK] film"],
@@ -90,10 +76,7 @@ USER_ERRORS = {
 
 def run_in_process(name: str, args: list[str], capsys) -> tuple[int, str]:
     """(exit status, stderr) of ``scripts/<name>.py args`` through :func:`run_script`, in this process."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        run_script(load_script(name).main, args)
-    return exit_info.value.code, capsys.readouterr().err
+    return exit_status_and_stderr(load_script(name).main, args, capsys)
 
 
 def test_every_script_is_covered_and_adopts_the_wrapper():
@@ -106,12 +89,7 @@ def test_every_script_is_covered_and_adopts_the_wrapper():
 @pytest.mark.parametrize("case", ["bad flag", "bad value", "missing file"])
 @pytest.mark.parametrize("name", sorted(USER_ERRORS))
 def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
-    args, expected = USER_ERRORS[name][case]
-    status, stderr = run_in_process(name, [arg.replace("{tmp}", str(tmp_path)) for arg in args], capsys)
-    assert status == 2, stderr
-    assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
-    assert expected.replace("{tmp}", str(tmp_path)) in stderr
-    assert "Traceback" not in stderr
+    check_user_error(load_script(name).main, *USER_ERRORS[name][case], tmp_path, capsys)
 
 
 @pytest.mark.parametrize(
