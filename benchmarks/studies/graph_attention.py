@@ -116,6 +116,7 @@ def run_all(args: argparse.Namespace) -> dict:
             out = args.out / task_name / setting
             command = run_command(task, setting, args.budget)
             seed_args = ["--seeds", *map(str, args.seeds), "--out", str(out), "--label", setting]
+            seed_args += seeds.in_process_flag(args)
             if args.dry_run:
                 print(shlex.join(["python", "-m", "benchmarks.seeds", *seed_args, "--", *command]))
                 continue
@@ -308,6 +309,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--settings", nargs="+", choices=list(SETTINGS))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reference/graph_attention"))
     parser.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+    seeds.add_in_process_argument(parser)
     parser.add_argument(
         "--report_only",
         action="store_true",

@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             command = probe_command(data_dir, checkpoint, length, features_dir)
         else:
             command = finetune_command(data_dir, checkpoint, length, args)
-        argv = ["--seeds", *map(str, args.seeds), "--out", str(out), "--label", label, "--", *command]
+        argv = ["--seeds", *map(str, args.seeds), "--out", str(out), *seeds.in_process_flag(args)]
+        argv += ["--label", label, "--", *command]
         results.append(seeds.main(argv))
     return results
 
@@ -387,6 +388,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     run_parser.add_argument("--learning_rate", type=float, default=TRAINING_DEFAULTS["learning_rate"])
     run_parser.add_argument("--max_steps", type=int, help="stop each fine-tune after N steps (quick checks)")
     run_parser.add_argument("--save_steps", type=int, default=20, help="checkpoint interval (resuming)")
+    seeds.add_in_process_argument(run_parser)
     summary_parser = commands.add_parser("summarize", help="the table, plot and verdict of the runs")
     summary_parser.add_argument("--results", type=Path, required=True, help="the run's --out")
     summary_parser.add_argument("--out", type=Path, help="where the summary goes (default: --results)")

@@ -39,6 +39,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from benchmarks import seeds
 from benchmarks.report import pyplot, write_report
 from hf_efficient.markdown import markdown_table
 
@@ -93,8 +94,6 @@ def run_grid(args: argparse.Namespace) -> list[str]:
     """Every setting through ``benchmarks.seeds`` (which skips finished seeds); returns the failed ones."""
     from tqdm.auto import tqdm
 
-    from benchmarks import seeds
-
     if args.causal:
         from hf_efficient.attention.registry import causal_attention_types
 
@@ -114,7 +113,7 @@ def run_grid(args: argparse.Namespace) -> list[str]:
         command = setting_command(attention_type, width, length, args.causal, args.extra, rate)
         argv = ["--seeds", *map(str, args.seeds), "--out", str(folder), "--results_file", RESULTS_FILE]
         try:
-            seeds.main([*argv, "--label", label, "--", *command])
+            seeds.main([*argv, *seeds.in_process_flag(args), "--label", label, "--", *command])
         except SystemExit as error:  # a failed seed: reported by the runner, the grid goes on
             if error.code:
                 failed.append(label)
@@ -357,6 +356,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "config's rate)",
     )
     run.add_argument("--out", type=Path, required=True, help="folder of the runs and of the summary")
+    seeds.add_in_process_argument(run)
     summary = commands.add_parser("summarize", help="the table and plot of the runs under --results")
     summary.add_argument("--results", type=Path, required=True, help="folder holding the runs")
     summary.add_argument("--out", type=Path, help="where the summary goes (default: --results)")
