@@ -197,6 +197,27 @@ def test_grid_runs_every_setting_through_the_seeds_runner(tmp_path, monkeypatch)
     ]
     rates = [call[call.index("--learning_rate") + 1] for call in calls]
     assert rates == ["0.0003", "0.003"]
+    assert all("--in_process" not in call for call in calls)
+
+    calls.clear()  # --in_process reaches the seeds runner, before the command
+    mqar.main(
+        ["run", "--types", "full", "--widths", "32", "--lengths", "64", "--out", str(tmp_path / "here")]
+    )
+    mqar.main(
+        [
+            "run",
+            "--types",
+            "full",
+            "--widths",
+            "32",
+            "--lengths",
+            "64",
+            "--in_process",
+            "--out",
+            str(tmp_path / "here"),
+        ]
+    )
+    assert ["--in_process" in call[: call.index("--")] for call in calls] == [False, True]
 
 
 def test_causal_grid_refuses_types_without_a_causal_form(tmp_path):

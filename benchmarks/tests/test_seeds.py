@@ -79,3 +79,20 @@ def test_help_needs_no_command(capsys):
     with pytest.raises(SystemExit) as stop:
         seeds.parse_args(["--seeds", "0", "--out", "x"])  # no command: still refused
     assert stop.value.code == 2 and "give the training command after '--'" in capsys.readouterr().err
+
+
+def test_in_process_runs_each_seeds_python_command_here(tmp_path, monkeypatch):
+    """--in_process: the seed's Python command runs in this process (no subprocess at all), with its argv,
+    its output in the seed's log; a command of another program is refused."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import json, sys\nseed, out = sys.argv[1:]\nprint('training seed', seed)\n"
+        "open(f'{out}/all_results.json', 'w').write(json.dumps({'eval_accuracy': 0.5 + int(seed) / 10}))\n"
+    )
+    monkeypatch.setattr(seeds.subprocess, "run", lambda *a, **k: pytest.fail("a subprocess was started"))
+    command = ["--", ".venv/bin/python", str(script), "{seed}", "{output_dir}"]
+    results = seeds.main(["--seeds", "0", "2", "--out", str(tmp_path / "runs"), "--in_process", *command])
+    assert results["aggregate"]["eval_accuracy"]["mean"] == pytest.approx(0.6)
+    assert (tmp_path / "runs" / "seed_2" / "log.txt").read_text() == "training seed 2\n"
+    with pytest.raises(SystemExit, match="--in_process runs Python commands only, not sh"):
+        seeds.main(["--seeds", "0", "--out", str(tmp_path / "sh"), "--in_process", *COMMAND])
