@@ -2,19 +2,18 @@
 
 Slots in the order window, start, end, random; an example of m blocks lays its pattern over its own blocks
 (rows past m keep no keys). Shapes: b batch, h heads, nb blocks of the padded batch, K key-block slots per
-query block, r random blocks, G global slots.
+query block, r random blocks, G global slots. ``config`` is the core's ``BigBirdConfig`` (typed by its
+base here: this module sits below ``bigbird.py``, which imports it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import torch
 
+from .config import AttentionConfig
 from .utils import MASK32, mix32
-
-if TYPE_CHECKING:
-    from .bigbird import BigBirdConfig
 
 _NOT_DRAWN = 2**32  # rank of a key block that may not be drawn: above every hashed rank (mix32's < 2^32)
 
@@ -43,7 +42,7 @@ class BatchLayout(NamedTuple):
 
 
 def random_key_blocks(
-    config: BigBirdConfig, num_heads: int, layer_idx: int, num_blocks: torch.Tensor, nb: int
+    config: AttentionConfig, num_heads: int, layer_idx: int, num_blocks: torch.Tensor, nb: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Random key blocks (b, h, nb, r) of every query block and (b, h, nb, r) bool of those drawn: the
     r blocks of smallest rank ``mix32`` (seed, layer, m_i, head, row, key block) outside the row's
@@ -65,7 +64,7 @@ def random_key_blocks(
 
 
 def build_batch_layout(
-    config: BigBirdConfig,
+    config: AttentionConfig,
     num_blocks: torch.Tensor,
     nb: int,
     random_blocks: torch.Tensor,
