@@ -52,12 +52,12 @@ from benchmarks.mechanisms import BASELINE, EXACT, bench_configs, benchmark_type
 from benchmarks.plugins import parse_args_with_plugins
 from benchmarks.report import (
     length_panel,
-    markdown_table,
     plot_loglog,
     status_cell,
     time_and_memory_plots,
     write_report,
 )
+from hf_efficient.markdown import markdown_table
 
 PRESETS = {
     "full": dict(lengths=[1024, 2048, 4096, 8192, 16384], modes=["fwd", "fwd_bwd"], repeats=3),

@@ -46,7 +46,8 @@ from benchmarks.harness import (
 )
 from benchmarks.mechanisms import BASELINE, EXACT_KERNELS, bench_configs, build_model, is_exact
 from benchmarks.plugins import parse_args_with_plugins
-from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
+from benchmarks.report import Panel, ok_points, plot_loglog, status_cell, write_report
+from hf_efficient.markdown import markdown_table
 
 MODEL = dict(
     num_hidden_layers=4, hidden_size=256, num_attention_heads=4, intermediate_size=1024, vocab_size=8000

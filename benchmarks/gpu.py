@@ -46,12 +46,12 @@ import torch
 
 import hf_efficient
 from hf_efficient.attention import AttentionSpec, build_attention, get_attention_class
+from hf_efficient.markdown import markdown_table
 
 from . import harness
 from .mechanisms import benchmark_config
 from .report import (
     length_panel,
-    markdown_table,
     plot_loglog,
     status_cell,
     time_and_memory_plots,

@@ -2,8 +2,8 @@
 
 Exact attention (the registry's ``full``) runs with two kernels, as ``full_eager`` and ``full_sdpa``;
 ``full_sdpa`` is the baseline of every speed-up. Every other registered type (plugins' included) runs under
-its registry name with its ``BENCHMARK_CONFIGS`` entry over its defaults (a type without one: its defaults;
-a plugin may add its own), and the sdpa kernel for any dense sub-block it has.
+its registry name with its core's ``benchmark_config`` over its defaults (empty for most types), and the sdpa
+kernel for any dense sub-block it has.
 """
 
 from __future__ import annotations
@@ -13,13 +13,6 @@ import json
 EXACT = "full"  # the registry's exact softmax attention
 EXACT_KERNELS = ("full_eager", "full_sdpa")
 BASELINE = "full_sdpa"  # what speed-ups are measured against
-
-# The settings each type is benchmarked with, over its defaults: the sizes its paper benchmarks long inputs
-# with (BigBird's 64-token blocks, Longformer's 512-token window). Keys are registered attention types.
-BENCHMARK_CONFIGS: dict[str, dict] = {
-    "bigbird": {"block_size": 64},
-    "longformer": {"attention_window": 512},
-}
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -42,16 +35,23 @@ def benchmark_types(modality: str | None = None) -> list[str]:
 
 
 def benchmark_config(name: str) -> dict:
-    """The settings a type is benchmarked with: its ``BENCHMARK_CONFIGS`` entry (none for exact attention
-    or a type without one)."""
-    return dict(BENCHMARK_CONFIGS.get(split_name(name)[0], {}))
+    """The settings a type is benchmarked with: its core's ``benchmark_config`` (none for exact attention
+    or a name that is not registered)."""
+    from hf_efficient.attention import ATTENTION_REGISTRY
+
+    core = ATTENTION_REGISTRY.get(split_name(name)[0])
+    return dict(core.benchmark_config) if core is not None else {}
 
 
 def bench_configs() -> dict[str, dict]:
     """Every registered type with benchmark settings, for results' metadata."""
     from hf_efficient.attention import ATTENTION_REGISTRY
 
-    return {name: dict(config) for name, config in BENCHMARK_CONFIGS.items() if name in ATTENTION_REGISTRY}
+    return {
+        name: dict(core.benchmark_config)
+        for name, core in ATTENTION_REGISTRY.items()
+        if core.benchmark_config
+    }
 
 
 def resolve(name: str, config_json: str | None = None) -> tuple[str, str, dict]:

@@ -68,7 +68,8 @@ from benchmarks.harness import (
 )
 from benchmarks.mechanisms import BASELINE, bench_configs, is_exact
 from benchmarks.plugins import parse_args_with_plugins
-from benchmarks.report import length_panel, markdown_table, plot_loglog, pyplot, status_cell, write_report
+from benchmarks.report import length_panel, plot_loglog, pyplot, status_cell, write_report
+from hf_efficient.markdown import markdown_table
 
 SMOKE_MODEL = dict(
     num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64, vocab_size=512

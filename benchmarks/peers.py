@@ -52,13 +52,13 @@ from benchmarks.harness import (
 from benchmarks.mechanisms import benchmark_config
 from benchmarks.report import (
     Panel,
-    markdown_table,
     ok_points,
     plot_loglog,
     status_cell,
     time_and_memory_plots,
     write_report,
 )
+from hf_efficient.markdown import markdown_table
 
 PROJECTIONS_NOTE = (
     "core only on both sides: the peers' q/k/v/output projections are replaced by pass-through modules fed "

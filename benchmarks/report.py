@@ -2,8 +2,8 @@
 
 :func:`write_report` is the one writer: the results as JSON (``{"meta": ..., "records": [...]}`` for the
 harness-based benchmarks), the summary as markdown (also printed), then each plot. The tables are built
-with :func:`markdown_table` and :func:`status_cell` (a failed point shows its status), the log-log plots of
-time or memory against size with :func:`plot_loglog`.
+with :func:`markdown_table` (the package's, :mod:`hf_efficient.markdown`) and :func:`status_cell` (a failed
+point shows its status), the log-log plots of time or memory against size with :func:`plot_loglog`.
 """
 
 from __future__ import annotations
@@ -42,12 +42,6 @@ def write_report(
 
 
 # ---- tables ---------------------------------------------------------------------------------------------
-def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """The lines of a markdown table."""
-    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
-    return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
 def status_cell(record: dict | None, show: Callable[[dict], str]) -> str:
     """A table cell: ``show(record)`` for a measured point, its status (up to a colon) for a failed or
     skipped one, "-" for a point that is not in the run."""

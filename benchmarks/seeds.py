@@ -14,12 +14,15 @@ not run again (delete the folder to redo it), and the command is stored so a res
 refuses to mix them. A seed that was interrupted after writing a checkpoint (a ``checkpoint-*`` folder and no
 results) continues from it: ``--resume_args`` (default ``--resume_from_checkpoint last``, what the package's
 scripts understand) is appended to its command. A seed whose command fails is reported and left out of the
-aggregate; the exit status is then 1.
+aggregate; the exit status is then 1. ``--in_process`` runs a Python command (``python script.py ...``,
+``python -m module ...``) in this process instead of a fresh one, for tests and debugging: its output still
+goes to the seed's log, an exception it raises propagates.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shlex
@@ -28,9 +31,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.report import markdown_table, write_report
+from benchmarks.report import write_report
+from hf_efficient.in_process import is_python, run_python_command
+from hf_efficient.markdown import markdown_table
 
 COMMAND_FILE = "command.json"
+
+
+def add_in_process_argument(parser: argparse.ArgumentParser) -> None:
+    """``--in_process``, of this runner and of the studies that run their settings through it."""
+    parser.add_argument(
+        "--in_process",
+        action="store_true",
+        help="run each seed's Python command in this process: tests and debugging only (no isolation)",
+    )
+
+
+def in_process_flag(args: argparse.Namespace) -> list[str]:
+    """``["--in_process"]`` for this runner's command line when a study was given it, else ``[]``."""
+    return ["--in_process"] if args.in_process else []
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -50,6 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="--resume_from_checkpoint last",
         help="Added to the command of a seed that left a checkpoint-* folder but no results ('': none).",
     )
+    add_in_process_argument(parser)
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)
     args = parser.parse_args(argv[:split])  # --help ends here, with or without a command
@@ -108,9 +128,10 @@ def check_same_command(out: Path, command: list[str]) -> None:
         path.write_text(json.dumps(command))
 
 
-def run_seed(command: list[str], seed: int, folder: Path, resume_args: str) -> int:
+def run_seed(command: list[str], seed: int, folder: Path, resume_args: str, in_process: bool = False) -> int:
     """Run the command for one seed (continuing from its checkpoint if an earlier try left one), its output
-    appended to ``<folder>/log.txt``; returns its exit status."""
+    appended to ``<folder>/log.txt``; returns its exit status. ``in_process``: a Python command in this
+    process (:func:`hf_efficient.in_process.run_python_command`)."""
     # plain replacement, not str.format: a command may hold other braces (JSON in --attention_config)
     filled = [part.replace("{seed}", str(seed)).replace("{output_dir}", str(folder)) for part in command]
     if resume_args and any(folder.glob("checkpoint-*")):
@@ -118,7 +139,12 @@ def run_seed(command: list[str], seed: int, folder: Path, resume_args: str) -> i
     folder.mkdir(parents=True, exist_ok=True)
     print(f"seed {seed}: {shlex.join(filled)}", flush=True)
     with open(folder / "log.txt", "a") as log:
-        return subprocess.run(filled, stdout=log, stderr=subprocess.STDOUT).returncode
+        if not in_process:
+            return subprocess.run(filled, stdout=log, stderr=subprocess.STDOUT).returncode
+        if not is_python(filled[0]):
+            raise SystemExit(f"--in_process runs Python commands only, not {filled[0]}")
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            return run_python_command(filled[1:])
 
 
 def summarize(label: str, command: list[str], runs: dict, failed: list[int], stats: dict, metrics) -> str:
@@ -145,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
         folder = args.out / f"seed_{seed}"
         metrics = run_metrics(folder, args.results_file)
         if metrics is None:  # not run yet, or interrupted before it wrote results: (re)run it
-            status = run_seed(args.command, seed, folder, args.resume_args)
+            status = run_seed(args.command, seed, folder, args.resume_args, args.in_process)
             metrics = run_metrics(folder, args.results_file) if status == 0 else None
         else:
             print(f"seed {seed}: results found in {folder}, not run again", flush=True)

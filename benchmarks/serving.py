@@ -50,7 +50,8 @@ from benchmarks.harness import (
     sweep,
 )
 from benchmarks.plugins import parse_args_with_plugins
-from benchmarks.report import length_panel, markdown_table, plot_loglog, status_cell, write_report
+from benchmarks.report import length_panel, plot_loglog, status_cell, write_report
+from hf_efficient.markdown import markdown_table
 
 MINILM = dict(
     num_hidden_layers=6, hidden_size=384, num_attention_heads=12, intermediate_size=1536, vocab_size=30522

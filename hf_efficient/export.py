@@ -562,35 +562,10 @@ def _copy_preprocessing(source: str | Path, out: Path) -> None:
                 shutil.copy2(file, out / file.name)
 
 
-# What an exported (traced) graph of each registered type bakes in or assumes: the last column of the export
-# table of docs/serving.md. A type not listed (a plugin's) shows an empty note.
-EXPORT_NOTES: dict[str, str] = {
-    "full": "eager or sdpa kernel (FlexAttention has no ONNX form); ONNX Runtime forms the n x n scores",
-    "linear": "one piece (no chunks): O(n d) features",
-    "performer": "random features: the saved buffer, as in eager mode; one piece: O(n m) features",
-    "rfa": "random features: the saved buffer; the bidirectional form (the gated causal one does not trace)",
-    "nystromformer": "landmarks of each example's real tokens, computed in the graph",
-    "linformer": "sequence length up to max_position_embeddings (the projections' size)",
-    "longformer": (
-        "global tokens: the configured global_token_indices (a per-example global_attention_mask is no "
-        "serving input); every window chunk at once"
-    ),
-    "bigbird": "random blocks drawn in the graph from each example's length (a hash of seed, layer, blocks)",
-    "reformer_lsh": (
-        "needs attention_config num_buckets (the default follows the data); eval rotations baked in"
-    ),
-    "long_short": "every segment at once: O(n (w + 2e + r)) scores per head",
-    "swin_window": "the model's image size (the window plan is a constant of the graph)",
-    "graph_sparse": "edges by gathers and scatters, O(E h d); edge values are trusted (not checked)",
-    "gat": "as graph_sparse, self loops on every node slot (padded slots' masked out)",
-    "gatv2": "as gat, the (E, h d) sums unchunked (O(E h d) memory)",
-    "multi_hop": "as graph_sparse (gat score: as gat), K hops of scatters",
-}
-
-
 def export_table() -> str:
     """The markdown table of docs/serving.md: for every registered type, whether each encoder exports it at
-    the type's default hyperparameters (or which change it needs), and what the exported graph bakes in."""
+    the type's default hyperparameters (or which change it needs), and what the exported graph bakes in
+    (the core's ``export_note``)."""
     from .attention.base import MODALITIES, AttentionSpec
     from .attention.registry import ATTENTION_REGISTRY, build_attention, list_attention_types
 
@@ -600,7 +575,7 @@ def export_table() -> str:
         blocker = build_attention(name, AttentionSpec(2, 8, max_seq_len=64)).tracing_blocker()
         mark = "yes" if blocker is None else "with a change (see notes)"
         cells = [mark if modality in cls.capabilities.modalities else "-" for modality in MODALITIES]
-        rows.append(f"| `{name}` | {' | '.join(cells)} | {EXPORT_NOTES.get(name, '')} |")
+        rows.append(f"| `{name}` | {' | '.join(cells)} | {cls.export_note} |")
     return "\n".join(rows) + "\n"
 
 

@@ -59,12 +59,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-# The benchmarks package of this checkout, whose root the installs the docs give put on the import path
-# (make install, pip install -e .: the editable install names it); imported here, so that an environment
-# without it fails now rather than at the end of a build.
-from benchmarks.report import markdown_table
 from hf_efficient.cli import USER_ERROR_STATUS, run_script
 from hf_efficient.errors import InputError, InputFileNotFoundError
+from hf_efficient.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = ROOT / "configs" / "zoo"

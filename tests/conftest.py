@@ -17,9 +17,7 @@ assertion rewriting so their failures show the compared values.
 """
 
 import os
-import re
 import subprocess
-from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -40,6 +38,7 @@ pytest.register_assert_rewrite(
 
 import torch  # noqa: E402
 
+from .processes import starts_our_stack  # noqa: E402
 from .script_loader import SCRIPT_NAMES, load_script  # noqa: E402
 
 torch.set_num_threads(1)
@@ -70,17 +69,6 @@ def _one_at_a_time(request, tmp_path_factory):
 
 
 _PROCESS_MARKERS = ("slow", "distributed")
-# what makes a fresh interpreter cost seconds here: a `python -c` program naming none of these is allowed
-_HEAVY_IMPORTS = re.compile(r"\b(torch|transformers|datasets|accelerate|hf_efficient|benchmarks)\b")
-
-
-def _starts_our_stack(argv) -> bool:
-    """Whether ``argv`` (a Popen argument) starts a Python interpreter that imports torch or this package: a
-    script, a module (``-m``), or a ``-c`` program importing them."""
-    argv = [str(a) for a in ([argv] if isinstance(argv, (str, os.PathLike)) else argv)]
-    if not argv or "python" not in Path(argv[0].split()[0]).name:
-        return False
-    return not (len(argv) > 2 and argv[1] == "-c" and not _HEAVY_IMPORTS.search(argv[2]))
 
 
 @pytest.fixture(autouse=True)
@@ -94,7 +82,7 @@ def _fast_tests_start_no_interpreter(request, monkeypatch):
     original = subprocess.Popen.__init__
 
     def refuse_our_stack(self, args, *rest, **kwargs):
-        if _starts_our_stack(args):
+        if starts_our_stack(args):
             shown = args if isinstance(args, str) else " ".join(map(str, args))
             raise AssertionError(
                 f"{request.node.nodeid} starts a Python interpreter ({shown[:120]}): mark it "

@@ -7,18 +7,19 @@ tests treat it (docs/contributing.md, "Documentation"):
     <!-- docs-test: budget (--max_steps 2 --max_train_samples 16) -->
     <!-- docs-test: run-by (tests/scripts/test_text.py::test_name) -->
 
-A bash block's commands are its lines with continuation lines joined and comments dropped. They run through
-bash from the repository root, with the outputs of the docs moved into a scratch folder: every path that
-starts with ``runs/`` or ``benchmarks/results/`` is rewritten to start inside it, so a documented command
-never writes into the checkout (nor over a committed reference result). ``.venv/bin/`` becomes the folder of
-this interpreter, so the commands run with the environment the tests run in. A budget's flags are appended
-to every command that runs a script (``scripts/*.py``) or a module (``-m name``); argparse keeps the last
-value of a flag, so they override the documented ones.
+A bash block's commands are its lines with continuation lines joined and comments dropped. They run in this
+process from the repository root, one shell per block (tests/docs_commands.py: its variables, environment
+prefixes, and each Python command as ``python`` runs it), with the outputs of the docs moved into a scratch
+folder: every path that starts with ``runs/`` or ``benchmarks/results/`` is rewritten to start inside it, so
+a documented command never writes into the checkout (nor over a committed reference result). A budget's
+flags are appended to every command that runs a script (``scripts/*.py``) or a module (``-m name``);
+argparse keeps the last value of a flag, so they override the documented ones. A page's python blocks run
+in one namespace of their own, in order, in this process too.
 
 Every command runs one seed: ``--seeds 0 1 2`` (the seeds runner ``benchmarks.seeds``, the grid of
 ``benchmarks.studies.mqar``) becomes ``--seeds 0``. That the command as documented parses and runs needs one
 seed; running several, resuming and the summary over seeds are the runner's own tests
-(tests/benchmarks/test_seeds.py::test_three_seeds_aggregated_by_hand,
+(benchmarks/tests/test_seeds.py::test_three_seeds_aggregated_by_hand,
 ::test_resumes_only_what_is_missing_and_refuses_another_command).
 
 A later block of a page may read what an earlier one wrote (a fine-tune of the pretrained model under
@@ -29,23 +30,29 @@ at a time, its blocks in order in one scratch folder, so independent blocks can 
 
 from __future__ import annotations
 
+import builtins
+import linecache
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import preloaded_python
-from .processes import ROOT, child_env
+from hf_efficient.attention import ATTENTION_REGISTRY
 
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+from .docs_commands import Shell, no_interpreter_of_our_stack
+from .processes import ROOT
+
+LAB = ROOT / "benchmarks"  # the lab's pages: its README and its docs/
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    LAB / "README.md",
+    *sorted((LAB / "docs").glob("*.md")),
+]
 FENCE = re.compile(r"^```(?P<language>python|bash)\n(?P<code>.*?)^```", flags=re.MULTILINE | re.DOTALL)
 # The marker's value runs to the last ")" before "-->", so a reason may hold parentheses itself.
 MARKER = re.compile(r"<!--\s*docs-test:\s*(?P<kind>skip|budget|run-by)\s*\((?P<value>.*)\)\s*-->")
 ANY_MARKER = re.compile(r"^\s*<!--\s*docs-test")  # a line that is a marker (well formed or not)
 OUTPUT_PATH = re.compile(r"(?<![\w/.-])(?=(?:runs|benchmarks/results)/)")
-VENV_BIN = re.compile(r"(?<![\w/.-])\.venv/bin/")
-VENV_PYTHON = re.compile(r"(?<![\w/.-])\.venv/bin/python(?![\w.-])")
 RUNS_PROGRAM = re.compile(r"(?:^|\s)(?:\S*/)?scripts/\S+\.py(?:\s|$)|(?:^|\s)-m\s+\S")
 # not a placeholder such as benchmarks.seeds' "{output_dir}", which the runner fills in under its --out
 # "--seeds 0 1 2" -> "--seeds 0": the docs tests run one seed (module docstring)
@@ -145,11 +152,8 @@ def block_groups(blocks: list[Block]) -> list[list[Block]]:
 
 
 def in_scratch(code: str, scratch: Path) -> str:
-    """``code`` with its output paths (``runs/...``, ``benchmarks/results/...``) inside ``scratch`` and
-    ``.venv/bin/`` replaced by the folder of this interpreter (``.venv/bin/python`` by the preloaded one)."""
-    code = OUTPUT_PATH.sub(f"{scratch}/", code)
-    code = VENV_PYTHON.sub(preloaded_python.python(), code)
-    return VENV_BIN.sub(f"{Path(sys.executable).parent}/", code)
+    """``code`` with its output paths (``runs/...``, ``benchmarks/results/...``) inside ``scratch``."""
+    return OUTPUT_PATH.sub(f"{scratch}/", code)
 
 
 def with_budget(command: str, budget: str | None) -> str:
@@ -169,34 +173,45 @@ def runnable_commands(block: Block, scratch: Path, replacements: dict[str, str] 
     return commands
 
 
-def docs_env(scratch: Path) -> dict[str, str]:
-    """The environment of a docs command: one thread, offline, ``HF_HOME`` in ``scratch``, this
-    interpreter's folder first on ``PATH`` (for ``python``, ``accelerate``); then the preloaded ``python``
-    first (tests/preloaded_python.py: it has its own ``HF_HOME``, one per test worker)."""
-    env = child_env(HF_HOME=str(scratch / "hf_home"))
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    return preloaded_python.environment(env)
-
-
-def run_bash_block(block: Block, scratch: Path, replacements: dict[str, str] | None = None, timeout=900):
-    """Run a bash block's commands in order in one shell (a variable one command sets serves the next) from
-    the repository root; fail with the failing command and the end of its output. Every ``--output_dir`` /
-    ``--out`` of the commands must then be a folder in ``scratch`` with something in it."""
+def run_bash_block(block: Block, scratch: Path, replacements: dict[str, str] | None = None) -> list[str]:
+    """Run a bash block's commands in order in one shell (a variable one command sets serves the next), in
+    this process; fail with the failing command and the end of its output. Every ``--output_dir`` /
+    ``--out`` of the commands must then be a folder in ``scratch`` with something in it. Returns what each
+    command printed."""
     commands = runnable_commands(block, scratch, replacements)
-    script = "\n".join(["set -euo pipefail", "trap 'echo \"failed: $BASH_COMMAND\" >&2' ERR", *commands])
-    argv = ["bash", "-c", script]
-    result = subprocess.run(
-        argv, cwd=ROOT, env=docs_env(scratch), capture_output=True, text=True, timeout=timeout
-    )
-    assert result.returncode == 0, f"{block.where}\n{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
+    shell = Shell()
+    printed = []
+    for command in commands:
+        try:
+            printed.append(shell.run(command))
+        except Exception as error:
+            raise AssertionError(f"{block.where}: {error}") from error
     for command in commands:
         for match in OUTPUT_FLAG.finditer(command):
             output = Path(match.group("path"))
             assert output.is_relative_to(scratch), f"{block.where}: {command} writes outside {scratch}"
             assert output.is_dir() and any(output.iterdir()), f"{block.where}: {command} wrote nothing"
-    return result
+    return printed
 
 
 def python_script(blocks: list[Block], scratch: Path) -> str:
     """The python blocks as one script, each headed by where it comes from, outputs in ``scratch``."""
     return "\n".join(f"# {block.where}\n{in_scratch(block.code, scratch)}" for block in blocks)
+
+
+def run_python_blocks(blocks: list[Block], scratch: Path, then: str = "") -> dict:
+    """The python blocks (of one page, in order) as one script in a namespace of its own, in this process,
+    then the code ``then`` (a test's checks); returns the namespace. What a block registers in the
+    attention registry is gone after (contributing.md registers a toy: it must not stay if a block fails)."""
+    script = f"{python_script(blocks, scratch)}\n{then}"
+    filename = f"<the python blocks of {blocks[0].page.name}>"
+    linecache.cache[filename] = (len(script), None, script.splitlines(keepends=True), filename)  # tracebacks
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    registered = dict(ATTENTION_REGISTRY)
+    try:
+        with no_interpreter_of_our_stack(filename):
+            exec(compile(script, filename, "exec"), namespace)
+    finally:
+        ATTENTION_REGISTRY.clear()
+        ATTENTION_REGISTRY.update(registered)
+    return namespace

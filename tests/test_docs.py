@@ -1,14 +1,15 @@
-"""Every code block of README.md and docs/*.md runs, so the documentation cannot rot.
+"""Every code block of README.md, docs/*.md and the lab's pages (benchmarks/README.md, benchmarks/docs/*.md)
+runs, so the documentation cannot rot.
 
-The python blocks of a page run in one interpreter of their own (offline, one thread) from the repository
-root, in order (a later block may use what an earlier one defined). The bash blocks of a page run one group
-per test (tests/docs_blocks.py::block_groups: a block with the earlier blocks whose outputs it reads, so
-independent blocks run in parallel), in order, each in one shell, every command as documented with its outputs
-moved into a temporary folder, one seed, and, for long commands, the budget flags of the block's marker
-appended (tests/docs_blocks.py; the markers are described in docs/contributing.md, "Documentation"). A block
-that does not run here says why (set-up, the network, a GPU), or names the test that runs it with checks of
-what it produces. Each command's ``python`` is forked from an interpreter that imported torch and transformers
-once per test worker, as a fresh one would run it (tests/preloaded_python.py).
+The python blocks of a page run in one namespace of their own, in order (a later block may use what an
+earlier one defined), in the test's process; the README's also run in a fresh interpreter, as a newcomer
+runs them. The bash blocks of a page run one group per test (tests/docs_blocks.py::block_groups: a block
+with the earlier blocks whose outputs it reads, so independent blocks run in parallel), in order, each in
+one shell, every command as documented with its outputs moved into a temporary folder, one seed, and, for
+long commands, the budget flags of the block's marker appended (tests/docs_blocks.py; the markers are
+described in docs/contributing.md, "Documentation"). Each Python command runs in the test's process, as
+``python`` runs it (tests/docs_commands.py). A block that does not run here says why (set-up, the network, a
+GPU), or names the test that runs it with checks of what it produces.
 """
 
 from __future__ import annotations
@@ -20,18 +21,18 @@ from pathlib import Path
 
 import pytest
 
-from . import preloaded_python
 from .docs_blocks import (
     ANY_MARKER,
+    LAB,
     MARKER,
     PAGES,
     ROOT,
     Block,
     block_groups,
-    docs_env,
     page_blocks,
     python_script,
     run_bash_block,
+    run_python_blocks,
     runnable_commands,
     without_comment,
 )
@@ -92,10 +93,24 @@ def test_every_relative_link_and_anchor_resolves():
                 assert anchor in heading_anchors(target), f"{page.name}: no heading {match.group('target')}"
 
 
-def test_the_index_links_every_page():
-    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
-    linked = {match.group("target").partition("#")[0] for match in LINK.finditer(index)}
-    assert {page.name for page in PAGES if page.parent.name == "docs"} - {"index.md"} <= linked
+def linked_pages(page: Path) -> set[Path]:
+    """The files ``page`` links to."""
+    targets = {match.group("target").partition("#")[0] for match in LINK.finditer(page.read_text("utf-8"))}
+    return {(page.parent / target).resolve() for target in targets if target}
+
+
+def test_the_index_links_every_page_and_the_lab_its_own():
+    index = ROOT / "docs" / "index.md"
+    assert set((ROOT / "docs").glob("*.md")) - {index} <= linked_pages(index)
+    assert set((LAB / "docs").glob("*.md")) <= linked_pages(LAB / "README.md")
+
+
+def test_every_committed_result_plot_is_shown_by_a_page():
+    """benchmarks/results/reference/ keeps results.json and summaries; a plot stays only where a page
+    (README.md, docs/, the lab's pages) shows it: rerunning a command draws the others."""
+    shown = set().union(*(linked_pages(page) for page in PAGES))
+    plots = set((LAB / "results" / "reference").rglob("*.png"))
+    assert plots and plots <= shown, sorted(str(p.relative_to(ROOT)) for p in plots - shown)
 
 
 # a relative path that climbs out of its folder: "../x/y.md"
@@ -133,11 +148,10 @@ def test_bash_commands_are_read_as_a_shell_reads_them(tmp_path):
         ".venv/bin/python -m benchmarks.attention --out benchmarks/results/b",
     ]
     assignment, script, module = runnable_commands(block, tmp_path)
-    python = preloaded_python.python()  # .venv/bin/python: the preloaded interpreter's shim
-    assert assignment == f"X=$({python} -c \"print('{tmp_path}/runs/x')\")"  # no budget for -c
+    assert assignment == f"X=$(.venv/bin/python -c \"print('{tmp_path}/runs/x')\")"  # no budget for -c
     assert shlex.split(script)[-4:] == ["--max_steps", "2", "--out", f"{tmp_path}/runs/budget"]
     assert f"--output_dir {tmp_path}/runs/a" in script
-    assert module.startswith(f"{python} -m benchmarks.attention --out {tmp_path}/benchmarks/results/")
+    assert module.startswith(f".venv/bin/python -m benchmarks.attention --out {tmp_path}/benchmarks/results/")
     assert without_comment("echo 'a # b' # c") == "echo 'a # b' "
     seeds = Block(
         page=block.page, line=1, language="bash", code="python -m benchmarks.seeds --seeds 0 1 2 --out x"
@@ -145,14 +159,23 @@ def test_bash_commands_are_read_as_a_shell_reads_them(tmp_path):
     assert runnable_commands(seeds, tmp_path) == ["python -m benchmarks.seeds --seeds 0 --out x"]  # one seed
 
 
-@pytest.mark.slow  # an interpreter per page
+@pytest.mark.slow  # tiny models built and run, the README's with a real checkpoint
 @pytest.mark.parametrize("page", pages_with("python"), ids=lambda p: p.name)
-def test_python_blocks_run(page, tmp_path):
+def test_python_blocks_run(page, tmp_path, monkeypatch):
     blocks = runnable(page, "python")
     if not blocks:
         pytest.skip(f"every python block of {page.name} is marked skip")
-    script = python_script(blocks, tmp_path)
-    run_python(script, env=docs_env(tmp_path), cwd=ROOT, python=preloaded_python.python())
+    monkeypatch.chdir(ROOT)
+    run_python_blocks(blocks, tmp_path)
+
+
+@pytest.mark.slow  # a fresh interpreter
+def test_the_readme_quick_start_runs_in_a_fresh_interpreter(tmp_path):
+    """The README's python blocks as a newcomer runs them: one new interpreter, nothing imported before
+    (in the test's process, a block that forgot an import of hf_efficient would still pass)."""
+    blocks = runnable(ROOT / "README.md", "python")
+    assert len(blocks) == 4  # text, vision, graphs, causal LM
+    run_python(python_script(blocks, tmp_path), cwd=ROOT)
 
 
 # Blocks of many commands, each a whole grid run that resumes from the folder it shares with the others, so
@@ -195,7 +218,8 @@ def group_id(page_and_group) -> str:
 
 def test_every_block_run_in_parts_exists():
     for (name, text), _ in IN_PARTS.items():
-        assert any(text in block.code for block in page_blocks(ROOT / "docs" / name)), (name, text)
+        (page,) = [page for page in PAGES if page.name == name]
+        assert any(text in block.code for block in page_blocks(page)), (name, text)
     ids = {group_id(item) for item in bash_groups()}
     assert {"results.md:511-part1of3", "results.md:511-part3of3"} <= ids
 
@@ -223,14 +247,14 @@ def test_blocks_that_read_earlier_outputs_share_a_group():
     assert len(groups[independent][1]) == 1
 
 
-@pytest.mark.slow  # tiny training runs and benchmarks, an interpreter per command
+@pytest.mark.slow  # tiny training runs and benchmarks
 @pytest.mark.parametrize("page_and_group", bash_groups(), ids=group_id)
-def test_bash_blocks_run(page_and_group, tmp_path):
+def test_bash_blocks_run(page_and_group, tmp_path, monkeypatch):
     """The blocks of one group (the test id: the page and their first lines) in order, each command as
-    documented, in an interpreter of its own (the point of the test: forked from a preloaded one, so torch's
-    and transformers' imports are not paid again), at the budget its marker gives. The longest groups,
-    results.md's long-document runs (five commands, each reading what the one before wrote) and its
-    pretrain-then-fine-tune, take 10-20 s on a loaded 2-core machine."""
+    documented, in this process (tests/docs_commands.py), at the budget its marker gives. The longest
+    groups, results.md's long-document runs (five commands, each reading what the one before wrote) and
+    its pretrain-then-fine-tune, take 10-20 s on a loaded 2-core machine."""
     _, group = page_and_group
+    monkeypatch.chdir(ROOT)
     for block in group:
         run_bash_block(block, tmp_path)

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from . import preloaded_python
-from .docs_blocks import ROOT, docs_env, page_blocks, python_script, run_bash_block
-from .processes import run_python
+from .docs_blocks import ROOT, page_blocks, run_bash_block, run_python_blocks
 
 PAGE = ROOT / "docs" / "generation.md"
 # The tokenizer command: a few hundred reviews and a small vocabulary instead of 25,000 and 8,000.
@@ -42,12 +40,12 @@ def is_generation_benchmark(block) -> bool:
 
 
 @pytest.mark.slow  # five tiny training runs, the perplexity table, the pipeline
-def test_every_command_of_the_page_runs(tmp_path):
+def test_every_command_of_the_page_runs(tmp_path, monkeypatch):
     """The tokenizer, the five training runs, the table of them and the pipeline of the trained model, in
     order: each needs what the one before wrote. The generation benchmark, which needs none of it, is
-    test_the_generation_benchmark_runs, so the two run side by side. Eight interpreters (the tokenizer,
-    five training runs of two steps, the table, the pipeline), forked from the worker's preloaded one
-    (tests/preloaded_python.py); their order cannot be split."""
+    test_the_generation_benchmark_runs, so the two run side by side. Eight commands in this process (the
+    tokenizer, five training runs of two steps, the table, the pipeline); their order cannot be split."""
+    monkeypatch.chdir(ROOT)
     blocks = page_blocks(PAGE)
     for block in blocks:
         if block.language == "bash" and not is_generation_benchmark(block):
@@ -60,14 +58,15 @@ def test_every_command_of_the_page_runs(tmp_path):
     # the pipeline block (marked skip for tests/test_docs.py: it needs the model trained above)
     pipeline = [block for block in blocks if block.language == "python" and "pipeline(" in block.code]
     assert len(pipeline) == 1 and pipeline[0].kind == "skip"
-    script = python_script(pipeline, tmp_path)
     generated = "generator('this movie was', max_new_tokens=3)[0]['generated_text']"
-    script += f"\nassert {generated}.startswith('this movie was'), {generated}"
-    run_python(script, env=docs_env(tmp_path), cwd=ROOT, python=preloaded_python.python())
+    run_python_blocks(
+        pipeline, tmp_path, then=f"assert {generated}.startswith('this movie was'), {generated}"
+    )
 
 
-@pytest.mark.slow  # the generation benchmark's smoke preset in an interpreter of its own
-def test_the_generation_benchmark_runs(tmp_path):
+@pytest.mark.slow  # the generation benchmark's smoke preset
+def test_the_generation_benchmark_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
     (block,) = [
         block for block in page_blocks(PAGE) if block.language == "bash" and is_generation_benchmark(block)
     ]

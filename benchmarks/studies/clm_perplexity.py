@@ -25,7 +25,8 @@ import functools
 import json
 from pathlib import Path
 
-from benchmarks.report import markdown_table, pyplot, write_report
+from benchmarks.report import pyplot, write_report
+from hf_efficient.markdown import markdown_table
 
 REFERENCE = "full"  # exact attention: the row every perplexity is compared with
 BUDGET_KEYS = ("max_steps", "train_batch_size", "block_size", "model", "tokenizer", "held_out")

@@ -54,7 +54,8 @@ from typing import NamedTuple
 from benchmarks.harness import benchmark_parser, machine_meta
 from benchmarks.mechanisms import EXACT
 from benchmarks.plugins import add_plugin_argument, parse_args_with_plugins
-from benchmarks.report import markdown_table, pyplot, write_report
+from benchmarks.report import pyplot, write_report
+from hf_efficient.markdown import markdown_table
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the checkpoint and tokenizer are local files
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks import seeds
-from benchmarks.report import markdown_table, pyplot, write_report
+from benchmarks.report import pyplot, write_report
+from hf_efficient.markdown import markdown_table
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: benchmarks/studies/ is two levels down
 SCRIPT = ROOT / "scripts" / "train_graph.py"
@@ -115,6 +116,7 @@ def run_all(args: argparse.Namespace) -> dict:
             out = args.out / task_name / setting
             command = run_command(task, setting, args.budget)
             seed_args = ["--seeds", *map(str, args.seeds), "--out", str(out), "--label", setting]
+            seed_args += seeds.in_process_flag(args)
             if args.dry_run:
                 print(shlex.join(["python", "-m", "benchmarks.seeds", *seed_args, "--", *command]))
                 continue
@@ -307,6 +309,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--settings", nargs="+", choices=list(SETTINGS))
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/reference/graph_attention"))
     parser.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+    seeds.add_in_process_argument(parser)
     parser.add_argument(
         "--report_only",
         action="store_true",

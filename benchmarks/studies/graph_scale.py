@@ -72,8 +72,9 @@ from benchmarks.harness import (
 )
 from benchmarks.mechanisms import EXACT_KERNELS, is_exact, split_name
 from benchmarks.plugins import parse_args_with_plugins
-from benchmarks.report import Panel, markdown_table, ok_points, plot_loglog, status_cell, write_report
+from benchmarks.report import Panel, ok_points, plot_loglog, status_cell, write_report
 from benchmarks.step_models import synthetic_graph
+from hf_efficient.markdown import markdown_table
 
 MODEL = dict(
     hidden_size=64,

@@ -1,14 +1,15 @@
-"""ListOps (Long Range Arena) results of ``scripts/train_listops.py``: one table and one plot of all runs.
+"""ListOps (Long Range Arena) results of ``benchmarks/tasks/train_listops.py``: one table and one plot of all
+runs.
 
 Every ``listops_results.json`` under ``--results`` (one per run, each written by the training script next to
 its saved model) becomes a row: test and validation accuracy, the LRA paper's number for the type
-(``LRA_LISTOPS`` of ``hf_efficient.data.listops``), the majority class and the outer-operator baseline of
+(the core's ``lra_listops``), the majority class and the outer-operator baseline of
 the test data, how often the saved model answers a test expression as its outermost operator alone would
 (the shortcut a model finds first; the data is generated again from the run's settings), seconds per step
 and training time. The validation curves of the runs go into one plot.
 
-    python scripts/train_listops.py --attention_type full --output_dir runs/listops/full
-    python scripts/train_listops.py --attention_type linear --output_dir runs/listops/linear
+    python -m benchmarks.tasks.train_listops --attention_type full --output_dir runs/listops/full
+    python -m benchmarks.tasks.train_listops --attention_type linear --output_dir runs/listops/linear
     python -m benchmarks.studies.listops --results runs/listops
 
 Reference results: ``benchmarks/results/reference/listops/`` (its settings and the loop over every type that
@@ -26,9 +27,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks.report import markdown_table, pyplot, write_report
+from benchmarks.report import pyplot, write_report
+from hf_efficient.markdown import markdown_table
 
-RESULTS_FILE = "listops_results.json"  # what scripts/train_listops.py writes into each run's output_dir
+RESULTS_FILE = "listops_results.json"  # what benchmarks/tasks/train_listops.py writes into each output_dir
 COLUMNS = [
     "attention",
     "test accuracy (%)",
@@ -51,11 +53,12 @@ DATA_NOTE = (
 
 def lra_reference(attention_type: str) -> str:
     """LRA's ListOps accuracy for the type, e.g. ``'36.37 (Transformer)'``, or ``'-'``."""
-    from hf_efficient.data.listops import LRA_LISTOPS
+    from hf_efficient.attention import ATTENTION_REGISTRY
 
-    if attention_type not in LRA_LISTOPS:
+    core = ATTENTION_REGISTRY.get(attention_type)
+    if core is None or core.lra_listops is None:
         return "-"
-    name, accuracy = LRA_LISTOPS[attention_type]
+    name, accuracy = core.lra_listops
     return f"{accuracy:.2f} ({name})"
 
 
@@ -85,7 +88,9 @@ def collect(root: Path) -> list[dict]:
 
     paths = sorted(root.rglob(RESULTS_FILE))
     if not paths:
-        raise FileNotFoundError(f"No {RESULTS_FILE} under {root}: run scripts/train_listops.py first.")
+        raise FileNotFoundError(
+            f"No {RESULTS_FILE} under {root}: run benchmarks/tasks/train_listops.py first."
+        )
     results, data_by_settings = [], {}
     for path in tqdm(paths, desc="ListOps runs", unit="run"):
         result = json.loads(path.read_text())
@@ -97,14 +102,14 @@ def collect(root: Path) -> list[dict]:
 
 def saved_model_agreement(run_dir: Path, result: dict, data_by_settings: dict) -> float | None:
     """How often the model saved in ``run_dir`` answers a test expression with the guess for its outermost
-    operator (``hf_efficient.data.listops.outer_operator_agreement``); None without a saved model or test
+    operator (``benchmarks.tasks.listops.outer_operator_agreement``); None without a saved model or test
     data. The data is generated again from the run's settings (only the train and test splits: each has its
     own stream), once per settings in ``data_by_settings``: the runs of one table share it."""
     import torch
     from transformers import AutoTokenizer
 
+    from benchmarks.tasks import listops
     from hf_efficient import EfficientBertForSequenceClassification
-    from hf_efficient.data import listops
 
     data = result.get("data") or {}
     if not (run_dir / "config.json").exists() or not data.get("num_test"):

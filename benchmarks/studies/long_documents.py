@@ -1,7 +1,7 @@
 """Long-document classification: accuracy against the maximum input length, exact attention truncated vs
 long-context checkpoints, over seeds, beside the ceiling of a reader limited to one window.
 
-The documents are those of ``hf_efficient.data.long_documents`` (``majority3``: three IMDB reviews, the label
+The documents are those of ``benchmarks.tasks.long_documents`` (``majority3``: three IMDB reviews, the label
 their majority sentiment, the middle one >= 512 tokens, so no 512-token window sees all three; ``imdb``: the
 reviews as they are). ``run`` writes them (once) into ``<out>/data`` and, for each (model, max length)
 setting, runs ``benchmarks.seeds`` over ``scripts/finetune_glue.py`` into ``<out>/<model>-<length>``
@@ -39,7 +39,8 @@ import sys
 from pathlib import Path
 
 from benchmarks import seeds
-from benchmarks.report import markdown_table, pyplot, write_report
+from benchmarks.report import pyplot, write_report
+from hf_efficient.markdown import markdown_table
 
 EXACT = "exact"  # the label of the plain MiniLM, exact attention, truncated to its length
 REFERENCE_LENGTH = 512
@@ -53,7 +54,7 @@ TRAINING_DEFAULTS = {"epochs": 1.0, "batch_size": 16, "learning_rate": 1e-4}
 # ---- run --------------------------------------------------------------------------------------------------
 def write_data(data_dir: Path, args: argparse.Namespace) -> None:
     """Write the documents into ``data_dir`` once; refuse a folder written with other data flags."""
-    from hf_efficient.data import long_documents
+    from benchmarks.tasks import long_documents
 
     chosen = {name: getattr(args, name) for name in data_flag_names()}
     stored = data_dir / DATA_ARGUMENTS
@@ -70,7 +71,7 @@ def write_data(data_dir: Path, args: argparse.Namespace) -> None:
 
 
 def data_flag_names() -> list[str]:
-    from hf_efficient.data import long_documents
+    from benchmarks.tasks import long_documents
 
     parser = argparse.ArgumentParser()
     long_documents.add_data_arguments(parser)
@@ -140,7 +141,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             command = probe_command(data_dir, checkpoint, length, features_dir)
         else:
             command = finetune_command(data_dir, checkpoint, length, args)
-        argv = ["--seeds", *map(str, args.seeds), "--out", str(out), "--label", label, "--", *command]
+        argv = ["--seeds", *map(str, args.seeds), "--out", str(out), *seeds.in_process_flag(args)]
+        argv += ["--label", label, "--", *command]
         results.append(seeds.main(argv))
     return results
 
@@ -166,7 +168,7 @@ def seconds_per_example(runs: dict, key: str) -> float | None:
 
 def read_setting(path: Path, documents_by_file: dict) -> dict:
     """One setting's row from its ``seeds.json``: accuracy over seeds, ceilings of its length, timings."""
-    from hf_efficient.data.long_documents import window_ceiling
+    from benchmarks.tasks.long_documents import window_ceiling
 
     result = json.loads(path.read_text())
     command = result["command"]
@@ -325,7 +327,8 @@ def write_to_builds(rows: list[dict]) -> list[Path]:
                 "Three IMDB reviews per document, labelled with their majority sentiment; no 512-token "
                 f"window touches all three. Test accuracy over seeds of {how}, beside all-MiniLM-L6-v2 "
                 "(exact attention) truncated to its length; from hf_efficient's "
-                '`python -m benchmarks.studies.long_documents` (docs/results.md, "Long documents").'
+                "`python -m benchmarks.studies.long_documents` "
+                '(benchmarks/docs/results.md, "Long documents").'
             ),
             "rows": table,
         }
@@ -359,7 +362,7 @@ def plot_accuracy(rows: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    from hf_efficient.data.long_documents import add_data_arguments
+    from benchmarks.tasks.long_documents import add_data_arguments
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -385,6 +388,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     run_parser.add_argument("--learning_rate", type=float, default=TRAINING_DEFAULTS["learning_rate"])
     run_parser.add_argument("--max_steps", type=int, help="stop each fine-tune after N steps (quick checks)")
     run_parser.add_argument("--save_steps", type=int, default=20, help="checkpoint interval (resuming)")
+    seeds.add_in_process_argument(run_parser)
     summary_parser = commands.add_parser("summarize", help="the table, plot and verdict of the runs")
     summary_parser.add_argument("--results", type=Path, required=True, help="the run's --out")
     summary_parser.add_argument("--out", type=Path, help="where the summary goes (default: --results)")

@@ -1,9 +1,10 @@
 """MQAR (multi-query associative recall, Zoology) for the text attention types: the grid of runs, its table.
 
-``run`` trains ``scripts/train_mqar.py`` for every (type, width, sequence length) through the seeds runner
-(``benchmarks.seeds``, one folder per setting: ``<out>/<formulation>/<type>/d<width>_n<length>/seed_<s>``),
-so the whole grid is one resumable command: a finished seed is not run again, an interrupted one continues
-from its checkpoint. It ends with ``summarize``, which can also be run alone::
+``run`` trains ``benchmarks/tasks/train_mqar.py`` for every (type, width, sequence length) through the seeds
+runner (``benchmarks.seeds``, one folder per setting:
+``<out>/<formulation>/<type>/d<width>_n<length>/seed_<s>``), so the whole grid is one resumable command: a
+finished seed is not run again, an interrupted one continues from its checkpoint. It ends with ``summarize``,
+which can also be run alone::
 
     python -m benchmarks.studies.mqar run --types full linear --widths 64 128 --lengths 64 128 256 \\
         --seeds 0 --out runs/mqar
@@ -38,10 +39,11 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from benchmarks.report import markdown_table, pyplot, write_report
+from benchmarks import seeds
+from benchmarks.report import pyplot, write_report
+from hf_efficient.markdown import markdown_table
 
-RESULTS_FILE = "mqar_results.json"  # what scripts/train_mqar.py writes into each run's output_dir
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_mqar.py"
+RESULTS_FILE = "mqar_results.json"  # what benchmarks/tasks/train_mqar.py writes into each run's output_dir
 ZOOLOGY_NOTE = (
     "Zoology (Arora et al. 2023, arXiv 2312.04927), Figure 2: MQAR accuracy against model dimension (64-512) "
     "of 2-layer models at sequence lengths 64, 128 and 256 with 4, 8 and 16 key-value pairs (the sweep of "
@@ -78,7 +80,8 @@ def setting_command(
     """The training command of one setting, with the seeds runner's ``{seed}`` and ``{output_dir}``."""
     return [
         sys.executable,
-        str(SCRIPT),
+        "-m",
+        "benchmarks.tasks.train_mqar",
         *("--attention_type", attention_type, "--hidden_size", str(width), "--seq_len", str(length)),
         *(["--causal"] if causal else []),
         *([] if learning_rate is None else ["--learning_rate", f"{learning_rate:g}"]),
@@ -90,8 +93,6 @@ def setting_command(
 def run_grid(args: argparse.Namespace) -> list[str]:
     """Every setting through ``benchmarks.seeds`` (which skips finished seeds); returns the failed ones."""
     from tqdm.auto import tqdm
-
-    from benchmarks import seeds
 
     if args.causal:
         from hf_efficient.attention.registry import causal_attention_types
@@ -112,7 +113,7 @@ def run_grid(args: argparse.Namespace) -> list[str]:
         command = setting_command(attention_type, width, length, args.causal, args.extra, rate)
         argv = ["--seeds", *map(str, args.seeds), "--out", str(folder), "--results_file", RESULTS_FILE]
         try:
-            seeds.main([*argv, "--label", label, "--", *command])
+            seeds.main([*argv, *seeds.in_process_flag(args), "--label", label, "--", *command])
         except SystemExit as error:  # a failed seed: reported by the runner, the grid goes on
             if error.code:
                 failed.append(label)
@@ -126,7 +127,7 @@ def collect(root: Path) -> list[dict]:
     if not paths:
         raise FileNotFoundError(
             f"No {RESULTS_FILE} under {root}: run `python -m benchmarks.studies.mqar run` (or "
-            "scripts/train_mqar.py) first."
+            "benchmarks/tasks/train_mqar.py) first."
         )
     results = [json.loads(path.read_text()) for path in paths]
     return sorted(results, key=lambda r: (*setting_key(r), r.get("output_dir", "")))
@@ -355,6 +356,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "config's rate)",
     )
     run.add_argument("--out", type=Path, required=True, help="folder of the runs and of the summary")
+    seeds.add_in_process_argument(run)
     summary = commands.add_parser("summarize", help="the table and plot of the runs under --results")
     summary.add_argument("--results", type=Path, required=True, help="folder holding the runs")
     summary.add_argument("--out", type=Path, help="where the summary goes (default: --results)")

@@ -220,11 +220,10 @@ class AttentionCore(nn.Module):
         no_weight_decay: parameters weight decay must leave alone (see below).
         float32_for: half-precision input dtypes this core computes in float32 (see
             :meth:`_attend_in_precision`).
-
-    Facts only the benchmarks, the ListOps runs and the export table read live with them, keyed by
-    ``attention_type``: benchmark settings in ``benchmarks/mechanisms.py`` (``BENCHMARK_CONFIGS``), LRA's
-    ListOps accuracy in :mod:`hf_efficient.data.listops` (``LRA_LISTOPS``), export notes in
-    :mod:`hf_efficient.export` (``EXPORT_NOTES``).
+        script_configs: what the training scripts set for this type per config family, over its defaults
+            (see below); benchmark_config: the settings the benchmarks measure it with; export_note: what an
+            exported graph of it bakes in (the export table of docs/serving.md); lra_listops: the ListOps
+            accuracy the Long Range Arena paper reports for it.
     """
 
     attention_type: ClassVar[str] = ""
@@ -259,6 +258,19 @@ class AttentionCore(nn.Module):
         "it declares no way to carry them (the exact, window and block types rotate queries and keys, the "
         "kernelized types their feature maps)"
     )
+    # What the training scripts set for this type, per config family (the folder of the base configs,
+    # ``configs/<family>/``: "text", "vision", "graph", "clm", and the lab's "listops", "mqar"), over its
+    # defaults: each entry holds the sections of a config file, ``{"attention_config": {...}, "model":
+    # {...}, "training": {...}}`` (``hf_efficient.training.config_files`` merges it after the base file).
+    script_configs: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
+    # The settings the benchmarks measure this type with, over its defaults (the sizes its paper runs long
+    # inputs with: BigBird's 64-token blocks, Longformer's 512-token window).
+    benchmark_config: ClassVar[dict[str, Any]] = {}
+    # What an exported (traced) graph of this type bakes in or assumes: the export table's last column.
+    export_note: ClassVar[str] = ""
+    # ListOps test accuracy (%) the Long Range Arena paper reports (Tay et al. 2020, table 1): (LRA's model
+    # name, accuracy), or None for a type LRA did not run. Quoted by the lab's ListOps runs and table.
+    lra_listops: ClassVar[tuple[str, float] | None] = None
 
     def __init__(self, spec: AttentionSpec, config: AttentionConfig | None = None):
         super().__init__()

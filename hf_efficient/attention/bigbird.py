@@ -30,11 +30,11 @@ real token), K = w + gs + ge + r key-block slots per query block, G = gs + ge gl
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
+from ._bigbird_layout import BatchLayout, BlockLayout, build_batch_layout, random_key_blocks
 from .base import ROTATE_QUERIES_AND_KEYS, AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
 from .inputs import AttentionInputs, is_tracing
@@ -76,42 +76,7 @@ class BigBirdConfig(AttentionConfig):
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
 
 
-class BlockLayout(NamedTuple):
-    """Key blocks of every query block of one example of m blocks: index (h, m, K) key block of each
-    slot; valid (h, m, K), False for unused slots (which hold a valid block); global_blocks: sorted ids of
-    the global blocks, whose rows are computed densely."""
-
-    index: torch.Tensor
-    valid: torch.Tensor
-    global_blocks: tuple[int, ...]
-
-
-class BatchLayout(NamedTuple):
-    """Each example's layout over its own m_i blocks (rows past m_i keep no keys). index (b, h, nb, K):
-    slots in the order window, start, end, random (unused ones point at the row's own block); valid (b, h,
-    nb, K) bool; is_global (b, nb) bool; global_ids (b, G) the global blocks in slot order; global_used
-    (b, G) bool, the slots that are global blocks of the example (fewer when an example has few blocks)."""
-
-    index: torch.Tensor
-    valid: torch.Tensor
-    is_global: torch.Tensor
-    global_ids: torch.Tensor
-    global_used: torch.Tensor
-
-
 _CACHED_LAYOUTS = 8  # batch layouts an eager core keeps
-_MASK32 = 2**32 - 1
-_NOT_DRAWN = 2**32  # rank of a key block that may not be drawn: above every hashed rank
-
-
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash of int64 values in [0, 2^32), a bijection (distinct inputs never tie).
-    Multipliers below 2^31 keep every product inside int64, so eager, export and ONNX agree bit for bit."""
-    x = x ^ (x >> 16)
-    x = (x * 0x7FEB352D) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * 0x31848BAB) & _MASK32
-    return x ^ (x >> 16)
 
 
 def block_sparse_rows(q, k, v, index, blocked, global_index, num_window, dropout_p) -> torch.Tensor:
@@ -137,6 +102,17 @@ def dense_rows(q, k, v, key_mask, dropout_p) -> torch.Tensor:
     return (F.dropout(probs, dropout_p) if dropout_p > 0 else probs) @ v
 
 
+# The scripts' blocks (config families text and listops; the others change a few): 3 window blocks, the
+# first and last global, 2 random.
+_BLOCKS_OF_32 = {
+    "block_size": 32,
+    "num_window_blocks": 3,
+    "num_global_blocks_start": 1,
+    "num_global_blocks_end": 1,
+    "num_random_blocks": 2,
+}
+
+
 @register_attention("bigbird")
 class BigBirdAttention(AttentionCore):
     config_class = BigBirdConfig
@@ -155,6 +131,24 @@ class BigBirdAttention(AttentionCore):
     cost = "O(n·b·(w+r+g))"
     summary = "blocks: window + global + seeded random blocks"
     small_config = {"block_size": 4, "num_window_blocks": 3, "num_random_blocks": 2}
+    benchmark_config = {"block_size": 64}  # the blocks BigBird's paper runs long inputs with
+    export_note = (
+        "random blocks drawn in the graph from each example's length (a hash of seed, layer, blocks)"
+    )
+    lra_listops = ("BigBird", 36.05)
+    script_configs = {  # mqar: blocks of 8 (the default 64 would be full attention at 64 tokens)
+        "text": {"attention_config": _BLOCKS_OF_32},
+        "listops": {"attention_config": _BLOCKS_OF_32},
+        "mqar": {"attention_config": {**_BLOCKS_OF_32, "block_size": 8, "num_random_blocks": 1}},
+        "vision": {
+            "attention_config": {
+                **_BLOCKS_OF_32,
+                "block_size": 5,
+                "num_global_blocks_end": 0,
+                "num_random_blocks": 1,
+            }
+        },
+    }
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -186,23 +180,8 @@ class BigBirdAttention(AttentionCore):
         self.flex_masks.store.clear()
 
     def random_key_blocks(self, num_blocks: torch.Tensor, nb: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Random key blocks (b, h, nb, r) of every query block and (b, h, nb, r) bool of those drawn: the
-        r blocks of smallest rank ``mix32`` (seed, layer, m_i, head, row, key block) outside the row's
-        window, the global blocks and the example's m_i blocks (a uniform subset). O(b h nb^2) integer ops."""
-        cfg, device = self.config, num_blocks.device
-        r, half = cfg.num_random_blocks, cfg.num_window_blocks // 2
-        m = num_blocks[:, None, None, None]  # (b, 1, 1, 1)
-        heads = torch.arange(self.num_heads, device=device)[:, None, None]  # (h, 1, 1)
-        rows = torch.arange(nb, device=device)[:, None]  # (nb, 1)
-        cols = torch.arange(nb, device=device)  # (nb,)
-        seed = (cfg.seed * 1_000_003 + self.spec.layer_idx) & _MASK32
-        row_key = mix32(mix32(mix32(m ^ seed) ^ heads) ^ rows)  # (b, h, nb, 1)
-        is_global = (cols < cfg.num_global_blocks_start) | (cols >= m - cfg.num_global_blocks_end)
-        forbidden = ((cols - rows).abs() <= half) | is_global | (cols >= m)  # (b, 1, nb, nb)
-        rank = mix32(row_key ^ cols).masked_fill(forbidden, _NOT_DRAWN)  # (b, h, nb, nb)
-        rank = torch.cat([rank, rank.new_full((*rank.shape[:3], r), _NOT_DRAWN)], -1)  # r candidates at least
-        drawn, picks = rank.topk(r, dim=-1, largest=False)  # (b, h, nb, r)
-        return picks, drawn < _NOT_DRAWN
+        """This core's random key blocks (b, h, nb, r) and which were drawn (:func:`random_key_blocks`)."""
+        return random_key_blocks(self.config, self.num_heads, self.spec.layer_idx, num_blocks, nb)
 
     def batch_layout(
         self, num_blocks: torch.Tensor, nb: int, known: tuple[int, ...] | None = None
@@ -219,33 +198,7 @@ class BigBirdAttention(AttentionCore):
         return self.layouts[key]
 
     def _build_batch_layout(self, num_blocks: torch.Tensor, nb: int) -> BatchLayout:
-        """Window + global + random key blocks per query block, each key block counted once; num_blocks
-        (b,) the m_i <= nb."""
-        cfg = self.config
-        random_blocks, random_valid = self.random_key_blocks(num_blocks, nb)  # (b, h, nb, r) each
-        half, gs, ge = cfg.num_window_blocks // 2, cfg.num_global_blocks_start, cfg.num_global_blocks_end
-        (b, heads), device = random_blocks.shape[:2], num_blocks.device
-        m = num_blocks[:, None, None]  # (b, 1, 1)
-        rows = torch.arange(nb, device=device)[:, None]  # (nb, 1)
-        blocks = torch.arange(nb, device=device)
-        window = (rows + torch.arange(-half, half + 1, device=device)).expand(b, -1, -1)  # (b, nb, w)
-        start = torch.arange(gs, device=device).expand(b, nb, -1)  # (b, nb, gs)
-        end = m - ge + torch.arange(ge, device=device)  # (b, 1, ge)
-        is_global = ((blocks < gs) | (blocks >= m[:, 0] - ge)) & (blocks < m[:, 0])  # (b, nb)
-        fixed = torch.cat([window, start, end.expand(-1, nb, -1)], -1)  # (b, nb, w + gs + ge)
-        window_ok, start_ok = (window >= 0) & (window < m), (start < m) & ((start - rows).abs() > half)
-        end_ok = (end >= gs) & ((end - rows).abs() > half)  # end blocks that are not start blocks too
-        fixed_ok = torch.cat([window_ok, start_ok, end_ok], -1)  # (b, nb, w + gs + ge)
-        global_of = is_global[:, None, None, :].expand(-1, heads, nb, -1)  # (b, h, nb, nb)
-        drawn_global = global_of.gather(-1, random_blocks.clamp(0, nb - 1))
-        random_ok = random_valid & ((random_blocks - rows).abs() > half) & ~drawn_global
-        index = torch.cat([fixed[:, None].expand(-1, heads, -1, -1), random_blocks], -1)  # (b, h, nb, K)
-        valid = torch.cat([fixed_ok[:, None].expand(-1, heads, -1, -1), random_ok], -1)
-        valid = valid & (rows < m)[:, None]  # rows past the example's blocks keep no keys
-        index = torch.where(valid, index, rows)  # unused slots point at a real block
-        global_ids = torch.cat([start[:, 0], end[:, 0]], -1)  # (b, G)
-        global_used = torch.cat([start[:, 0] < m[:, 0], end[:, 0] >= gs], -1)
-        return BatchLayout(index, valid, is_global, global_ids.clamp(0, nb - 1), global_used)
+        return build_batch_layout(self.config, num_blocks, nb, *self.random_key_blocks(num_blocks, nb))
 
     def block_layout(self, num_blocks: int, device: torch.device | str = "cpu") -> BlockLayout:
         """The layout of one example of ``num_blocks`` blocks (the same as inside any batch)."""

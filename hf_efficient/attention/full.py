@@ -59,6 +59,19 @@ class FullAttention(AttentionCore):
         "exact softmax through HF kernels (`attn_implementation`: eager, sdpa, flex...); additive bias; "
         "causal; weights"
     )
+    export_note = "eager or sdpa kernel (FlexAttention has no ONNX form); ONNX Runtime forms the n x n scores"
+    lra_listops = ("Transformer", 36.37)
+    script_configs = {  # graph: Graphormer (the spatial and edge-encoding bias, a virtual token for pooling)
+        "graph": {
+            "model": {
+                "graph_bias": "graphormer",
+                "max_spatial_distance": 20,
+                "max_edge_hops": 5,
+                "add_virtual_token": True,
+                "graph_pooling": "virtual_token",
+            }
+        }
+    }
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

@@ -135,6 +135,8 @@ class GATAttention(_AdditiveEdgeAttention):
     paper = "Velickovic et al. 2018, Graph Attention Networks"
     cost = "O(E)"
     summary = "additive scores LeakyReLU(a . [W h_i ‖ W h_j]) over a graph's edges (PyG GATConv)"
+    export_note = "as graph_sparse, self loops on every node slot (padded slots' masked out)"
+    script_configs = {"graph": {"attention_config": {"negative_slope": 0.2, "add_self_loops": True}}}
 
     def __init__(self, spec, config: GATConfig | None = None):
         super().__init__(spec, config)
@@ -185,6 +187,8 @@ class GATv2Attention(_AdditiveEdgeAttention):
     cost = "O(E)"
     edge_rows_read = 11
     summary = "dynamic additive scores a . LeakyReLU(W [h_i ‖ h_j]) over a graph's edges (PyG GATv2Conv)"
+    export_note = "as gat, the (E, h d) sums unchunked (O(E h d) memory)"
+    script_configs = {"graph": {"attention_config": {"negative_slope": 0.2, "add_self_loops": True}}}
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

@@ -66,6 +66,8 @@ class GraphSparseAttention(EdgeAttention):
     paper = "Dwivedi & Bresson 2021, A Generalization of Transformer Networks to Graphs"
     cost = "O(E)"
     summary = "softmax over a graph's edges, edge weights and edge features"
+    export_note = "edges by gathers and scatters, O(E h d); edge values are trusted (not checked)"
+    script_configs = {"graph": {"attention_config": {"edge_feature_mode": "multiply"}}}  # bond features scale
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

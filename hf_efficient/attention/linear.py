@@ -91,6 +91,11 @@ class LinearAttention(KernelizedAttentionCore):
     cost = "O(n·d²)"
     summary = "elu+1 features, causal prefix-sum and RNN step forms"
     small_config = {"block_size": 4}
+    export_note = "one piece (no chunks): O(n d) features"
+    lra_listops = ("Linear Trans.", 16.13)
+    script_configs = {  # graph: GraphGPS, graph_sparse along edges plus linear attention over all nodes
+        "graph": {"model": {"graph_layer_type": "gps", "local_attention_type": "graph_sparse"}}
+    }
     float32_for = (torch.float16,)  # see _kernelized: 1 / normaliser gradients overflow float16
 
     @classmethod

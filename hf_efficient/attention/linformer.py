@@ -91,6 +91,14 @@ class LinformerAttention(AttentionCore):
     cost = "O(n·k)"
     summary = "learned length projections, head/key-value/layer sharing"
     small_config = {"projected_length": 8}
+    export_note = "sequence length up to max_position_embeddings (the projections' size)"
+    lra_listops = ("Linformer", 35.7)
+    script_configs = {  # shared across heads; mqar and vision: shorter than their sequences (default 256)
+        "text": {"attention_config": {"projected_length": 128, "sharing": "headwise"}},
+        "listops": {"attention_config": {"projected_length": 128, "sharing": "headwise"}},
+        "mqar": {"attention_config": {"projected_length": 16, "sharing": "headwise"}},
+        "vision": {"attention_config": {"projected_length": 16, "sharing": "headwise"}},
+    }
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

@@ -95,6 +95,13 @@ class LongShortAttention(AttentionCore):
     cost = "O(n·(w+r))"
     summary = "segment-wise window + dynamic low-rank projection, dual LayerNorm"
     small_config = {"window_size": 6, "num_landmarks": 4}
+    export_note = "every segment at once: O(n (w + 2e + r)) scores per head"
+    script_configs = {  # vision: about one patch row; mqar: the defaults cover a 64-token sequence whole
+        "text": {"attention_config": {"window_size": 64, "num_landmarks": 32}},
+        "listops": {"attention_config": {"window_size": 64, "num_landmarks": 32}},
+        "mqar": {"attention_config": {"window_size": 16, "num_landmarks": 8}},
+        "vision": {"attention_config": {"window_size": 7, "num_landmarks": 8}},
+    }
     kernels = (CHUNKED,)
 
     @classmethod

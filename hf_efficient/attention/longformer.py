@@ -44,7 +44,7 @@ from .kernels.flex import BlockMaskCache
 from .kernels.longformer import LONGFORMER_KERNELS, chunk_size
 from .registry import register_attention
 from .relative import band_scores
-from .utils import pad_to_multiple, unpad
+from .utils import band_pairs, pad_to_multiple, unpad
 
 
 @dataclass
@@ -79,12 +79,6 @@ class LongformerAttentionConfig(AttentionConfig):
             )
 
 
-def band_pairs(n: int, half: int) -> int:
-    """(i, j) pairs with |i - j| <= half in a sequence of n tokens (the window's pattern, for FLOP counts)."""
-    half = min(half, n - 1)
-    return n * (2 * half + 1) - half * (half + 1)
-
-
 @register_attention("longformer")
 class LongformerAttention(AttentionCore):
     config_class = LongformerAttentionConfig
@@ -101,6 +95,18 @@ class LongformerAttention(AttentionCore):
     summary = "sliding window (optional dilation) + global tokens by index or per-example mask; causal window"
     small_config = {"attention_window": 6, "global_token_indices": [0]}
     causal_small_config = {"attention_window": 6}  # the causal form has no global tokens
+    benchmark_config = {"attention_window": 512}  # Longformer's window for long inputs
+    export_note = (
+        "global_token_indices baked in (no per-example global_attention_mask); window chunks at once"
+    )
+    lra_listops = ("Longformer", 35.63)
+    script_configs = {  # vision: the patch rows above and below; mqar: the default covers a sequence whole
+        "text": {"attention_config": {"attention_window": 128, "global_token_indices": [0]}},
+        "listops": {"attention_config": {"attention_window": 128, "global_token_indices": [0]}},
+        "mqar": {"attention_config": {"attention_window": 16, "global_token_indices": []}},
+        "vision": {"attention_config": {"attention_window": 14, "global_token_indices": [0]}},
+        "clm": {"attention_config": {"attention_window": 32, "global_token_indices": []}},
+    }
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

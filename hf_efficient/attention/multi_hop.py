@@ -100,6 +100,8 @@ class MultiHopAttention(EdgeAttention):
     cost = "O(K·E)"
     summary = "one-hop attention over edges (dot or GAT scores) diffused K hops (personalised PageRank)"
     small_config = {"alpha": 0.2, "num_hops": 3}
+    export_note = "as graph_sparse (gat score: as gat), K hops of scatters"
+    script_configs = {"graph": {"attention_config": {"alpha": 0.15, "num_hops": 4, "score": "dot"}}}
 
     @classmethod
     def edge_traffic_bytes(cls, num_edges, hidden, num_heads, config, element_bytes=4):

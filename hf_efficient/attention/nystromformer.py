@@ -146,6 +146,13 @@ class NystromformerAttention(AttentionCore):
     cost = "O(n·m)"
     summary = "segment-mean landmarks, iterative pseudo-inverse"
     small_config = {"num_landmarks": 6, "conv_kernel_size": 3}
+    export_note = "landmarks of each example's real tokens, computed in the graph"
+    script_configs = {  # vision: 5 tokens a landmark; mqar: the default 64 is exact at 64 tokens
+        "text": {"attention_config": {"num_landmarks": 64, "pinv_iterations": 6}},
+        "listops": {"attention_config": {"num_landmarks": 64, "pinv_iterations": 6}},
+        "mqar": {"attention_config": {"num_landmarks": 8}},
+        "vision": {"attention_config": {"num_landmarks": 10, "pinv_iterations": 6}},
+    }
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):

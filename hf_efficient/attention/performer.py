@@ -127,6 +127,23 @@ class PerformerAttention(KernelizedAttentionCore):
     cost = "O(n·m·d)"
     summary = "FAVOR+ positive orthogonal random features, redraw callback"
     small_config = {"num_features": 64, "block_size": 4}
+    export_note = "random features: the saved buffer, as in eager mode; one piece: O(n m) features"
+    lra_listops = ("Performer", 18.01)
+    script_configs = {  # a causal model decodes with the features it was trained on: never redrawn
+        "text": {"attention_config": {"num_features": 128}, "training": {"random_state_redraw_steps": 1000}},
+        "listops": {
+            "attention_config": {"num_features": 128},
+            "training": {"random_state_redraw_steps": 100},
+        },
+        "mqar": {"attention_config": {"num_features": 64}},
+        "vision": {"attention_config": {"num_features": 64}, "training": {"random_state_redraw_steps": 1000}},
+        "clm": {"attention_config": {"num_features": 64}, "training": {"random_state_redraw_steps": 0}},
+        "graph": {  # GraphGPS: graph_sparse along edges plus Performer over all nodes
+            "attention_config": {"num_features": 64},
+            "model": {"graph_layer_type": "gps", "local_attention_type": "graph_sparse"},
+            "training": {"random_state_redraw_steps": 100},
+        },
+    }
     # float16: 1 / normaliser gradients overflow (see _kernelized). bfloat16 runs: its features are computed
     # in float32 (feature_maps: exp of bfloat16-rounded projections w.x missed float32 by 0.06 at head size
     # 64), the products of the features in bfloat16.

@@ -118,6 +118,14 @@ class ReformerLSHAttention(AttentionCore):
     cost = "O(n·c·rounds)"
     summary = "shared query/key, random-rotation LSH, sorted chunks"
     small_config = {"num_hashes": 2, "chunk_length": 4, "num_buckets": 4}
+    export_note = "needs attention_config num_buckets (the default follows the data); eval rotations baked in"
+    lra_listops = ("Reformer", 37.27)
+    script_configs = {  # vision: 2 buckets (27-28 of 49 keys a query); mqar: 64 tokens is a whole sequence
+        "text": {"attention_config": {"num_hashes": 2, "chunk_length": 64}},
+        "listops": {"attention_config": {"num_hashes": 2, "chunk_length": 64}},
+        "mqar": {"attention_config": {"num_hashes": 2, "chunk_length": 16}},
+        "vision": {"attention_config": {"num_hashes": 2, "chunk_length": 16, "num_buckets": 2}},
+    }
     kernels = (CHUNKED,)
     # Half precision runs in float32: hashing rounded projections moves tokens between buckets (argmax
     # ties), and the chunk bookkeeping (float-coded buckets, -inf biases) needs float32's range.

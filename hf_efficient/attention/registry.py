@@ -2,9 +2,10 @@
 
 Variants register themselves with ``@register_attention("name")`` in their own module; every module in
 ``hf_efficient.attention`` is imported by the package ``__init__``, so adding a variant is adding a file.
-Everything that lists types reads them from here: the encoders (by modality and capability), the
-benchmarks (type lists, FLOP models), the ListOps runs and the docs table (:func:`attention_table`). Facts
-only the benchmarks and the export table use live with them, keyed by type (see :class:`AttentionCore`).
+Everything that lists types reads them from here, and every fact of a type is an attribute of its core
+(:class:`AttentionCore`): the encoders (by modality and capability), the scripts' config files (each
+family's settings), the export table, the benchmarks (type lists, settings, FLOP models), the lab's ListOps
+runs (LRA's figures) and the docs table (:func:`attention_table`).
 """
 
 from __future__ import annotations

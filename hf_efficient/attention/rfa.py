@@ -101,6 +101,9 @@ class RFAConfig(AttentionConfig):
             raise ValueError(f"rfa: eps must be > 0, got {self.eps}")
 
 
+_KEPT = {"random_state_redraw_steps": 0}  # the features drawn at initialisation, kept for the whole run
+
+
 @register_attention("rfa")
 class RandomFeatureAttention(AttentionCore):
     config_class = RFAConfig
@@ -112,6 +115,14 @@ class RandomFeatureAttention(AttentionCore):
     cost = "O(n·m·d)"
     summary = "random Fourier features, gated causal form"
     small_config = {"num_features": 16, "causal_chunk": 8}
+    export_note = "the saved random features; the bidirectional form (the gated causal one does not trace)"
+    script_configs = {  # vision and clm keep one draw all run (a model trained on a draw is tied to it)
+        "text": {"attention_config": {"num_features": 64}, "training": {"random_state_redraw_steps": 1000}},
+        "listops": {"attention_config": {"num_features": 64}, "training": {"random_state_redraw_steps": 100}},
+        "mqar": {"attention_config": {"num_features": 64}},
+        "vision": {"attention_config": {"num_features": 128, "orthogonal_features": True}, "training": _KEPT},
+        "clm": {"attention_config": {"num_features": 64, "gate": True}, "training": _KEPT},
+    }
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -261,24 +272,12 @@ class RandomFeatureAttention(AttentionCore):
                 "causal=True); EfficientBertConfig(is_decoder=True)) or set gate=False for plain causal RFA."
             )
 
-    def step(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        state: tuple[torch.Tensor, torch.Tensor] | None = None,
-        real: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """One token of the causal recurrence (decoding), the RNN form of the causal core.
-
-        Args:
-            query, key, value: (b, h, d) heads of the current token.
-            state: (S (b, h, 2m, d), z (b, h, 2m)) after the previous token, or None at the start.
-            real: (b,) bool, False where this token is padding: its state is passed on unchanged.
-
-        Returns:
-            (out (b, h, d), new state), computed in float32 for half-precision inputs (as the parallel form).
-        """
+    def step(self, query, key, value, state=None, real=None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """One token of the causal recurrence (decoding), the RNN form of the causal core: query, key,
+        value (b, h, d) of the current token; state (S (b, h, 2m, d), z (b, h, 2m)) after the previous token,
+        or None at the start; real (b,) bool, False where this token is padding (its state passes on
+        unchanged). Returns (out (b, h, d), new state), in float32 for half-precision inputs (as the
+        parallel form)."""
         self._check_gate_exists()
         dtype, work = query.dtype, torch.promote_types(query.dtype, torch.float32)
         query, key, value = query.to(work), key.to(work), value.to(work)

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from .inputs import is_tracing
 
 # glibc hands every allocation above its mmap threshold straight back to the system and page-faults it in
-# anew on the next call; intermediates kept under this budget stay in the malloc arena (docs/performance.md).
+# anew on the next call; intermediates kept under this budget stay in the malloc arena
+# (benchmarks/docs/performance.md).
 CHUNK_BYTES = 24 * 2**20
 
 
@@ -85,7 +86,7 @@ def zero_padded(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
 
 # On CUDA a chunk costs a few kernel launches whatever its size, and at CPU-sized budgets the per-chunk
 # Python and launch work would bound the chunked cores: their chunks are this much larger there
-# (the measurement behind it: docs/performance.md, "Why the kernels are cut the way they are").
+# (the measurement behind it: benchmarks/docs/performance.md, "Why the kernels are cut the way they are").
 CUDA_CHUNK_FACTOR = 16
 
 
@@ -135,8 +136,8 @@ class ChunkBuffers:
     A fresh chunk-sized tensor per chunk is slow on CPU even under ``CHUNK_BYTES``: freeing several of
     them at the end of a chunk leaves more free memory at the top of the heap than glibc's trim threshold
     (twice the last mmapped size), so it goes back to the system and every tensor of the next chunk
-    page-faults again (the measurement: docs/performance.md, "Why the kernels are cut the way they are").
-    Pass ``buffers(name, shape)`` as ``out=``; a buffer grows only
+    page-faults again (the measurement: benchmarks/docs/performance.md, "Why the kernels are cut the way they
+    are"). Pass ``buffers(name, shape)`` as ``out=``; a buffer grows only
     when a larger shape asks for it, so the last, smaller chunk takes a view of it.
     """
 
@@ -170,3 +171,23 @@ def orthogonal_gaussian_features(m: int, d: int, generator: torch.Generator | No
     directions = torch.cat(blocks)[:m]  # (m, d)
     norms = torch.randn(m, d, generator=generator, device="cpu").norm(dim=1)  # (m,), chi_d distributed
     return directions * norms[:, None]
+
+
+def band_pairs(n: int, half: int) -> int:
+    """(i, j) pairs with |i - j| <= half in a sequence of n tokens (a sliding window's, for FLOP counts)."""
+    half = min(half, n - 1)
+    return n * (2 * half + 1) - half * (half + 1)
+
+
+MASK32 = 2**32 - 1
+
+
+def mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of int64 values in [0, 2^32), a bijection (distinct inputs never tie): seeded
+    random choices that are a pure tensor function of their sizes (BigBird's random blocks). Multipliers
+    below 2^31 keep every product inside int64, so eager, export and ONNX agree bit for bit."""
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & MASK32
+    x = x ^ (x >> 15)
+    x = (x * 0x31848BAB) & MASK32
+    return x ^ (x >> 16)

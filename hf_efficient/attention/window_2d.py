@@ -127,6 +127,10 @@ class SwinWindowAttention(AttentionCore):
     cost = "O(n·M²)"
     summary = "2-D windows over the patch grid, shifted on odd layers, [CLS] global"
     small_config = {"window_size": 4}
+    export_note = "the model's image size (the window plan is a constant of the graph)"
+    script_configs = {
+        "vision": {"attention_config": {"window_size": 4, "shift_windows": True}}
+    }  # 7x7 patches
 
     def __init__(self, spec, config=None):
         super().__init__(spec, config)

@@ -1,4 +1,4 @@
-"""Data for the training scripts: text corpora, MLM blocks, WordPiece tokenizers, GLUE, images, ListOps."""
+"""Data for the training scripts: text corpora, MLM blocks, WordPiece tokenizers, GLUE, images."""
 
 from ..extras import import_extra
 from .debian import fetch_debian_package
@@ -14,19 +14,6 @@ from .glue import (
     load_task_datasets,
     preprocess_task,
     write_predictions,
-)
-from .listops import (
-    ListOpsSpec,
-    build_listops_tokenizer,
-    describe_listops,
-    evaluate_listops,
-    expression_depth,
-    generate_expression,
-    generate_listops,
-    outer_operator_agreement,
-    outer_operator_baseline,
-    outer_operator_guesses,
-    tokenize_listops,
 )
 from .text import (
     MOVIE_REVIEWS_PREFIX,
@@ -56,7 +43,6 @@ __all__ = [
     "GLUE_TASK_NAMES",
     "ImageDataArguments",
     "ImageSplits",
-    "ListOpsSpec",
     "MOVIE_REVIEWS_PREFIX",
     "OFFLINE_DATASETS",
     "ROTTEN_TOMATOES_SPLIT_SEED",
@@ -66,20 +52,14 @@ __all__ = [
     "TextClassificationTask",
     "TextCorpusArguments",
     "causal_lm_tokenizer",
-    "build_listops_tokenizer",
     "check_image_columns",
     "describe_images",
     "check_sequence_length",
     "match_tokenizer_to_model",
     "check_task_data",
     "check_text_column",
-    "describe_listops",
-    "evaluate_listops",
-    "expression_depth",
     "fashion_mnist_dir",
     "fetch_debian_package",
-    "generate_expression",
-    "generate_listops",
     "get_task",
     "group_texts",
     "hold_out_blocks",
@@ -97,14 +77,10 @@ __all__ = [
     "load_task_datasets",
     "load_text_corpus",
     "movie_reviews_csv",
-    "outer_operator_agreement",
-    "outer_operator_baseline",
-    "outer_operator_guesses",
     "preprocess_task",
     "random_crop_flip",
     "read_idx",
     "rotten_tomatoes_splits",
-    "tokenize_listops",
     "tokenize_lines",
     "train_wordpiece_tokenizer",
     "with_image_transform",

@@ -13,7 +13,7 @@ quote and the answer in the same window. Because the answer starts after token `
 context, a reader that truncates to 512 tokens never sees it (its exact match is 0 by construction); a
 512-token reader with ``doc_stride`` windows reads the document in several windows, a 4,096-token
 long-context model in one. Reviews are used in one split only (the train / validation / test pools of
-:mod:`hf_efficient.data.long_documents`), and everything is drawn from ``seed``: the same arguments give the
+:mod:`hf_efficient.data.review_pools`), and everything is drawn from ``seed``: the same arguments give the
 same set.
 
 With ``unanswerable_fraction`` > 0 that share of the questions quotes words of a review of another document
@@ -39,7 +39,8 @@ from transformers import PreTrainedTokenizerBase
 
 from ..errors import InputError
 from ..models.text.question_answering import encode_windows
-from .long_documents import POOL_SEED, SPLITS, counted_pools, packaged_tokenizer
+from .packaged_bert import packaged_tokenizer
+from .review_pools import POOL_SEED, SPLITS, counted_pools
 from .text import load_movie_reviews
 
 DEFAULT_SIZES = {"train": 2000, "validation": 200, "test": 200}

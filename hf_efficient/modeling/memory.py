@@ -5,7 +5,7 @@ Both only change what autograd keeps for backward, never the maths: the outputs 
 ``nn.Dropout`` and of ``output(act(dense(x)), residual)``. They apply to training with gradients on large
 tensors (at least :data:`MIN_ELEMENTS_TO_SAVE_MEMORY` elements), on CPU for the dropout, and stand aside
 while tracing (``torch.export`` / ``torch.compile``) and under saved-tensor hooks someone else installed.
-docs/performance.md has the measurements that chose the thresholds.
+benchmarks/docs/performance.md has the measurements that chose the thresholds.
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ class TextModelArguments(ModelArguments):
     def __post_init__(self):
         if self.model_name_or_path is not None:
             return
-        from ..data.long_documents import packaged_checkpoint
+        from ..data.packaged_bert import packaged_checkpoint
 
         try:
             self.model_name_or_path = packaged_checkpoint()

@@ -5,13 +5,15 @@ A config file is JSON with two sections::
     {"model": {"hidden_size": 256, "attention_type": "full", ...},   # EfficientBertConfig fields
      "training": {"learning_rate": 5e-4, "block_size": 512, ...}}    # script flags, TrainingArguments
 
-Merge order is fixed: the base file (``--config``), then the override of the attention type
-(``attention/<attention_type>.json`` beside the base file, or in the scripts' default folder when no base is
-given: that type's defaults, so the ``attention_config`` keys a base file sets for its own attention type keep
-the base file's values), then the command line: ``--attention_type``, ``--attention_config
-'{"attention_window": 64}'`` (merged into the file's ``attention_config`` when the type is unchanged),
-``--config_overrides hidden_size=128,...`` and every other flag. Unknown keys raise, naming the file and the
-close matches.
+Merge order is fixed: the base file (``--config``), then the attention type's settings for the base file's
+config family (the name of its folder: ``configs/text/base_tiny.json`` is family ``text``; without a base
+file, the script's own family): ``attention/<attention_type>.json`` beside the base file where there is one
+(a folder of your own), else the type core's ``script_configs`` entry of that family. They are the type's
+defaults, so the ``attention_config`` keys a base file sets for its own attention type keep the base file's
+values. Then the command line: ``--attention_type``, ``--attention_config '{"attention_window": 64}'``
+(merged into the file's ``attention_config`` when the type is unchanged), ``--config_overrides
+hidden_size=128,...`` and every other flag. Unknown keys raise, naming the file (or the core) and the close
+matches.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from transformers import HfArgumentParser
 from transformers.hf_argparser import string_to_bool
 
 from ..attention import list_attention_types
-from ..attention.registry import validate_attention_config
+from ..attention.registry import get_attention_class, validate_attention_config
 from ..cli import unknown_flags_error
 from ..errors import InputError, InputFileNotFoundError
 from ..modeling.loading import dropped_log_message
@@ -86,10 +88,34 @@ def load_config_file(path: str | Path, model_keys, training_keys) -> dict[str, d
     if not isinstance(data, dict):
         raise InputError(f"{path}: a config file holds a JSON object with sections {SECTIONS}.")
     _check_keys([k for k in data if k != "description"], SECTIONS, str(path), "section")
+    return _checked_sections(data, str(path), model_keys, training_keys)
+
+
+def _checked_sections(data: dict, where: str, model_keys, training_keys) -> dict[str, dict[str, Any]]:
     config = {section: dict(data.get(section) or {}) for section in SECTIONS}
-    _check_keys(config["model"], sorted(model_keys), str(path), "model")
-    _check_keys(config["training"], sorted(training_keys), str(path), "training")
+    _check_keys(config["model"], sorted(model_keys), where, "model")
+    _check_keys(config["training"], sorted(training_keys), where, "training")
     return config
+
+
+def attention_type_settings(
+    attention_type: str, attention_dir: Path, model_keys, training_keys
+) -> dict[str, dict[str, Any]]:
+    """What the config family of ``attention_dir`` (``configs/<family>/attention``) sets for
+    ``attention_type``, as a config file's sections: ``attention_dir/<attention_type>.json`` where it exists,
+    else the core's ``script_configs[family]``, else its defaults (an empty ``attention_config``, which
+    replaces another type's hyperparameters that a checkpoint holds)."""
+    path = attention_dir / f"{attention_type}.json"
+    if path.exists():
+        return load_config_file(path, model_keys, training_keys)
+    family = attention_dir.parent.name
+    entry = get_attention_class(attention_type).script_configs.get(family, {})
+    model = {**entry.get("model", {}), "attention_type": attention_type}
+    model["attention_config"] = dict(entry.get("attention_config", {}))
+    where = f"{attention_type}'s script_configs[{family!r}]"
+    return _checked_sections(
+        {"model": model, "training": entry.get("training")}, where, model_keys, training_keys
+    )
 
 
 def merge_model_configs(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -180,9 +206,9 @@ def parse_args_with_config_files(
     attention_type = known.attention_type or merged["model"].get("attention_type")
     where = "--attention_type" if known.attention_type else f"--config {known.config}: model.attention_type"
     check_attention_type(attention_type, getattr(model_config_class, "modality", None), where)
-    if attention_type and base_dir is not None and (base_dir / f"{attention_type}.json").exists():
-        override = load_config_file(base_dir / f"{attention_type}.json", model_keys, training_keys)
-        # the type file holds that type's defaults: what the base file sets for its own type stays
+    if attention_type and base_dir is not None:
+        override = attention_type_settings(attention_type, base_dir, model_keys, training_keys)
+        # the type's settings are its defaults: what the base file sets for its own type stays
         own = (
             merged["model"].get("attention_config")
             if merged["model"].get("attention_type") == attention_type

@@ -19,7 +19,7 @@ from .callbacks import RandomStateCallback, has_random_state
 from .checkpoints import check_resumes_same_attention, resolve_resume_checkpoint
 from .config_files import parse_args_with_config_files
 from .distributed import enable_cpu_ddp_if_launched, has_accelerator
-from .model_card import build_model_card, efficiency_metrics, save_model_card
+from .model_card import build_model_card, save_model_card
 from .output_dir import claim_output_dir
 
 logger = logging.getLogger(__name__)
@@ -246,43 +246,6 @@ def evaluate_and_save(trainer: Trainer, dataset=None, prefix: str = "eval") -> d
     trainer.log_metrics(prefix, metrics)
     trainer.save_metrics(prefix, metrics)
     return metrics
-
-
-def generated_task_run(trainer: Trainer, data: dict, tokens_per_example: float) -> tuple[dict, dict, dict]:
-    """Train, then evaluate on the validation and test splits that ``data`` has: the part the scripts of
-    generated tasks (ListOps, MQAR) share.
-
-    Returns:
-        (metrics: ``eval_*`` and ``test_*`` together, efficiency: :func:`efficiency_metrics` of the training,
-        record: what their results JSON holds about the run whatever the task: time, steps, seconds per
-        step, model sizes, the schedule and the validation curve as [step, accuracy] pairs).
-    """
-    train_result = train_and_save(trainer)
-    efficiency = efficiency_metrics(train_result.metrics, tokens_per_example)
-    metrics: dict[str, float] = {}
-    for split, prefix in (("validation", "eval"), ("test", "test")):
-        if split in data:
-            metrics.update(evaluate_and_save(trainer, data[split], prefix))
-    args, config, steps = trainer.args, trainer.model.config, train_result.global_step
-    runtime = train_result.metrics.get("train_runtime")
-    sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
-    schedule = ("learning_rate", "per_device_train_batch_size", "num_train_epochs", "max_steps", "seed")
-    # Validation accuracy during training (eval_strategy "steps"), then the final evaluation's.
-    curve = [[e["step"], e["eval_accuracy"]] for e in trainer.state.log_history
-             if "eval_accuracy" in e and e["step"] < steps]  # fmt: skip
-    if "eval_accuracy" in metrics:
-        curve.append([steps, metrics["eval_accuracy"]])
-    record = {
-        "train_runtime": runtime,
-        "steps": steps,
-        "seconds_per_step": runtime / steps if steps and runtime is not None else None,
-        "num_parameters": trainer.model.num_parameters(),
-        "model": {key: getattr(config, key) for key in sizes},
-        "training": {key: getattr(args, key) for key in schedule},
-        "eval_curve": curve,
-        "output_dir": str(args.output_dir),
-    }
-    return metrics, efficiency, record
 
 
 def finish_run(

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import torch
 
-from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
+from hf_efficient.attention import (
+    AttentionSpec,
+    GraphEdges,
+    build_attention,
+    get_attention_class,
+    list_attention_types,
+)
 from hf_efficient.attention.rotary import RotaryPositions, default_inverse_frequencies
 
 
@@ -177,3 +183,12 @@ def assert_close_with_gradients(out, expected, inputs, atol, rtol):
     expected_grads = torch.autograd.grad((expected * upstream).sum(), inputs)
     for got, want in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(got, want, atol=atol, rtol=rtol)
+
+
+def script_settings(family: str, modality: str = "text") -> dict[str, dict]:
+    """attention_type -> what the scripts of config ``family`` set for it (its core's ``script_configs``
+    entry), for the types of ``modality`` that have one."""
+    entries = {
+        name: get_attention_class(name).script_configs.get(family) for name in list_attention_types(modality)
+    }
+    return {name: entry for name, entry in entries.items() if entry is not None}

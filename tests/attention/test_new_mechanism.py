@@ -1,23 +1,21 @@
 """Adding a mechanism is one registered class: a toy core (exact softmax attention written by hand, 30 lines,
 with a kernel of its own that computes the queries a chunk at a time, as in docs/contributing.md)
 registered inside this test goes through the contract matrix, the kernel-against-reference checks and the
-three encoders (export included),
-shows in the attention table, and runs through the attention benchmark's smoke preset (in process; a
-``--plugin`` through the benchmark's workers is tests/benchmarks/test_plugins.py's), with no other file
-changed. The fixture unregisters
-it, so the rest of the suite (which compares the registry with the docs' attention table and the config
-files) never sees it."""
+three encoders (export included), shows in the attention table and the export table, and gives the text
+scripts' config files its settings, with no other file changed; the lab's benchmarks measure it with its
+benchmark settings (benchmarks/tests/test_new_mechanism_benchmark.py). The fixture unregisters it, so the
+rest of the suite (which compares the registry with the docs' tables) never sees it."""
 
 from __future__ import annotations
 
 import contextlib
-import json
 
 import pytest
 import torch
+from transformers import HfArgumentParser
 
 import hf_efficient
-from benchmarks import attention as attention_benchmark
+from hf_efficient import EfficientBertConfig
 from hf_efficient.attention import (
     AttentionCapabilities,
     AttentionCore,
@@ -26,6 +24,8 @@ from hf_efficient.attention import (
     register_attention,
     unregister_attention,
 )
+from hf_efficient.export import export_table
+from hf_efficient.training import parse_args_with_config_files
 
 from ..models.graph import checks as graph_checks
 from ..models.graph.checks import check_graph_encoder
@@ -33,6 +33,8 @@ from ..models.text import checks as text_checks
 from ..models.text.checks import check_text_encoder
 from ..models.vision import checks as vision_checks
 from ..models.vision.checks import check_vision_encoder
+from ..script_loader import CONFIGS
+from ..training.helpers import script_dataclasses
 from .contract import run_contract_matrix
 from .test_kernels import check_kernel_equals_reference
 
@@ -63,6 +65,12 @@ class HandwrittenSoftmaxAttention(AttentionCore):
     summary = "exact softmax written out by hand (a test's toy)"
     small_config = {}
     kernels = (Kernel("query_chunks", query_chunks, chosen=lambda core, query, inputs: query.shape[2] > 64),)
+    # Its facts for the scripts' config files, the benchmarks and the export table, read from here alone.
+    script_configs = {
+        "text": {"attention_config": {"implementation": "query_chunks"}, "training": {"seed": 7}}
+    }
+    benchmark_config = {"implementation": "reference"}
+    export_note = "the n x n scores, as full"
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
@@ -111,6 +119,22 @@ def test_a_registered_toy_exports_through_every_encoder(handwritten_softmax, tmp
         checks.check_exports(handwritten_softmax, tmp_path / checks.__name__)
 
 
+def test_the_toys_facts_reach_the_config_files_and_the_export_table(
+    handwritten_softmax, pretrain_mlm, tmp_path
+):
+    """What the text scripts set for the toy, and its export note, come from its class and nowhere else."""
+    args = ["--config", str(CONFIGS / "text" / "base_tiny.json"), "--attention_type", NAME]
+    (*_, training), model = parse_args_with_config_files(
+        HfArgumentParser(script_dataclasses(pretrain_mlm)),
+        EfficientBertConfig,
+        None,
+        [*args, "--output_dir", str(tmp_path)],
+    )
+    assert model["attention_type"] == NAME and model["attention_config"] == {"implementation": "query_chunks"}
+    assert training.seed == 7
+    assert f"| `{NAME}` | yes | yes | yes | the n x n scores, as full |" in export_table()
+
+
 def test_the_toy_is_gone_after_its_registration_ends():
     """What the fixture's teardown does, checked within this test (tests run in any order, on any worker)."""
     with registered_toy():
@@ -118,18 +142,3 @@ def test_the_toy_is_gone_after_its_registration_ends():
     assert NAME not in hf_efficient.list_attention_types()
     with pytest.raises(ValueError, match="Unknown attention_type"):
         hf_efficient.get_attention_class(NAME)
-
-
-def test_the_toy_runs_through_the_attention_benchmark(tmp_path):
-    """The same class is measured by the attention benchmark's command line, in process (``--in_process``)
-    and without the machine's limits (no roofline): its FLOP model and its error against exact attention."""
-    out = tmp_path / "bench"
-    options = ["--preset", "smoke", "--threads", "1", "--types", NAME, "--lengths", "32", "64"]
-    options += ["--in_process", "--sgemm_size", "0", "--bandwidth_gib", "0", "--out", str(out)]
-    with registered_toy():
-        attention_benchmark.main(options)
-    records = [r for r in json.loads((out / "results.json").read_text())["records"] if r["type"] == NAME]
-    assert len(records) == 2 and all(r["status"] == "ok" and r["median_s"] > 0 for r in records)
-    assert all(r["flops"] == 3 * 4.0 * r["length"] ** 2 * 16 * 2 for r in records)  # its FLOP model, fwd+bwd
-    assert all(r["rel_error"] < 1e-5 for r in records)  # it is exact attention
-    assert f"| {NAME} |" in (out / "summary.md").read_text()

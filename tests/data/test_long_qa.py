@@ -10,8 +10,8 @@ import pytest
 from datasets import Dataset
 
 from hf_efficient.data import load_movie_reviews
-from hf_efficient.data.long_documents import packaged_tokenizer
 from hf_efficient.data.long_qa import build_long_qa, describe, main
+from hf_efficient.data.packaged_bert import packaged_tokenizer
 from hf_efficient.data.question_answering import load_squad_files
 from hf_efficient.errors import InputError
 

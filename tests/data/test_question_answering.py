@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from datasets import Dataset
 
-from hf_efficient.data.long_documents import packaged_tokenizer
+from hf_efficient.data.packaged_bert import packaged_tokenizer
 from hf_efficient.data.question_answering import (
     QAColumns,
     answer_questions,

@@ -1,5 +1,6 @@
 """What the script tests share: tiny text-model sizes, the common flags, the pretraining command line, the
-logged losses of a run, and a script run in-process as the command line runs it (status and stderr)."""
+logged losses of a run, the user errors every training script answers in one line, and a script run
+in-process as the command line runs it (status and stderr)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,6 @@ HF_TRAINING_SCRIPTS = (
     "pretrain_mae",
     "pretrain_mlm",
     "train_graph",
-    "train_listops",
-    "train_mqar",
 )
 # Flags a script requires, checked before the others ("{tmp}": the test's folder).
 REQUIRED = {"distill_attention": ["--model_name_or_path", "{tmp}"]}
@@ -71,9 +70,43 @@ def recording(trainer_class: type, trainers: list) -> type:
     return Recording
 
 
+def training_script_errors(required: list[str]) -> dict[str, tuple[list[str], str]]:
+    """{case: (command line, what the error line must say)} of the user errors every training program over
+    ``Trainer`` answers (the scripts' and the lab's); ``required``: flags checked before unknown ones;
+    "{tmp}" stands for the test's folder."""
+    return {
+        "bad flag": ([*required, "--no_such_flag", "1"], "unknown flag --no_such_flag"),
+        "bad value": (
+            ["--output_dir", "{tmp}/out", "--max_steps", "many"],
+            "error: --max_steps: invalid int value: 'many'",
+        ),
+        "missing file": (
+            ["--output_dir", "{tmp}/out", "--config", "{tmp}/no.json"],
+            "--config {tmp}/no.json",
+        ),
+    }
+
+
 def run_in_process(name: str, args: list[str], capsys) -> tuple[int, str]:
     """(exit status, stderr) of ``scripts/<name>.py args`` through :func:`run_script`, in this process."""
+    return exit_status_and_stderr(load_script(name).main, args, capsys)
+
+
+def exit_status_and_stderr(main, args: list[str], capsys) -> tuple[int, str]:
+    """(exit status, stderr) of ``main(args)`` through :func:`run_script`, in this process."""
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        run_script(load_script(name).main, args)
+        run_script(main, args)
     return exit_info.value.code, capsys.readouterr().err
+
+
+def check_user_error(main, args: list[str], expected: str, tmp_path, capsys) -> None:
+    """``main(args)`` ("{tmp}": ``tmp_path``) answers with one ``error: ...`` line saying ``expected``, exit
+    status 2 and no traceback."""
+    status, stderr = exit_status_and_stderr(
+        main, [arg.replace("{tmp}", str(tmp_path)) for arg in args], capsys
+    )
+    assert status == 2, stderr
+    assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
+    assert expected.replace("{tmp}", str(tmp_path)) in stderr
+    assert "Traceback" not in stderr

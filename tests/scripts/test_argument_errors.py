@@ -17,7 +17,7 @@ import time
 import pytest
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
-from hf_efficient.data.long_documents import packaged_tokenizer
+from hf_efficient.data.packaged_bert import packaged_tokenizer
 from hf_efficient.training import OutputDirNotEmptyError
 from hf_efficient.training.checkpoints import COMPLETE_MARKER, checkpoint_problem
 

@@ -3,7 +3,8 @@
 The pretraining keeps the demo's own settings (configs/text/demo_minilm.json: all-MiniLM-L6-v2 warm-started
 with Longformer attention, 150 steps) over fewer IMDB texts, so that what the demo shows a newcomer is
 checked: fill-mask ranks words a reviewer would write first, not punctuation or function words. The
-fine-tune runs a few steps only (its held-out accuracy is the demo's to print; docs/results.md records it).
+fine-tune runs a few steps only (its held-out accuracy is the demo's to print; benchmarks/docs/results.md
+records it).
 """
 
 from __future__ import annotations

@@ -17,24 +17,17 @@ from hf_efficient.errors import InputError
 
 from ..processes import ROOT, child_env
 from ..script_loader import SCRIPTS, load_script
-from .helpers import HF_TRAINING_SCRIPTS, REQUIRED, run_in_process
+from .helpers import (
+    HF_TRAINING_SCRIPTS,
+    REQUIRED,
+    check_user_error,
+    run_in_process,
+    training_script_errors,
+)
 
 # {script: {case: (the command line, what the error line must say)}}; "{tmp}" is the test's folder.
 USER_ERRORS = {
-    **{
-        name: {
-            "bad flag": ([*REQUIRED.get(name, []), "--no_such_flag", "1"], "unknown flag --no_such_flag"),
-            "bad value": (
-                ["--output_dir", "{tmp}/out", "--max_steps", "many"],
-                "error: --max_steps: invalid int value: 'many'",
-            ),
-            "missing file": (
-                ["--output_dir", "{tmp}/out", "--config", "{tmp}/no.json"],
-                "--config {tmp}/no.json",
-            ),
-        }
-        for name in HF_TRAINING_SCRIPTS
-    },
+    **{name: training_script_errors(REQUIRED.get(name, [])) for name in HF_TRAINING_SCRIPTS},
     "fill_mask": {
         "bad flag": (
             ["--model", "{tmp}", "--topk", "3", "a [MASK] film"],
@@ -86,12 +79,7 @@ def test_every_script_is_covered_and_adopts_the_wrapper():
 @pytest.mark.parametrize("case", ["bad flag", "bad value", "missing file"])
 @pytest.mark.parametrize("name", sorted(USER_ERRORS))
 def test_a_user_error_is_one_line_and_status_2(name, case, tmp_path, capsys):
-    args, expected = USER_ERRORS[name][case]
-    status, stderr = run_in_process(name, [arg.replace("{tmp}", str(tmp_path)) for arg in args], capsys)
-    assert status == 2, stderr
-    assert stderr.count("\n") == 1 and stderr.startswith("error: "), stderr
-    assert expected.replace("{tmp}", str(tmp_path)) in stderr
-    assert "Traceback" not in stderr
+    check_user_error(load_script(name).main, *USER_ERRORS[name][case], tmp_path, capsys)
 
 
 @pytest.mark.parametrize(

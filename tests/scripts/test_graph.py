@@ -23,6 +23,7 @@ from hf_efficient.data.graph_tasks import graph_model_kwargs, infer_graph_task
 from hf_efficient.data.graphs import load_karate_club, load_solubility
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
+from ..attention.helpers import script_settings
 from ..script_loader import CONFIGS, QUIET
 
 GRAPH_CONFIGS = CONFIGS / "graph"
@@ -81,9 +82,9 @@ def solubility_task():
     return infer_graph_task(load_solubility()["train"], "y")
 
 
-@pytest.mark.parametrize("name", sorted(p.stem for p in (GRAPH_CONFIGS / "attention").glob("*.json")))
+@pytest.mark.parametrize("name", sorted(script_settings("graph", "graph")))
 @pytest.mark.parametrize("base", ["base_tiny.json", "base_molecules.json"])
-def test_attention_override_files_build_models(train_graph, solubility_task, name, base):
+def test_graph_settings_of_the_cores_build_models(train_graph, solubility_task, name, base):
     script_args = (train_graph.GraphDataArguments, train_graph.ModelArguments, TrainingArguments)
     parser = HfArgumentParser((ConfigArguments, *script_args))
     _, model_kwargs = parse_args_with_config_files(

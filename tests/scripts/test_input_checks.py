@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from hf_efficient import EfficientBertForMaskedLM, EfficientBertForQuestionAnswering
-from hf_efficient.data.long_documents import packaged_tokenizer
+from hf_efficient.data.packaged_bert import packaged_tokenizer
 
 from ..data.helpers import write_csv
 from ..models.graph.helpers import base_records

@@ -10,8 +10,8 @@ import logging
 import pytest
 from transformers import pipeline
 
-from hf_efficient.data.long_documents import packaged_tokenizer
 from hf_efficient.data.long_qa import main as write_long_qa
+from hf_efficient.data.packaged_bert import packaged_tokenizer
 from hf_efficient.errors import InputError
 
 from ..tiny_models import save_tiny_bert

@@ -31,6 +31,7 @@ from hf_efficient.data import (
 from hf_efficient.errors import InputError
 from hf_efficient.training import ConfigArguments, parse_args_with_config_files
 
+from ..attention.helpers import script_settings
 from ..models.helpers import CONFIG_ERRORS
 from ..processes import launch
 from ..script_loader import CONFIGS, QUIET, SCRIPTS, load_script
@@ -56,15 +57,15 @@ def mae_checkpoint(pretrain_mae, tmp_path_factory) -> Path:
     return output_dir
 
 
-def test_every_vision_attention_type_has_a_valid_override():
-    files = {p.stem: p for p in (VISION_CONFIGS / "attention").glob("*.json")}
-    assert set(files) == set(hf_efficient.list_attention_types("vision"))
+def test_every_vision_setting_of_a_core_is_valid():
+    """What the vision scripts set per type (script_configs["vision"]): valid with the Fashion-MNIST sizes;
+    every vision type but the two without hyperparameters to size has one."""
+    settings = script_settings("vision", "vision")
+    assert set(hf_efficient.list_attention_types("vision")) - set(settings) == {"full", "linear"}
     base = json.loads((VISION_CONFIGS / "base_fmnist.json").read_text())["model"]
-    for name, path in files.items():
-        model = json.loads(path.read_text())["model"]
-        assert model["attention_type"] == name
-        validate_attention_config(name, model["attention_config"])
-        EfficientViTConfig(**{**base, **model})  # valid with the Fashion-MNIST sizes
+    for name, entry in settings.items():
+        validate_attention_config(name, entry["attention_config"])
+        EfficientViTConfig(**{**base, "attention_type": name, "attention_config": entry["attention_config"]})
 
 
 @pytest.mark.parametrize(

@@ -38,3 +38,13 @@ def open_lock_files() -> list[str]:
         except OSError:  # the descriptor listdir itself used, closed meanwhile
             continue
     return sorted(target for target in targets if LOCK_FILE in target)
+
+
+def script_dataclasses(module) -> tuple:
+    """The argument dataclasses of a language-model script (``pretrain_mlm``, ``pretrain_clm``), in the order
+    its parser takes them."""
+    from hf_efficient.data import TextCorpusArguments
+    from hf_efficient.training import ConfigArguments, LanguageModelArguments
+
+    data_arguments = getattr(module, "DataArguments", TextCorpusArguments)  # pretrain_clm: the corpus flags
+    return (LanguageModelArguments, data_arguments, ConfigArguments, module.EfficientTrainingArguments)

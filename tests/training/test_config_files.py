@@ -10,7 +10,6 @@ from transformers import HfArgumentParser
 
 import hf_efficient
 from hf_efficient import EfficientBertConfig, validate_attention_config
-from hf_efficient.data import TextCorpusArguments
 from hf_efficient.training import (
     ConfigArguments,
     LanguageModelArguments,
@@ -18,32 +17,32 @@ from hf_efficient.training import (
     parse_args_with_config_files,
 )
 
+from ..attention.helpers import script_settings
 from ..script_loader import CONFIGS, load_script
+from .helpers import script_dataclasses
 
 
 def parse(module, args):
-    data_arguments = getattr(module, "DataArguments", TextCorpusArguments)  # pretrain_clm: the corpus flags
-    training = module.EfficientTrainingArguments
-    dataclasses = (LanguageModelArguments, data_arguments, ConfigArguments, training)
-    return parse_args_with_config_files(HfArgumentParser(dataclasses), EfficientBertConfig, None, args)
+    parser = HfArgumentParser(script_dataclasses(module))
+    return parse_args_with_config_files(parser, EfficientBertConfig, None, args)
 
 
-def test_every_text_attention_type_has_a_valid_override():
-    files = {p.stem: p for p in (CONFIGS / "text" / "attention").glob("*.json")}
-    assert set(files) == set(hf_efficient.list_attention_types("text"))
-    for name, path in files.items():
-        model = json.loads(path.read_text())["model"]
-        assert model["attention_type"] == name
-        validate_attention_config(name, model["attention_config"])  # unknown keys / bad values raise
+def test_every_text_setting_of_a_core_is_valid():
+    """What the text scripts set per type (each core's script_configs["text"]): valid attention_configs of
+    that type; every text type but the two without hyperparameters to size has one."""
+    settings = script_settings("text")
+    assert set(hf_efficient.list_attention_types("text")) - set(settings) == {"full", "linear"}
+    for name, entry in settings.items():
+        assert set(entry) == {"attention_config"} or "training" in entry
+        validate_attention_config(name, entry["attention_config"])  # unknown keys / bad values raise
 
 
-def test_every_causal_attention_type_has_a_valid_clm_override(pretrain_clm, tmp_path):
-    """configs/clm: one override per type with a causal form (no more, no fewer), each giving a valid decoder
+def test_every_causal_attention_type_gives_a_valid_clm_config(pretrain_clm, tmp_path):
+    """configs/clm: settings for types with a causal form only, and every such type gives a valid decoder
     config on the CLM base file (Longformer without global tokens)."""
-    files = {p.stem: p for p in (CONFIGS / "clm" / "attention").glob("*.json")}
-    assert set(files) == set(hf_efficient.causal_attention_types("text"))
+    assert set(script_settings("clm")) <= set(hf_efficient.causal_attention_types("text"))
     base = str(CONFIGS / "clm" / "base.json")
-    for name in files:
+    for name in hf_efficient.causal_attention_types("text"):
         (_, data_args, _, training), model = parse(
             pretrain_clm, ["--config", base, "--attention_type", name, "--output_dir", str(tmp_path)]
         )

@@ -41,7 +41,7 @@ from ..utils import CHUNK_BYTES, ChunkBuffers, rows_per_chunk
 
 # Bytes of the dense operand per column block of a CSR x dense product (see EdgePattern._blocked_product):
 # sized so that a block's rows are read from the CPU's caches (the measurement that chose it:
-# docs/performance.md).
+# benchmarks/docs/performance.md).
 COLUMN_BLOCK_BYTES = 8 * 2**20
 # Bytes of one (C, h d) intermediate of GATv2Scores' chunks over edges (tests shrink it to get many chunks).
 GATV2_CHUNK_BYTES = CHUNK_BYTES

@@ -11,12 +11,15 @@ h = heads, E = edges in the batch, C = num_labels.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, ClassVar
+
 import torch
 from torch import nn
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutputWithPooling,
+    ModelOutput,
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
@@ -51,6 +54,10 @@ from ...modeling.heads import classification_loss, classifier_dropout
 from ...modeling.pretrained import EfficientPreTrainedModel
 from .configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
 from .graphormer import EDGE_ENCODING_NOT_TRACEABLE, GraphormerAttentionBias
+from .inputs import GraphInputs, graph_forward
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; the annotations are never evaluated
+    from typing_extensions import Unpack
 
 
 class EfficientGraphEmbeddings(nn.Module):
@@ -85,18 +92,11 @@ class EfficientGraphEmbeddings(nn.Module):
         offsets = torch.arange(node_feat.shape[-1], device=node_feat.device) * self.node_vocab_size  # (F,)
         return self.node_encoder(node_feat + offsets).sum(-2)  # (b, n, F, D) -> (b, n, D)
 
-    def forward(
-        self,
-        node_feat,
-        in_degree=None,
-        out_degree=None,
-        lap_pe=None,
-        rw_pe=None,
-        wl_colors=None,
-        rnf=None,
-        de=None,
-    ):
+    def forward(self, node_feat: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:
+        """(b, n, F) node features and the encodings of ``inputs`` the config reads -> (b, n', D)."""
         x = self._node_features(node_feat)  # (b, n, D)
+        in_degree, out_degree = inputs.get("in_degree"), inputs.get("out_degree")
+        lap_pe, rw_pe, rnf = inputs.get("lap_pe"), inputs.get("rw_pe"), inputs.get("rnf")
         if self.in_degree_embedding is not None:  # Graphormer's centrality encoding, degrees clipped
             top = self.in_degree_embedding.num_embeddings - 1
             x = x + self.in_degree_embedding(in_degree.clamp(0, top))
@@ -110,14 +110,14 @@ class EfficientGraphEmbeddings(nn.Module):
         if self.rw_pe_encoder is not None:
             x = x + self.rw_pe_encoder(rw_pe.to(x.dtype))
         if self.wl_embedding is not None:
-            x = x + self.wl_embedding(wl_colors % self.wl_embedding.num_embeddings)
+            x = x + self.wl_embedding(inputs["wl_colors"] % self.wl_embedding.num_embeddings)
         if self.rnf_encoder is not None:
             rnf = rnf.to(x.dtype)  # (b, n, k); padded rows are 0 and stay unread (masked downstream)
             if self.training and self.rnf_resample:  # fresh features each time a graph is seen
                 rnf = torch.randn_like(rnf)
             x = x + self.rnf_encoder(rnf)
         if self.de_encoder is not None:  # counts per (target, distance) bucket: a sum of learned vectors
-            x = x + self.de_encoder(de.to(x.dtype))
+            x = x + self.de_encoder(inputs["de"].to(x.dtype))
         if self.virtual_token is not None:
             token = self.virtual_token.weight.expand(x.shape[0], 1, -1)  # (b, 1, D)
             x = torch.cat([token, x], dim=1)  # (b, n + 1, D)
@@ -322,51 +322,30 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             )
 
     @can_return_tuple
+    @graph_forward
     def forward(
         self,
         node_feat: torch.Tensor,
-        node_mask: torch.Tensor | None = None,
-        edge_index: torch.Tensor | None = None,
-        edge_attr: torch.Tensor | None = None,
-        edge_weight: torch.Tensor | None = None,
-        spatial_pos: torch.Tensor | None = None,
-        in_degree: torch.Tensor | None = None,
-        out_degree: torch.Tensor | None = None,
-        lap_pe: torch.Tensor | None = None,
-        rw_pe: torch.Tensor | None = None,
-        wl_colors: torch.Tensor | None = None,
-        rnf: torch.Tensor | None = None,
-        de: torch.Tensor | None = None,
+        *,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
+        **inputs: Unpack[GraphInputs],
     ) -> BaseModelOutputWithPooling:
         """Encode a padded batch of graphs.
 
         Args:
             node_feat: (b, n, F) floats, or ints with ``node_vocab_size``.
-            node_mask: (b, n) 1 = real node, 0 = padding (None: nothing padded).
-            edge_index: (2, E) edges over flattened positions (graph g's node i is g * n + i), source first.
-            edge_attr: (E, edge_dim) floats; edge_weight: (E,) positive weights for edge attention.
-            spatial_pos: (b, n, n) shortest-path hops, -1 unreachable/padded (``graph_bias="graphormer"``).
-            in_degree, out_degree: (b, n) ints (``max_degree``). lap_pe: (b, n, lap_pe_dim).
-            rw_pe: (b, n, rw_pe_dim). wl_colors: (b, n) ints (``wl_vocab_size``). rnf: (b, n, rnf_dim)
-            random node features. de: (b, n, de_dim) distance-encoding counts.
+            inputs: the batch's structure and encodings, :class:`~.inputs.GraphInputs` (what
+                :class:`GraphCollator` gives beside ``node_feat``).
 
         Returns:
             ``last_hidden_state`` (b, n, D) node states (the virtual token removed), ``pooler_output`` (b, D)
             the graph embedding; ``hidden_states`` / ``attentions`` per layer include the virtual token at
             position 0 when there is one.
         """
-        structural = dict(
-            spatial_pos=spatial_pos,
-            in_degree=in_degree,
-            out_degree=out_degree,
-            lap_pe=lap_pe,
-            rw_pe=rw_pe,
-            wl_colors=wl_colors,
-            rnf=rnf,
-            de=de,
-        )
+        node_mask, edge_index = inputs.get("node_mask"), inputs.get("edge_index")
+        edge_attr, edge_weight = inputs.get("edge_attr"), inputs.get("edge_weight")
+        structural = {name: inputs.get(name) for name in STRUCTURAL_INPUTS}
         self.check_inputs(node_feat, node_mask, edge_index, edge_attr, edge_weight, structural)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         if output_hidden_states is None:
@@ -375,13 +354,11 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
         if node_mask is None:
             node_mask = torch.ones(b, n, dtype=torch.bool, device=node_feat.device)
         node_mask = node_mask.bool()
-        hidden = self.embeddings(
-            node_feat, in_degree, out_degree, lap_pe, rw_pe, wl_colors, rnf, de
-        )  # (b, n', D)
+        hidden = self.embeddings(node_feat, inputs)  # (b, n', D)
 
         bias = None
         if self.graph_bias is not None:
-            bias = self.graph_bias(spatial_pos, edge_index, edge_attr)  # (b, h, n', n')
+            bias = self.graph_bias(inputs.get("spatial_pos"), edge_index, edge_attr)  # (b, h, n', n')
         edges = None
         if edge_index is not None and self.config.needs_edges():
             edges = GraphEdges(edge_index, edge_weight=edge_weight, edge_attr=edge_attr)
@@ -392,14 +369,14 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             if edges is not None:
                 edges = _with_virtual_token(edges, node_mask)
 
-        inputs = self.attention_inputs(
+        attention_inputs = self.attention_inputs(
             *hidden.shape[:2],
             attention_mask=attention_mask,
             attention_bias=bias,
             edges=edges,
             output_attentions=output_attentions,
         )
-        last, all_hidden, all_attentions = self.encoder(hidden, inputs, output_hidden_states)
+        last, all_hidden, all_attentions = self.encoder(hidden, attention_inputs, output_hidden_states)
         nodes = last[:, 1:] if virtual else last  # (b, n, D)
         if self.config.graph_pooling == "virtual_token":
             pooled = last[:, 0]  # (b, D)
@@ -412,114 +389,94 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
         )
 
 
-def _graph_inputs(forward_locals: dict) -> dict:
-    """A task forward's arguments (its ``locals()`` on entry) for the base model: no self, no labels."""
-    return {key: value for key, value in forward_locals.items() if key not in ("self", "__class__", "labels")}
+class EfficientGraphClassifier(EfficientGraphPreTrainedModel):
+    """What both task heads share: the encoder, then dropout and a linear map of the states the head reads
+    (:meth:`states`) to C outputs, and the head's loss (:meth:`loss`) when ``labels`` are given."""
+
+    output_class: ClassVar[type[ModelOutput]]
+
+    def __init__(self, config: EfficientGraphConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.graph = EfficientGraphModel(config)
+        self.dropout = classifier_dropout(config)
+        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def states(self, outputs: BaseModelOutputWithPooling) -> torch.Tensor:
+        raise NotImplementedError
+
+    def loss(
+        self, logits: torch.Tensor, labels: torch.Tensor, node_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    @can_return_tuple
+    @graph_forward
+    def forward(
+        self,
+        node_feat: torch.Tensor,
+        *,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **inputs: Unpack[GraphInputs],
+    ) -> ModelOutput:
+        """Logits (b, C) per graph or (b, n, C) per node, and the loss of ``labels`` (the head's docstring
+        gives their shapes)."""
+        flags = {"output_attentions": output_attentions, "output_hidden_states": output_hidden_states}
+        outputs = self.graph(node_feat, **flags, **inputs)
+        logits = self.classifier(self.dropout(self.states(outputs)))
+        loss = None if labels is None else self.loss(logits, labels, inputs.get("node_mask"))
+        return self.output_class(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
 
 
-class EfficientGraphForGraphClassification(EfficientGraphPreTrainedModel):
+class EfficientGraphForGraphClassification(EfficientGraphClassifier):
     """Graph embedding (mean of nodes or the virtual token) -> dropout -> linear; regression, single-label or
     multi-label as transformers' sequence classification (``problem_type``), except that NaN regression /
-    multi-label targets count as missing (OGB multi-task sets): the loss averages over the others."""
+    multi-label targets count as missing (OGB multi-task sets): the loss averages over the others.
+
+    ``labels``: (b,) class ids, (b,) / (b, C) regression targets, or (b, C) 0/1 multi-label targets (NaN:
+    missing, left out of the loss)."""
 
     # One label per input, as sequence classification.
     auto_class = AutoModelForSequenceClassification
 
-    def __init__(self, config: EfficientGraphConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.graph = EfficientGraphModel(config)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
+    output_class = SequenceClassifierOutput
 
-    @can_return_tuple
-    def forward(
-        self,
-        node_feat: torch.Tensor,
-        node_mask: torch.Tensor | None = None,
-        edge_index: torch.Tensor | None = None,
-        edge_attr: torch.Tensor | None = None,
-        edge_weight: torch.Tensor | None = None,
-        spatial_pos: torch.Tensor | None = None,
-        in_degree: torch.Tensor | None = None,
-        out_degree: torch.Tensor | None = None,
-        lap_pe: torch.Tensor | None = None,
-        rw_pe: torch.Tensor | None = None,
-        wl_colors: torch.Tensor | None = None,
-        rnf: torch.Tensor | None = None,
-        de: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-    ) -> SequenceClassifierOutput:
-        """``labels``: (b,) class ids, (b,) / (b, C) regression targets, or (b, C) 0/1 multi-label targets
-        (NaN: missing, left out of the loss)."""
-        outputs = self.graph(**_graph_inputs(locals()))
-        logits = self.classifier(self.dropout(outputs.pooler_output))  # (b, C)
-        loss = None
-        if labels is not None:
-            owner = type(self).__name__
-            loss = classification_loss(self.config, logits, labels, ignore_nan=True, owner=owner)
-        return SequenceClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+    def states(self, outputs):
+        return outputs.pooler_output  # (b, D)
+
+    def loss(self, logits, labels, node_mask):
+        return classification_loss(self.config, logits, labels, ignore_nan=True, owner=type(self).__name__)
 
 
-class EfficientGraphForNodeClassification(EfficientGraphPreTrainedModel):
-    """Node states -> dropout -> linear, one prediction per node; the loss covers real nodes only."""
+class EfficientGraphForNodeClassification(EfficientGraphClassifier):
+    """Node states -> dropout -> linear, one prediction per node; the loss covers real nodes only.
+
+    ``labels``: (b, n) class ids (-100 = no label), or (b, n, C) floats for multi-label / regression
+    (``problem_type`` as for graph classification); padded nodes and NaN targets never count."""
 
     # One label per element, as token classification.
     auto_class = AutoModelForTokenClassification
 
-    def __init__(self, config: EfficientGraphConfig):
-        super().__init__(config)
-        self.num_labels = config.num_labels
-        self.graph = EfficientGraphModel(config)
-        self.dropout = classifier_dropout(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)
-        self.post_init()
+    output_class = TokenClassifierOutput
 
-    @can_return_tuple
-    def forward(
-        self,
-        node_feat: torch.Tensor,
-        node_mask: torch.Tensor | None = None,
-        edge_index: torch.Tensor | None = None,
-        edge_attr: torch.Tensor | None = None,
-        edge_weight: torch.Tensor | None = None,
-        spatial_pos: torch.Tensor | None = None,
-        in_degree: torch.Tensor | None = None,
-        out_degree: torch.Tensor | None = None,
-        lap_pe: torch.Tensor | None = None,
-        rw_pe: torch.Tensor | None = None,
-        wl_colors: torch.Tensor | None = None,
-        rnf: torch.Tensor | None = None,
-        de: torch.Tensor | None = None,
-        labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-    ) -> TokenClassifierOutput:
-        """``labels``: (b, n) class ids (-100 = no label), or (b, n, C) floats for multi-label / regression
-        (``problem_type`` as for graph classification); padded nodes and NaN targets never count."""
-        outputs = self.graph(**_graph_inputs(locals()))
-        logits = self.classifier(self.dropout(outputs.last_hidden_state))  # (b, n, C)
-        loss = None
-        if labels is not None:
-            owner = type(self).__name__
-            if labels.shape not in (logits.shape[:2], logits.shape):
-                raise ValueError(
-                    f"{owner}: labels must have shape (batch, nodes) = {tuple(logits.shape[:2])} (a class id "
-                    f"or target per node) or (batch, nodes, num_labels) = {tuple(logits.shape)}, got "
-                    f"{tuple(labels.shape)}. GraphCollator(label_level='node') pads them so."
-                )
-            keep = (
-                torch.ones_like(logits[..., 0], dtype=torch.bool) if node_mask is None else node_mask.bool()
+    def states(self, outputs):
+        return outputs.last_hidden_state  # (b, n, D)
+
+    def loss(self, logits, labels, node_mask):
+        owner = type(self).__name__
+        if labels.shape not in (logits.shape[:2], logits.shape):
+            raise ValueError(
+                f"{owner}: labels must have shape (batch, nodes) = {tuple(logits.shape[:2])} (a class id "
+                f"or target per node) or (batch, nodes, num_labels) = {tuple(logits.shape)}, got "
+                f"{tuple(labels.shape)}. GraphCollator(label_level='node') pads them so."
             )
-            if not labels.is_floating_point():
-                keep = keep & (labels != -100)  # (b, n)
-            # over the (M, C) labelled nodes (0 if there is none); NaN targets (missing) are left out too
-            loss = classification_loss(self.config, logits[keep], labels[keep], ignore_nan=True, owner=owner)
-        return TokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
-        )
+        keep = torch.ones_like(logits[..., 0], dtype=torch.bool) if node_mask is None else node_mask.bool()
+        if not labels.is_floating_point():
+            keep = keep & (labels != -100)  # (b, n)
+        # over the (M, C) labelled nodes (0 if there is none); NaN targets (missing) are left out too
+        return classification_loss(self.config, logits[keep], labels[keep], ignore_nan=True, owner=owner)

@@ -31,7 +31,8 @@ class EfficientViTConfig(EfficientVisionConfig):
     pooler_output_size: int | None = None
     pooler_act: str = "tanh"
     # How ViT's learned position embeddings start: "random" (ViT's truncated normal) or "sincos" (MAE's
-    # fixed 2-D sine-cosine table, then learned; a spatial prior that helps small data, see docs/results.md).
+    # fixed 2-D sine-cosine table, then learned; a spatial prior that helps small data, see
+    # benchmarks/docs/results.md).
     position_embedding_init: str = "random"
     # ViT's masked image modeling (EfficientViTForMaskedImageModeling): each patch's hidden state becomes an
     # encoder_stride x encoder_stride block of pixels (PixelShuffle); patch_size gives the image's size.

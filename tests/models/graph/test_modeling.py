@@ -13,6 +13,8 @@ and length projections depend on the node order).
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
@@ -41,6 +43,7 @@ from hf_efficient.data.graph_transforms import (
 )
 from hf_efficient.errors import InputError
 from hf_efficient.models.graph.graphormer import GraphormerAttentionBias
+from hf_efficient.models.graph.inputs import GRAPH_INPUTS
 from hf_efficient.models.graph.modeling_efficient_graph import _with_virtual_token
 
 from ...attention.helpers import small_config as small
@@ -488,6 +491,29 @@ def test_model_input_errors():
     edge_model = EfficientGraphModel(tiny_config(attention_type="graph_sparse")).eval()
     with pytest.raises(ValueError, match="attends along edges: pass edge_index"):
         edge_model(node_feat=batch["node_feat"], node_mask=batch["node_mask"])
+
+
+@pytest.mark.parametrize(
+    "model_class",
+    [EfficientGraphModel, EfficientGraphForGraphClassification, EfficientGraphForNodeClassification],
+    ids=lambda c: c.__name__,
+)
+def test_forward_names_every_graph_input_and_refuses_others(model_class):
+    """The graph inputs are declared once (models/graph/inputs.py), yet each forward's signature names them
+    (Trainer keeps only the dataset columns a forward names), a misspelled one raises as for a plain
+    function, and after node_feat nothing is positional (a mask there is no label)."""
+    parameters = inspect.signature(model_class.forward).parameters
+    assert set(GRAPH_INPUTS) | {"node_feat", "output_attentions"} <= set(parameters)
+    assert all(parameters[name].kind is inspect.Parameter.KEYWORD_ONLY for name in GRAPH_INPUTS)
+    config = tiny_config(attention_type="graph_sparse", num_labels=2)
+    model = model_class(config).eval()
+    batch = GraphCollator.for_config(config)(base_records())
+    batch.pop("labels")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'edge_indx'"):
+        model(**batch, edge_indx=batch["edge_index"])
+    with pytest.raises(TypeError, match="positional argument"):
+        model(batch["node_feat"], batch["node_mask"])
+    assert model(**batch)[0].shape[0] == batch["node_feat"].shape[0]
 
 
 def test_collator_errors():
