@@ -2,7 +2,6 @@
 
     python -m benchmarks.attention            # attention cores alone: time, memory, GFLOP/s, error vs exact
     python -m benchmarks.model_step           # a whole training step: tokens/s, MFU, memory, per component
-    python -m benchmarks.modernbert           # ModernBERT-base, ours vs transformers: train step and forward
     python -m benchmarks.peers                # ours against third-party implementations of a mechanism
     python -m benchmarks.patterns             # which keys each query draws on (one PNG)
     python -m benchmarks.generation           # causal decoding: time per token and cache size vs context

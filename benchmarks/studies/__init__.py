@@ -14,4 +14,5 @@ the other way round.
     python -m benchmarks.studies.long_documents run --out runs/long_documents/majority3   # + summarize
     python -m benchmarks.studies.mqar run --types full linear --out runs/mqar   # MQAR grid (Zoology) + table
     python -m benchmarks.studies.rfa_trained_attention MODEL   # a trained RFA model's weights vs its kernel
+    python -m benchmarks.studies.modernbert          # ModernBERT-base, ours vs transformers: step and forward
 """

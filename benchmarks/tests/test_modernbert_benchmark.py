@@ -1,11 +1,11 @@
-"""The ModernBERT benchmark (benchmarks/modernbert.py) at its smoke size: every side, mode and head setting
-measured, the same model on every side, the report written."""
+"""The ModernBERT benchmark (benchmarks/studies/modernbert.py) at its smoke size: every side, mode and head
+setting measured, the same model on every side, the report written."""
 
 import json
 
 import pytest
 
-from benchmarks import modernbert
+from benchmarks.studies import modernbert
 
 
 def test_modernbert_benchmark_smoke(tmp_path):

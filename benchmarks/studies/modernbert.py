@@ -23,9 +23,9 @@ labels, backward, ``torch.optim.AdamW`` step) and ``forward`` (``model.eval()`` 
 with the labels: the loss and the same logits). Each point runs in a fresh process
 (``benchmarks.harness``): tokens/s of the median call, peak resident memory above the parameters and inputs.
 
-    python -m benchmarks.modernbert                          # base size, 2k / 4k / 8k tokens, every side
-    python -m benchmarks.modernbert --lengths 8192 --models transformers ours --modes train
-    python -m benchmarks.modernbert --preset smoke           # tiny, for tests
+    python -m benchmarks.studies.modernbert                  # base size, 2k / 4k / 8k tokens, every side
+    python -m benchmarks.studies.modernbert --lengths 8192 --models transformers ours --modes train
+    python -m benchmarks.studies.modernbert --preset smoke   # tiny, for tests
 
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/modernbert.png`` (tokens/s and peak memory
 against n, per mode), and prints the tables.
@@ -47,7 +47,8 @@ from benchmarks.harness import (
     set_up_torch,
     sweep,
 )
-from benchmarks.report import length_panel, markdown_table, plot_loglog, status_cell, write_report
+from benchmarks.report import length_panel, plot_loglog, status_cell, write_report
+from hf_efficient.markdown import markdown_table
 
 MASK_PROBABILITY = 0.15
 BASELINE = "transformers"
