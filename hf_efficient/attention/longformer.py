@@ -13,12 +13,10 @@ the autoregressive models of the paper's section 4). Decoding keeps the last w r
 layer (a :class:`~hf_efficient.attention.cache.SlidingWindowCacheLayer`): memory and time per token
 independent of the context. It has no global tokens (they attend to later tokens): ``[]`` when causal.
 
-:meth:`LongformerAttention.reference` computes the window as overlapping chunks (the paper's own scheme):
-O(n (w + |G|) d) time, O(n (w + |G|)) memory, no (n x n) tensor. Its kernels
-(:mod:`hf_efficient.attention.kernels.longformer`): ``"native"``, the same chunks a group at a time (on
-CPU through torch's fused flash kernel, recomputing the windows in backward), and ``"flex"``,
-FlexAttention. Relative positions (BERT's ``relative_key[_query]``, :mod:`.relative`): each score of the
-pattern (window, global rows and columns) gets its pair's distance score, in the reference (kernels pass).
+:meth:`LongformerAttention.reference` computes the window as overlapping chunks (the paper's scheme): O(n
+(w + |G|) d) time and O(n (w + |G|)) memory; its kernels (:mod:`~.kernels.longformer`): ``"native"`` (the
+chunks a group at a time, on CPU through torch's flash kernel) and ``"flex"``. Relative positions (BERT's
+``relative_key[_query]``, :mod:`.relative`) add each pair's distance score, in the reference.
 
 Deviations from the paper:
     * Longformer has separate projections Q_g, K_g, V_g for global attention. Projections live outside the
@@ -110,10 +108,8 @@ class LongformerAttention(AttentionCore):
 
     @classmethod
     def forward_flops(cls, n, head_dim, config, num_edges=None):
-        """4 d (band pairs + 2 G n): window |i - j| <= w/2 (per dilation residue), G global rows and
-        columns."""
+        """4 d (band pairs + 2 G n): window |i - j| <= w/2 per dilation residue, G global rows, columns."""
         half, r = config.attention_window // 2, config.attention_dilation
-        # residue s holds positions s, s + r, ...: an undilated band of half-width `half` on each
         pairs = sum(band_pairs(len(range(s, n, r)), half) for s in range(min(r, n)))
         num_global = len({i for i in config.global_token_indices if i < n})
         return 4.0 * head_dim * (pairs + 2 * num_global * n)
@@ -131,10 +127,9 @@ class LongformerAttention(AttentionCore):
     def covered_length(self) -> int | None:
         """Without dilation, token i sees every token within w / 2 on each side (w before it, causal): inputs
         of w / 2 + 1 tokens (w + 1) are covered whole. Dilation skips tokens at every length."""
-        window = self.config.attention_window
         if self.config.attention_dilation != 1:
             return None
-        return window + 1 if self.spec.causal else window // 2 + 1
+        return self.config.attention_window + 1 if self.spec.causal else self.config.attention_window // 2 + 1
 
     def new_cache_layer(self) -> SlidingWindowCacheLayer:
         return SlidingWindowCacheLayer(self.config.attention_window * self.config.attention_dilation)
@@ -282,8 +277,7 @@ class LongformerAttention(AttentionCore):
         return is_global if bool(is_global.any()) else None
 
     def _configured_global_positions(self, device) -> torch.Tensor:
-        """global_token_indices as a (G,) tensor, ascending and without repeats, made on ``device`` (a
-        Python list copied to a GPU would be a host-device sync)."""
+        """global_token_indices, (G,) ascending and unique, made on ``device`` (no host-device copy)."""
         positions = sorted(set(self.config.global_token_indices))
         return torch.stack([torch.full((), p, dtype=torch.long, device=device) for p in positions])
 
