@@ -313,7 +313,8 @@ class QuestionAnsweringTask(TextTaskModel):
         start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
         loss = None
         if start_positions is not None or end_positions is not None:
-            loss = span_loss(type(self).__name__, start_logits, end_logits, start_positions, end_positions)
+            owner = type(self).__name__
+            loss = span_loss(owner, start_logits, end_logits, start_positions, end_positions, attention_mask)
         return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,

@@ -159,3 +159,16 @@ def test_every_text_type_trains_in_every_family(name, attention_type):
     loss.backward()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("case", HEAD_CASES, ids=case_id)
+def test_padding_free_equals_padded(case, tmp_path):
+    """Every head computed padding-free (config.padding_free: the real tokens only) gives the padded
+    computation's outputs at every real token and its loss."""
+    family, upstream = case
+    family.checkpoint(upstream, tmp_path)
+    our_class = family.ours(upstream)
+    padded = our_class.from_pretrained(tmp_path)
+    free = our_class.from_pretrained(tmp_path, padding_free=True)
+    inputs, mask = family.inputs(our_class)
+    assert_same_outputs(forward(free, inputs), forward(padded, inputs), mask)
