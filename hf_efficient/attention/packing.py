@@ -142,6 +142,13 @@ class PackedSequences:
         tokens = y.transpose(1, 2).reshape(b * length, h, d)[self.padded_index()]  # (T, h, d)
         return tokens.transpose(0, 1)[None]
 
+    def row_to_padded(self, x: torch.Tensor) -> torch.Tensor:
+        """A (1, T, ...) packed row (ids, embeddings) -> (B, L, ...), zeros at padding."""
+        tokens = x[0]  # (T, ...)
+        padded = tokens.new_zeros(self.num_sequences * self.max_length, *tokens.shape[1:])
+        padded = padded.index_copy(0, self.padded_index(), tokens)
+        return padded.view(self.num_sequences, self.max_length, *tokens.shape[1:])
+
     def mask_to_padded(self, x: torch.Tensor) -> torch.Tensor:
         """A (1, T) per-token mask of the stream (global tokens) -> (B, L), False at padding."""
         padded = x.new_zeros(self.num_sequences * self.max_length)

@@ -270,8 +270,13 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             use_cache = False
         cache = self._generation_cache(cache, use_cache, cross_states is not None)
         past = cache.get_seq_length() if cache is not None else 0
+        # A packed row counts each sequence from 0 (DataCollatorWithFlattening's convention); the family's
+        # positions of a sequence alone start at its position_offset (RoBERTa's pad_token_id + 1).
+        embedded_positions = position_ids
+        if packed is not None:
+            embedded_positions = position_ids + getattr(self.embeddings, "position_offset", 0)
         # (b, n, D)
-        embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length=past)
+        embeddings = self.embeddings(input_ids, token_type_ids, embedded_positions, inputs_embeds, past)
         hidden_states = self.project(embeddings)
         if cache is not None and attention_mask is not None and attention_mask.shape[-1] == past + n != n:
             attention_mask = attention_mask[:, past:]  # generate()'s mask covers the cached tokens too
@@ -308,9 +313,13 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             hidden_states, layer_inputs, output_hidden_states, cross_states, cross
         )
         last = self.finish(last)
+        pooled = None
+        if self.pooler is not None:  # a packed row: each sequence's first token, (B, D)
+            firsts = last if packed is None else last[0, packed.cu_seqlens[:-1]][:, None]
+            pooled = self.pooler(firsts)
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=last,
-            pooler_output=self.pooler(last) if self.pooler is not None else None,
+            pooler_output=pooled,
             cache=cache,
             hidden_states=all_hidden,
             attentions=all_attentions,
