@@ -35,7 +35,9 @@ from ...modeling.unpadding import UnpaddedBatch, unpadded_batch
 def packed_sequences(b: int, attention_mask, position_ids, cache, cross_states) -> PackedSequences | None:
     """The sequences of a packed row (transformers' ``DataCollatorWithFlattening``: one row, no padding,
     ``position_ids`` restarting at 0 where each example starts), or None for a batch of rows."""
-    if b != 1 or position_ids is None or cache is not None or cross_states is not None or is_tracing():
+    if is_tracing() or position_ids is None or cache is not None or cross_states is not None:
+        return None  # (tracing first: asking whether b == 1 would make a traced batch size a guard)
+    if b != 1:
         return None
     if attention_mask is not None and not bool(attention_mask.bool().all()):
         return None
