@@ -533,30 +533,38 @@ class AttentionCore(nn.Module):
     def _forward_each_sequence(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
         """A packed stream (1, h, T, d), each sequence computed as if it ran alone: one call per sequence on
         its own tokens, or one call on the sequences padded to the longest
-        (:meth:`~hf_efficient.attention.packing.PackedSequences.runs_per_sequence`)."""
+        (:meth:`~hf_efficient.attention.packing.PackedSequences.runs_per_sequence`). The per-token inputs
+        (global tokens (1, T), rotary positions (1, T, d)) are cut the same way."""
         packed, shared = inputs.packed, key is query
-        alone = inputs.replace(packed=None, global_attention_mask=None)
-        globals_ = inputs.global_attention_mask  # (1, T) bool or None
+        per_token = {"global_attention_mask": inputs.global_attention_mask}  # (1, T) or None
+        rotary = inputs.rotary
+        alone = inputs.replace(packed=None, global_attention_mask=None, rotary=None)
         if packed.runs_per_sequence():
-            pieces = zip(
-                packed.split(query, 2),
-                packed.split(key, 2),
-                packed.split(value, 2),
-                packed.split(globals_, 1) if globals_ is not None else [None] * packed.num_sequences,
-                strict=True,
-            )
+            cut = {name: packed.split(t, 1) for name, t in per_token.items() if t is not None}
+            if rotary is not None:
+                cut["rotary"] = [
+                    type(rotary)(cos, sin)
+                    for cos, sin in zip(packed.split(rotary.cos, 1), packed.split(rotary.sin, 1), strict=True)
+                ]
+            pieces = zip(packed.split(query, 2), packed.split(key, 2), packed.split(value, 2), strict=True)
             outputs = [
-                self.forward(q, q if shared else k, v, alone.replace(global_attention_mask=g)).output
-                for q, k, v, g in pieces
+                self.forward(
+                    q, q if shared else k, v, alone.replace(**{n: c[i] for n, c in cut.items()})
+                ).output
+                for i, (q, k, v) in enumerate(pieces)
             ]
             return AttentionOutput(torch.cat(outputs, dim=2), None)  # (1, h, T, d)
         padded_query = packed.to_padded(query)  # (B, h, L, d)
         padded_key = padded_query if shared else packed.to_padded(key)
-        padded = alone.replace(
-            attention_mask=packed.padding_mask(),
-            global_attention_mask=None if globals_ is None else packed.mask_to_padded(globals_),
-        )
-        output = self.forward(padded_query, padded_key, packed.to_padded(value), padded).output
+        fields = {"attention_mask": packed.padding_mask()}
+        if per_token["global_attention_mask"] is not None:
+            fields["global_attention_mask"] = packed.mask_to_padded(per_token["global_attention_mask"])
+        if rotary is not None:  # (1, T, d) -> (B, L, d), no rotation at padding (cos 1, sin 0)
+            cos, sin = packed.row_to_padded(rotary.cos - 1) + 1, packed.row_to_padded(rotary.sin)
+            fields["rotary"] = type(rotary)(cos, sin)
+        output = self.forward(
+            padded_query, padded_key, packed.to_padded(value), alone.replace(**fields)
+        ).output
         return AttentionOutput(packed.from_padded(output), None)
 
     def _forward_across(self, query, key, value, inputs: AttentionInputs, name: str) -> AttentionOutput:

@@ -150,6 +150,16 @@ def check_packed_equals_each_sequence_alone(attention_type: str, lengths: tuple[
         got = torch.autograd.grad((together * grad_out).sum(), used)
         for g, w in zip(got, want, strict=True):
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    rotary_mode = core.capabilities.rotary
+    if rotary_mode is not None:  # rotary positions restart with each packed sequence, as alone
+        within = torch.cat([torch.arange(n) for n in lengths])[None]  # (1, T)
+        core = make_core(attention_type)
+        together = core(q, k, v, packed=packed, rotary=rotary_positions(within)).output
+        alone = [
+            core(qi, qi if k is q else ki, vi, rotary=rotary_positions(torch.arange(n)[None])).output
+            for qi, ki, vi, n in zip(*pieces, lengths, strict=True)
+        ]
+        torch.testing.assert_close(together, torch.cat(alone, 2), atol=1e-5, rtol=1e-5)
 
 
 def check_batch_independence(attention_type: str) -> None:

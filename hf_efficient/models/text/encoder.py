@@ -343,7 +343,11 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
         b, n = stream.shape
         if position_ids is None:
             device = (input_ids if input_ids is not None else inputs_embeds).device
-            position_ids = self.embeddings.default_position_ids(input_ids, n, 0, device)  # (1 | b, n)
+            default = getattr(self.embeddings, "default_position_ids", None)  # a table's positions (BERT's)
+            if default is not None:
+                position_ids = default(input_ids, n, 0, device)  # (1 | b, n)
+            else:  # rotary positions: 0 .. n - 1
+                position_ids = torch.arange(n, device=device)[None]
         positions = stream.gather(position_ids)  # (1, T)
         embeddings = self.embeddings(
             stream.gather(input_ids), stream.gather(token_type_ids), positions, stream.gather(inputs_embeds)
@@ -353,10 +357,12 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             stream.num_tokens,
             packed=stream.packed,
             global_attention_mask=stream.gather(global_attention_mask),
-            is_causal=self.config.is_decoder,
+            is_causal=getattr(self.config, "is_decoder", False),
             **self.extra_attention_inputs(1, stream.num_tokens, positions, 0),
         )
-        last, all_hidden, _ = self.layer_stack()(self.project(embeddings), inputs, output_hidden_states)
+        hidden_states = self.project(embeddings)
+        inputs = self.layer_attention_inputs(inputs, hidden_states, positions)
+        last, all_hidden, _ = self.layer_stack()(hidden_states, inputs, output_hidden_states)
         last = stream.scatter(self.finish(last))  # (b, n, D)
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=last,
