@@ -189,6 +189,7 @@ class EdgeAttention(AttentionCore):
         output_attentions=True,
         permutation_equivariant=True,
         modalities=frozenset({"graph"}),
+        packed_sequences=True,  # edges never join two graphs: a packed stream needs no cutting
     )
 
     # Rows of width h d read along the edges by one forward + backward (see edge_traffic_bytes): scores read

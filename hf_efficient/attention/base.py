@@ -78,6 +78,9 @@ class AttentionCapabilities:
     # RoFormer's linear attention); None: refused with the core's rotary_refusal (see attention/rotary.py)
     rotary: str | None = None
     modalities: frozenset[str] = frozenset(MODALITIES)
+    # reads a packed stream (AttentionInputs.packed) as it is; the others compute each packed sequence
+    # alone (AttentionCore.forward). Cores along a graph's edges: edges never join two graphs.
+    packed_sequences: bool = False
 
     def __post_init__(self):
         if self.rotary is not None and self.rotary not in ROTARY_MODES:
@@ -486,11 +489,13 @@ class AttentionCore(nn.Module):
         """
         name = self.attention_type or type(self).__name__
         inputs = _as_inputs(inputs, fields, name)
-        self._check_qkv(query, key, value, name)
+        self._check_qkv(query, key, value, name, inputs.packed)
         if self.spec.cross_attention:
             return self._forward_across(query, key, value, inputs, name)
         b, _, n, _ = query.shape
         inputs = inputs.prepare(b, n, name)
+        if inputs.packed is not None and not self.capabilities.packed_sequences:
+            return self._forward_each_sequence(query, key, value, inputs)
         check_supported(inputs, self.capabilities, tuple(query.shape), name)
         if inputs.relative_positions is not None:
             self._check_relative_positions(inputs.relative_positions, name)
@@ -524,6 +529,43 @@ class AttentionCore(nn.Module):
             # no real key: no attention at all (sparse per-edge weights hold no entry there anyway)
             weights = weights.masked_fill(inputs.empty_rows[:, None, None, None], 0.0)
         return AttentionOutput(output, weights)
+
+    def _forward_each_sequence(self, query, key, value, inputs: AttentionInputs) -> AttentionOutput:
+        """A packed stream (1, h, T, d), each sequence computed as if it ran alone: one call per sequence on
+        its own tokens, or one call on the sequences padded to the longest
+        (:meth:`~hf_efficient.attention.packing.PackedSequences.runs_per_sequence`). The per-token inputs
+        (global tokens (1, T), rotary positions (1, T, d)) are cut the same way."""
+        packed, shared = inputs.packed, key is query
+        per_token = {"global_attention_mask": inputs.global_attention_mask}  # (1, T) or None
+        rotary = inputs.rotary
+        alone = inputs.replace(packed=None, global_attention_mask=None, rotary=None)
+        if packed.runs_per_sequence():
+            cut = {name: packed.split(t, 1) for name, t in per_token.items() if t is not None}
+            if rotary is not None:
+                cut["rotary"] = [
+                    type(rotary)(cos, sin)
+                    for cos, sin in zip(packed.split(rotary.cos, 1), packed.split(rotary.sin, 1), strict=True)
+                ]
+            pieces = zip(packed.split(query, 2), packed.split(key, 2), packed.split(value, 2), strict=True)
+            outputs = [
+                self.forward(
+                    q, q if shared else k, v, alone.replace(**{n: c[i] for n, c in cut.items()})
+                ).output
+                for i, (q, k, v) in enumerate(pieces)
+            ]
+            return AttentionOutput(torch.cat(outputs, dim=2), None)  # (1, h, T, d)
+        padded_query = packed.to_padded(query)  # (B, h, L, d)
+        padded_key = padded_query if shared else packed.to_padded(key)
+        fields = {"attention_mask": packed.padding_mask()}
+        if per_token["global_attention_mask"] is not None:
+            fields["global_attention_mask"] = packed.mask_to_padded(per_token["global_attention_mask"])
+        if rotary is not None:  # (1, T, d) -> (B, L, d), no rotation at padding (cos 1, sin 0)
+            cos, sin = packed.row_to_padded(rotary.cos - 1) + 1, packed.row_to_padded(rotary.sin)
+            fields["rotary"] = type(rotary)(cos, sin)
+        output = self.forward(
+            padded_query, padded_key, packed.to_padded(value), alone.replace(**fields)
+        ).output
+        return AttentionOutput(packed.from_padded(output), None)
 
     def _forward_across(self, query, key, value, inputs: AttentionInputs, name: str) -> AttentionOutput:
         """Cross-attention (``spec.cross_attention``): n queries over the m keys of another sequence, whose
@@ -640,8 +682,9 @@ class AttentionCore(nn.Module):
             output, weights = attend(query, key, value.to(compute), inputs)
         return AttentionOutput(output.to(dtype), None if weights is None else weights.to(dtype))
 
-    def _check_qkv(self, query, key, value, name: str) -> None:
-        """Shapes of query/key/value against the spec and the capabilities (shapes only, no values)."""
+    def _check_qkv(self, query, key, value, name: str, packed=None) -> None:
+        """Shapes of query/key/value against the spec and the capabilities (shapes only, no values);
+        ``packed``: the sequences of a packed stream (a core built for a fixed length takes each alone)."""
         caps = self.capabilities
         for label, t in (("query", query), ("key", key), ("value", value)):
             if t.dim() != 4:
@@ -692,7 +735,9 @@ class AttentionCore(nn.Module):
                 f"{name} shares queries and keys (keys are the normalised queries): call it with key=query. "
                 "The encoder blocks do this for you."
             )
-        if caps.fixed_max_length and self.spec.max_seq_len is not None and n > self.spec.max_seq_len:
+        longest = n if packed is None else packed.max_length
+        if caps.fixed_max_length and self.spec.max_seq_len is not None and longest > self.spec.max_seq_len:
+            n = longest
             raise ValueError(
                 f"{name}: got {n} tokens but this core was built for at most max_seq_len="
                 f"{self.spec.max_seq_len}. Rebuild with a larger maximum length."

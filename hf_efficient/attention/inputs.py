@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ._catalog import causal_attention_types
+from .packing import PackedSequences
 
 if TYPE_CHECKING:
     from .base import AttentionCapabilities
@@ -104,6 +105,9 @@ class AttentionInputs:
         empty_rows: (b,) bool, True for sequences with no real token at all (a batch of real data padded
             to a common length can hold one); set by :meth:`prepare`, None when there is none. Their
             output rows are 0, like every padded query row.
+        packed: the sequences of a packed stream (:class:`~hf_efficient.attention.packing.PackedSequences`):
+            query, key and value are (1, h, T, d), the B sequences one after another with no padding, and
+            attention stays within each sequence; None: a padded batch.
         prepared_for: (b, n) once :meth:`prepare` has checked and normalised the inputs for that shape;
             set by :meth:`prepare` only.
     """
@@ -121,6 +125,7 @@ class AttentionInputs:
     block_mask: Any = None
     relative_positions: Any = None
     rotary: RotaryPositions | None = None
+    packed: PackedSequences | None = None
     empty_rows: torch.Tensor | None = dataclasses.field(default=None, repr=False)
     prepared_for: tuple[int, int] | None = dataclasses.field(default=None, repr=False)
 
@@ -146,6 +151,8 @@ class AttentionInputs:
         if self.prepared_for == (batch, seq):
             return self
         traced = is_tracing()  # no value checks, and tensors kept where eager mode drops them by value
+        if self.packed is not None:
+            check_packed(self, batch, seq, name)
         mask = normalize_padding_mask(self.attention_mask, batch, seq, name, read_values=not traced)
         empty = None
         if mask is not None:
@@ -219,6 +226,32 @@ def check_supported(
         raise ValueError(
             f"{name} has no per-example global tokens; drop global_attention_mask or use "
             "attention_type='longformer'."
+        )
+
+
+def check_packed(inputs: AttentionInputs, b: int, n: int, name: str) -> None:
+    """A packed stream is one row of the packed sequences' tokens, with nothing padded and no cache."""
+    packed = inputs.packed
+    if b != 1 or n != packed.total:
+        raise ValueError(
+            f"{name}: packed sequences are one row of all their tokens, (1, heads, T = {packed.total}, "
+            f"head_dim), got a batch of {b} x {n}."
+        )
+    if inputs.attention_mask is not None:
+        raise ValueError(
+            f"{name}: a packed stream has no padding; drop attention_mask (the sequences' boundaries are in "
+            "packed)."
+        )
+    if inputs.cache is not None:
+        raise ValueError(f"{name}: generation decodes padded batches; drop packed to decode with a cache.")
+    if inputs.output_attentions:
+        raise ValueError(
+            f"{name}: attention weights of packed sequences are one matrix per sequence, not one tensor; "
+            "call with output_attentions=False, or run a padded batch to inspect weights."
+        )
+    if inputs.attention_bias is not None:
+        raise ValueError(
+            f"{name}: an (n x n) attention_bias belongs to a padded batch; run padded to add one."
         )
 
 

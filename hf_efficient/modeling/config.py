@@ -67,6 +67,10 @@ class EfficientEncoderConfig(PreTrainedConfig):
             ``attention_type`` layer by layer.
         layer_attention_configs: hyperparameters of the types in ``layer_attention_types`` other than
             ``attention_type``, keyed by type name.
+        padding_free: compute a padded batch on its real tokens only
+            (:mod:`~hf_efficient.modeling.unpadding`): the same outputs at every real token, without the
+            time and memory padding costs outside attention. A compute choice, not architecture: any
+            checkpoint runs either way.
     """
 
     # The modality whose attention types this config accepts ("text", "vision" or "graph").
@@ -81,6 +85,7 @@ class EfficientEncoderConfig(PreTrainedConfig):
     attention_config: dict | None = None
     layer_attention_types: list | None = None
     layer_attention_configs: dict | None = None
+    padding_free: bool = False
 
     def attention_for_layer(self, layer_idx: int) -> tuple[str, dict[str, Any]]:
         """The (attention_type, attention_config) of layer ``layer_idx``."""

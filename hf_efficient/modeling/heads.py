@@ -87,6 +87,7 @@ def span_loss(
     end_logits: torch.Tensor,
     start_positions: torch.Tensor | None,
     end_positions: torch.Tensor | None,
+    attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Extractive question answering's loss, as transformers' ``BertForQuestionAnswering``: the mean of the
     cross-entropies of the start and of the end position; a position at or past the input's n tokens (an
@@ -96,6 +97,8 @@ def span_loss(
     Args:
         start_logits, end_logits: (b, n).
         start_positions, end_positions: (b,) or (b, 1) token indices of the answer's first and last token.
+        attention_mask: (b, n) 1 = real token: padded positions take no probability (transformers' loss
+            softmaxes over them too, so the two differ on padded batches; never where nothing is padded).
     """
     b, n = start_logits.shape
     if start_positions is None or end_positions is None:
@@ -121,6 +124,8 @@ def span_loss(
                 f"the target of an unanswerable question); an index >= the input's {n} tokens is ignored."
             )
         ignored = positions.clamp(0, n) == n  # past the input: no target here
+        if attention_mask is not None:  # a padded position is never an answer: it takes no probability
+            logits = logits.masked_fill(~attention_mask.bool(), torch.finfo(logits.dtype).min)
         losses.append(mean_cross_entropy(logits, positions.masked_fill(ignored, IGNORE_INDEX)))
     return (losses[0] + losses[1]) / 2
 

@@ -22,6 +22,7 @@ import hf_efficient
 from hf_efficient.attention import AttentionSpec, GraphEdges, build_attention, get_attention_class
 from hf_efficient.attention.base import ROTATE_QUERIES_AND_KEYS
 from hf_efficient.attention.cache import EfficientCache
+from hf_efficient.attention.packing import PackedSequences
 from hf_efficient.attention.relative import RelativePositions
 
 from .helpers import (
@@ -37,6 +38,8 @@ from .helpers import (
 
 POISON = 1e9
 STRIDED_LENGTHS = (4, 37)  # 4: one block at the small configs' sizes
+# Packed sequences: many short ones (one padded call) and a long one (one call per sequence).
+PACKED_LENGTHS = ((29, 5, 17), (128, 23))
 PADDED_LENGTHS = (23, 40)
 
 
@@ -114,6 +117,49 @@ def check_padding_invariance_with_poisoned_pads(attention_type: str, n_real: int
     padded = run(core, qp, kp, vp, mask, lengths=[n_real]).output
     torch.testing.assert_close(padded[:, :, :n_real], alone, atol=1e-5, rtol=1e-5)
     assert (padded[:, :, n_real:] == 0).all(), "padded query rows must be exactly 0"
+
+
+def check_packed_equals_each_sequence_alone(attention_type: str, lengths: tuple[int, ...]) -> None:
+    """Sequences packed along one row with no padding (``AttentionInputs.packed``) give each sequence its
+    outputs and gradients alone (1e-5); with a causal form, causally too. Long sequences run one call each,
+    many short ones one padded call (PackedSequences.runs_per_sequence): ``lengths`` picks which."""
+    packed = PackedSequences.from_lengths(lengths)
+    q, k, v = make_qkv(b=1, n=packed.total, requires_grad=True)
+    core = make_core(attention_type)
+    k = q if core.capabilities.shared_query_key else k
+    pieces = [packed.split(t, 2) for t in (q, k, v)]
+    alone_edges = [graph_edges(core, [n], n, [i]) for i, n in enumerate(lengths)]
+    edges = None
+    if alone_edges[0] is not None:
+        offsets = packed.cu_seqlens[:-1].tolist()
+        edges = GraphEdges(
+            torch.cat([e.edge_index + o for e, o in zip(alone_edges, offsets, strict=True)], 1)
+        )
+    causal_forms = (False, True) if get_attention_class(attention_type).capabilities.causal else (False,)
+    for causal in causal_forms:
+        core = make_core(attention_type, causal=causal)
+        together = core(q, k, v, packed=packed, edges=edges, is_causal=causal).output
+        alone = [
+            core(qi, qi if k is q else ki, vi, edges=e, is_causal=causal).output
+            for qi, ki, vi, e in zip(*pieces, alone_edges, strict=True)
+        ]
+        torch.testing.assert_close(together, torch.cat(alone, 2), atol=1e-5, rtol=1e-5)
+        grad_out = torch.randn_like(together)
+        used = [q, v] if k is q else [q, k, v]
+        want = torch.autograd.grad((torch.cat(alone, 2) * grad_out).sum(), used)
+        got = torch.autograd.grad((together * grad_out).sum(), used)
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    rotary_mode = core.capabilities.rotary
+    if rotary_mode is not None:  # rotary positions restart with each packed sequence, as alone
+        within = torch.cat([torch.arange(n) for n in lengths])[None]  # (1, T)
+        core = make_core(attention_type)
+        together = core(q, k, v, packed=packed, rotary=rotary_positions(within)).output
+        alone = [
+            core(qi, qi if k is q else ki, vi, rotary=rotary_positions(torch.arange(n)[None])).output
+            for qi, ki, vi, n in zip(*pieces, lengths, strict=True)
+        ]
+        torch.testing.assert_close(together, torch.cat(alone, 2), atol=1e-5, rtol=1e-5)
 
 
 def check_batch_independence(attention_type: str) -> None:
@@ -483,6 +529,8 @@ def run_contract_matrix(attention_type: str, folder: Path | None = None) -> None
     for n_real in PADDED_LENGTHS:
         check_padding_invariance_with_poisoned_pads(attention_type, n_real)
     check_batch_independence(attention_type)
+    for lengths in PACKED_LENGTHS:
+        check_packed_equals_each_sequence_alone(attention_type, lengths)
     check_eval_is_deterministic(attention_type)
     if get_attention_class(attention_type).capabilities.permutation_equivariant:
         check_permutation_equivariance(attention_type)

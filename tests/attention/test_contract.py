@@ -50,6 +50,12 @@ def test_batch_independence(attention_type):
 
 
 @pytest.mark.parametrize("attention_type", ALL_TYPES)
+@pytest.mark.parametrize("lengths", contract.PACKED_LENGTHS, ids=["short", "long"])
+def test_packed_equals_each_sequence_alone(attention_type, lengths):
+    contract.check_packed_equals_each_sequence_alone(attention_type, lengths)
+
+
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
 def test_eval_is_deterministic(attention_type):
     contract.check_eval_is_deterministic(attention_type)
 

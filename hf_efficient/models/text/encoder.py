@@ -22,12 +22,28 @@ from transformers.utils.deprecation import deprecate_kwarg
 from transformers.utils.generic import can_return_tuple
 
 from ...attention.cache import EfficientCache
-from ...attention.inputs import AttentionInputs
+from ...attention.inputs import AttentionInputs, is_tracing, normalize_padding_mask
+from ...attention.packing import PackedSequences
 from ...errors import InputError
 from ...modeling.blocks import CrossAttentionInputs, EfficientEncoder, EfficientLayer, EfficientLayerStack
 from ...modeling.checks import check_float_input, check_ids, check_not_empty, check_rank, check_same_shape
 from ...modeling.heads import Pooler
 from ...modeling.pretrained import EfficientPreTrainedModel
+from ...modeling.unpadding import UnpaddedBatch, unpadded_batch
+
+
+def packed_sequences(b: int, attention_mask, position_ids, cache, cross_states) -> PackedSequences | None:
+    """The sequences of a packed row (transformers' ``DataCollatorWithFlattening``: one row, no padding,
+    ``position_ids`` restarting at 0 where each example starts), or None for a batch of rows."""
+    if is_tracing() or position_ids is None or cache is not None or cross_states is not None:
+        return None  # (tracing first: asking whether b == 1 would make a traced batch size a guard)
+    if b != 1:
+        return None
+    if attention_mask is not None and not bool(attention_mask.bool().all()):
+        return None
+    if int((position_ids == 0).sum()) < 2:
+        return None  # one sequence: nothing to keep apart
+    return PackedSequences.from_position_ids(position_ids)
 
 
 class EfficientTextPreTrainedModel(EfficientPreTrainedModel):
@@ -246,21 +262,47 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             output_hidden_states = self.config.output_hidden_states
         b, n = self.check_inputs(input_ids, token_type_ids, position_ids, inputs_embeds)
         cross_states = self.check_encoder_states(b, encoder_hidden_states, encoder_attention_mask)
+        packed = packed_sequences(b, attention_mask, position_ids, cache, cross_states)
+        if packed is not None:
+            if use_cache:
+                raise InputError(
+                    f"{type(self).__name__}: use_cache=True with a packed row (position_ids restarting at "
+                    "0): a generation cache holds one sequence per row. Decode the sequences as a batch."
+                )
+            use_cache = False
         cache = self._generation_cache(cache, use_cache, cross_states is not None)
         past = cache.get_seq_length() if cache is not None else 0
+        # A packed row counts each sequence from 0 (DataCollatorWithFlattening's convention); the family's
+        # positions of a sequence alone start at its position_offset (RoBERTa's pad_token_id + 1).
+        embedded_positions = position_ids
+        if packed is not None:
+            embedded_positions = position_ids + getattr(self.embeddings, "position_offset", 0)
         # (b, n, D)
-        embeddings = self.embeddings(input_ids, token_type_ids, position_ids, inputs_embeds, past_length=past)
+        embeddings = self.embeddings(input_ids, token_type_ids, embedded_positions, inputs_embeds, past)
         hidden_states = self.project(embeddings)
         if cache is not None and attention_mask is not None and attention_mask.shape[-1] == past + n != n:
             attention_mask = attention_mask[:, past:]  # generate()'s mask covers the cached tokens too
+        padding_free = self.config.padding_free and cache is None and cross_states is None
+        stream = None
+        if (
+            padding_free and packed is None and not output_attentions
+        ):  # weights are one (n x n) matrix per padded row
+            attention_mask = normalize_padding_mask(attention_mask, b, n, type(self).__name__)
+            stream = unpadded_batch(attention_mask, enabled=True)
+        if stream is not None:
+            return self._forward_unpadded(
+                stream, input_ids, token_type_ids, position_ids, inputs_embeds, global_attention_mask,
+                output_hidden_states,
+            )  # fmt: skip
         inputs = self.attention_inputs(
             b,
             n,
-            attention_mask=attention_mask,
+            attention_mask=None if packed is not None else attention_mask,  # a packed row has no padding
             global_attention_mask=global_attention_mask,
             output_attentions=output_attentions,
             is_causal=self.is_decoder,
             cache=cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache,
+            packed=packed,
             **self.extra_attention_inputs(b, n, position_ids, past),
         )
         cross = None
@@ -273,12 +315,59 @@ class EfficientTextModel(EfficientTextPreTrainedModel):
             hidden_states, layer_inputs, output_hidden_states, cross_states, cross
         )
         last = self.finish(last)
+        pooled = None
+        if self.pooler is not None:  # a packed row: each sequence's first token, (B, D)
+            firsts = last if packed is None else last[0, packed.cu_seqlens[:-1]][:, None]
+            pooled = self.pooler(firsts)
         return BaseModelOutputWithPoolingAndCrossAttentions(
             last_hidden_state=last,
-            pooler_output=self.pooler(last) if self.pooler is not None else None,
+            pooler_output=pooled,
             cache=cache,
             hidden_states=all_hidden,
             attentions=all_attentions,
+        )
+
+    def _forward_unpadded(
+        self,
+        stream: UnpaddedBatch,
+        input_ids,
+        token_type_ids,
+        position_ids,
+        inputs_embeds,
+        global_attention_mask,
+        output_hidden_states: bool,
+    ) -> BaseModelOutputWithPoolingAndCrossAttentions:
+        """The padded batch's T real tokens as one (1, T) stream through the embeddings and every layer,
+        scattered back to (b, n, D) with zeros at padding. Each token keeps the position the padded batch
+        gives it, so every real token's output is the padded computation's."""
+        b, n = stream.shape
+        if position_ids is None:
+            device = (input_ids if input_ids is not None else inputs_embeds).device
+            default = getattr(self.embeddings, "default_position_ids", None)  # a table's positions (BERT's)
+            if default is not None:
+                position_ids = default(input_ids, n, 0, device)  # (1 | b, n)
+            else:  # rotary positions: 0 .. n - 1
+                position_ids = torch.arange(n, device=device)[None]
+        positions = stream.gather(position_ids)  # (1, T)
+        embeddings = self.embeddings(
+            stream.gather(input_ids), stream.gather(token_type_ids), positions, stream.gather(inputs_embeds)
+        )  # (1, T, D)
+        inputs = self.attention_inputs(
+            1,
+            stream.num_tokens,
+            packed=stream.packed,
+            global_attention_mask=stream.gather(global_attention_mask),
+            is_causal=getattr(self.config, "is_decoder", False),
+            **self.extra_attention_inputs(1, stream.num_tokens, positions, 0),
+        )
+        hidden_states = self.project(embeddings)
+        inputs = self.layer_attention_inputs(inputs, hidden_states, positions)
+        last, all_hidden, _ = self.layer_stack()(hidden_states, inputs, output_hidden_states)
+        last = stream.scatter(self.finish(last))  # (b, n, D)
+        return BaseModelOutputWithPoolingAndCrossAttentions(
+            last_hidden_state=last,
+            pooler_output=self.pooler(last) if self.pooler is not None else None,
+            hidden_states=None if all_hidden is None else tuple(stream.scatter(h) for h in all_hidden),
         )
 
     def check_encoder_states(

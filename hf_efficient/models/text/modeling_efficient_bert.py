@@ -259,6 +259,7 @@ class EfficientBertForNextSentencePrediction(EfficientBertPreTrainedModel, TextT
     auto_class = AutoModelForNextSentencePrediction
     bare_model_class = EfficientBertModel
     add_pooling_layer = True
+    per_sequence = True
 
     def build_head(self, config) -> None:
         self.cls = nn.Module()

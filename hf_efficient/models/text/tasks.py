@@ -58,7 +58,7 @@ from ...modeling.heads import (
     span_loss,
 )
 from ...modeling.losses import chunked_cross_entropy
-from .encoder import EfficientTextModel, EfficientTextPreTrainedModel
+from .encoder import EfficientTextModel, EfficientTextPreTrainedModel, packed_sequences
 
 logger = logging.get_logger(__name__)
 
@@ -83,6 +83,9 @@ class TextTaskModel(EfficientTextPreTrainedModel):
 
     bare_model_class: ClassVar[type[EfficientTextModel]]
     add_pooling_layer: ClassVar[bool] = False
+    # One output per sequence: a packed row (DataCollatorWithFlattening's) is read as the batch of its
+    # sequences (see unpack_row); token-level tasks keep the row as it is.
+    per_sequence: ClassVar[bool] = False
     auto_class: ClassVar[type | None] = None  # the Auto class of the task (a family registers it there)
 
     def __init__(self, config):
@@ -126,9 +129,35 @@ class TextTaskModel(EfficientTextPreTrainedModel):
             labels: the task's targets.
             inputs: :class:`TextInputs`, passed on to the encoder.
         """
+        if self.per_sequence:
+            input_ids, attention_mask, token_type_ids, inputs = unpack_row(
+                input_ids, attention_mask, token_type_ids, inputs
+            )
         outputs = self.encode(input_ids, attention_mask, token_type_ids, inputs)
         given = dict(inputs, input_ids=input_ids, attention_mask=attention_mask)
         return self.task_output(outputs, labels, given)
+
+
+def unpack_row(input_ids, attention_mask, token_type_ids, inputs: TextInputs):
+    """A packed row (one row of several sequences, position_ids restarting at 0: DataCollatorWithFlattening's)
+    as the padded batch of its B sequences, (B, L) with their padding mask; other inputs as they are. A
+    sequence-level head then gives each sequence its output alone (labels (B,)); with
+    ``config.padding_free`` the padding costs nothing."""
+    ids_or_embeds = input_ids if input_ids is not None else inputs.get("inputs_embeds")
+    b = ids_or_embeds.shape[0] if ids_or_embeds is not None else 0
+    packed = packed_sequences(b, attention_mask, inputs.get("position_ids"), None, None)
+    if packed is None:
+        return input_ids, attention_mask, token_type_ids, inputs
+    # The row's positions count each sequence from 0 (checked by from_position_ids): as a batch, each
+    # sequence takes its family's own positions (RoBERTa's start past the padding id).
+    inputs = {name: value for name, value in inputs.items() if name != "position_ids"}
+    for name in ("inputs_embeds", "global_attention_mask"):
+        if inputs.get(name) is not None:
+            inputs[name] = packed.row_to_padded(inputs[name])
+    unpack = packed.row_to_padded
+    ids = None if input_ids is None else unpack(input_ids)
+    types = None if token_type_ids is None else unpack(token_type_ids)
+    return ids, packed.padding_mask().long(), types, inputs
 
 
 def build_linear_classifier(model: nn.Module, config) -> None:
@@ -146,6 +175,7 @@ class SequenceClassificationTask(TextTaskModel):
 
     auto_class = AutoModelForSequenceClassification
     add_pooling_layer = True
+    per_sequence = True
 
     def build_head(self, config) -> None:
         build_linear_classifier(self, config)
@@ -313,7 +343,8 @@ class QuestionAnsweringTask(TextTaskModel):
         start_logits, end_logits = (part.squeeze(-1).contiguous() for part in logits.split(1, dim=-1))
         loss = None
         if start_positions is not None or end_positions is not None:
-            loss = span_loss(type(self).__name__, start_logits, end_logits, start_positions, end_positions)
+            owner = type(self).__name__
+            loss = span_loss(owner, start_logits, end_logits, start_positions, end_positions, attention_mask)
         return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,

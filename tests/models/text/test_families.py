@@ -159,3 +159,45 @@ def test_every_text_type_trains_in_every_family(name, attention_type):
     loss.backward()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("case", HEAD_CASES, ids=case_id)
+def test_padding_free_equals_padded(case, tmp_path):
+    """Every head computed padding-free (config.padding_free: the real tokens only) gives the padded
+    computation's outputs at every real token and its loss."""
+    family, upstream = case
+    family.checkpoint(upstream, tmp_path)
+    our_class = family.ours(upstream)
+    padded = our_class.from_pretrained(tmp_path)
+    free = our_class.from_pretrained(tmp_path, padding_free=True)
+    inputs, mask = family.inputs(our_class)
+    assert_same_outputs(forward(free, inputs), forward(padded, inputs), mask)
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in HEAD_CASES if "MultipleChoice" not in c[1].__name__], ids=case_id
+)
+def test_packed_row_equals_each_sequence_alone(case, tmp_path):
+    """A row of packed sequences (DataCollatorWithFlattening's: position_ids restarting at 0) gives each
+    sequence its outputs alone: every token's for the token-level heads, one per sequence for the
+    sequence-level ones (the pooled output too). A decoder keeps its sequences apart causally."""
+    from transformers import DataCollatorWithFlattening
+
+    family, upstream = case
+    family.checkpoint(upstream, tmp_path)
+    model = family.ours(upstream).from_pretrained(tmp_path).eval()
+    ids, mask = family.batch()
+    lengths = mask.sum(-1).tolist()
+    examples = [{"input_ids": ids[i, :length].tolist()} for i, length in enumerate(lengths)]
+    row = DataCollatorWithFlattening(return_tensors="pt")(examples)
+    with torch.no_grad():
+        together = model(row["input_ids"], position_ids=row["position_ids"])
+        alone = [model(ids[i : i + 1, :length]) for i, length in enumerate(lengths)]
+    for name in together.keys():
+        if name in ("cache", "hidden_states", "attentions"):
+            continue
+        if together[name].shape[0] == len(lengths):  # one output per sequence
+            expected = torch.cat([out[name] for out in alone])
+        else:  # one per token, along the row
+            expected = torch.cat([out[name] for out in alone], dim=1)
+        torch.testing.assert_close(together[name], expected, **CLOSE, msg=name)

@@ -1,0 +1,110 @@
+"""Padding-free text encoders: a padded batch computed on its real tokens only gives every real token the
+padded computation's outputs and gradients, for every text attention type and every head."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hf_efficient
+from hf_efficient import EfficientBertForMaskedLM, EfficientBertForSequenceClassification
+
+from .helpers import assert_close_real, batch, tiny_config
+
+TEXT_TYPES = hf_efficient.list_attention_types("text")
+CLOSE = dict(atol=1e-5, rtol=1e-5)
+
+
+def left_padded(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same rows with their padding moved to the left."""
+    order = torch.argsort(mask, dim=1, stable=True)  # padding first, then the real tokens in order
+    return ids.gather(1, order), mask.gather(1, order)
+
+
+@pytest.mark.parametrize("attention_type", TEXT_TYPES)
+def test_padding_free_equals_padded(attention_type):
+    """Masked-LM logits and the encoder's hidden states at every real token, the loss and the gradients of
+    every parameter equal the padded computation's (1e-5); rows of one real token and rows of none too."""
+    ids, mask = batch(b=4, n=20, lengths=(20, 13, 1, 0))
+    labels = ids.masked_fill((torch.arange(20) % 3 != 0)[None] | (mask == 0), -100)
+    torch.manual_seed(0)
+    padded = EfficientBertForMaskedLM(tiny_config(attention_type, sparse_prediction=False)).eval()
+    free = EfficientBertForMaskedLM(tiny_config(attention_type, sparse_prediction=False, padding_free=True))
+    free.load_state_dict(padded.state_dict())
+    outputs = []
+    for model in (padded, free.eval()):
+        out = model(ids, attention_mask=mask, labels=labels, output_hidden_states=True)
+        out.loss.backward()
+        outputs.append(out)
+    assert_close_real(outputs[1].logits, outputs[0].logits, mask, **CLOSE)
+    for got, expected in zip(outputs[1].hidden_states, outputs[0].hidden_states, strict=True):
+        assert_close_real(got, expected, mask, **CLOSE)
+    torch.testing.assert_close(outputs[1].loss, outputs[0].loss, **CLOSE)
+    grads = dict(padded.named_parameters())
+    for name, param in free.named_parameters():
+        if grads[name].grad is not None:
+            torch.testing.assert_close(param.grad, grads[name].grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("attention_type", ["full", "longformer", "linear"])
+def test_padding_free_heads(attention_type):
+    """The pooled head reads the same [CLS] either way."""
+    ids, mask = batch()
+    torch.manual_seed(0)
+    padded = EfficientBertForSequenceClassification(tiny_config(attention_type)).eval()
+    free = EfficientBertForSequenceClassification(tiny_config(attention_type, padding_free=True)).eval()
+    free.load_state_dict(padded.state_dict())
+    torch.testing.assert_close(
+        free(ids, attention_mask=mask).logits, padded(ids, attention_mask=mask).logits, **CLOSE
+    )
+
+
+def test_only_right_padded_batches_run_padding_free(monkeypatch):
+    """A left-padded batch (and one with gaps) runs padded: the same outputs, no stream."""
+    ids, mask = batch()
+    streams = []
+    original = hf_efficient.models.text.encoder.EfficientTextModel._forward_unpadded
+    monkeypatch.setattr(
+        hf_efficient.models.text.encoder.EfficientTextModel,
+        "_forward_unpadded",
+        lambda self, stream, *args: streams.append(stream) or original(self, stream, *args),
+    )
+    model = EfficientBertForMaskedLM(tiny_config("longformer", padding_free=True)).eval()
+    model(ids, attention_mask=mask)
+    assert len(streams) == 1 and streams[0].num_tokens == int(mask.sum())
+    model(*left_padded(ids, mask))
+    gapped = mask.clone()
+    gapped[0, 5] = 0
+    model(ids, attention_mask=gapped)
+    assert len(streams) == 1
+
+
+@pytest.mark.parametrize("attention_type", TEXT_TYPES)
+def test_packed_row_equals_each_sequence_alone(attention_type):
+    """A row of packed sequences (DataCollatorWithFlattening's: position_ids restarting at 0) gives every
+    sequence its masked-LM logits alone; a decoder's causal LM too, where the type has a causal form."""
+    from transformers import DataCollatorWithFlattening
+
+    lengths = (11, 4, 17)
+    ids, _ = batch(b=3, n=17, lengths=lengths)
+    examples = [{"input_ids": ids[i, :length].tolist()} for i, length in enumerate(lengths)]
+    packed = DataCollatorWithFlattening(return_tensors="pt")(examples)
+    assert packed["input_ids"].shape == (1, sum(lengths))
+    causal = attention_type in hf_efficient.causal_attention_types("text")
+    configs = [tiny_config(attention_type)]
+    if causal:
+        from .helpers import tiny_causal_config
+
+        configs.append(tiny_causal_config(attention_type))
+    for config in configs:
+        torch.manual_seed(0)
+        model_class = (
+            EfficientBertForMaskedLM if not config.is_decoder else hf_efficient.EfficientBertForCausalLM
+        )
+        model = model_class(config).eval()
+        together = model(packed["input_ids"], position_ids=packed["position_ids"]).logits[0]
+        start = 0
+        for i, length in enumerate(lengths):
+            alone = model(ids[i : i + 1, :length]).logits[0]
+            torch.testing.assert_close(together[start : start + length], alone, **CLOSE)
+            start += length
