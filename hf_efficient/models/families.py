@@ -69,6 +69,13 @@ class ModelFamily:
             )
         return cls(config_class, models, image_processor, alternatives)
 
+    def classes(self) -> tuple[type, ...]:
+        """Every model class of the family (each task's, and the alternatives beside them), and its image
+        processor."""
+        alternatives = (cls for classes in self.alternatives.values() for cls in classes)
+        processor = (self.image_processor,) if self.image_processor is not None else ()
+        return (*self.models.values(), *alternatives, *processor)
+
     @property
     def checkpoint_types(self) -> tuple[str, ...]:
         """Every ``model_type`` whose checkpoints load into this family: ours, then upstream's."""

@@ -23,7 +23,7 @@ def saved(tmp_path):
 
     folder = tmp_path / "model"
     EfficientBertForMaskedLM(tiny_config()).save_pretrained(folder)
-    BertTokenizerFast(vocab_file=str(write_vocab(tmp_path))).save_pretrained(folder)
+    BertTokenizerFast(vocab=str(write_vocab(tmp_path))).save_pretrained(folder)
     return folder
 
 
