@@ -189,6 +189,12 @@ class EfficientGraphConfig(EfficientEncoderConfig):
                     f"layer, which attention_type={name!r} cannot take; use attention_type='full' (or drop "
                     "graph_bias)."
                 )
+        if self.padding_free and self.graph_bias is not None:
+            raise InputError(
+                f"padding_free=True with graph_bias={self.graph_bias!r}: Graphormer's bias is one (nodes x "
+                "nodes) matrix per padded graph, which a packed stream of real nodes cannot carry; set "
+                "padding_free=False (Graphormer runs padded) or drop graph_bias."
+            )
         if self.edge_dim is not None and not self.needs_edges() and self.graph_bias is None:
             edge_types = ", ".join(_edge_attention_types())
             raise InputError(
