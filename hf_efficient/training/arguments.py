@@ -4,7 +4,8 @@
 ``--config_name``, ``--tokenizer_name``, ``--cache_dir``, ``--model_revision``, ``--token``,
 ``--trust_remote_code``, ``--torch_dtype``) plus the random-state flags, and loads the model
 (:meth:`ModelArguments.load_model`); each script subclasses it to say what its checkpoint may be.
-``VisionModelArguments`` adds ``--image_processor_name``; ``DataCacheArguments`` is ``--overwrite_cache``
+``PaddingFreeModelArguments`` adds ``--padding_free`` (the text and graph scripts'), ``VisionModelArguments``
+``--image_processor_name``; ``DataCacheArguments`` is ``--overwrite_cache``
 for the scripts that preprocess with ``datasets.map``.
 ``SampleLimitArguments`` caps the examples of each phase (``--max_train_samples`` ...).
 :func:`decide_phases` gives ``--do_train`` / ``--do_eval`` / ``--do_predict`` their transformers meaning
@@ -210,7 +211,39 @@ def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
 
 
 @dataclass
-class TextModelArguments(ModelArguments):
+class PaddingFreeModelArguments(ModelArguments):
+    """The model flags of the text and graph scripts: the shared ones and ``--padding_free``, applied to the
+    loaded model's config (a compute choice, not architecture: any checkpoint runs either way)."""
+
+    padding_free: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Compute each padded batch on its real tokens / nodes only: the same outputs, without "
+            "the time and memory padding costs outside attention (config.padding_free). Default: on wherever "
+            "that is exact, i.e. every text model and every graph model except with graph_bias='graphormer' "
+            "(its bias is a matrix per padded graph: runs padded; --padding_free true is refused); "
+            "--padding_free false runs padded. Batches padded on the left, and runs returning attention "
+            "weights, always run padded."
+        },
+    )
+
+    def load_model(
+        self, model_class: type[PreTrainedModel], config_kwargs: dict[str, Any]
+    ) -> PreTrainedModel:
+        model = super().load_model(model_class, config_kwargs)
+        config = model.config
+        refusal = config.padding_free_refusal()
+        wanted = self.padding_free
+        if wanted is None:  # on where exact, unless the config files' model section says otherwise
+            wanted = config_kwargs.get("padding_free", refusal is None)
+        if wanted and refusal is not None:
+            raise InputError(f"--padding_free: {refusal}; drop --padding_free, or pass --padding_free false.")
+        config.padding_free = bool(wanted)
+        return model
+
+
+@dataclass
+class TextModelArguments(PaddingFreeModelArguments):
     """The model flags of the text fine-tuning scripts: the shared ones, a default checkpoint that loads
     offline (all-MiniLM-L6-v2) and ``--resize_position_embeddings``."""
 
