@@ -1,6 +1,7 @@
 """``--padding_free`` in the text and graph scripts (on where exact, refused where not) and
 ``pretrain_mlm.py --packing`` (whole texts packed into one row per batch, no attention across them), with
-``--train_sampling_strategy group_by_length`` (transformers 5's ``--group_by_length``); tiny models, in-process."""
+length-grouped sampling (``--train_sampling_strategy group_by_length``, transformers 4's
+``--group_by_length``); tiny models, in-process."""
 
 from __future__ import annotations
 
