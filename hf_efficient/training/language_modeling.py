@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -346,9 +347,19 @@ def pretrain_language_model(
         },
         eval_description=f"{reported[0].upper()}{reported[1:]} on {len(eval_blocks or []):,} held-out "
         f"examples ({held_out_part(data_args)}).",
-        efficiency=efficiency_metrics(train_result.metrics, data_args.block_size) if train_result else None,
+        efficiency=efficiency_metrics(train_result.metrics, mean_length(train_blocks, data_args.block_size))
+        if train_result
+        else None,
     )
     return metrics
+
+
+def mean_length(examples: Dataset | IterableDataset, block_size: int) -> float:
+    """Tokens per training example, for tokens/s: ``block_size`` for blocks, the mean for examples of their
+    own lengths (``--line_by_line``, ``--packing``; a stream: its bound, ``block_size``)."""
+    if not has_length(examples) or "input_ids" not in examples.column_names:
+        return block_size
+    return statistics.fmean(len(ids) for ids in examples["input_ids"])
 
 
 DATA_SETTINGS = "data_settings.json"

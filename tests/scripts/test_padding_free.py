@@ -91,3 +91,16 @@ def test_graph_padding_free_default_and_refusal(train_graph, tmp_path):
         ValueError, match="--padding_free: graph_bias='graphormer' is one .* per padded graph"
     ):
         train_graph.main([*graphormer, "--padding_free", "true", "--output_dir", str(tmp_path / "refused")])
+
+
+def test_tokens_per_second_counts_the_examples_own_lengths():
+    """A packed or line-by-line run's model card turns examples/s into tokens/s with its examples' mean
+    length, not the block size they stay under; a stream (no length) with the block size."""
+    from datasets import Dataset, IterableDataset
+
+    from hf_efficient.training.language_modeling import mean_length
+
+    texts = Dataset.from_dict({"input_ids": [[101, 7, 102], [101, 7, 8, 9, 10, 102]]})
+    assert mean_length(texts, 128) == 4.5
+    stream = IterableDataset.from_generator(lambda: iter([{"input_ids": [1, 2]}]))
+    assert mean_length(stream, 128) == 128
