@@ -198,5 +198,5 @@ def test_flattened_batch_errors():
 
 
 def test_padding_free_refuses_graphormer_bias():
-    with pytest.raises(CONFIG_ERRORS, match="padding_free=True with graph_bias='graphormer'"):
+    with pytest.raises(CONFIG_ERRORS, match="padding_free=True: graph_bias='graphormer' is one"):
         tiny_config(padding_free=True, graph_bias="graphormer")
