@@ -372,12 +372,15 @@ class UpstreamFlag:
         accepted: values (lower case; ``true`` for the bare flag) that are this package's behaviour
             already: the flag is dropped (``--use_fast_tokenizer``: the tokenizers are always fast).
         reason: where neither applies, why it is refused and what to use instead (the error says it).
+        choice: a switch that became a choice of ``ours``: given (bare or true) it is ``--ours choice``,
+            false it is dropped (``--group_by_length`` -> ``--train_sampling_strategy group_by_length``).
     """
 
     reason: str
     ours: str | None = None
     scale: float | None = None
     accepted: tuple[str, ...] = ()
+    choice: str | None = None
 
 
 # Flags of run_mlm.py, run_clm.py, run_glue.py, run_classification.py, run_image_classification.py and
@@ -431,6 +434,11 @@ UPSTREAM_FLAGS: dict[str, UpstreamFlag] = {
         "the model is always EfficientBert (text) or EfficientViT (images); give its sizes with --config, "
         "--config_name or --config_overrides and its attention with --attention_type"
     ),
+    "group_by_length": UpstreamFlag(  # TrainingArguments' switch until transformers 5
+        "this script samples its training examples at random (it takes no --train_sampling_strategy)",
+        ours="train_sampling_strategy",
+        choice="group_by_length",
+    ),
     "use_fast_tokenizer": UpstreamFlag(
         "the tokenizers here are always fast (tokenizers-backed); there is no slow one to choose",
         accepted=("true", "1", "yes"),
@@ -463,7 +471,10 @@ def translate_upstream_flags(args: list[str], known: set[str]) -> list[str]:
         if not equals and position < len(args) and not args[position].startswith("--"):
             value, equals = args[position], "="
             position += 1
-        if flag.ours in known:
+        if flag.ours in known and flag.choice is not None:  # a switch: on -> the choice, off -> dropped
+            if (value.lower() if equals else "true") in ("true", "1", "yes"):
+                result += [f"--{flag.ours}", flag.choice]
+        elif flag.ours in known:
             if flag.scale is not None and equals:
                 try:
                     value = f"{float(value) * flag.scale:g}"

@@ -1,7 +1,7 @@
 """``--padding_free`` in the text and graph scripts (on where exact, refused where not) and
 ``pretrain_mlm.py --packing`` (whole texts packed into one row per batch, no attention across them), with
-length-grouped sampling (``--train_sampling_strategy group_by_length``, transformers 4's
-``--group_by_length``); tiny models, in-process."""
+length-grouped sampling (``--train_sampling_strategy group_by_length``, and transformers 4's
+``--group_by_length`` read as it); tiny models, in-process."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ def saved_config(folder) -> dict:
 
 def test_pretrain_packing_and_padding_free(pretrain_mlm, finetune_glue, data, tmp_path):
     """--packing trains and evaluates on packed rows; the model is padding-free by default (saved so) and
-    --padding_free false runs padded; a fine-tune from it with group_by_length sampling keeps padding-free."""
+    --padding_free false runs padded; a fine-tune from it with length-grouped sampling (transformers 4's
+    --group_by_length) keeps padding-free."""
     args = pretrain_args(data, tmp_path / "packed", "longformer", WINDOW, "--max_steps", "2", "--packing")
     metrics = pretrain_mlm.main(
         [*args, "--validation_split_percentage", "10", "--train_sampling_strategy", "group_by_length"]
@@ -46,9 +47,12 @@ def test_pretrain_packing_and_padding_free(pretrain_mlm, finetune_glue, data, tm
         "64",
     ]
     metrics = finetune_glue.main(
-        [*glue, "--max_steps", "2", "--train_sampling_strategy", "group_by_length", *COMMON]
+        [*glue, "--max_steps", "2", "--group_by_length", *COMMON]  # transformers 4's switch
     )
     assert 0 <= metrics["eval_accuracy"] <= 1 and saved_config(tmp_path / "glue")["padding_free"] is True
+    for run in ("packed", "glue"):  # both spellings reach Trainer as its length-grouped sampler
+        training_args = torch.load(tmp_path / run / "training_args.bin", weights_only=False)
+        assert training_args.train_sampling_strategy == "group_by_length"
     with pytest.raises(ValueError, match="--packing already makes one example per text"):
         pretrain_mlm.main([*args, "--packing", "--line_by_line"])
 
