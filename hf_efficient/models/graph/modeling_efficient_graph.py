@@ -2,7 +2,9 @@
 
 Inputs are a padded batch from :class:`~hf_efficient.models.graph.GraphCollator`: node features (b, n, F), a
 node mask (b, n), edges over the flattened (b * n) positions, and the structural encodings computed by
-:mod:`hf_efficient.data.graph_transforms`. Structure reaches attention only as inputs (``edges`` for cores
+:mod:`hf_efficient.data.graph_transforms`; or torch_geometric's flattened batch (``batch``, read as the padded
+one: :mod:`.flattened`). With ``config.padding_free`` everything outside attention runs on the real nodes
+only (:mod:`hf_efficient.modeling.unpadding`). Structure reaches attention only as inputs (``edges`` for cores
 that attend along them, an additive ``attention_bias`` for Graphormer), never as a branch on the type.
 
 Shapes: b = batch, n = nodes per graph (padded), n' = n (+1 with a virtual token), D = hidden_size,
@@ -130,7 +132,7 @@ class EfficientGraphEmbeddings(nn.Module):
                 signs = torch.randint(0, 2, (graphs, 1, lap_pe.shape[2]), device=lap_pe.device)
                 if graph_index is not None:
                     signs = signs[graph_index, 0][None]  # (1, R, k): each node its graph's signs
-                lap_pe = lap_pe * (signs * 2 - 1).to(lap_pe.dtype)  # (b, 1, k) of +-1
+                lap_pe = lap_pe * (signs * 2 - 1).to(lap_pe.dtype)  # (b, 1, k) or (1, R, k) of +-1
             x = x + self.lap_pe_encoder(lap_pe)  # (b, n, k) -> (b, n, D)
         if self.rw_pe_encoder is not None:
             x = x + self.rw_pe_encoder(rw_pe.to(x.dtype))
@@ -353,17 +355,19 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
         output_hidden_states: bool | None = None,
         **inputs: Unpack[GraphInputs],
     ) -> BaseModelOutputWithPooling:
-        """Encode a padded batch of graphs.
+        """Encode a padded batch of graphs, or a flattened one (``batch``: torch_geometric's layout), on the
+        real nodes only with ``config.padding_free``.
 
         Args:
-            node_feat: (b, n, F) floats, or ints with ``node_vocab_size``.
+            node_feat: (b, n, F) floats, or ints with ``node_vocab_size``; (N, F) with ``batch``.
             inputs: the batch's structure and encodings, :class:`~.inputs.GraphInputs` (what
-                :class:`GraphCollator` gives beside ``node_feat``).
+                :class:`GraphCollator` gives beside ``node_feat``, or a flattened batch's).
 
         Returns:
-            ``last_hidden_state`` (b, n, D) node states (the virtual token removed), ``pooler_output`` (b, D)
-            the graph embedding; ``hidden_states`` / ``attentions`` per layer include the virtual token at
-            position 0 when there is one.
+            ``last_hidden_state`` (b, n, D) node states (the virtual token removed; (N, D) in the nodes'
+            order for a flattened batch), ``pooler_output`` (b, D) the graph embedding; ``hidden_states`` /
+            ``attentions`` per layer, in the padded layout, include the virtual token at position 0 when
+            there is one.
         """
         flat = None
         if inputs.get("batch") is not None:  # torch_geometric's layout: read as the padded batch
@@ -400,6 +404,9 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             if edges is not None:
                 edges = _with_virtual_token(edges, node_mask)
 
+        refusal = self.config.padding_free_refusal() if self.config.padding_free else None
+        if refusal is not None:  # padding_free set on a built model, past the config's validation
+            raise InputError(f"{type(self).__name__}: padding_free=True: {refusal}; set padding_free=False.")
         # weights are one (n' x n') matrix per padded graph: a run that returns them runs padded
         stream = unpadded_batch(attention_mask, enabled=self.config.padding_free and not output_attentions)
         if stream is not None:

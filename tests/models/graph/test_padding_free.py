@@ -198,5 +198,12 @@ def test_flattened_batch_errors():
 
 
 def test_padding_free_refuses_graphormer_bias():
+    """In the config, and in the forward of a model whose config was switched after it was built."""
     with pytest.raises(CONFIG_ERRORS, match="padding_free=True: graph_bias='graphormer' is one"):
         tiny_config(padding_free=True, graph_bias="graphormer")
+    config = tiny_config(graph_bias="graphormer", max_degree=8)
+    model = EfficientGraphForGraphClassification(config).eval()
+    batch = padded_batch(EfficientGraphForGraphClassification, config, base_records())
+    model.config.padding_free = True
+    with pytest.raises(ValueError, match="EfficientGraphModel: padding_free=True: graph_bias='graphormer'"):
+        model(**batch)
