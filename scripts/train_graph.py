@@ -56,7 +56,7 @@ from hf_efficient.training import (
     train_and_save,
 )
 from hf_efficient.training import (
-    ModelArguments as SharedModelArguments,
+    PaddingFreeModelArguments as SharedModelArguments,
 )
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "graph" / "attention"

@@ -390,10 +390,13 @@ def tokenize_lines(
     pad_to_max_length: bool = False,
     num_proc: int | None = None,
     load_from_cache_file: bool = True,
+    split_long: bool = False,
 ) -> Dataset:
     """One ``[CLS] text [SEP]`` example per non-empty text, truncated to ``max_length`` tokens (transformers'
     ``run_mlm.py --line_by_line``); padded to ``max_length`` with ``pad_to_max_length``, else by the collator
-    to the longest row of each batch.
+    to the longest row of each batch. ``split_long``: a longer text's rest becomes more examples of up to
+    ``max_length`` tokens, each ``[CLS] piece [SEP]``, instead of being dropped (a fast tokenizer's
+    overflowing tokens; what ``pretrain_mlm.py --packing`` packs).
 
     Returns:
         A ``Dataset`` of ``input_ids``, ``attention_mask`` and ``special_tokens_mask``, a row per text.
@@ -405,9 +408,12 @@ def tokenize_lines(
     padding = "max_length" if pad_to_max_length else False
 
     def tokenize(texts: list[str]) -> dict:
-        return tokenizer(
-            texts, truncation=True, max_length=max_length, padding=padding, return_special_tokens_mask=True
-        )
+        encoded = tokenizer(
+            texts, truncation=True, max_length=max_length, padding=padding, return_special_tokens_mask=True,
+            return_overflowing_tokens=split_long,
+        )  # fmt: skip
+        encoded.pop("overflow_to_sample_mapping", None)  # which text each piece came from
+        return encoded
 
     return dataset.map(
         tokenize,
@@ -521,3 +527,25 @@ class SeededMLMCollator(DataCollatorForLanguageModeling):
         digest = hashlib.blake2b(content, digest_size=8).digest()
         self.generator = torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
         return super().torch_mask_tokens(inputs, *args, **kwargs)
+
+
+class PackedMLMCollator(SeededMLMCollator):
+    """A batch of examples as one packed row with BERT's masking: transformers' ``DataCollatorWithFlattening``
+    convention (no padding, ``position_ids`` restarting at 0 where each example starts), which the text
+    models read as the batch of its sequences, no attention across them. Masks are seeded as
+    :class:`SeededMLMCollator`'s, from the row's ids.
+
+    Returns:
+        ``input_ids`` (1, T) masked, ``position_ids`` (1, T), ``labels`` (1, T): the original ids at the
+        masked positions, -100 elsewhere (special tokens are never masked).
+    """
+
+    def __call__(self, examples: list[dict], return_tensors: str | None = None) -> dict[str, torch.Tensor]:
+        ids = [list(example["input_ids"]) for example in examples]
+        row = torch.tensor([token for sequence in ids for token in sequence])[None]  # (1, T)
+        positions = torch.cat([torch.arange(len(sequence)) for sequence in ids])[None]  # (1, T)
+        special = None
+        if all("special_tokens_mask" in example for example in examples):
+            special = torch.tensor([flag for e in examples for flag in e["special_tokens_mask"]])[None].bool()
+        masked, labels = self.torch_mask_tokens(row, special_tokens_mask=special)
+        return {"input_ids": masked, "position_ids": positions, "labels": labels}

@@ -87,6 +87,11 @@ class EfficientEncoderConfig(PreTrainedConfig):
     layer_attention_configs: dict | None = None
     padding_free: bool = False
 
+    def padding_free_refusal(self) -> str | None:
+        """Why ``padding_free`` cannot be exact for this config (None: it is; a modality's config says
+        otherwise where its inputs need the padded batch)."""
+        return None
+
     def attention_for_layer(self, layer_idx: int) -> tuple[str, dict[str, Any]]:
         """The (attention_type, attention_config) of layer ``layer_idx``."""
         if self.layer_attention_types is None:

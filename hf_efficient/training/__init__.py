@@ -3,6 +3,7 @@
 from .arguments import (
     DataCacheArguments,
     ModelArguments,
+    PaddingFreeModelArguments,
     SampleLimitArguments,
     TextModelArguments,
     VisionModelArguments,
@@ -66,6 +67,7 @@ from .trainer import EfficientTrainer, NonFiniteTrainingError, no_weight_decay_p
 __all__ = [
     "METRICS",
     "ModelArguments",
+    "PaddingFreeModelArguments",
     "TextModelArguments",
     "VisionModelArguments",
     "DataCacheArguments",

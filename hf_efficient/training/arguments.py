@@ -4,7 +4,8 @@
 ``--config_name``, ``--tokenizer_name``, ``--cache_dir``, ``--model_revision``, ``--token``,
 ``--trust_remote_code``, ``--torch_dtype``) plus the random-state flags, and loads the model
 (:meth:`ModelArguments.load_model`); each script subclasses it to say what its checkpoint may be.
-``VisionModelArguments`` adds ``--image_processor_name``; ``DataCacheArguments`` is ``--overwrite_cache``
+``PaddingFreeModelArguments`` adds ``--padding_free`` (the text and graph scripts'), ``VisionModelArguments``
+``--image_processor_name``; ``DataCacheArguments`` is ``--overwrite_cache``
 for the scripts that preprocess with ``datasets.map``.
 ``SampleLimitArguments`` caps the examples of each phase (``--max_train_samples`` ...).
 :func:`decide_phases` gives ``--do_train`` / ``--do_eval`` / ``--do_predict`` their transformers meaning
@@ -210,7 +211,39 @@ def build_model_config(config_class: type, config_kwargs: dict[str, Any]):
 
 
 @dataclass
-class TextModelArguments(ModelArguments):
+class PaddingFreeModelArguments(ModelArguments):
+    """The model flags of the text and graph scripts: the shared ones and ``--padding_free``, applied to the
+    loaded model's config (a compute choice, not architecture: any checkpoint runs either way)."""
+
+    padding_free: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Compute each padded batch on its real tokens / nodes only: the same outputs, without "
+            "the time and memory padding costs outside attention (config.padding_free). Default: on wherever "
+            "that is exact, i.e. every text model and every graph model except with graph_bias='graphormer' "
+            "(its bias is a matrix per padded graph: runs padded; --padding_free true is refused); "
+            "--padding_free false runs padded. Batches padded on the left, and runs returning attention "
+            "weights, always run padded."
+        },
+    )
+
+    def load_model(
+        self, model_class: type[PreTrainedModel], config_kwargs: dict[str, Any]
+    ) -> PreTrainedModel:
+        model = super().load_model(model_class, config_kwargs)
+        config = model.config
+        refusal = config.padding_free_refusal()
+        wanted = self.padding_free
+        if wanted is None:  # on where exact, unless the config files' model section says otherwise
+            wanted = config_kwargs.get("padding_free", refusal is None)
+        if wanted and refusal is not None:
+            raise InputError(f"--padding_free: {refusal}; drop --padding_free, or pass --padding_free false.")
+        config.padding_free = bool(wanted)
+        return model
+
+
+@dataclass
+class TextModelArguments(PaddingFreeModelArguments):
     """The model flags of the text fine-tuning scripts: the shared ones, a default checkpoint that loads
     offline (all-MiniLM-L6-v2) and ``--resize_position_embeddings``."""
 
@@ -339,12 +372,15 @@ class UpstreamFlag:
         accepted: values (lower case; ``true`` for the bare flag) that are this package's behaviour
             already: the flag is dropped (``--use_fast_tokenizer``: the tokenizers are always fast).
         reason: where neither applies, why it is refused and what to use instead (the error says it).
+        choice: a switch that became a choice of ``ours``: given (bare or true) it is ``--ours choice``,
+            false it is dropped (``--group_by_length`` -> ``--train_sampling_strategy group_by_length``).
     """
 
     reason: str
     ours: str | None = None
     scale: float | None = None
     accepted: tuple[str, ...] = ()
+    choice: str | None = None
 
 
 # Flags of run_mlm.py, run_clm.py, run_glue.py, run_classification.py, run_image_classification.py and
@@ -398,6 +434,11 @@ UPSTREAM_FLAGS: dict[str, UpstreamFlag] = {
         "the model is always EfficientBert (text) or EfficientViT (images); give its sizes with --config, "
         "--config_name or --config_overrides and its attention with --attention_type"
     ),
+    "group_by_length": UpstreamFlag(  # TrainingArguments' switch until transformers 5
+        "this script samples its training examples at random (it takes no --train_sampling_strategy)",
+        ours="train_sampling_strategy",
+        choice="group_by_length",
+    ),
     "use_fast_tokenizer": UpstreamFlag(
         "the tokenizers here are always fast (tokenizers-backed); there is no slow one to choose",
         accepted=("true", "1", "yes"),
@@ -430,7 +471,10 @@ def translate_upstream_flags(args: list[str], known: set[str]) -> list[str]:
         if not equals and position < len(args) and not args[position].startswith("--"):
             value, equals = args[position], "="
             position += 1
-        if flag.ours in known:
+        if flag.ours in known and flag.choice is not None:  # a switch: on -> the choice, off -> dropped
+            if (value.lower() if equals else "true") in ("true", "1", "yes"):
+                result += [f"--{flag.ours}", flag.choice]
+        elif flag.ours in known:
             if flag.scale is not None and equals:
                 try:
                     value = f"{float(value) * flag.scale:g}"

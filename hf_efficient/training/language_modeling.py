@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,7 @@ from ..data.text import (
     tokenize_lines,
 )
 from ..errors import InputError
-from .arguments import DataCacheArguments, ModelArguments, first_examples
+from .arguments import DataCacheArguments, PaddingFreeModelArguments, first_examples
 from .model_card import efficiency_metrics
 from .run import (
     finish_run,
@@ -47,7 +48,7 @@ DEFAULT_VALIDATION_SPLIT_PERCENTAGE = 5.0  # run_mlm.py's and run_clm.py's
 
 
 @dataclass
-class LanguageModelArguments(ModelArguments):
+class LanguageModelArguments(PaddingFreeModelArguments):
     """The model flags of the language-model pretraining scripts (the shared hub flags, plus the tokenizer
     trained here and the position table)."""
 
@@ -204,12 +205,14 @@ def language_model_blocks(
     causal: bool = False,
     line_by_line: bool = False,
     pad_to_max_length: bool = False,
+    split_long: bool = False,
 ) -> tuple[Dataset, Dataset | None]:
     """(training examples, evaluation examples or None).
 
     Examples are :func:`~hf_efficient.data.group_texts` blocks of ``block_size`` tokens or, with
     ``line_by_line`` (masked LM only), one truncated example per text
-    (:func:`~hf_efficient.data.tokenize_lines`, padded to ``block_size`` with ``pad_to_max_length``).
+    (:func:`~hf_efficient.data.tokenize_lines`, padded to ``block_size`` with ``pad_to_max_length``; with
+    ``split_long`` a longer text's rest makes more examples rather than being dropped).
     The evaluation examples come from
     ``--validation_file``, else ``--validation_split_percentage`` is held out, of the blocks or, with
     ``--validation_split_by texts``, of the texts before grouping (no held-out block then shares a document
@@ -235,6 +238,7 @@ def language_model_blocks(
             return tokenize_lines(
                 texts, tokenizer, data_args.block_size, data_args.text_column, pad_to_max_length,
                 data_args.preprocessing_num_workers, load_from_cache_file=data_args.load_from_cache_file,
+                split_long=split_long,
             )  # fmt: skip
         return group_texts(
             texts, tokenizer, data_args.block_size, data_args.text_column,
@@ -343,9 +347,19 @@ def pretrain_language_model(
         },
         eval_description=f"{reported[0].upper()}{reported[1:]} on {len(eval_blocks or []):,} held-out "
         f"examples ({held_out_part(data_args)}).",
-        efficiency=efficiency_metrics(train_result.metrics, data_args.block_size) if train_result else None,
+        efficiency=efficiency_metrics(train_result.metrics, mean_length(train_blocks, data_args.block_size))
+        if train_result
+        else None,
     )
     return metrics
+
+
+def mean_length(examples: Dataset | IterableDataset, block_size: int) -> float:
+    """Tokens per training example, for tokens/s: ``block_size`` for blocks, the mean for examples of their
+    own lengths (``--line_by_line``, ``--packing``; a stream: its bound, ``block_size``)."""
+    if not has_length(examples) or "input_ids" not in examples.column_names:
+        return block_size
+    return statistics.fmean(len(ids) for ids in examples["input_ids"])
 
 
 DATA_SETTINGS = "data_settings.json"

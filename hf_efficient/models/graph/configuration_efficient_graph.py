@@ -143,6 +143,14 @@ class EfficientGraphConfig(EfficientEncoderConfig):
         """Whether some layer attends along edges (the collator then refuses graphs without edges)."""
         return any(get_attention_class(name).capabilities.edges for name, _ in self.attention_types_used())
 
+    def padding_free_refusal(self) -> str | None:
+        if self.graph_bias is None:
+            return None
+        return (
+            f"graph_bias={self.graph_bias!r} is one (nodes x nodes) matrix per padded graph, which a packed "
+            "stream of real nodes cannot carry (Graphormer runs padded)"
+        )
+
     def validate_graph_fields(self):
         """Class validator: choices exist, sizes agree, and every structural input has a consumer."""
         if self.hidden_size % self.num_attention_heads:
@@ -189,6 +197,8 @@ class EfficientGraphConfig(EfficientEncoderConfig):
                     f"layer, which attention_type={name!r} cannot take; use attention_type='full' (or drop "
                     "graph_bias)."
                 )
+        if self.padding_free and self.padding_free_refusal() is not None:
+            raise InputError(f"padding_free=True: {self.padding_free_refusal()}; set padding_free=False.")
         if self.edge_dim is not None and not self.needs_edges() and self.graph_bias is None:
             edge_types = ", ".join(_edge_attention_types())
             raise InputError(

