@@ -15,7 +15,8 @@ needs nothing here.
   ``max_seq_length`` of the tokenizer's ``model_max_length`` (a 4,096-position model saved with BERT's
   tokenizer reads 512 tokens). The save of a text encoder (the family's ``AutoModel`` class, not a decoder)
   writes them (:func:`write_sentence_transformers_files`): the modules of the checkpoint it was loaded from,
-  else mean pooling, and ``max_seq_length`` = its ``max_position_embeddings``.
+  else mean pooling, and ``max_seq_length`` = the tokens its position table holds
+  (``max_position_embeddings``, less RoBERTa's two rows before the first position).
 """
 
 from __future__ import annotations
@@ -134,5 +135,7 @@ def write_sentence_transformers_files(model, folder: str | Path) -> None:
     else:  # saved again into its own folder: its modules stay
         modules = json.loads((folder / SENTENCE_TRANSFORMERS_MODULES).read_text())
     (folder / SENTENCE_TRANSFORMERS_MODULES).write_text(json.dumps(modules, indent=2) + "\n")
-    settings = {"max_seq_length": config.max_position_embeddings, "do_lower_case": lower_case}
+    # the tokens the position table holds: RoBERTa's first rows (padding, and the one before) hold none
+    offset = getattr(getattr(model.base_model, "embeddings", None), "position_offset", 0)
+    settings = {"max_seq_length": config.max_position_embeddings - offset, "do_lower_case": lower_case}
     (folder / SENTENCE_TRANSFORMERS_CONFIG).write_text(json.dumps(settings, indent=2) + "\n")

@@ -147,6 +147,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_tokenizer(tokenizer, model.config, model_args.tokenizer_flag, texts, where, saved=saved)
     # Saved with the model: pipeline("question-answering", model=output_dir) then reads windows this long.
     tokenizer.model_max_length = max_length
+    tokenizer.padding_side = "right"  # the collator pads after the tokens the answer positions count
     phases = {"train": "do_train", "validation": "do_eval", "test": "do_predict"}
     asked = given_phase_flags(args)  # a phase asked for needs its data; a default one reads what is there
     limits = {split: getattr(data_args, flag) for split, flag in SAMPLE_FLAGS.items()}

@@ -34,7 +34,9 @@ from hf_efficient.export import export_program, load_for_export
 from hf_efficient.models.families import FAMILIES
 from hf_efficient.training.checkpoints import check_resumes_same_attention
 
+from .models.text.families import TEXT_FAMILIES
 from .models.text.helpers import MINILM, TINY_BERT, tiny_config, write_vocab
+from .models.vision.families import VISION_FAMILIES
 from .processes import BLOCK_HF_EFFICIENT, run_python
 
 MINILM_MODULES = ["Transformer", "Pooling", "Normalize"]  # all-MiniLM-L6-v2's sentence-transformers modules
@@ -287,3 +289,66 @@ def test_the_attention_type_survives_every_path_that_rebuilds_the_model(tmp_path
     exported = export_program(load_for_export(folder))
     inputs = {"input_ids": IDS, "attention_mask": MASK, "token_type_ids": torch.zeros_like(IDS)}
     check(load_for_export(folder), exported(**inputs)["logits"], "export", 1e-5)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# every family: sentence-transformers past 512 tokens, LoRA on its parameter names
+# ---------------------------------------------------------------------------------------------------------
+
+FAMILY_SENTENCES = ["a gripping , funny film with a great cast", "two hours i will not get back"] * 8
+LONG_TEXT = " ".join(["the cast is great and the film is funny"] * 80)  # about 720 words
+
+
+@pytest.mark.parametrize("name", list(TEXT_FAMILIES))
+def test_each_text_family_saves_an_embedder_that_reads_past_512_tokens(name, tmp_path):
+    """Our encoder of each family (Longformer attention, 1,024 positions), saved with the family's tokenizer:
+    SentenceTransformer(folder) embeds with it, reading a 700-word text whole (no 512-token cut)."""
+    family = TEXT_FAMILIES[name]
+    upstream = next(cls for cls in family.heads if family.heads[cls].endswith("Model"))
+    offset = 2 if family.pad_token_id == 1 else 0  # RoBERTa's positions start after the padding row
+    tokenizer = family.saved_with_tokenizer(
+        upstream, tmp_path / "upstream", FAMILY_SENTENCES, max_position_embeddings=1024 + offset
+    )
+    window = {"attention_window": 16}
+    model = family.ours(upstream).from_pretrained(
+        tmp_path / "upstream", attention_type="longformer", attention_config=window
+    )
+    model.save_pretrained(tmp_path / "encoder")
+    tokenizer.model_max_length = 1024
+    tokenizer.save_pretrained(tmp_path / "encoder")
+    embedder = SentenceTransformer(str(tmp_path / "encoder"), device="cpu")
+    assert embedder.max_seq_length == 1024
+    assert len(tokenizer(LONG_TEXT)["input_ids"]) > 600
+    assert embedder.tokenize([LONG_TEXT])["input_ids"].shape[1] > 600  # not cut at 512 tokens
+    embeddings = embedder.encode([LONG_TEXT, "a funny film"], convert_to_tensor=True)
+    assert embeddings.shape == (2, model.config.hidden_size) and torch.isfinite(embeddings).all()
+    assert embedder[0].auto_model.config.attention_type == "longformer"
+
+
+# LoRA's target modules for the families PEFT has no default for (docs/families.md says the same)
+LORA_TARGETS = {"distilbert": ["q_lin", "v_lin"], "modernbert": ["Wqkv"]}
+LORA_CASES = [("text", name) for name in TEXT_FAMILIES] + [("vision", n) for n in ("deit", "dinov2")]
+
+
+@pytest.mark.parametrize("modality, name", LORA_CASES)
+def test_lora_adapts_each_familys_attention(modality, name, tmp_path):
+    """LoRA on each family's own parameter names: PEFT's default targets where its upstream type has them
+    (RoBERTa's, XLM-R's, ELECTRA's query/value), else the documented ones (DistilBERT's q_lin/v_lin,
+    ModernBERT's Wqkv, query/value for DeiT and DINOv2, whose upstream types PEFT has no default for)."""
+    families = TEXT_FAMILIES if modality == "text" else VISION_FAMILIES
+    family = families[name]
+    upstream = next(cls for cls in family.heads if "Classification" in cls.__name__)
+    upstream(family.config(upstream)).save_pretrained(tmp_path / "upstream")
+    model = family.ours(upstream).from_pretrained(tmp_path / "upstream")
+    lora_mapping = peft_constants.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
+    default = lora_mapping.get(model.config.model_type)
+    targets = LORA_TARGETS.get(name, None if default else ["query", "value"])
+    assert (default is None) == (targets is not None), f"{name}: PEFT's default {default}, ours {targets}"
+    options = {"target_modules": targets} if targets else {}
+    # an image classifier takes pixel_values: no task_type (PEFT's sequence classifier passes input_ids)
+    config = LoraConfig(task_type="SEQ_CLS", **options) if modality == "text" else LoraConfig(**options)
+    adapted = quiet_peft(get_peft_model, model, config)
+    names = {n.rsplit(".", 2)[-2] for n, _ in adapted.named_modules() if n.endswith("lora_A")}
+    assert names == set(targets or default)
+    inputs = family.inputs(upstream) if modality == "vision" else family.inputs(family.ours(upstream))[0]
+    assert adapted(**inputs).logits.shape[0] > 0

@@ -390,7 +390,10 @@ def transformed_splits(
     the processor converts (:func:`~hf_efficient.data.inputs.say_image_conversions`, which also names an
     image file that is no image)."""
     mode = {1: "L", 3: "RGB"}.get(processor.num_channels, f"{processor.num_channels} channels")
-    size = (processor.size["width"], processor.size["height"])
+    # the images' final size: the crop's where the processor resizes a shortest edge and then crops (DeiT's,
+    # DINOv2's), else the resize's
+    final = processor.crop_size if processor.do_center_crop and processor.crop_size else processor.size
+    size = (final["width"], final["height"])
     for name, images in (("training", splits.train), (splits.eval_split, splits.eval)):
         if images is not None:
             say_image_conversions(images, image_column, f"{splits.source} ({name} images)", mode, size)

@@ -140,7 +140,12 @@ class ModelArguments(RandomStateArguments):
         BERT / ViT config maps onto ours as a checkpoint's does, with ``--cache_dir`` / ``--model_revision``
         / ``--token``), or with neither the config class's defaults; ``config_kwargs`` (the config files'
         model section, the attention flags, labels) override it.
+
+        ``model_class`` names the task (``EfficientBertForSequenceClassification``); the model is that task's
+        class of the checkpoint's family (``--config_name``'s, else ``--model_name_or_path``'s: a RoBERTa
+        folder gives ``EfficientRobertaForSequenceClassification``), so every script takes every family.
         """
+        model_class = self.family_class(model_class)
         if self.config_name is not None:
             config_class = model_class.config_class
             config = config_class.from_pretrained(self.config_name, **self.download_kwargs(), **config_kwargs)
@@ -157,10 +162,28 @@ class ModelArguments(RandomStateArguments):
             if not (config_kwargs and isinstance(error.__cause__, StrictDataclassError)):
                 raise
             model_class.config_class.from_pretrained(self.model_name_or_path, **self.download_kwargs())
+            cause = error.__cause__.__cause__  # the validator's own InputError says it best
+            reason = cause if isinstance(cause, InputError) else error.__cause__
+            family = model_class.config_class.compatible_model_types or (model_class.config_class.model_type,)
             raise InputError(
-                f"{MODEL_FIELD_SOURCES} set a field of the model config ({self.model_name_or_path}'s) "
-                f"wrongly: {error.__cause__}"
+                f"{MODEL_FIELD_SOURCES} set a field of the {family[0]} model config "
+                f"({self.model_name_or_path}'s) that the {family[0]} family refuses: {reason}"
             ) from error
+
+    def family_class(self, model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:
+        """The class for ``model_class``'s task of the family whose checkpoint the run starts from (the
+        ``model_type`` of ``--config_name``'s or ``--model_name_or_path``'s local config.json);
+        ``model_class`` itself when there is none to read (from scratch, a hub id: its config class maps
+        or refuses it).
+
+        Raises:
+            InputError: no family takes that ``model_type``, or its family has no model for the task.
+        """
+        from ..models.families import checkpoint_model_type, model_class_for
+
+        source = self.config_name or self.model_name_or_path
+        model_type = checkpoint_model_type(source) if source else None
+        return model_class if model_type is None else model_class_for(model_class, model_type)
 
     def check_weight_shapes(self, config_class: type, config_kwargs: dict[str, Any]) -> None:
         """Refuse model settings that override the checkpoint's sizes (``config_class.weight_shape_fields``:

@@ -52,7 +52,9 @@ def encode_windows(
     padding: bool | str = False,
 ):
     """Tokenise (question, context) pairs into windows of at most ``max_length`` tokens that overlap by
-    ``doc_stride`` tokens of context; only the context is cut (``truncation="only_second"``).
+    ``doc_stride`` tokens of context; only the context is cut (``truncation="only_second"``). Windows are
+    padded on the right even by a tokenizer that pads on the left (a causal LM's), so that the answers'
+    token positions and the "no answer" token (the first) are the same in every window.
 
     Returns:
         The tokenizer's encoding with ``overflow_to_sample_mapping`` (the pair of each window) and
@@ -61,11 +63,6 @@ def encode_windows(
     Raises:
         InputError: ``doc_stride`` / ``max_length`` that leave no room for the context.
     """
-    if tokenizer.padding_side != "right":
-        raise InputError(
-            f"question answering reads the question first and the context second; the tokenizer pads on the "
-            f"{tokenizer.padding_side}: set tokenizer.padding_side = 'right'."
-        )
     longest_question = max(
         (len(tokenizer(q, add_special_tokens=False)["input_ids"]) for q in questions), default=0
     )
@@ -90,6 +87,7 @@ def encode_windows(
         return_overflowing_tokens=True,
         return_offsets_mapping=True,
         padding=padding,
+        padding_side="right",  # [CLS] ("no answer") at 0 and token positions from 0, whatever the tokenizer's
     )
     for window in range(len(encoded["input_ids"])):
         sequence = encoded.sequence_ids(window)

@@ -1,6 +1,8 @@
 """The text families under test, one entry each: transformers' tiny model of the family for every head, the
 inputs and labels of each head, and checks that a family's checkpoints load into ours (strictly, equal
-outputs) and back (tests/models/text/test_families.py runs them on every family).
+outputs) and back (tests/models/text/test_families.py runs them on every family); each family's tokenizer as
+its users have it, trained here in a second (:func:`train_family_tokenizer`), and a tiny checkpoint saved
+beside it (:meth:`TextFamily.saved_with_tokenizer`).
 
 A new family is one :class:`TextFamily` entry in :data:`TEXT_FAMILIES`.
 """
@@ -10,6 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from tokenizers import (
+    ByteLevelBPETokenizer,
+    Tokenizer,
+    decoders,
+    models,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -19,6 +30,7 @@ from transformers import (
     BertForTokenClassification,
     BertLMHeadModel,
     BertModel,
+    BertTokenizerFast,
     DistilBertConfig,
     DistilBertForMaskedLM,
     DistilBertForMultipleChoice,
@@ -26,6 +38,7 @@ from transformers import (
     DistilBertForSequenceClassification,
     DistilBertForTokenClassification,
     DistilBertModel,
+    DistilBertTokenizerFast,
     ElectraConfig,
     ElectraForCausalLM,
     ElectraForMaskedLM,
@@ -35,6 +48,7 @@ from transformers import (
     ElectraForSequenceClassification,
     ElectraForTokenClassification,
     ElectraModel,
+    ElectraTokenizerFast,
     ModernBertConfig,
     ModernBertForMaskedLM,
     ModernBertForMultipleChoice,
@@ -42,6 +56,7 @@ from transformers import (
     ModernBertForSequenceClassification,
     ModernBertForTokenClassification,
     ModernBertModel,
+    PreTrainedTokenizerFast,
     RobertaConfig,
     RobertaForCausalLM,
     RobertaForMaskedLM,
@@ -50,6 +65,7 @@ from transformers import (
     RobertaForSequenceClassification,
     RobertaForTokenClassification,
     RobertaModel,
+    RobertaTokenizerFast,
     XLMRobertaConfig,
     XLMRobertaForCausalLM,
     XLMRobertaForMaskedLM,
@@ -58,9 +74,11 @@ from transformers import (
     XLMRobertaForSequenceClassification,
     XLMRobertaForTokenClassification,
     XLMRobertaModel,
+    XLMRobertaTokenizerFast,
 )
 
 import hf_efficient
+from hf_efficient.data.text import train_wordpiece_tokenizer
 from hf_efficient.models.families import task_of
 
 from .helpers import LENGTHS
@@ -83,6 +101,7 @@ class TextFamily:
         pad_token_id: the padding id its positions and padding read.
         rotary: its positions are rotary (ModernBERT's): only the types that carry them run
             (``hf_efficient.rotary_attention_types()``), the others are refused naming why.
+        tokenizer: the kind of tokenizer its checkpoints ship (:data:`TOKENIZERS`).
     """
 
     name: str
@@ -93,6 +112,7 @@ class TextFamily:
     pad_token_id: int = 0
     decoder_fields: dict = field(default_factory=lambda: {"is_decoder": True})
     rotary: bool = False
+    tokenizer: str = "bert"
 
     def allows(self, attention_type: str) -> bool:
         """Whether the family's positions allow ``attention_type`` (every text type, unless rotary)."""
@@ -118,6 +138,19 @@ class TextFamily:
 
     def ours(self, upstream_class: type) -> type:
         return getattr(hf_efficient, self.heads[upstream_class])
+
+    def saved_with_tokenizer(self, upstream_class: type, folder, texts: list[str], **fields):
+        """The family's tokenizer trained on ``texts`` and transformers' tiny ``upstream_class`` model of its
+        vocabulary and special ids, both saved in ``folder`` (an upstream checkpoint as users have them);
+        returns the tokenizer."""
+        tokenizer = train_family_tokenizer(self.tokenizer, texts)
+        ids = {"pad_token_id": tokenizer.pad_token_id}
+        if self.name == "modernbert":  # its config names every special id
+            ids.update(cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
+            ids.update(bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id)
+        self.checkpoint(upstream_class, folder, vocab_size=len(tokenizer), **ids, **fields)
+        tokenizer.save_pretrained(folder)
+        return tokenizer
 
     def batch(self, rows: int = 3, n: int = 20, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids (rows, n) above the special ids, padding ids at padded positions, and the 0/1 mask
@@ -158,6 +191,90 @@ class TextFamily:
         if task == "AutoModelForPreTraining":  # ELECTRA's discriminator: 1 = a replaced token
             return {**inputs, "labels": torch.randint(0, 2, ids.shape, generator=g)}, mask
         return inputs, mask
+
+
+TOKENIZER_VOCAB, TOKENIZER_MAX_LENGTH = 300, 64
+# ids 0..4 in the order <s> <pad> </s> <unk> <mask>: RoBERTa's pad 1, bos 0, eos 2
+ROBERTA_SPECIALS = dict(bos_token="<s>", eos_token="</s>", unk_token="<unk>", sep_token="</s>")
+ROBERTA_SPECIALS.update(cls_token="<s>", pad_token="<pad>", mask_token="<mask>")
+BERT_SPECIALS = dict(cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]", unk_token="[UNK]")
+BERT_SPECIALS["mask_token"] = "[MASK]"
+# The tokenizer classes over a trained WordPiece vocabulary: BERT's and ELECTRA's return token_type_ids,
+# DistilBERT's do not (its model refuses them).
+WORDPIECE_CLASSES = {"bert": BertTokenizerFast, "electra": ElectraTokenizerFast}
+WORDPIECE_CLASSES["distilbert"] = DistilBertTokenizerFast
+
+
+def train_family_tokenizer(kind: str, texts: list[str]) -> PreTrainedTokenizerFast:
+    """A tokenizer of ``kind`` (:data:`TOKENIZERS`) trained on ``texts`` in a second, wrapped as the family's
+    transformers class, with at most :data:`TOKENIZER_VOCAB` tokens and a ``model_max_length`` of 64 (what
+    the tiny checkpoints read)."""
+    return TOKENIZERS[kind](texts)
+
+
+def _byte_level_bpe(texts: list[str], specials: list[str]) -> Tokenizer:
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=TOKENIZER_VOCAB, special_tokens=specials)
+    return bpe._tokenizer
+
+
+def roberta_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
+    """RoBERTa's: byte-level BPE, ``<s> A </s></s> B </s>``, no token types."""
+    backend = _byte_level_bpe(texts, ["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    return RobertaTokenizerFast(
+        tokenizer_object=backend, model_max_length=TOKENIZER_MAX_LENGTH, **ROBERTA_SPECIALS
+    )
+
+
+def xlm_roberta_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
+    """XLM-R's: a SentencePiece-style Unigram model (Metaspace ``▁`` word starts), RoBERTa's layout."""
+    backend = Tokenizer(models.Unigram())
+    backend.pre_tokenizer, backend.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    trainer = trainers.UnigramTrainer(vocab_size=TOKENIZER_VOCAB, special_tokens=specials, unk_token="<unk>")
+    backend.train_from_iterator(texts, trainer)
+    return XLMRobertaTokenizerFast(
+        tokenizer_object=backend, model_max_length=TOKENIZER_MAX_LENGTH, **ROBERTA_SPECIALS
+    )
+
+
+def modernbert_tokenizer(texts: list[str]) -> PreTrainedTokenizerFast:
+    """ModernBERT's: byte-level BPE with BERT's special tokens (``[CLS] A [SEP] B [SEP]``) in a plain
+    ``PreTrainedTokenizerFast`` that returns no token_type_ids."""
+    specials = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]  # ids 0..4: the tiny config's pad, cls, sep
+    backend = _byte_level_bpe(texts, specials)
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", 1), ("[SEP]", 2)],
+    )  # fmt: skip
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_max_length=TOKENIZER_MAX_LENGTH,
+        model_input_names=["input_ids", "attention_mask"], **BERT_SPECIALS,
+    )  # fmt: skip
+
+
+def wordpiece_tokenizer(family: str):
+    """BERT's WordPiece (``train_wordpiece_tokenizer``) in ``family``'s tokenizer class."""
+
+    def train(texts: list[str]) -> PreTrainedTokenizerFast:
+        from datasets import Dataset
+
+        vocab = train_wordpiece_tokenizer(
+            Dataset.from_dict({"text": texts}), "text", vocab_size=TOKENIZER_VOCAB, min_frequency=1
+        ).get_vocab()
+        return WORDPIECE_CLASSES[family](vocab=vocab, model_max_length=TOKENIZER_MAX_LENGTH)
+
+    return train
+
+
+TOKENIZERS = {
+    "bert": wordpiece_tokenizer("bert"),
+    "electra": wordpiece_tokenizer("electra"),
+    "distilbert": wordpiece_tokenizer("distilbert"),
+    "roberta": roberta_tokenizer,
+    "xlm-roberta": xlm_roberta_tokenizer,
+    "modernbert": modernbert_tokenizer,
+}
 
 
 def randomise_zero_init(model: torch.nn.Module) -> None:
@@ -224,6 +341,7 @@ TEXT_FAMILIES = {
             },
             token_types=False,
             pad_token_id=1,
+            tokenizer="roberta",
         ),
         TextFamily(
             "xlm-roberta",
@@ -240,6 +358,7 @@ TEXT_FAMILIES = {
             },
             token_types=False,
             pad_token_id=1,
+            tokenizer="xlm-roberta",
         ),
         TextFamily(
             "electra",
@@ -255,6 +374,7 @@ TEXT_FAMILIES = {
                 ElectraForQuestionAnswering: "EfficientElectraForQuestionAnswering",
                 ElectraForMultipleChoice: "EfficientElectraForMultipleChoice",
             },
+            tokenizer="electra",
         ),
         TextFamily(
             "distilbert",
@@ -269,6 +389,7 @@ TEXT_FAMILIES = {
                 DistilBertForMultipleChoice: "EfficientDistilBertForMultipleChoice",
             },
             token_types=False,
+            tokenizer="distilbert",
         ),
         TextFamily(
             "modernbert",
@@ -284,6 +405,7 @@ TEXT_FAMILIES = {
             },
             token_types=False,
             rotary=True,
+            tokenizer="modernbert",
         ),
     )
 }
