@@ -12,8 +12,9 @@ the token embeddings), ``classifier``.
 
 Its layers keep the checkpoint's pattern through our kernels: the window layers (``local_attention`` 128 =
 64 keys on each side) run the Longformer window, the global ones exact attention, unless the config names
-other types (:class:`EfficientModernBertConfig`). Padded batches are computed padded (transformers' sdpa
-path); unpadded and packed inputs are not built.
+other types (:class:`EfficientModernBertConfig`). Padded batches are computed padded (as transformers' sdpa
+path), or on the real tokens only with ``config.padding_free``; packed rows (``position_ids`` restarting at 0)
+rotate each sequence by its own positions (docs/padding_free.md).
 
 Shapes: b = batch, n = sequence length, D = hidden_size, I = intermediate_size, V = vocab_size.
 """
