@@ -165,9 +165,11 @@ class ModelArguments(RandomStateArguments):
             cause = error.__cause__.__cause__  # the validator's own InputError says it best
             reason = cause if isinstance(cause, InputError) else error.__cause__
             family = model_class.config_class.compatible_model_types or (model_class.config_class.model_type,)
+            # a validator's refusal (a type the family's positions cannot carry), else a field's type or range
+            verdict = f"that the {family[0]} family refuses" if isinstance(cause, InputError) else "wrongly"
             raise InputError(
                 f"{MODEL_FIELD_SOURCES} set a field of the {family[0]} model config "
-                f"({self.model_name_or_path}'s) that the {family[0]} family refuses: {reason}"
+                f"({self.model_name_or_path}'s) {verdict}: {reason}"
             ) from error
 
     def family_class(self, model_class: type[PreTrainedModel]) -> type[PreTrainedModel]:

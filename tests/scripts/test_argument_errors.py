@@ -109,7 +109,7 @@ def test_finetune_flags(finetune_glue, tiny_checkpoint, data, tmp_path):
     )
     fails(
         ValueError,
-        r"(?s)--config_overrides.* set a field of the model config \(.*tiny_bert.*'s\) wrongly: .*"
+        r"(?s)--config_overrides.* set a field of the bert model config \(.*tiny_bert.*'s\) wrongly: .*"
         r"'num_hidden_layers' expected int, got str \(value: 'two'\)",
         "--config_overrides",
         "num_hidden_layers=two",
