@@ -300,6 +300,13 @@ class AttentionCore(nn.Module):
         return None
 
     @classmethod
+    def sliding_window_config(cls, window: int) -> dict[str, Any] | None:
+        """This type's ``attention_config`` entries for a sliding window of ``window`` tokens (``window // 2``
+        keys on each side of every query, nothing global), or None where the type has no such window: what a
+        checkpoint with windowed layers (ModernBERT's ``local_attention``) sets for it."""
+        return None
+
+    @classmethod
     def check_implementation(cls, implementation: str) -> None:
         """Raise for an ``implementation`` that is neither "auto", "reference" nor one of this core's
         kernels, listing the valid ones."""

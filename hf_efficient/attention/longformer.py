@@ -29,6 +29,7 @@ Deviations from the paper:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -98,6 +99,12 @@ class LongformerAttention(AttentionCore):
         "global_token_indices baked in (no per-example global_attention_mask); window chunks at once"
     )
     lra_listops = ("Longformer", 35.63)
+
+    @classmethod
+    def sliding_window_config(cls, window: int) -> dict[str, Any]:
+        """A window of ``window`` tokens: ``attention_window`` (both sides together) and no global tokens."""
+        return {"attention_window": window, "global_token_indices": []}
+
     script_configs = {  # vision: the patch rows above and below; mqar: the default covers a sequence whole
         "text": {"attention_config": {"attention_window": 128, "global_token_indices": [0]}},
         "listops": {"attention_config": {"attention_window": 128, "global_token_indices": [0]}},

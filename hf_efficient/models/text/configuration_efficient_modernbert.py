@@ -8,7 +8,7 @@ from huggingface_hub.dataclasses import strict
 from transformers.activations import ACT2FN
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-from ...attention.registry import check_rotary_type, validate_attention_config
+from ...attention.registry import check_rotary_type, get_attention_class, validate_attention_config
 from ...attention.rotary import default_inverse_frequencies
 from ...errors import InputError
 from ...modeling.config import EfficientEncoderConfig
@@ -124,14 +124,15 @@ class EfficientModernBertConfig(EfficientEncoderConfig):
         return self.hidden_size // self.num_attention_heads
 
     def window_attention_config(self) -> dict[str, Any]:
-        """The hyperparameters of the window layers' ``local_attention_type``: ``local_attention_config``,
-        and for ``longformer`` ModernBERT's window (``attention_window = 2 (local_attention // 2)``) and no
-        global tokens where it does not say otherwise."""
-        values = dict(self.local_attention_config or {})
-        if self.local_attention_type == "longformer":
-            values.setdefault("attention_window", 2 * (self.local_attention // 2))
-            values.setdefault("global_token_indices", [])
-        return values
+        """The hyperparameters of the window layers' ``local_attention_type``: ``local_attention_config`` over
+        the type's own sliding window of ModernBERT's width (``2 (local_attention // 2)`` tokens, no global
+        ones: the core's ``sliding_window_config``), where the type has one."""
+        return {**self._sliding_window(), **(self.local_attention_config or {})}
+
+    def _sliding_window(self) -> dict[str, Any]:
+        """The local type's config entries for ModernBERT's window, {} for a type without a sliding window."""
+        core = get_attention_class(self.local_attention_type, self.modality)
+        return core.sliding_window_config(2 * (self.local_attention // 2)) or {}
 
     def attention_for_layer(self, layer_idx: int) -> tuple[str, dict[str, Any]]:
         """The (attention_type, attention_config) of layer ``layer_idx``: by its kind (the class docstring),
@@ -196,14 +197,14 @@ class EfficientModernBertConfig(EfficientEncoderConfig):
                     f"rope_parameters[{kind!r}] has rope_type={rope_type!r}; the rotary types whose "
                     f"frequencies do not change with the length are supported: default, {', '.join(fixed)}."
                 )
-        window = 2 * (self.local_attention // 2)
-        given = self.window_attention_config().get("attention_window", window)
-        if self.local_attention_type == "longformer" and given != window:
-            raise InputError(
-                f"local_attention_config attention_window={given} differs from ModernBERT's window, "
-                f"local_attention={self.local_attention}: set local_attention (which transformers' "
-                "ModernBERT reads too) and leave attention_window out."
-            )
+        window, given = self._sliding_window(), self.local_attention_config or {}
+        for name in window.keys() & given.keys() - {"global_token_indices"}:
+            if given[name] != window[name]:
+                raise InputError(
+                    f"local_attention_config {name}={given[name]} differs from ModernBERT's window, "
+                    f"local_attention={self.local_attention}: set local_attention (which transformers' "
+                    f"ModernBERT reads too) and leave {name} out."
+                )
         for layer_idx in range(self.num_hidden_layers):
             attention_type, values = self.attention_for_layer(layer_idx)
             try:
