@@ -136,6 +136,5 @@ def write_sentence_transformers_files(model, folder: str | Path) -> None:
         modules = json.loads((folder / SENTENCE_TRANSFORMERS_MODULES).read_text())
     (folder / SENTENCE_TRANSFORMERS_MODULES).write_text(json.dumps(modules, indent=2) + "\n")
     # the tokens the position table holds: RoBERTa's first rows (padding, and the one before) hold none
-    offset = getattr(getattr(model.base_model, "embeddings", None), "position_offset", 0)
-    settings = {"max_seq_length": config.max_position_embeddings - offset, "do_lower_case": lower_case}
+    settings = {"max_seq_length": model.max_input_tokens, "do_lower_case": lower_case}
     (folder / SENTENCE_TRANSFORMERS_CONFIG).write_text(json.dumps(settings, indent=2) + "\n")

@@ -177,9 +177,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
         EfficientBertForSequenceClassification, {**task.label_config(), **model_kwargs}
     )
     max_length = task_args.max_seq_length
-    if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
-        model.bert.resize_position_embeddings(max_length)
-    check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
+    if model_args.resize_position_embeddings and max_length > model.max_input_tokens:
+        model.resize_position_embeddings(max_length + model.position_offset)
+    check_sequence_length(max_length, model.max_input_tokens, "--max_seq_length", model.position_offset)
     first = task.train_split or next(iter(task.eval_splits), None) or next(iter(raw))
     file = {"train": task_args.train_file, "validation": task_args.validation_file}.get(first)
     texts = first_texts(raw[first], *task.sentence_keys)
@@ -187,7 +187,7 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     check_tokenizer(
         tokenizer, model.config, model_args.tokenizer_flag, texts, file or task.source, saved=saved
     )
-    match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
+    match_tokenizer_to_model(tokenizer, model.max_input_tokens)  # saved with the model
     with training_args.main_process_first(desc="tokenizing"):
         data = preprocess_task(
             raw, task, tokenizer, max_length, task_args.preprocessing_num_workers,

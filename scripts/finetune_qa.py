@@ -138,9 +138,9 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     )
     model = model_args.load_model(EfficientBertForQuestionAnswering, model_kwargs)
     max_length = data_args.max_seq_length
-    if model_args.resize_position_embeddings and max_length > model.config.max_position_embeddings:
-        model.resize_position_embeddings(max_length)
-    check_sequence_length(max_length, model.config.max_position_embeddings, "--max_seq_length")
+    if model_args.resize_position_embeddings and max_length > model.max_input_tokens:
+        model.resize_position_embeddings(max_length + model.position_offset)
+    check_sequence_length(max_length, model.max_input_tokens, "--max_seq_length", model.position_offset)
     first = next(iter(raw))
     texts = first_texts(raw[first], columns.question, columns.context)
     where, saved = sources.get(first, first), model_args.saved_tokenizer()

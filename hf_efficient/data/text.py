@@ -337,36 +337,42 @@ def causal_lm_tokenizer(tokenizer: PreTrainedTokenizerBase) -> PreTrainedTokeniz
     )
 
 
-def match_tokenizer_to_model(tokenizer: PreTrainedTokenizerBase, max_position_embeddings: int) -> None:
-    """Make ``tokenizer.model_max_length`` the tokens the model reads, so that the saved tokenizer says so.
+def match_tokenizer_to_model(tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> None:
+    """Make ``tokenizer.model_max_length`` the tokens the model reads (``max_tokens``: the model's
+    ``max_input_tokens``), so that the saved tokenizer says so.
 
     A BERT tokenizer is saved with 512; once the position table holds more rows
     (``--resize_position_embeddings``, a zoo checkpoint), ``truncation=True`` (``pipeline(...)``,
     ``tokenizer(...)``) would still cut every document at 512 tokens without a word. BERT's position ids
-    count from 0 (no offset, unlike RoBERTa's ``padding_idx + 1``), so the model reads
-    ``max_position_embeddings`` tokens, [CLS] and [SEP] included.
+    count from 0, so it reads ``max_position_embeddings`` tokens, [CLS] and [SEP] included; RoBERTa's start
+    past ``padding_idx + 1``, so its 514 rows read 512.
     """
-    if tokenizer.model_max_length != max_position_embeddings:
+    if tokenizer.model_max_length != max_tokens:
         logger.info(
             "tokenizer model_max_length %s -> %d, the model's positions: truncation=True cuts there",
-            tokenizer.model_max_length, max_position_embeddings,
+            tokenizer.model_max_length, max_tokens,
         )  # fmt: skip
-    tokenizer.model_max_length = max_position_embeddings
+    tokenizer.model_max_length = max_tokens
 
 
 # The name transformers' example scripts give a flag, where ours differs (what the user may have typed).
 _ALSO_CALLED = {"--block_size": " (--max_seq_length in run_mlm.py)"}
 
 
-def check_sequence_length(length: int, max_position_embeddings: int, flag: str = "--block_size") -> None:
-    """Raise when ``length`` tokens (given as ``flag``) would not fit the model's position table, saying how
-    to fix it."""
-    if length > max_position_embeddings:
+def check_sequence_length(
+    length: int, max_tokens: int, flag: str = "--block_size", position_offset: int = 0
+) -> None:
+    """Raise when ``length`` tokens (given as ``flag``) would not fit the model's position table of
+    ``max_tokens`` tokens (``max_position_embeddings`` less ``position_offset``, RoBERTa's two rows below its
+    first token), saying how to fix it."""
+    if length > max_tokens:
+        rows = max_tokens + position_offset
+        held = f" ({max_tokens} tokens past its {position_offset} offset rows)" if position_offset else ""
         raise InputError(
             f"{flag} {length}{_ALSO_CALLED.get(flag, '')} is larger than the model's max_position_embeddings="
-            f"{max_position_embeddings}. Use {flag} {max_position_embeddings} or less, or give the model "
+            f"{rows}{held}. Use {flag} {max_tokens} or less, or give the model "
             f"{length} positions: a model trained from scratch with --config_overrides "
-            f"max_position_embeddings={length}; a pretrained checkpoint with the switch "
+            f"max_position_embeddings={length + position_offset}; a pretrained checkpoint with the switch "
             f"--resize_position_embeddings (it takes no value: it extends the checkpoint's position table to "
             f"{flag} by copying its learned rows)."
         )

@@ -187,12 +187,12 @@ def language_model(
         config_kwargs = {**specials, **model_kwargs}
     model = model_args.load_model(model_class, config_kwargs)
     block_size = data_args.block_size
-    if model_args.resize_position_embeddings and block_size > model.config.max_position_embeddings:
-        model.base_model.resize_position_embeddings(block_size)
+    if model_args.resize_position_embeddings and block_size > model.max_input_tokens:
+        model.resize_position_embeddings(block_size + model.position_offset)
     texts = first_texts(corpus, data_args.text_column)
     where, saved = model_args.tokenizer_flag, model_args.saved_tokenizer()
     check_tokenizer(tokenizer, model.config, where, texts, data_args.source_flag, needs, saved)
-    match_tokenizer_to_model(tokenizer, model.config.max_position_embeddings)  # saved with the model
+    match_tokenizer_to_model(tokenizer, model.max_input_tokens)  # saved with the model
     return model
 
 
@@ -231,7 +231,7 @@ def language_model_blocks(
             f"{data_args.validation_file!r} and {data_args.validation_split_percentage:g}): the file is the "
             "evaluation set."
         )
-    check_sequence_length(data_args.block_size, model.config.max_position_embeddings)
+    check_sequence_length(data_args.block_size, model.max_input_tokens, position_offset=model.position_offset)
 
     def examples(texts: Dataset, source: str) -> Dataset:
         if line_by_line:
@@ -242,7 +242,7 @@ def language_model_blocks(
             )  # fmt: skip
         return group_texts(
             texts, tokenizer, data_args.block_size, data_args.text_column,
-            model.config.max_position_embeddings, data_args.preprocessing_num_workers, causal=causal,
+            model.max_input_tokens, data_args.preprocessing_num_workers, causal=causal,
             load_from_cache_file=data_args.load_from_cache_file, source=source,
         )  # fmt: skip
 

@@ -78,6 +78,8 @@ def test_each_text_family_runs_a_script(name, data, tmp_path, request):
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["model_type"] == f"efficient_{name}"
     assert config["attention_type"] == flags[1]
+    # the tokenizer saved beside it cuts at the tokens the positions hold: RoBERTa's 66 rows hold 64
+    assert json.loads((tmp_path / "out" / "tokenizer_config.json").read_text())["model_max_length"] == 64
     assert (tmp_path / "out" / "tokenizer.json").is_file()
 
 

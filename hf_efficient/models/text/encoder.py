@@ -54,6 +54,18 @@ class EfficientTextPreTrainedModel(EfficientPreTrainedModel):
     # positions are built on the fly here, so the key is expected and not reported.
     _keys_to_ignore_on_load_unexpected = [r"embeddings\.position_ids", r"embeddings\.token_type_ids"]
 
+    @property
+    def position_offset(self) -> int:
+        """The position-table rows below the first real token's position: RoBERTa's and XLM-R's padding row
+        and the one before it (2), else 0."""
+        return getattr(getattr(self.base_model, "embeddings", None), "position_offset", 0)
+
+    @property
+    def max_input_tokens(self) -> int:
+        """The tokens one sequence may hold, [CLS] and [SEP] included: ``max_position_embeddings`` less
+        :attr:`position_offset` (a RoBERTa's 514 rows hold 512 tokens)."""
+        return self.config.max_position_embeddings - self.position_offset
+
     @torch.no_grad()
     def resize_position_embeddings(self, new_length: int, reinitialize_fixed_length_attention: bool = False):
         """Serve longer inputs: extend the learned position table by copying it (Beltagy et al. 2020, 3.5).

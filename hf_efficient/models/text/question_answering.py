@@ -185,7 +185,7 @@ class QuestionAnsweringPipeline(Pipeline):
 
     def default_max_seq_len(self) -> int:
         """The model's whole position table, as far as the tokenizer's ``model_max_length`` allows."""
-        return min(self.model.config.max_position_embeddings, self.tokenizer.model_max_length)
+        return min(self.model.max_input_tokens, self.tokenizer.model_max_length)
 
     def preprocess(self, inputs: dict, max_seq_len: int | None = None, doc_stride: int | None = None):
         if not isinstance(inputs, dict) or not {"question", "context"} <= set(inputs):
@@ -193,11 +193,12 @@ class QuestionAnsweringPipeline(Pipeline):
                 f"question-answering takes {{'question': ..., 'context': ...}}, got {inputs!r:.80}."
             )
         max_seq_len = max_seq_len or self.default_max_seq_len()
-        positions = self.model.config.max_position_embeddings
+        positions = self.model.max_input_tokens  # RoBERTa's two offset rows hold no token
         if max_seq_len > positions:
             raise InputError(
-                f"max_seq_len={max_seq_len} exceeds the model's max_position_embeddings={positions}: use "
-                f"max_seq_len <= {positions}, or extend the model (model.resize_position_embeddings)."
+                f"max_seq_len={max_seq_len} exceeds the {positions} tokens of the model's positions "
+                f"(max_position_embeddings={self.model.config.max_position_embeddings}): use max_seq_len <= "
+                f"{positions}, or extend the model (model.resize_position_embeddings)."
             )
         doc_stride = min(128, max_seq_len // 4) if doc_stride is None else doc_stride
         encoded = encode_windows(
