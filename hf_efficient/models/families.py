@@ -151,6 +151,19 @@ def model_class_for(model_class: type, model_type: str) -> type:
     return family.models[task]
 
 
+def class_for_checkpoint(model_class: type, path: str | Path | None) -> type:
+    """The class for ``model_class``'s task of the family whose checkpoint ``path`` holds (its local
+    config.json's ``model_type``: a RoBERTa folder and ``EfficientBertForMaskedLM`` give
+    ``EfficientRobertaForMaskedLM``); ``model_class`` itself where there is no config to read (no path, a
+    hub id: its config class maps or refuses the checkpoint when loading).
+
+    Raises:
+        InputError: no family takes that ``model_type``, or its family has no model for the task.
+    """
+    model_type = checkpoint_model_type(path) if path else None
+    return model_class if model_type is None else model_class_for(model_class, model_type)
+
+
 def checkpoint_model_type(path: str | Path) -> str | None:
     """The ``model_type`` in a local checkpoint folder's (or config file's) config.json, or None where there
     is none to read (a hub id: the config class reads it when loading)."""

@@ -181,11 +181,9 @@ class ModelArguments(RandomStateArguments):
         Raises:
             InputError: no family takes that ``model_type``, or its family has no model for the task.
         """
-        from ..models.families import checkpoint_model_type, model_class_for
+        from ..models.families import class_for_checkpoint
 
-        source = self.config_name or self.model_name_or_path
-        model_type = checkpoint_model_type(source) if source else None
-        return model_class if model_type is None else model_class_for(model_class, model_type)
+        return class_for_checkpoint(model_class, self.config_name or self.model_name_or_path)
 
     def check_weight_shapes(self, config_class: type, config_kwargs: dict[str, Any]) -> None:
         """Refuse model settings that override the checkpoint's sizes (``config_class.weight_shape_fields``:

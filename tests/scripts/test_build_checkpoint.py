@@ -1,6 +1,9 @@
 """scripts/build_checkpoint.py: the zoo's recipes built end to end on a tiny BERT (two steps per training
-stage, short blocks), then rerun (nothing redone), resumed, re-carded and refused where it must be; one real
-all-MiniLM-L6-v2 smoke build (``slow``)."""
+stage, short blocks), then rerun (nothing redone), resumed, re-carded and refused where it must be; a tiny
+RoBERTa masked LM built with ``--base_model`` (its offset positions, its own MLM head, its tokenizer files); a
+ModernBERT's rotary positions extended; one real all-MiniLM-L6-v2 smoke build (``slow``), the only one whose
+training stages run in fresh interpreters as users run them (the tiny builds run the same scripts' ``main``
+in this process: :func:`stages_in_process`)."""
 
 from __future__ import annotations
 
@@ -10,18 +13,32 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, AutoTokenizer, BertConfig, BertModel
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    BertConfig,
+    BertModel,
+    ModernBertForMaskedLM,
+    RobertaForMaskedLM,
+)
 
-from hf_efficient import EfficientBertForMaskedLM, EfficientBertModel
+from hf_efficient import (
+    EfficientBertForMaskedLM,
+    EfficientBertModel,
+    EfficientModernBertForMaskedLM,
+    EfficientRobertaForMaskedLM,
+    EfficientRobertaModel,
+)
 from hf_efficient.errors import InputError
 
+from ..models.text.families import TEXT_FAMILIES
 from ..models.text.helpers import MINILM
 from ..processes import BLOCK_HF_EFFICIENT, run_python
 from ..script_loader import load_script
 
 NAME = "minilm-l6-longformer-4096"
 TINY_POSITIONS, LONG = 64, 128
-BUILT = f"minilm-l6-longformer-{LONG}"  # the recipe at LONG positions: what the folder and card are named
+BUILT = f"tiny-bert-longformer-{LONG}"  # the recipe from tiny_bert at LONG positions: folder and card name
 
 
 def small_budget(base_model: str, long: int, short: int, texts: int = 40) -> list[str]:
@@ -47,15 +64,39 @@ def small_budget(base_model: str, long: int, short: int, texts: int = 40) -> lis
     return [f"{key}={json.dumps(value)}" for key, value in values.items()]
 
 
+SENTENCES = [  # what the tiny families' tokenizers are trained on (byte-level BPE reads any text)
+    "a gripping , funny film with a great cast",
+    "two hours i will not get back , and a story that goes nowhere",
+    "the plot is thin but the actors give it their all",
+] * 4
+
+
 @pytest.fixture(scope="module")
 def builder():
     return load_script("build_checkpoint")
 
 
 @pytest.fixture(scope="module")
+def stages_in_process(builder):
+    """The training stages' scripts run by their ``main`` in this process instead of a fresh interpreter
+    each (two per build, ~10 s of imports): the same code and flags; ``test_minilm_smoke_build`` keeps the
+    subprocesses."""
+    original = builder.run_training
+
+    def run_training(command: list[str]) -> dict:
+        print("  " + " ".join(command), flush=True)
+        load_script(Path(command[1]).stem).main(command[2:])
+        return {}
+
+    builder.run_training = run_training
+    yield
+    builder.run_training = original
+
+
+@pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory) -> str:
     """A tiny BERT (hidden 32, 2 layers, 64 positions) with MiniLM's tokenizer, saved as a BERT checkpoint."""
-    folder = tmp_path_factory.mktemp("tiny_bert")
+    folder = tmp_path_factory.mktemp("models") / "tiny_bert"
     config = BertConfig(
         vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
         max_position_embeddings=TINY_POSITIONS,
@@ -66,7 +107,7 @@ def tiny_bert(tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="module")
-def built(builder, tiny_bert, tmp_path_factory):
+def built(builder, stages_in_process, tiny_bert, tmp_path_factory):
     """(output folder, overrides) of a finished tiny build."""
     output = tmp_path_factory.mktemp("zoo") / BUILT
     overrides = small_budget(tiny_bert, LONG, 32)
@@ -89,7 +130,7 @@ json.dump({
 """
 
 
-@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+@pytest.mark.slow  # the tiny build (~20 s) and a fresh interpreter
 def test_final_folder_loads_through_remote_code_and_hf_efficient(built, tmp_path):
     output, _ = built
     final = output / "final"
@@ -104,7 +145,7 @@ def test_final_folder_loads_through_remote_code_and_hf_efficient(built, tmp_path
     assert type(AutoModelForMaskedLM.from_pretrained(final)) is EfficientBertForMaskedLM
 
 
-@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+@pytest.mark.slow  # the tiny build: two training stages (~20 s)
 def test_extended_positions_copy_the_trained_table(built):
     """Right after the extension (before the masked-LM steps) rows 64..127 repeat rows 0..63."""
     output, _ = built
@@ -115,17 +156,17 @@ def test_extended_positions_copy_the_trained_table(built):
     torch.testing.assert_close(extended[TINY_POSITIONS:], distilled[: LONG - TINY_POSITIONS])
 
 
-@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+@pytest.mark.slow  # the tiny build: two training stages (~20 s)
 def test_card_holds_the_measured_numbers(built):
     output, _ = built
     results = json.loads((output / "4-evaluate" / "results.json").read_text())
     card = (output / "final" / "README.md").read_text()
     lengths = {(row["model"], row["length"]) for row in results["rows"]}
-    reference = "all-MiniLM-L6-v2 encoder + this MLM head (reference)"
+    reference = "tiny_bert encoder + this MLM head (reference)"
     assert lengths == {(BUILT, 32), (BUILT, LONG), (reference, 32)}
     for row in results["rows"]:
         assert f"{row['loss']:.4f}" in card and f"{row['perplexity']:.2f}" in card
-    assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in card
+    assert "base_model:" not in card  # a local base has no hub id to name (MiniLM's card: the smoke build)
     assert "trust_remote_code=True" in card
     assert "| masked LM max_steps | 2 |" in card  # the stages' budgets, without one run's TrainingArguments
     assert f"Positions {TINY_POSITIONS} to {LONG - 1} start as copies" in card  # the recipe's own limits
@@ -139,21 +180,22 @@ def test_card_holds_the_measured_numbers(built):
         assert f"{stage} {seconds:.0f} s" in card
 
 
-@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+@pytest.mark.slow  # the tiny build: two training stages (~20 s)
 def test_rerun_skips_finished_stages(builder, built, monkeypatch):
     output, overrides = built
     markers = {path: path.stat().st_mtime_ns for path in output.glob("*/DONE.json")}
     assert len(markers) == 4
 
-    def no_subprocess(*args, **kwargs):
+    def no_training(*args, **kwargs):
         raise AssertionError(f"a stage was rerun: {args}")
 
-    monkeypatch.setattr(subprocess, "run", no_subprocess)
+    monkeypatch.setattr(builder, "run_training", no_training)
+    monkeypatch.setattr(subprocess, "run", no_training)
     builder.build(NAME, str(output), overrides, write_card_to=None)
     assert {path: path.stat().st_mtime_ns for path in output.glob("*/DONE.json")} == markers
 
 
-@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+@pytest.mark.slow  # the tiny build: two training stages (~20 s)
 def test_card_subcommand_rerenders_with_extra_results(builder, built, tmp_path):
     output, _ = built
     extra = output / "extra_results"
@@ -166,7 +208,7 @@ def test_card_subcommand_rerenders_with_extra_results(builder, built, tmp_path):
     assert (tmp_path / f"{BUILT}.md").read_text() == card
 
 
-@pytest.mark.slow  # the tiny build: two training stages in fresh interpreters (~45 s)
+@pytest.mark.slow  # the tiny build: two training stages (~20 s)
 def test_other_overrides_on_the_same_folder_are_refused(builder, built):
     output, overrides = built
     with pytest.raises(ValueError, match="another recipe"):
@@ -177,7 +219,7 @@ def test_extended_checkpoint_saves_a_tokenizer_of_its_length(builder, tiny_bert,
     """Stage 2 saves the tokenizer with the new length, so truncation=True (pipelines) cuts there, not at the
     base tokenizer's 512."""
     facts = builder.extend_positions(Path(tiny_bert), tmp_path / "2-extend", LONG)
-    assert facts == {"positions_from": TINY_POSITIONS, "positions_to": LONG}
+    assert facts == {"positions_from": TINY_POSITIONS, "positions_to": LONG, "mlm_head": "new"}
     assert AutoTokenizer.from_pretrained(tiny_bert).model_max_length == 512
     assert AutoTokenizer.from_pretrained(tmp_path / "2-extend").model_max_length == LONG
 
@@ -231,5 +273,77 @@ def test_minilm_smoke_build(builder, tmp_path):
     builder.build(NAME, str(output), overrides, write_card_to=None)
     model = EfficientBertForMaskedLM.from_pretrained(output / "final")
     assert model.config.max_position_embeddings == 4096 and model.config.hidden_size == 384
+    card = (output / "final" / "README.md").read_text()
+    assert "base_model: sentence-transformers/all-MiniLM-L6-v2" in card and "uncased WordPiece" in card
     rows = json.loads((output / "4-evaluate" / "results.json").read_text())["rows"]
     assert all(torch.isfinite(torch.tensor(row["loss"])) for row in rows)
+
+
+@pytest.fixture(scope="module")
+def tiny_roberta(tmp_path_factory) -> Path:
+    """transformers' tiny RoBERTa masked LM (66 position rows: 64 tokens past its two offset rows) with a
+    byte-level BPE tokenizer, saved as users have one: a base with its own MLM head."""
+    folder = tmp_path_factory.mktemp("models") / "My_RoBERTa"
+    TEXT_FAMILIES["roberta"].saved_with_tokenizer(RobertaForMaskedLM, folder, SENTENCES)
+    return folder
+
+
+@pytest.mark.slow  # a tiny build: two training stages (~20 s)
+def test_a_roberta_base_builds_with_its_offset_positions_head_and_tokenizer(
+    builder, stages_in_process, tiny_roberta, tmp_path
+):
+    """``--base_model`` takes a RoBERTa: the folder is named after it, its table grows past the two offset
+    rows (LONG tokens: LONG + 2 rows, the trained rows repeated after the offset), the MLM stage continues the
+    base's own head, the reference row is the base itself, and final/ holds its tokenizer files."""
+    overrides = [o for o in small_budget("unused", LONG, 32) if not o.startswith("base_model=")]
+    recipe = builder.load_recipe(NAME, [f"base_model={json.dumps(str(tiny_roberta))}", *overrides])
+    built_name = f"my-roberta-longformer-{LONG}"
+    assert builder.output_folder(recipe, None) == Path("runs/zoo") / built_name  # named after its base
+    output = tmp_path / built_name
+    final = builder.build(NAME, str(output), overrides, None, base_model=str(tiny_roberta))
+    distilled = EfficientRobertaModel.from_pretrained(output / "1-distill").get_position_embeddings().weight
+    extended = EfficientRobertaModel.from_pretrained(output / "2-extend").get_position_embeddings().weight
+    assert extended.shape[0] == LONG + 2
+    torch.testing.assert_close(extended[: TINY_POSITIONS + 2], distilled)
+    torch.testing.assert_close(extended[TINY_POSITIONS + 2 :], distilled[2 : LONG - TINY_POSITIONS + 2])
+    base = RobertaForMaskedLM.from_pretrained(tiny_roberta)
+    head = EfficientRobertaForMaskedLM.from_pretrained(output / "2-extend").lm_head
+    torch.testing.assert_close(head.dense.weight, base.lm_head.dense.weight)  # the base's head, not a new one
+    assert json.loads((output / "2-extend" / "DONE.json").read_text())["mlm_head"] == "base"
+
+    model = AutoModelForMaskedLM.from_pretrained(final)
+    assert type(model) is EfficientRobertaForMaskedLM and model.config.attention_type == "longformer"
+    tokenizer = AutoTokenizer.from_pretrained(final)
+    text = "two hours i will not get back"
+    assert tokenizer(text).input_ids == AutoTokenizer.from_pretrained(tiny_roberta)(text).input_ids
+    assert tokenizer.model_max_length == LONG and tokenizer.mask_token == "<mask>"
+    rows = json.loads((output / "4-evaluate" / "results.json").read_text())["rows"]
+    assert {row["model"] for row in rows} == {
+        built_name,
+        "My_RoBERTa with its own MLM head (reference)",
+    }
+    card = (final / "README.md").read_text()
+    assert "continuing the base's own MLM head" in card and "RobertaTokenizer" in card
+    assert "MiniLM" not in card.replace("in place of the recipe's MiniLM", "")
+    command = json.loads((output / "recipe.json").read_text())["command"]
+    assert f"--base_model {tiny_roberta}" in command
+
+
+def test_a_modernbert_base_extends_its_rotary_positions_and_keeps_its_head(builder, tmp_path):
+    """ModernBERT's rotary positions have no table: stage 2 sets the config's length (no error about a
+    table to copy), and the masked LM keeps the base's head."""
+    folder = tmp_path / "modernbert"
+    TEXT_FAMILIES["modernbert"].saved_with_tokenizer(ModernBertForMaskedLM, folder, SENTENCES)
+    facts = builder.extend_positions(folder, tmp_path / "2-extend", LONG, str(folder))
+    assert facts == {"positions_from": TINY_POSITIONS, "positions_to": LONG, "mlm_head": "base"}
+    model = EfficientModernBertForMaskedLM.from_pretrained(tmp_path / "2-extend")
+    assert model.config.max_position_embeddings == LONG
+    base = ModernBertForMaskedLM.from_pretrained(folder)
+    torch.testing.assert_close(model.head.dense.weight, base.head.dense.weight)
+    assert AutoTokenizer.from_pretrained(tmp_path / "2-extend").model_max_length == LONG
+
+
+def test_a_missing_base_model_is_one_clear_error(builder, tmp_path):
+    with pytest.raises(InputError, match=r"--base_model: no such folder"):
+        builder.build(NAME, str(tmp_path / "out"), [], None, base_model=str(tmp_path / "nothing-here"))
+    assert not (tmp_path / "out").exists()
