@@ -59,6 +59,32 @@ def test_padding_free_heads(attention_type):
     )
 
 
+def test_padding_free_masked_lm_head_reads_the_real_tokens_only(monkeypatch):
+    """Without labels (inference: (b, n, V) logits) the vocabulary projection, as costly as the encoder at
+    BERT's sizes, runs on the real tokens only, chunk by chunk (chunks of 4 here), and the logits equal the
+    padded head's at every real token (zeros at padding); a batch without padding runs the head whole."""
+    monkeypatch.setattr(hf_efficient.models.text.tasks.MaskedLMTask, "REAL_TOKEN_CHUNK", 4)
+    ids, mask = batch()
+    torch.manual_seed(0)
+    padded = EfficientBertForMaskedLM(tiny_config("longformer")).eval()
+    free = EfficientBertForMaskedLM(tiny_config("longformer", padding_free=True)).eval()
+    free.load_state_dict(padded.state_dict())
+    rows = []
+    decoder = free.get_output_embeddings()
+    decoder.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[:-1].numel()))
+    with torch.no_grad():
+        logits = free(ids, attention_mask=mask).logits
+        expected = padded(ids, attention_mask=mask).logits
+    real = int(mask.sum())
+    assert sum(rows) == real and max(rows) == 4  # not b * n = 60 rows
+    assert_close_real(logits, expected, mask, **CLOSE)
+    assert not logits[mask == 0].any()
+    rows.clear()
+    with torch.no_grad():
+        free(ids, attention_mask=torch.ones_like(mask))
+    assert rows == [ids.numel()]
+
+
 def test_only_right_padded_batches_run_padding_free(monkeypatch):
     """A left-padded batch (and one with gaps) runs padded: the same outputs, no stream."""
     ids, mask = batch()
