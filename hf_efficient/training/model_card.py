@@ -135,8 +135,9 @@ def attention_rows(config) -> list[dict[str, str]]:
     return rows
 
 
-def _input_size_note(config, modality: str) -> str:
+def _input_size_note(model: PreTrainedModel, modality: str) -> str:
     """What happens with inputs of another size (positions are learned or fixed to the trained size)."""
+    config = model.config
     if modality == "graph":
         bias = "; Graphormer's bias costs O(E n^2) per batch with edge features" if config.graph_bias else ""
         cost = f"the cost in nodes is that of each attention type above{bias}"
@@ -151,9 +152,15 @@ def _input_size_note(config, modality: str) -> str:
             f"{config.num_channels} channel(s)); the image processor resizes other images to {size}. "
             "`interpolate_pos_encoding=True` accepts other sizes (positions resized), untested here."
         )
+    if model.get_position_embeddings() is None:  # ModernBERT's rotary positions
+        return (
+            f"Rotary positions (no table): inputs up to {config.max_position_embeddings} tokens, the "
+            "config's max_position_embeddings; longer ones run, untested."
+        )
+    rows = f" ({config.max_position_embeddings} position rows)" if model.position_offset else ""
     return (
-        f"Learned absolute positions: inputs longer than {config.max_position_embeddings} tokens raise. "
-        "`model.bert.resize_position_embeddings(n)` extends the table by copying it; fine-tune afterwards."
+        f"Learned absolute positions: inputs longer than {model.max_input_tokens} tokens{rows} raise. "
+        "`model.resize_position_embeddings(rows)` extends the table by copying it; fine-tune afterwards."
     )
 
 
@@ -164,7 +171,7 @@ def limitations(model: PreTrainedModel) -> list[str]:
     """What a user of this model must know, derived from the attention cores' declared capabilities."""
     config = model.config
     modality = getattr(config, "modality", "text")
-    items = [_input_size_note(config, modality)]
+    items = [_input_size_note(model, modality)]
     seen = set()
     for core in (m for m in model.modules() if isinstance(m, AttentionCore)):
         name, caps = core.attention_type, core.capabilities

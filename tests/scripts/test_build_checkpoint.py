@@ -324,6 +324,7 @@ def test_a_roberta_base_builds_with_its_offset_positions_head_and_tokenizer(
     }
     card = (final / "README.md").read_text()
     assert "continuing the base's own MLM head" in card and "RobertaTokenizer" in card
+    assert f"inputs longer than {LONG} tokens ({LONG + 2} position rows) raise" in card
     assert "MiniLM" not in card.replace("in place of the recipe's MiniLM", "")
     command = json.loads((output / "recipe.json").read_text())["command"]
     assert f"--base_model {tiny_roberta}" in command
