@@ -31,8 +31,13 @@ ids_tensor = UPSTREAM.modeling.ids_tensor
 floats_tensor = UPSTREAM.modeling.floats_tensor
 random_attention_mask = UPSTREAM.modeling.random_attention_mask
 
-# full, and efficient types of three kinds: kernelized (linear), windowed (longformer), blocks (bigbird)
+# BERT's and ViT's testers: full, and efficient types of three kinds: kernelized (linear), windowed
+# (longformer), blocks (bigbird)
 ATTENTION_TYPES = ("full", "linear", "longformer", "bigbird")
+# the other text families' testers (the same shared blocks and cores as BERT's): full, a kernelized and a
+# windowed type; bigbird's run through the mixins is BERT's and ViT's (and each family's parity and
+# padding tests run every type)
+FAMILY_ATTENTION_TYPES = ("full", "linear", "longformer")
 # DeiT's and DINOv2's testers: full, kernelized linear attention (no weights to return) and 2-D windows over
 # the patch grid (which must be told the prefix tokens before the patches)
 VISION_ATTENTION_TYPES = ("full", "linear", "swin_window")

@@ -133,7 +133,15 @@ EXPECTATIONS: tuple[Expectation, ...] = (
         "skip",
         "time (the module's heaviest test, 28 from_pretrained calls per class): it checks the deprecated "
         "torch_dtype alias of from_pretrained, code no attention type touches; it runs for full",
+        groups=("bert", "vision"),
         types=("linear", "longformer", "bigbird"),
+    ),
+    Expectation(
+        "test_bc_torch_dtype",
+        "skip",
+        "time (12 s per class): the deprecated torch_dtype alias goes through the from_pretrained every "
+        "family shares (EfficientPreTrainedModel); BERT's and ViT's full classes run it",
+        groups=("roberta", "xlm-roberta", "electra", "distilbert", "modernbert", "mae", "deit", "dinov2"),
     ),
     Expectation(
         "test_resize_position_vector_embeddings",

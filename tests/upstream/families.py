@@ -17,8 +17,9 @@ from hf_efficient import causal_attention_types
 
 from ..attention.helpers import small_config
 from ..models.helpers import CONFIG_ERRORS
+from .common import FAMILY_ATTENTION_TYPES
 from .expectations import apply_expectations
-from .test_transformers_common import ATTENTION_TYPES, UPSTREAM
+from .test_transformers_common import UPSTREAM
 
 
 class FamilyTester:
@@ -53,7 +54,7 @@ def family_test_classes(group: str, tests: type, tester: type, config_class: typ
     and ``all_model_classes``) over ModelTesterMixin, with ``tester(self, attention_type)`` as its model
     tester and ``ConfigTester(self, config_class=config_class, **config_tester)`` as its config tester."""
     classes = {}
-    for attention_type in ATTENTION_TYPES:
+    for attention_type in FAMILY_ATTENTION_TYPES:
 
         def setUp(self, attention_type=attention_type):
             self.model_tester = tester(self, attention_type)

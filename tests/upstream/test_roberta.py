@@ -1,6 +1,6 @@
 """transformers' RoBERTa model tests on EfficientRoberta and EfficientXLMRoberta: upstream's
 RobertaModelTester and RobertaModelTest, through ModelTesterMixin (+ GenerationTesterMixin), once per type of
-tests/upstream/common.py.
+tests/upstream/common.py's FAMILY_ATTENTION_TYPES.
 
 Upstream's RoBERTa tester is its BERT tester with RoBERTa's classes (the same sizes and checks), keeping the
 padding id out of a decoder's ids (RoBERTa's positions skip padding ids); its tests are BERT's less the
@@ -32,7 +32,7 @@ from hf_efficient import (
     EfficientXLMRobertaModel,
 )
 
-from .common import add_test_classes
+from .common import FAMILY_ATTENTION_TYPES, add_test_classes
 from .test_bert import BertModelTester, BertModelTests
 
 
@@ -124,8 +124,9 @@ def roberta_classes(tester: type[RobertaModelTester]) -> tuple[type, ...]:
 
 
 add_test_classes(
-    globals(), "roberta", RobertaModelTester, roberta_classes(RobertaModelTester), tests=(RobertaModelTests,)
-)
+    globals(), "roberta", RobertaModelTester, roberta_classes(RobertaModelTester), tests=(RobertaModelTests,),
+    types=FAMILY_ATTENTION_TYPES,
+)  # fmt: skip
 add_test_classes(
     globals(),
     "xlm-roberta",
@@ -133,4 +134,5 @@ add_test_classes(
     roberta_classes(XLMRobertaModelTester),
     tests=(RobertaModelTests,),
     fast=False,
+    types=FAMILY_ATTENTION_TYPES,
 )
