@@ -317,11 +317,17 @@ def checkpoint_weight_names(folder: str | Path) -> set[str]:
 def base_mlm_head(model, base: str) -> dict | None:
     """The ``base`` checkpoint's MLM head weights for ``model`` (same family), or None where the base holds
     no such head (a bare encoder, a sentence-transformers model, an ELECTRA discriminator)."""
-    names = mlm_head_names(model)
-    if not names or not set(names) <= checkpoint_weight_names(base):
+    if not base_has_mlm_head(model, base):
         return None
     state = type(model).from_pretrained(base).state_dict()
-    return {name: state[name] for name in names}
+    return {name: state[name] for name in mlm_head_names(model)}
+
+
+def base_has_mlm_head(model, base: str) -> bool:
+    """Whether the ``base`` checkpoint's weights hold every parameter of ``model``'s MLM head (read from the
+    weight files' names, without loading the model)."""
+    names = mlm_head_names(model)
+    return bool(names) and set(names) <= checkpoint_weight_names(base)
 
 
 # -- evaluation ------------------------------------------------------------------------------------------
@@ -414,7 +420,7 @@ def models_to_evaluate(recipe: dict, model_dir: Path):
         raise InputError(
             f"{model_dir} holds a {type(model).__name__}, but the base {base} is a {base_class.__name__}."
         )
-    if base_mlm_head(model, base) is not None:
+    if base_has_mlm_head(model, base):  # the base itself, loaded once
         return model, base_class.from_pretrained(base), f"{label} with its own MLM head (reference)"
     config = base_class.config_class.from_pretrained(base)
     reference = base_class(config)

@@ -100,7 +100,7 @@ class EfficientTextPreTrainedModel(EfficientPreTrainedModel):
             )
         # Rows below the first real token's position (RoBERTa's padding row and the one before) stay; the
         # trained rows of real positions repeat after them.
-        offset = getattr(base.embeddings, "position_offset", 0)
+        offset = self.position_offset
         table = old.weight.new_empty(new_length, old.embedding_dim)
         table[:offset] = old.weight[:offset]
         trained = old.weight[offset:]
