@@ -85,6 +85,31 @@ def test_padding_free_masked_lm_head_reads_the_real_tokens_only(monkeypatch):
     assert rows == [ids.numel()]
 
 
+def test_masked_lm_eval_loss_reads_the_masked_rows_only(monkeypatch):
+    """An evaluation step (eval mode, labels: (b, n, V) logits returned) takes the loss's log-softmax over
+    the masked positions only, not over every one of the b x n rows (padding and unmasked tokens, whose
+    labels are -100): the same loss as over every row, padded or padding-free."""
+    ids, mask = batch()
+    labels = torch.full_like(ids, -100)
+    labels[:, 1], labels[0, 5] = ids[:, 1], ids[0, 5]  # 4 masked positions of b x n = 60
+    rows = []
+    cross_entropy = torch.nn.functional.cross_entropy
+
+    def counted(logits, target, *args, **kwargs):
+        rows.append(logits.shape[0])
+        return cross_entropy(logits, target, *args, **kwargs)
+
+    monkeypatch.setattr(hf_efficient.modeling.heads.F, "cross_entropy", counted)
+    for padding_free in (False, True):
+        torch.manual_seed(0)
+        model = EfficientBertForMaskedLM(tiny_config("longformer", padding_free=padding_free)).eval()
+        with torch.no_grad():
+            out = model(ids, attention_mask=mask, labels=labels)
+        assert rows.pop() == 4 and out.logits.shape[:2] == ids.shape
+        every_row = cross_entropy(out.logits.flatten(0, 1), labels.flatten())  # ignore_index=-100
+        torch.testing.assert_close(out.loss, every_row)
+
+
 def test_only_right_padded_batches_run_padding_free(monkeypatch):
     """A left-padded batch (and one with gaps) runs padded: the same outputs, no stream."""
     ids, mask = batch()
