@@ -10,6 +10,7 @@ counter is reset per point, so no fresh process is needed for memory) with CUDA 
     python -m benchmarks.gpu --model_step --out benchmarks/results/reference/gpu/model_step
     python -m benchmarks.gpu --generation --out benchmarks/results/reference/gpu/generation
     python -m benchmarks.gpu --dry-run --out /tmp/gpu_dry   # CPU, tiny sizes: the same code paths
+    python -m benchmarks.gpu --dry-run --every_kind --out /tmp/gpu_dry   # the four kinds, one process
 
 ``--causal`` measures the causal forms (every type with one, exact attention through sdpa's causal kernel)
 beside flash-linear-attention's chunked Triton kernels, the peers the causal kernelised types are held to
@@ -39,6 +40,7 @@ import argparse
 import json
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -494,7 +496,27 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--slow_s", type=float, default=2.0, help="A point slower than this ends its type.")
     parser.add_argument("--budget_s", type=float, default=300.0, help="No new point after this many seconds.")
+    parser.add_argument(
+        "--every_kind",
+        action="store_true",
+        help="With --dry-run: the four kinds one after another in this process, into --out and its causal/, "
+        "model_step/ and generation/ folders, as gpu_check.sh lays them out (on a GPU it runs each kind in "
+        "its own process under its own time limit).",
+    )
     args = parser.parse_args(argv)
+    if args.every_kind:
+        if not args.dry_run:
+            parser.error("--every_kind is the dry run's: add --dry-run (a GPU run is one kind a process)")
+        if args.causal or args.model_step or args.generation:
+            parser.error("--every_kind runs every kind: drop --causal / --model_step / --generation")
+        rest = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--every_kind"]
+        kinds = {"core": [], "causal": ["--causal"], "model_step": ["--model_step"]}
+        kinds["generation"] = ["--generation"]
+        results = {}
+        for kind, flag in kinds.items():  # the last --out given wins: each kind's folder
+            out = args.out if kind == "core" else args.out / kind
+            results[kind] = main([*rest, "--out", str(out), *flag])
+        return results
     settings = dict(DRY_SETTINGS if args.dry_run else GPU_SETTINGS)
     if args.lengths:
         settings["lengths"] = args.lengths

@@ -15,11 +15,11 @@ import hf_efficient
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow  # four benchmark processes and a pytest process
+@pytest.mark.slow  # a benchmark process and a pytest process
 def test_gpu_check_dry_run_measures_every_type(tmp_path):
-    """Over a minute (about 50 s of CPU, 5 minutes on 2 busy cores): the GPU check's four parts each start a
-    process that imports torch and transformers, and the dry run is the only test of the script as CI and a
-    GPU machine run it. Each part at its smallest size: one length (two for the decoding comparison)."""
+    """About a minute: the dry run is the only test of the script as CI and a GPU machine run it (its four
+    parts in one process that imports torch and transformers, then pytest collecting the GPU tests). Each
+    part at its smallest size: one length (two for the decoding comparison)."""
     env = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
         ["bash", "benchmarks/gpu_check.sh", "--dry-run", str(tmp_path)],
