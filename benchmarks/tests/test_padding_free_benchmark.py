@@ -10,17 +10,20 @@ from benchmarks.studies import padding_free
 
 def test_padding_free_benchmark_smoke(tmp_path):
     """In process (``--in_process``): IMDB reviews through the text encoder (and transformers' ModernBERT),
-    molecules through the graph encoder, padded and padding-free, training step and inference."""
+    molecules through the graph encoder, padded and padding-free, training step and inference. The
+    long-document distribution runs the same text code on other rows (its rows are the next test's; building
+    its documents counts the tokens of 25,000 reviews, 20 s)."""
     options = ["--preset", "smoke", "--threads", "1", "--in_process", "--types", "full", "linear"]
+    options += ["--distributions", "imdb", "molecules"]
     results = padding_free.main([*options, "--out", str(tmp_path)])
     records = results["records"]
     assert {r["status"] for r in records} == {"ok"}, records
     points = {(r["distribution"], r["attention_type"], r["side"], r["mode"]) for r in records}
-    ours = {(d, t, s, m) for d in padding_free.DISTRIBUTIONS for t in ("full", "linear")
+    ours = {(d, t, s, m) for d in ("imdb", "molecules") for t in ("full", "linear")
             for s in ("padded", "padding_free") for m in padding_free.MODES}  # fmt: skip
     modernbert = {("imdb", padding_free.MODERNBERT_ROW, "modernbert_sdpa", m) for m in padding_free.MODES}
     assert points == ours | modernbert
-    for distribution in padding_free.DISTRIBUTIONS:  # every side of a distribution ran the same examples
+    for distribution in ("imdb", "molecules"):  # every side of a distribution ran the same examples
         same = {
             (r["real_tokens"], tuple(r["padded_shape"])) for r in records if r["distribution"] == distribution
         }
@@ -35,3 +38,13 @@ def test_padding_free_benchmark_smoke(tmp_path):
     share = next(r["padding_share"] for r in records if r["distribution"] == "imdb")
     assert f"| {share:.0%} | x{1 / (1 - share):.2f} |" in summary
     assert (tmp_path / "padding_free.png").stat().st_size > 1000
+
+
+def test_long_document_rows_become_documents_joined_as_the_set_joins_them():
+    """A long-document row is a list of IMDB review ids: its text is those reviews joined by the set's
+    separator (one [SEP] token between reviews), cut at the distribution's 4,096 tokens."""
+    batch = padding_free.text_batch([[0, 1, 2], [3]], padding_free.MAX_LENGTHS["long_documents"])
+    ids, mask = batch["input_ids"], batch["attention_mask"].bool()
+    separators = [int((row[real] == 102).sum()) for row, real in zip(ids, mask, strict=True)]  # [SEP] = 102
+    assert separators == [3, 1]  # two between the three reviews and the last; one review alone
+    assert mask[0].sum() > mask[1].sum() and 512 < ids.shape[1] <= 4096  # not cut at IMDB's 512
