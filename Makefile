@@ -41,8 +41,9 @@ PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 
 # The full suite, what CI runs (.ci/run): lint, then every test, the `slow` and `distributed` ones included
-# (16 min 5 s and 20 min 15 s from a fresh clone on a 2-core machine with sgemm ~108 GFLOP/s, set-up included:
-# 14 min 46 s and 18 min 36 s of pytest; 29.7 and 37 CPU-minutes, user + sys; tests marked `gpu` are skipped without CUDA). It ends with the 15 slowest tests:
+# (22 min 27 s from a fresh clone on a 2-core machine with sgemm 104 GFLOP/s on one thread, 185 on two, set-up
+# included: 20 min 18 s of pytest; 41.8 CPU-minutes, user + sys, 2026-12-02; tests marked `gpu` are skipped
+# without CUDA). It ends with the 15 slowest tests:
 # one over 60 seconds says in its docstring why it must take that long.
 test: lint upstream-tests bytecode
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=15
