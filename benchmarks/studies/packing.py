@@ -89,7 +89,7 @@ def write_texts(out: Path, count: int | None) -> tuple[Path, Path]:
     return paths
 
 
-def packed_tokens_per_example(held_out: Path, tokenizer_dir: Path | None, block_size: int) -> float:
+def packed_tokens_per_example(held_out: Path, block_size: int) -> float:
     """The mean tokens of a packed example (a text, or a piece of a longer one) on the held-out texts."""
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -97,7 +97,7 @@ def packed_tokens_per_example(held_out: Path, tokenizer_dir: Path | None, block_
     from hf_efficient.data import tokenize_lines
     from hf_efficient.data.packaged_bert import packaged_checkpoint
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir or packaged_checkpoint())
+    tokenizer = AutoTokenizer.from_pretrained(packaged_checkpoint())  # MiniLM's, the full preset's model
     texts = Dataset.from_dict({"text": held_out.read_text().splitlines()})
     examples = tokenize_lines(texts, tokenizer, block_size, split_long=True)
     return statistics.fmean(map(len, examples["input_ids"]))
@@ -108,7 +108,7 @@ def training_steps(setting: str, preset: dict, held_out: Path) -> int:
     tokens (steps x block_size / tokens per packed example, rounded up)."""
     if setting != "packing_equal_tokens":
         return preset["steps"]
-    per_example = packed_tokens_per_example(held_out, None, preset["block_size"])
+    per_example = packed_tokens_per_example(held_out, preset["block_size"])
     return math.ceil(preset["steps"] * preset["block_size"] / per_example)  # at least grouping's tokens
 
 

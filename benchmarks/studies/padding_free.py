@@ -134,7 +134,7 @@ def graph_batch(rows: list[int]) -> dict:
     return batch
 
 
-def build(point: argparse.Namespace, sizes: dict, max_length: int | None):
+def build(point: argparse.Namespace, sizes: dict):
     """The point's model, from seed 0 (the same weights on the padded and padding-free sides)."""
     import torch
 
@@ -146,6 +146,7 @@ def build(point: argparse.Namespace, sizes: dict, max_length: int | None):
     )
 
     torch.manual_seed(0)
+    max_length = MAX_LENGTHS.get(point.distribution)  # a text distribution's positions
     if point.side == "modernbert_sdpa":
         from transformers import ModernBertConfig, ModernBertForMaskedLM
 
@@ -168,14 +169,13 @@ def run_point(point: argparse.Namespace) -> dict:
 
     set_up_torch(point.threads)
     if DISTRIBUTIONS[point.distribution] == "text":
-        max_length = MAX_LENGTHS[point.distribution]
-        batch = text_batch(point.rows, max_length)
+        batch = text_batch(point.rows, MAX_LENGTHS[point.distribution])
         mask = batch["attention_mask"]
     else:
         batch = graph_batch(point.rows)
         batch["labels"] = batch["labels"].float()
-        mask, max_length = batch["node_mask"], None
-    model = build(point, json.loads(point.model), max_length)
+        mask = batch["node_mask"]
+    model = build(point, json.loads(point.model))
     if point.mode == "train":
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)

@@ -12,6 +12,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.activations import ACT2FN
 
+from ..attention.inputs import is_tracing
 from ..errors import InputError
 from .checks import IGNORE_INDEX, check_class_labels, check_float_labels, check_same_shape, checking_values
 
@@ -23,13 +24,21 @@ def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tens
     (a batch of padding, an MLM batch in which nothing was masked) gives 0 with zero gradients instead of
     NaN (0 / 0), which would otherwise poison the optimizer state.
 
+    Where fewer than half the rows have a target (a masked LM's 15%), only those rows go through the
+    log-softmax: over a masked LM's b x n x V logits the rest cost a sixth of a MiniLM-size evaluation
+    forward at 16 x 512 for labels of -100. The same loss and gradients.
+
     Args:
         logits: (..., C).
         labels: (...) class ids, -100 where there is no target.
     """
     logits, labels = logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long()
+    scored = labels != IGNORE_INDEX
+    count = scored.sum()
+    if not is_tracing() and 2 * int(count) < labels.numel():  # boolean indexing: a data-dependent shape
+        logits, labels = logits[scored], labels[scored]
     total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
-    return total / (labels != IGNORE_INDEX).sum().clamp(min=1)
+    return total / count.clamp(min=1)
 
 
 def classification_loss(

@@ -72,12 +72,6 @@ def native_attend(core, query, key, value, inputs) -> AttentionOutput:
     real = real if real is not None else torch.ones(b, n, dtype=torch.bool, device=device)  # (b, n)
     dropout = core.spec.dropout if core.training else 0.0
     slot_pos, slot_valid = core._global_slots(is_global, inputs, b, n, device)  # (b, G), (b, G)
-    gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
-    if is_global is None:  # no gather: its backward would allocate a full-size zero gradient
-        global_key = global_value = key.new_zeros(b, h, 0, d)
-    else:
-        global_key, global_value = key.gather(2, gather_index), value.gather(2, gather_index)
-
     r, w = core.config.attention_dilation, core.config.attention_window
     window = _Window.build(w if causal else w // 2, 0 if causal else w // 2, sub_len=-(-n // r))
     if r == 1 and n <= window.span:  # a chunk's keys would number n or more: one dense masked call is less
@@ -85,6 +79,11 @@ def native_attend(core, query, key, value, inputs) -> AttentionOutput:
         if is_global is not None:
             out = core._global_rows(out, query, key, value, real, is_global, slot_pos, slot_valid)
         return AttentionOutput(out, None)
+    gather_index = slot_pos[:, None, :, None].expand(b, h, -1, d)  # (b, h, G, d)
+    if is_global is None:  # no gather: its backward would allocate a full-size zero gradient
+        global_key = global_value = key.new_zeros(b, h, 0, d)
+    else:
+        global_key, global_value = key.gather(2, gather_index), value.gather(2, gather_index)
     q, k, v = (pad_to_multiple(t, r * window.chunk) for t in (query, key, value))  # (b, h, r m, d)
     key_real = extend_padding_mask(real, b, n, r * window.chunk, device)  # (b, r m)
     m = q.shape[2] // r

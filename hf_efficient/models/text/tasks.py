@@ -414,19 +414,6 @@ class MaskedLMTask(LanguageModelTask):
             logits.index_copy_(0, rows, self.lm_logits(features[rows]).to(logits.dtype))
         return logits.view(b, n, -1)
 
-    @staticmethod
-    def masked_positions_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """The cross-entropy of (b, n, V) or (M, V) logits averaged over the masked positions (0, not NaN,
-        for a batch in which nothing was masked), the same loss and gradients as over every row. Only the
-        masked rows go through the softmax (15% of an MLM batch's tokens): over all b x n rows, padding and
-        unmasked tokens included, whose labels are -100, it took a sixth of a MiniLM-size eval forward at
-        16 x 512 tokens."""
-        if is_tracing():  # boolean indexing has a data-dependent shape
-            return mean_cross_entropy(logits, labels)
-        flat = labels.reshape(-1)
-        scored = flat != -100
-        return mean_cross_entropy(logits.reshape(-1, logits.shape[-1])[scored], flat[scored])
-
     def task_output(self, outputs, labels, inputs) -> MaskedLMOutput:
         """Masked-LM logits, and with ``labels`` ((b, n) token ids at masked positions, -100 elsewhere: the
         MLM collator's) the loss averaged over the masked positions.
@@ -458,7 +445,8 @@ class MaskedLMTask(LanguageModelTask):
             logits = self.real_token_logits(hidden, inputs.get("attention_mask"))  # (b, n, V)
         else:
             logits = self.lm_logits(hidden)  # (b, n, V), or (M, V) with sparse_prediction=True
-        loss = self.masked_positions_loss(logits, labels) if labels is not None else None
+        # Averaged over the masked positions; 0 (not NaN) for a batch in which nothing was masked.
+        loss = mean_cross_entropy(logits, labels) if labels is not None else None
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
