@@ -167,18 +167,20 @@ def test_run_then_summarize_end_to_end(tmp_path, capsys):
     assert sys.executable in rows[0]["command"]
 
 
-@pytest.mark.slow  # the seeds runner starts the probe in a fresh interpreter per setting and seed
+@pytest.mark.slow  # two settings x two seeds, twice
 def test_probe_protocol_end_to_end_caches_features_for_every_seed(tmp_path, capsys):
     """``--protocol probe``: the encoder runs once per setting and split (features cached), each seed fits its
     own probe on its own draw of the training documents, and the summary reads the probe like a fine-tune.
-    The probe's features and cache are also checked in process (the tests below)."""
+    The seeds run in this process (``--in_process``: six fresh interpreters were 30 of this test's 34
+    CPU-seconds); the runner's fresh-interpreter path is the fine-tune test's above. The probe's features and
+    cache are also checked in process (the tests below)."""
     checkpoint = tmp_path / "tiny"
     save_tiny_bert(checkpoint, packaged_tokenizer())
     out = tmp_path / "study"
     run = ["run", "--protocol", "probe", "--variant", "majority3", "--out", str(out), "--seeds", "0", "1"]
     run += ["--max_reviews", "400", "--train_size", "12", "--validation_size", "2", "--test_size", "6"]
     run += ["--exact_model", str(checkpoint), "--exact_lengths", "32", "--checkpoint", f"tiny={checkpoint}"]
-    run += ["--long_lengths", "64"]
+    run += ["--long_lengths", "64", "--in_process"]
     results = long_documents.main(run)
     assert [r["label"] for r in results] == ["exact", "tiny"] and all(len(r["runs"]) == 2 for r in results)
     features = sorted((out / "features").rglob("*.npz"))

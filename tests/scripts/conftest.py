@@ -1,12 +1,16 @@
-"""Fixtures of the script tests: real text (IMDB, Rotten Tomatoes) written as the files the scripts read."""
+"""Fixtures of the script tests: real text (IMDB, Rotten Tomatoes) written as the files the scripts read;
+scripts/build_checkpoint.py's training stages in this process."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from hf_efficient.data import load_movie_reviews, rotten_tomatoes_splits
 
 from ..data.helpers import write_csv
+from ..script_loader import load_script
 
 
 @pytest.fixture(scope="module")
@@ -25,3 +29,21 @@ def data(tmp_path_factory) -> dict[str, str]:
         "test": write_csv(root / "test.csv", ["sentence"], [[t] for t in dev["text"][:10]]),
         "pairs": write_csv(root / "pairs.csv", ["sentence1", "sentence2", "label"], pairs),
     }
+
+
+@pytest.fixture(scope="module")
+def stages_in_process():
+    """scripts/build_checkpoint.py's training stages run by their scripts' ``main`` in this process instead
+    of a fresh interpreter each (two per build, ~10 s of imports): the same code and flags.
+    test_build_checkpoint.py's ``test_minilm_smoke_build`` keeps the subprocesses, as users run them."""
+    builder = load_script("build_checkpoint")
+    original = builder.run_training
+
+    def run_training(command: list[str]) -> dict:
+        print("  " + " ".join(command), flush=True)
+        load_script(Path(command[1]).stem).main(command[2:])
+        return {}
+
+    builder.run_training = run_training
+    yield
+    builder.run_training = original

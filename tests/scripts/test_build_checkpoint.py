@@ -77,23 +77,6 @@ def builder():
 
 
 @pytest.fixture(scope="module")
-def stages_in_process(builder):
-    """The training stages' scripts run by their ``main`` in this process instead of a fresh interpreter
-    each (two per build, ~10 s of imports): the same code and flags; ``test_minilm_smoke_build`` keeps the
-    subprocesses."""
-    original = builder.run_training
-
-    def run_training(command: list[str]) -> dict:
-        print("  " + " ".join(command), flush=True)
-        load_script(Path(command[1]).stem).main(command[2:])
-        return {}
-
-    builder.run_training = run_training
-    yield
-    builder.run_training = original
-
-
-@pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory) -> str:
     """A tiny BERT (hidden 32, 2 layers, 64 positions) with MiniLM's tokenizer, saved as a BERT checkpoint."""
     folder = tmp_path_factory.mktemp("models") / "tiny_bert"

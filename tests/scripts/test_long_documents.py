@@ -114,19 +114,19 @@ json.dump({
 """
 
 
-@pytest.mark.slow  # a zoo build and a pipeline in fresh interpreters
-def test_long_document_from_zoo_build_to_pipeline(finetune_glue, tiny_bert, tmp_path):  # noqa: F811
+@pytest.mark.slow  # a zoo build, a fine-tune and a pipeline in a fresh interpreter
+def test_long_document_from_zoo_build_to_pipeline(finetune_glue, stages_in_process, tiny_bert, tmp_path):  # noqa: F811
     """The path of docs/long_documents.md: build a 2,048-position zoo checkpoint (tiny budget, a tiny BERT
     in MiniLM's place), fine-tune it at 2,048 tokens on a CSV of one's own (string labels, own column
     names), then pipeline(..., trust_remote_code=True) where hf_efficient is not installed reads every token
-    of a 1,000-plus-token review, not its first 512. The build command and the fine-tune run in this process
-    (the scripts' main on their command lines' arguments; the build's training stages and the pipeline
-    still start interpreters): an interpreter start for each checked nothing more. Four documents, two per
-    label."""
+    of a 1,000-plus-token review, not its first 512. The build command, its training stages and the
+    fine-tune run in this process (the scripts' main on their command lines' arguments; the stages by
+    tests/scripts/conftest.py's stages_in_process): an interpreter start for each checked nothing more;
+    only the pipeline, which must not see hf_efficient, starts one. Four documents, two per label."""
     zoo = tmp_path / "minilm-l6-longformer-2048"
     budget = [*small_budget(tiny_bert, 128, 32), "max_position_embeddings=2048"]
     build_command = ["build", NAME, "--output_dir", str(zoo), *(f"--set={value}" for value in budget)]
-    load_script("build_checkpoint").main(build_command)  # its training stages: fresh interpreters
+    load_script("build_checkpoint").main(build_command)
 
     reviews = load_movie_reviews("imdb")
     texts = [" ".join(reviews[i : i + 6]["text"]) for i in range(0, 24, 6)]  # 4 documents of 6 reviews
