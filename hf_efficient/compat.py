@@ -273,6 +273,18 @@ def _softmax_backward_public(grad, probs, dim, out=None):
     return product.addcmul_(probs, product.sum(dim, keepdim=True), value=-1.0)  # g p - p sum(g p)
 
 
+_SAFE_SOFTMAX = getattr(torch, "_safe_softmax", None)
+
+
+def safe_softmax(scores: torch.Tensor, dim: int) -> torch.Tensor:
+    """softmax over ``dim`` with a row whose scores are all -inf giving zeros, not NaN: what
+    ``scaled_dot_product_attention``'s math path computes (``torch._safe_softmax``, private). Fallback: the
+    public softmax with its NaN rows set to zero."""
+    if _SAFE_SOFTMAX is not None:
+        return _SAFE_SOFTMAX(scores, dim)
+    return torch.softmax(scores, dim).nan_to_num(0.0)
+
+
 # ---- torch: CPU flash attention ----
 # torch's fused CPU kernel of scaled_dot_product_attention, called directly for what the public function
 # does not give: the log-sum-exp of each query row (saved for a backward that recomputes the scores) and

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
+from .dropout import fast_dropout
 from .inputs import AttentionInputs, GraphEdges
 
 
@@ -277,7 +277,7 @@ class EdgeAttention(AttentionCore):
             scores = scores + pattern.to_entries(weight.log())
         probs = pattern.softmax(scores)  # (E h,)
         if self.training and self.spec.dropout > 0:
-            probs = F.dropout(probs, self.spec.dropout)
+            probs = fast_dropout(probs, self.spec.dropout)
         return probs
 
     def _propagate(self, probs: torch.Tensor, value: torch.Tensor, pattern) -> torch.Tensor:

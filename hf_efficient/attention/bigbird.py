@@ -32,11 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ._bigbird_layout import BatchLayout, BlockLayout, build_batch_layout, random_key_blocks
 from .base import ROTATE_QUERIES_AND_KEYS, AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
+from .dropout import fast_dropout
 from .inputs import AttentionInputs, is_tracing
 from .kernels.bigbird import FLEX, NATIVE
 from .kernels.flex import BlockMaskCache
@@ -88,7 +88,7 @@ def block_sparse_rows(q, k, v, index, blocked, global_index, num_window, dropout
     values = v.index_select(0, index.reshape(-1)).view(b, h, nb, -1, d)
     scores = (q @ keys.transpose(-1, -2)).masked_fill(blocked[:, :, :, None, :], torch.finfo(q.dtype).min)
     probs = torch.softmax(scores, -1)  # (b, h, nb, B, K * B)
-    probs = F.dropout(probs, dropout_p) if dropout_p > 0 else probs
+    probs = fast_dropout(probs, dropout_p)
     return probs @ values  # (b, h, nb, B, d)
 
 
@@ -99,7 +99,7 @@ def dense_rows(q, k, v, key_mask, dropout_p) -> torch.Tensor:
     if key_mask is not None:
         scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
     probs = torch.softmax(scores, -1)
-    return (F.dropout(probs, dropout_p) if dropout_p > 0 else probs) @ v
+    return fast_dropout(probs, dropout_p) @ v
 
 
 # The scripts' blocks (config families text and listops; the others change a few): 3 window blocks, the

@@ -23,7 +23,6 @@ form; later tokens attend to the (n, T) keys so far with their mask M (causal on
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from .base import (
     ROTATE_QUERIES_AND_KEYS,
@@ -33,6 +32,7 @@ from .base import (
     AttentionSpec,
 )
 from .cache import KeyValueCacheLayer
+from .dropout import fast_dropout
 from .inputs import AttentionInputs
 from .kernels.flex import BlockMaskCache
 from .kernels.full import FULL_KERNELS, check_kernel, hf_function_name, run_hf
@@ -129,7 +129,7 @@ class FullAttention(AttentionCore):
         if mask is not None:
             scores = scores + mask
         probs = torch.softmax(scores, dim=-1)
-        probs = F.dropout(probs, p=self.spec.dropout if self.training else 0.0, training=self.training)
+        probs = fast_dropout(probs, self.spec.dropout, self.training)
         output = torch.matmul(probs, value)  # (b, h, n, d)
         return AttentionOutput(output, probs if output_attentions else None)
 

@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .config import AttentionConfig
+from .dropout import sdpa
 from .inputs import AttentionInputs
 from .registry import register_attention
 
@@ -177,7 +177,7 @@ class LinformerAttention(AttentionCore):
         projected_key = project_sequence(key_projection, key)  # (b, h, k, d)
         projected_value = project_sequence(value_projection, value)  # (b, h, k, d)
         dropout = self.spec.dropout if self.training else 0.0
-        output = F.scaled_dot_product_attention(
+        output = sdpa(
             query, projected_key, projected_value, dropout_p=dropout, scale=self.scaling
         )  # (b, h, n, d)
         return AttentionOutput(output, None)

@@ -42,6 +42,7 @@ from torch import nn
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .config import AttentionConfig
+from .dropout import fast_dropout
 from .inputs import AttentionInputs
 from .kernels.long_short import CHUNKED
 from .registry import register_attention
@@ -188,6 +189,6 @@ class LongShortAttention(AttentionCore):
         scores = scores.masked_fill(~valid[:, None, :, None, :], torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
         if self.training and self.spec.dropout > 0:
-            probs = F.dropout(probs, self.spec.dropout)
+            probs = fast_dropout(probs, self.spec.dropout)
         out = (probs @ values).view(b, h, num_segments * w, d)  # (b, h, S w, d)
         return AttentionOutput(unpad(out, n), None)  # (b, h, n, d)

@@ -38,6 +38,7 @@ from transformers.cache_utils import DynamicLayer
 from .base import ROTATE_QUERIES_AND_KEYS, AttentionCapabilities, AttentionCore, AttentionOutput
 from .cache import SlidingWindowCacheLayer
 from .config import AttentionConfig
+from .dropout import fast_dropout, sdpa
 from .inputs import AttentionInputs, is_tracing
 from .kernels.flex import BlockMaskCache
 from .kernels.longformer import LONGFORMER_KERNELS, chunk_size
@@ -224,7 +225,7 @@ class LongformerAttention(AttentionCore):
         scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         if self.training and self.spec.dropout > 0:
-            probs = F.dropout(probs, self.spec.dropout)
+            probs = fast_dropout(probs, self.spec.dropout)
         out = (probs @ values).flatten(2, 3)  # (B, h, m, d)
         if r > 1:  # back to position t r + s
             out = out.unflatten(0, (b, r)).permute(0, 2, 3, 1, 4).flatten(2, 3)  # (b, h, m r, d)
@@ -243,7 +244,7 @@ class LongformerAttention(AttentionCore):
             scores = rel.position_scores(global_query, key, slot_pos[:, None], torch.arange(n), self.scaling)
             mask = scores.masked_fill(~mask, float("-inf"))
         dropout = self.spec.dropout if self.training else 0.0
-        global_out = F.scaled_dot_product_attention(
+        global_out = sdpa(
             global_query, key, value, attn_mask=mask, dropout_p=dropout, scale=self.scaling
         )  # (b, h, G, d)
         # Into their positions by a scatter and a select (no nonzero: its size would be a value).

@@ -40,6 +40,7 @@ from torch import nn
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput, AttentionSpec
 from .config import AttentionConfig
+from .dropout import sdpa
 from .inputs import AttentionInputs, is_tracing
 from .registry import register_attention
 
@@ -216,7 +217,7 @@ class NystromformerAttention(AttentionCore):
         # F (pinv(A) B V) = softmax(Q K~^T / sqrt(d)) (pinv(A) B V) over the non-empty landmarks.
         landmark_mask = None if nonempty is None else nonempty[:, None, None, :]  # (b, 1, 1, m)
         dropout = self.spec.dropout if self.training else 0.0
-        output = F.scaled_dot_product_attention(
+        output = sdpa(
             query, key_landmarks, mixed_values, attn_mask=landmark_mask, dropout_p=dropout, scale=self.scaling
         )  # (b, h, n, d)
         if self.conv is not None:

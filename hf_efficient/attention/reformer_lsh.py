@@ -50,6 +50,7 @@ import torch.nn.functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
+from .dropout import fast_dropout
 from .inputs import AttentionInputs
 from .kernels.reformer_lsh import CHUNKED, FLOOR, NORM_EPS
 from .registry import register_attention
@@ -271,7 +272,7 @@ class ReformerLSHAttention(AttentionCore):
         total = probs.sum(-1, keepdim=True)
         probs, lse = probs / total, total.log() + top  # (B, R, G, c, 2c), (B, R, G, c, 1)
         if self.training and self.spec.dropout > 0:
-            probs = F.dropout(probs, self.spec.dropout)
+            probs = fast_dropout(probs, self.spec.dropout)
         out = (probs @ values).view(-1, rounds, big_n, d)  # (B, R, N, d) in sorted order
         # back to token order, then the rounds weighted by exp(z^r - logsumexp_r' z^r')
         out = out.gather(2, slot[..., None].expand(-1, -1, -1, d))  # (B, R, N, d)

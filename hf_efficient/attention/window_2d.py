@@ -47,6 +47,7 @@ from torch.nn import functional as F
 
 from .base import AttentionCapabilities, AttentionCore, AttentionOutput
 from .config import AttentionConfig
+from .dropout import fast_dropout
 from .inputs import AttentionInputs, is_tracing
 from .kernels.flex import BlockMaskCache
 from .kernels.window_2d import WINDOW_KERNELS
@@ -200,7 +201,7 @@ class SwinWindowAttention(AttentionCore):
         scores = scores.masked_fill(~allowed[:, None], torch.finfo(scores.dtype).min)
         work = torch.promote_types(query.dtype, torch.float32)  # float32 for half inputs; float64 stays
         probs = torch.softmax(scores, dim=-1, dtype=work).to(query.dtype)
-        probs = F.dropout(probs, p=dropout, training=self.training)
+        probs = fast_dropout(probs, dropout, self.training)
         out_win = probs[..., :m] @ v_win  # (b, h, num_windows, M, d)
         if prefix:
             out_win = out_win + probs[..., m:] @ v_pre[:, :, None]
@@ -210,7 +211,7 @@ class SwinWindowAttention(AttentionCore):
             pre_scores = (query[:, :, :prefix] @ key.transpose(-1, -2)) * self.scaling  # (b, h, P, n)
             pre_scores = pre_scores.masked_fill(~real[:, None, None, :], torch.finfo(pre_scores.dtype).min)
             pre_probs = torch.softmax(pre_scores, dim=-1, dtype=work).to(query.dtype)
-            pre_probs = F.dropout(pre_probs, p=dropout, training=self.training)
+            pre_probs = fast_dropout(pre_probs, dropout, self.training)
             out_pre = pre_probs @ value  # (b, h, P, d)
         output = out_grid if out_pre is None else torch.cat([out_pre, out_grid], dim=2)  # (b, h, n, d)
         weights = None

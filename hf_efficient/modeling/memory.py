@@ -1,11 +1,12 @@
-"""Training-memory savings of the encoder blocks: a dropout that keeps a 1-byte mask, and a feed-forward that
-recomputes its activation in backward instead of keeping it.
+"""Training-memory savings of the encoder blocks: a dropout that keeps a 1-byte mask (drawn fast on CPU), and
+a feed-forward that recomputes its activation in backward instead of keeping it.
 
-Both only change what autograd keeps for backward, never the maths: the outputs and gradients are those of
-``nn.Dropout`` and of ``output(act(dense(x)), residual)``. They apply to training with gradients on large
-tensors (at least :data:`MIN_ELEMENTS_TO_SAVE_MEMORY` elements), on CPU for the dropout, and stand aside
-while tracing (``torch.export`` / ``torch.compile``) and under saved-tensor hooks someone else installed.
-benchmarks/docs/performance.md has the measurements that chose the thresholds.
+The feed-forward changes only what autograd keeps for backward, never the maths: its outputs and gradients are
+``output(act(dense(x)), residual)``'s. It applies to training with gradients on large tensors (at least
+:data:`MIN_ELEMENTS_TO_SAVE_MEMORY` elements) and stands aside while tracing (``torch.export`` /
+``torch.compile``) and under saved-tensor hooks someone else installed. The dropout is dropout with p rounded
+to a multiple of 1/65536 on CPU (:mod:`hf_efficient.attention.dropout`). benchmarks/docs/performance.md has
+the measurements that chose the threshold and the mask.
 """
 
 from __future__ import annotations
@@ -14,62 +15,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..attention.dropout import fast_dropout
 from ..attention.inputs import is_tracing
 from ..compat import saved_tensor_hooks_active
 
-# The two savings apply to tensors of at least this many elements; on smaller ones they cost little memory
-# and the plain ops were measured faster.
+# The recomputed feed-forward applies to activations of at least this many elements; on smaller ones it saves
+# little memory and the plain ops were measured faster.
 MIN_ELEMENTS_TO_SAVE_MEMORY = 1 << 22
-MASK_CHUNK = 1 << 20  # elements of float32 draws per step of CompactDropout's mask
 
 
 class CompactDropout(nn.Dropout):
-    """``nn.Dropout`` that keeps a 1-byte mask for backward, drawn fast on CPU.
-
-    On CPU, ``F.dropout`` multiplies by a float noise tensor and saves it (4 bytes per element, two dropouts
-    per layer); ``torch.native_dropout`` saves a bool mask but draws it with the slower ``bernoulli_``. Here
-    the mask comes from uniform float32 draws (:func:`keep_mask`, so a bfloat16 input's p is not rounded)
-    and the output is ``input * keep / (1 - p)``: autograd keeps only the bool mask, and the maths is
-    dropout's. On CUDA, and while tracing, ``native_dropout`` stays (on CUDA one fused kernel). Only training
-    with gradients on tensors of at least ``MIN_ELEMENTS_TO_SAVE_MEMORY`` elements takes these paths."""
+    """``nn.Dropout`` whose CPU mask is drawn fast and kept as 1 byte for backward
+    (:func:`hf_efficient.attention.dropout.fast_dropout`: p rounded to a multiple of 1/65536, the output's
+    expectation the input's). On CPU ``F.dropout`` draws a float per element and keeps a float noise tensor
+    (4 bytes per element, two dropouts per layer). On CUDA ``F.dropout`` is one fused kernel that keeps a
+    bool mask already, and it runs there, while tracing and with ``inplace``."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        large = input.numel() >= MIN_ELEMENTS_TO_SAVE_MEMORY
-        if not (self.training and 0.0 < self.p < 1.0 and input.requires_grad and large):
+        if self.inplace:
             return F.dropout(input, self.p, self.training, self.inplace)
-        if input.device.type != "cpu" or is_tracing():
-            return torch.native_dropout(input, self.p, True)[0]
-        return _MaskedScale.apply(input, keep_mask(input.shape, self.p), 1.0 / (1.0 - self.p))
-
-
-class _MaskedScale(torch.autograd.Function):
-    """input * keep * scale, keeping only the bool ``keep`` for backward, whose gradient is
-    ``native_dropout``'s own backward op: one pass and one new tensor. Written as ``mul`` then ``mul_``,
-    autograd's backward makes two, and the training step's peak memory rose above ``native_dropout``'s;
-    with this Function it does not."""
-
-    @staticmethod
-    def forward(ctx, input: torch.Tensor, keep: torch.Tensor, scale: float) -> torch.Tensor:
-        ctx.save_for_backward(keep)
-        ctx.scale = scale
-        return input.mul(keep).mul_(scale)
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (keep,) = ctx.saved_tensors
-        return torch.ops.aten.native_dropout_backward(grad, keep, ctx.scale), None, None
-
-
-def keep_mask(shape: torch.Size, p: float) -> torch.Tensor:
-    """A CPU bool tensor of ``shape``, each element True with probability 1 - p: ``rand >= p`` drawn
-    ``MASK_CHUNK`` elements at a time, so the float32 draws take one chunk at a time, not four bytes per
-    element of the whole shape (four times the mask itself)."""
-    keep = torch.empty(shape, dtype=torch.bool)
-    flat = keep.view(-1)
-    for start in range(0, flat.numel(), MASK_CHUNK):
-        part = flat[start : start + MASK_CHUNK]
-        torch.ge(torch.rand(part.shape), p, out=part)
-    return keep
+        return fast_dropout(input, self.p, self.training)
 
 
 class _RecomputedActivation:

@@ -7,7 +7,8 @@ call without padding or bias (and not on eager) hands causality to the function 
 ``is_causal``: no n x n mask is formed); otherwise the causal mask joins the additive mask. For
 ``"flex_attention"`` transformers' own function reads the padding mask per query position and the bias of
 head 0 only, so this core runs its own ``flex`` kernel instead, and sdpa where that kernel cannot serve the
-call (decoding after the prompt, dropout, a CPU backward).
+call (decoding after the prompt, dropout, a CPU backward). Training on CPU with attention dropout, sdpa is
+:func:`hf_efficient.attention.dropout.sdpa`: torch's math path, its dropout mask drawn fast.
 
 ``flex``: padding and causality as a FlexAttention block mask, a per-head bias as a ``score_mod``
 (:mod:`.flex`). ``"auto"`` takes it for ``attn_implementation="flex_attention"`` only, on any device:
@@ -22,6 +23,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bert.modeling_bert import eager_attention_forward
 
 from ..base import AttentionOutput, Kernel
+from ..dropout import sdpa
 from .flex import BlockMask, blocks_all, flex_attend, flex_block_mask, flex_unsupported, num_blocks
 
 
@@ -56,8 +58,11 @@ def run_hf(core, query, key, value, mask, is_causal: bool, name: str, inputs) ->
     """softmax(Q K^T / sqrt(d) + mask) V through HF's function ``name``; queries (b, h, n, d) and keys
     (b, h, T, d) may differ in length (decoding)."""
     check_kernel(name)
-    function = eager_attention_forward if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]
     dropout = core.spec.dropout if core.training else 0.0
+    if name == "sdpa" and dropout > 0 and not is_causal and query.device.type == "cpu":
+        # sdpa's own math path with its dropout mask drawn fast (the fused CPU kernel has no dropout)
+        return AttentionOutput(sdpa(query, key, value, mask, dropout, core.scaling), None)
+    function = eager_attention_forward if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]
     output, weights = function(
         core, query, key, value, mask, dropout=dropout, scaling=core.scaling, is_causal=is_causal
     )

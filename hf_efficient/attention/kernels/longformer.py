@@ -16,8 +16,8 @@ window tensor of the whole sequence is built:
   :mod:`hf_efficient.compat`) per group, saving only q, k, v, the output and the log-sum-exp; backward
   rebuilds each group's windows and accumulates the window gradients block by block into the key
   gradient;
-* with dropout or on another device, the same groups through the public ``scaled_dot_product_attention``
-  and plain autograd.
+* with dropout or on another device, the same groups through ``scaled_dot_product_attention`` (on CPU with
+  dropout :func:`hf_efficient.attention.dropout.sdpa`, its mask drawn fast) and plain autograd.
 
 Global rows (few) are dense over all keys. The window is clipped to the (sub)sequence length, so short
 inputs are not padded to a full chunk; an undilated input no longer than a chunk's keys (n <= its span: the
@@ -39,6 +39,7 @@ import torch.nn.functional as F
 
 from ...compat import HAS_CPU_FLASH, cpu_flash_attention, cpu_flash_attention_backward
 from ..base import AttentionOutput, Kernel
+from ..dropout import sdpa
 from ..utils import CHUNK_BYTES, extend_padding_mask, pad_to_multiple, rows_per_chunk, unpad
 from .flex import (
     FLEX_BLOCK,
@@ -101,11 +102,11 @@ def native_attend(core, query, key, value, inputs) -> AttentionOutput:
     mask = window.mask(key_real, sub_pos.flatten(0, 1), slot_valid.repeat_interleave(r, dim=0))
     if device.type == "cpu" and dropout == 0.0 and HAS_CPU_FLASH:
         chunks = _CpuFlashWindow.apply(q, k, v, global_key, global_value, mask, window, core.scaling)
-    else:  # dropout or another device: the same groups through the public sdpa and plain autograd
+    else:  # dropout or another device: the same groups through sdpa and plain autograd
         groups = window.groups(q, global_key.shape[2])
         chunks = torch.cat(
             [
-                F.scaled_dot_product_attention(
+                sdpa(
                     *window.group(q, k, v, global_key, global_value, start, stop),
                     attn_mask=mask[start:stop].flatten(0, 1)[:, None],
                     dropout_p=dropout,
@@ -139,9 +140,7 @@ def _dense_band(query, key, value, real, window, slot_pos, slot_valid, dropout, 
             1, slot_pos, slot_valid.int()
         )
         allowed = allowed | (columns > 0)[:, None, :]
-    return F.scaled_dot_product_attention(
-        query, key, value, attn_mask=allowed[:, None], dropout_p=dropout, scale=scaling
-    )
+    return sdpa(query, key, value, attn_mask=allowed[:, None], dropout_p=dropout, scale=scaling)
 
 
 @dataclass(frozen=True)
