@@ -23,12 +23,12 @@ import torch
 import torch.nn.functional as F
 
 import hf_efficient
-from benchmarks.harness import bandwidth_point, machine_meta
+from benchmarks.harness import bandwidth_point, benchmark_parser, machine_meta
 from benchmarks.report import pyplot, write_report
 from hf_efficient.attention.dropout import fast_dropout, sdpa
 
 PRESETS = {
-    "default": {"batch": 8, "heads": 12, "length": 128, "hidden": 384, "repeats": 21, "threads": [1, 2]},
+    "full": {"batch": 8, "heads": 12, "length": 128, "hidden": 384, "repeats": 21, "threads": [1, 2]},
     "smoke": {"batch": 2, "heads": 2, "length": 16, "hidden": 32, "repeats": 3, "threads": [1]},
 }
 P = 0.1  # BERT's attention_probs_dropout_prob and hidden_dropout_prob
@@ -124,12 +124,7 @@ def plot(records: list[dict], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="default")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/dropout"))
-    args = parser.parse_args(argv)
+    args = benchmark_parser(__doc__, "dropout", PRESETS).parse_args(argv)
     preset = PRESETS[args.preset]
     records = []
     for threads in preset["threads"]:

@@ -276,8 +276,7 @@ class EdgeAttention(AttentionCore):
             weight = pattern.edge_values(edges.edge_weight.to(scores.dtype), loops="one")  # (E,)
             scores = scores + pattern.to_entries(weight.log())
         probs = pattern.softmax(scores)  # (E h,)
-        if self.training and self.spec.dropout > 0:
-            probs = fast_dropout(probs, self.spec.dropout)
+        probs = fast_dropout(probs, self.spec.dropout, self.training)
         return probs
 
     def _propagate(self, probs: torch.Tensor, value: torch.Tensor, pattern) -> torch.Tensor:

@@ -188,7 +188,6 @@ class LongShortAttention(AttentionCore):
         scores = q @ keys.transpose(-1, -2)  # (b, h, S, w, w + 2e + r)
         scores = scores.masked_fill(~valid[:, None, :, None, :], torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
-        if self.training and self.spec.dropout > 0:
-            probs = fast_dropout(probs, self.spec.dropout)
+        probs = fast_dropout(probs, self.spec.dropout, self.training)
         out = (probs @ values).view(b, h, num_segments * w, d)  # (b, h, S w, d)
         return AttentionOutput(unpad(out, n), None)  # (b, h, n, d)

@@ -224,8 +224,7 @@ class LongformerAttention(AttentionCore):
             scores = scores + band_scores(rel, queries, keys, offset, slot_pos, r, self.scaling)
         scores = scores.masked_fill(~allowed, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
-        if self.training and self.spec.dropout > 0:
-            probs = fast_dropout(probs, self.spec.dropout)
+        probs = fast_dropout(probs, self.spec.dropout, self.training)
         out = (probs @ values).flatten(2, 3)  # (B, h, m, d)
         if r > 1:  # back to position t r + s
             out = out.unflatten(0, (b, r)).permute(0, 2, 3, 1, 4).flatten(2, 3)  # (b, h, m r, d)

@@ -271,8 +271,7 @@ class ReformerLSHAttention(AttentionCore):
         probs = (scores - top).clamp_min(FLOOR).exp() - math.exp(FLOOR)
         total = probs.sum(-1, keepdim=True)
         probs, lse = probs / total, total.log() + top  # (B, R, G, c, 2c), (B, R, G, c, 1)
-        if self.training and self.spec.dropout > 0:
-            probs = fast_dropout(probs, self.spec.dropout)
+        probs = fast_dropout(probs, self.spec.dropout, self.training)
         out = (probs @ values).view(-1, rounds, big_n, d)  # (B, R, N, d) in sorted order
         # back to token order, then the rounds weighted by exp(z^r - logsumexp_r' z^r')
         out = out.gather(2, slot[..., None].expand(-1, -1, -1, d))  # (B, R, N, d)
