@@ -32,6 +32,25 @@ def saved_tensor_hooks_active() -> bool:
     return top is None or top(False) is not None
 
 
+# ---- torch: module hooks ----
+
+# Where nn.Module keeps its forward hooks (per module, and global ones from register_module_forward_hook).
+FORWARD_HOOKS = ("_forward_hooks", "_forward_pre_hooks")
+GLOBAL_FORWARD_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks")
+
+
+def runs_plain_forward(module: torch.nn.Module) -> bool:
+    """Whether calling ``module`` runs its class's ``forward`` and nothing else: no forward hooks of its own
+    or global ones, and no ``forward`` replaced on the instance (accelerate's offloading hooks do that), so a
+    caller may compute the same result another way (into a preallocated output, say) without skipping code
+    someone attached. Fallback, without torch's attributes: False (call the module)."""
+    hook_dicts = [getattr(module, name, None) for name in FORWARD_HOOKS]
+    hook_dicts += [getattr(torch.nn.modules.module, name, None) for name in GLOBAL_FORWARD_HOOKS]
+    if any(hooks is None for hooks in hook_dicts):
+        return False
+    return not any(hook_dicts) and "forward" not in vars(module)
+
+
 # ---- transformers: loading ----
 
 # Steps of PreTrainedModel.from_pretrained a model may override (private: no public hook exists for them).

@@ -246,6 +246,27 @@ def test_tensor_version_is_the_in_place_counter_and_its_fallback_never_repeats()
     assert compat.tensor_version(stand_in) != compat.tensor_version(stand_in)
 
 
+# ---- torch: module hooks ----
+
+
+def test_runs_plain_forward_sees_every_kind_of_hook(monkeypatch):
+    """A module's own forward hooks, global ones, and a forward replaced on the instance (accelerate's way)
+    each make it not plain; without torch's attributes it is not plain either."""
+    module = torch.nn.Linear(2, 2)
+    assert compat.runs_plain_forward(module)
+    handle = module.register_forward_pre_hook(lambda module, args: None)
+    assert not compat.runs_plain_forward(module)
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, out: None)
+    assert not compat.runs_plain_forward(module)
+    handle.remove()
+    assert compat.runs_plain_forward(module)
+    module.forward = lambda x: x
+    assert not compat.runs_plain_forward(module)
+    monkeypatch.delattr(torch.nn.modules.module, compat.GLOBAL_FORWARD_HOOKS[0])
+    assert not compat.runs_plain_forward(torch.nn.Linear(2, 2))
+
+
 # ---- transformers: Auto-class registration and hub uploads ----
 
 

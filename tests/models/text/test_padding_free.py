@@ -85,6 +85,42 @@ def test_padding_free_masked_lm_head_reads_the_real_tokens_only(monkeypatch):
     assert rows == [ids.numel()]
 
 
+# A full row's real tokens run on into the next row's: runs [0, 33) and [60, 67); [0, 45) and [60, 80).
+@pytest.mark.parametrize("lengths, chunks", [((20, 13, 0, 7), 5 + 1), ((20, 20, 5, 20), 6 + 3)])
+def test_padding_free_masked_lm_head_writes_into_the_logits(monkeypatch, lengths, chunks):
+    """Under no_grad, with nothing attached to the decoder, each chunk of real rows is projected straight
+    into its rows of the (b, n, V) output (no (chunk, V) tensor beside it): the padded head's logits at every
+    real token, zeros at padding; with autograd the decoder module runs, and the gradients are the padded
+    head's."""
+    monkeypatch.setattr(hf_efficient.models.text.tasks.MaskedLMTask, "REAL_TOKEN_CHUNK", 8)
+    ids, mask = batch(b=4, lengths=lengths)
+    torch.manual_seed(0)
+    padded = EfficientBertForMaskedLM(tiny_config("longformer")).eval()
+    free = EfficientBertForMaskedLM(tiny_config("longformer", padding_free=True)).eval()
+    free.load_state_dict(padded.state_dict())
+    addmm, outs = torch.addmm, []
+
+    def counted(*args, out=None, **kwargs):
+        outs.append(out)
+        return addmm(*args, out=out, **kwargs)
+
+    with torch.no_grad():
+        expected = padded(ids, attention_mask=mask).logits
+        monkeypatch.setattr(torch, "addmm", counted)
+        logits = free(ids, attention_mask=mask).logits
+        monkeypatch.setattr(torch, "addmm", addmm)
+    assert len(outs) == chunks  # chunks of 8 rows
+    assert {out.untyped_storage().data_ptr() for out in outs} == {logits.untyped_storage().data_ptr()}
+    assert_close_real(logits, expected, mask, **CLOSE)
+    assert not logits[mask == 0].any()
+    grads = []
+    for model in (padded, free):
+        model.zero_grad()
+        model(ids, attention_mask=mask).logits[mask.bool()].square().sum().backward()
+        grads.append(model.get_output_embeddings().weight.grad)
+    torch.testing.assert_close(grads[1], grads[0], **CLOSE)
+
+
 def test_masked_lm_eval_loss_reads_the_masked_rows_only(monkeypatch):
     """An evaluation step (eval mode, labels: (b, n, V) logits returned) takes the loss's log-softmax over
     the masked positions only, not over every one of the b x n rows (padding and unmasked tokens, whose
