@@ -30,9 +30,15 @@ the batch's real tokens on every side. The summary prints each padding-free / pa
 batch's padding share s and the ideal 1 / (1 - s) (what removing all padding would give if time were
 linear in tokens).
 
+On a shared machine one point's time drifts by a tenth or more from one minute to the next, so ``--rounds
+R`` runs the whole sweep R times, a point's padded and padding-free sides one after the other in every
+round: a cell then holds the median over the rounds, and a ratio the median of the R rounds' ratios with
+their lowest and highest beside it.
+
     python -m benchmarks.studies.padding_free                   # MiniLM size, every type, side, mode
     python -m benchmarks.studies.padding_free --types full --distributions imdb --modes train
     python -m benchmarks.studies.padding_free --distributions long_documents --warmup 0 --repeats 1
+    python -m benchmarks.studies.padding_free --rounds 3                        # three interleaved rounds
     python -m benchmarks.studies.padding_free --preset smoke    # tiny, for tests
 
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/padding_free.png`` (the speed-ups beside
@@ -43,6 +49,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+from collections import defaultdict
 
 from benchmarks.harness import (
     add_point_arguments,
@@ -78,6 +86,11 @@ PRESETS = {
     "smoke": dict(model=SMOKE, batch=4, repeats=1),
 }
 POINT_SETTINGS = "threads warmup repeats model batch seed".split()
+POINT_KEY = ("distribution", "attention_type", "side", "mode")  # a point's identity, the same in every round
+
+
+def point_key(point: dict) -> tuple:
+    return tuple(point[name] for name in POINT_KEY)
 
 
 def draw_rows(distribution: str, batch: int, seed: int) -> list:
@@ -198,6 +211,7 @@ def run_point(point: argparse.Namespace) -> dict:
         "attention_type": point.attention_type,
         "side": point.side,
         "mode": point.mode,
+        "round": point.round,
         **timing.fields(),
         "tokens_per_s": real / timing.median_s,
         "real_tokens": real,
@@ -206,12 +220,44 @@ def run_point(point: argparse.Namespace) -> dict:
     }
 
 
+def merge_rounds(records: list[dict]) -> dict[tuple, dict]:
+    """Each point's records over the rounds as one: the first failure's if a round failed, else the first
+    round's with ``median_s``, ``tokens_per_s`` and ``peak_mib`` the medians over the rounds and
+    ``round_times_s`` each round's median (in round order)."""
+    rounds = defaultdict(list)
+    for record in records:
+        rounds[point_key(record)].append(record)
+    merged = {}
+    for key, point in rounds.items():
+        failed = [r for r in point if r["status"] != "ok"]
+        if failed:
+            merged[key] = failed[0]
+            continue
+        times = [r["median_s"] for r in point]
+        merged[key] = {
+            **point[0],
+            "median_s": statistics.median(times),
+            "tokens_per_s": point[0]["real_tokens"] / statistics.median(times),
+            "peak_mib": statistics.median(r["peak_mib"] for r in point),
+            "round_times_s": times,
+        }
+    return merged
+
+
+def speedups(padded: dict, free: dict) -> list[float]:
+    """Each round's padded / padding-free time ratio (the two sides ran one after the other)."""
+    return [p / f for p, f in zip(padded["round_times_s"], free["round_times_s"], strict=True)]
+
+
 def summarize(records: list[dict], meta: dict) -> str:
     """Markdown, per distribution and mode: each side's tokens/s / peak MiB, the padding-free / padded
-    speed and memory ratios, and beside them the padding share and the ideal speed-up."""
-    by_point = {(r["distribution"], r["attention_type"], r["side"], r["mode"]): r for r in records}
+    speed (the median of the rounds' ratios, and their range over two rounds or more) and memory ratios,
+    and beside them the padding share and the ideal speed-up."""
+    by_point = merge_rounds(records)
+    rounds = f", {meta['rounds']} rounds" if meta.get("rounds", 1) > 1 else ""
     lines = [
-        f"Padding-free vs padded, model {meta['model']}, batch {meta['batch']}, {meta['threads']} threads"
+        f"Padding-free vs padded, model {meta['model']}, batch {meta['batch']}, {meta['threads']} "
+        f"threads{rounds}"
     ]
 
     def cell(r: dict) -> str:
@@ -228,7 +274,9 @@ def summarize(records: list[dict], meta: dict) -> str:
                 ratio, share, ideal = "-", "-", "-"
                 if padded and free and padded["status"] == free["status"] == "ok":
                     memory = f"x{free['peak_mib'] / padded['peak_mib']:.2f}" if padded["peak_mib"] else "-"
-                    ratio = f"x{padded['median_s'] / free['median_s']:.2f} / {memory}"
+                    ratios = speedups(padded, free)
+                    spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
+                    ratio = f"x{statistics.median(ratios):.2f}{spread} / {memory}"
                     share = f"{padded['padding_share']:.0%}"
                     ideal = f"x{1 / (1 - padded['padding_share']):.2f}"
                 cells = [status_cell(point[side], cell) for side in SIDES]
@@ -245,20 +293,24 @@ def summarize(records: list[dict], meta: dict) -> str:
 
 
 def plot(records: list[dict], path) -> None:
-    """The padding-free speed-up of each (distribution, mode, type) beside the ideal 1 / (1 - share)."""
+    """The padding-free speed-up of each (distribution, mode, type) beside the ideal 1 / (1 - share), the
+    rounds' range as an error bar."""
     plt = pyplot()
-    by_point = {(r["distribution"], r["attention_type"], r["side"], r["mode"]): r for r in records}
-    labels, speedups, ideals = [], [], []
+    by_point = merge_rounds(records)
+    labels, speedup, low, high, ideals = [], [], [], [], []
     for (distribution, attention_type, side, mode), free in by_point.items():
         padded = by_point.get((distribution, attention_type, "padded", mode))
         if side != "padding_free" or not padded or "ok" != free["status"] or "ok" != padded["status"]:
             continue
+        ratios = speedups(padded, free)
         labels.append(f"{distribution}\n{mode}\n{attention_type}")
-        speedups.append(padded["median_s"] / free["median_s"])
+        speedup.append(statistics.median(ratios))
+        low.append(speedup[-1] - min(ratios))
+        high.append(max(ratios) - speedup[-1])
         ideals.append(1 / (1 - padded["padding_share"]))
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels)), 4.5))
     x = range(len(labels))
-    ax.bar([i - 0.2 for i in x], speedups, width=0.4, label="padding-free / padded")
+    ax.bar([i - 0.2 for i in x], speedup, width=0.4, yerr=[low, high], label="padding-free / padded")
     ax.bar([i + 0.2 for i in x], ideals, width=0.4, label="ideal 1 / (1 - padding share)", alpha=0.5)
     ax.axhline(1, color="grey", linewidth=0.8)
     ax.set_xticks(list(x), labels, fontsize=7)
@@ -280,6 +332,9 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch", type=int, help="examples per batch (default: the preset's)")
     parser.add_argument("--seed", type=int, default=0, help="which examples make the batch")
     parser.add_argument("--repeats", type=int)
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="times the whole sweep runs, each point's sides interleaved"
+    )
     parser.add_argument("--model", help="JSON of the sizes (default: the preset's)")
     add_point_arguments(parser, threads=2, memory_cap_gib=32.0, timeout=1800.0, plugins=False)
     return parser
@@ -288,22 +343,28 @@ def make_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> dict:
     args = make_parser().parse_args(argv)
     fill_from_preset(args, PRESETS[args.preset])
+    if args.rounds < 1:
+        make_parser().error(f"--rounds must be at least 1, got {args.rounds}")
+    rows = {name: draw_rows(name, args.batch, args.seed) for name in args.distributions}
     bases = []
-    for distribution in args.distributions:
-        rows = draw_rows(distribution, args.batch, args.seed)
-        for side in args.sides:
-            if side == "modernbert_sdpa" and DISTRIBUTIONS[distribution] != "text":
-                continue  # transformers' ModernBERT is a text model
-            types = [MODERNBERT_ROW] if side == "modernbert_sdpa" else args.types  # its own layers
-            for attention_type in types:
+    for round_index in range(args.rounds):
+        for distribution in args.distributions:
+            for attention_type in [*args.types, MODERNBERT_ROW]:
                 for mode in args.modes:
-                    base = {"distribution": distribution, "attention_type": attention_type}
-                    bases.append({**base, "side": side, "mode": mode, "rows": rows})
+                    for side in args.sides:  # a point's sides one after the other
+                        if (side == "modernbert_sdpa") != (attention_type == MODERNBERT_ROW):
+                            continue  # transformers' ModernBERT runs its own layers, ours every type
+                        if side == "modernbert_sdpa" and DISTRIBUTIONS[distribution] != "text":
+                            continue  # transformers' ModernBERT is a text model
+                        base = {"distribution": distribution, "attention_type": attention_type}
+                        point = {**base, "side": side, "mode": mode, "round": round_index}
+                        bases.append({**point, "rows": rows[distribution]})
     run = launcher(run_point, args, POINT_SETTINGS)
-    records = sweep(bases, run, lambda p: tuple(p.values())[:4], desc="padding-free benchmark")
+    records = sweep(bases, run, point_key, desc="padding-free benchmark")  # a failed point skips its rounds
     meta = {
         **cpu_meta(args),
         "batch": args.batch,
+        "rounds": args.rounds,
         "max_lengths": {d: MAX_LENGTHS[d] for d in args.distributions if d in MAX_LENGTHS},
         "model": json.loads(args.model),
     }

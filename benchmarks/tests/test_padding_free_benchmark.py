@@ -48,3 +48,33 @@ def test_long_document_rows_become_documents_joined_as_the_set_joins_them():
     separators = [int((row[real] == 102).sum()) for row, real in zip(ids, mask, strict=True)]  # [SEP] = 102
     assert separators == [3, 1]  # two between the three reviews and the last; one review alone
     assert mask[0].sum() > mask[1].sum() and 512 < ids.shape[1] <= 4096  # not cut at IMDB's 512
+
+
+def test_rounds_give_each_cell_its_median_and_each_ratio_its_range():
+    """Three rounds of one point's two sides: a cell holds the median time's tokens/s and the median peak;
+    the speed-up is the median of the rounds' own ratios (not the ratio of the medians), their range beside
+    it; a side that failed in any round is reported failed."""
+
+    def record(side, round_index, seconds, peak):
+        return {"distribution": "imdb", "attention_type": "full", "side": side, "mode": "forward",
+                "round": round_index, "status": "ok", "median_s": seconds, "peak_mib": peak,
+                "real_tokens": 100, "padding_share": 0.5}  # fmt: skip
+
+    padded = [record("padded", i, t, 10.0 + i) for i, t in enumerate((2.0, 3.0, 4.0))]
+    free = [record("padding_free", i, t, 5.0) for i, t in enumerate((1.0, 2.0, 1.0))]
+    meta = {"model": {}, "batch": 2, "threads": 1, "rounds": 3}
+    summary = padding_free.summarize(padded + free, meta)
+    assert "1 threads, 3 rounds" in summary
+    # padded: median 3.0 s -> 33 tokens/s, peak 11; ratios 2.0, 1.5, 4.0 -> median 2.0, range 1.50-4.00
+    assert "| full | 33 / 11 | 100 / 5 | - | x2.00 (1.50-4.00) / x0.45 | 50% | x2.00 |" in summary
+    free[1] = {**free[1], "status": "out of memory", "median_s": None}
+    row = next(
+        line for line in padding_free.summarize(padded + free, meta).splitlines() if "| full |" in line
+    )
+    assert "out of memory" in row and "x2.00" not in row
+
+
+def test_rounds_below_one_are_refused(capsys):
+    with pytest.raises(SystemExit) as raised:
+        padding_free.main(["--preset", "smoke", "--rounds", "0"])
+    assert raised.value.code == 2 and "--rounds must be at least 1, got 0" in capsys.readouterr().err
