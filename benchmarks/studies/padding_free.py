@@ -244,9 +244,11 @@ def merge_rounds(records: list[dict]) -> dict[tuple, dict]:
     return merged
 
 
-def speedups(padded: dict, free: dict) -> list[float]:
-    """Each round's padded / padding-free time ratio (the two sides ran one after the other)."""
-    return [p / f for p, f in zip(padded["round_times_s"], free["round_times_s"], strict=True)]
+def speedup(padded: dict, free: dict) -> tuple[float, float, float]:
+    """The median, lowest and highest of the rounds' padded / padding-free time ratios (in each round the
+    two sides ran one after the other)."""
+    ratios = [p / f for p, f in zip(padded["round_times_s"], free["round_times_s"], strict=True)]
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def summarize(records: list[dict], meta: dict) -> str:
@@ -274,9 +276,9 @@ def summarize(records: list[dict], meta: dict) -> str:
                 ratio, share, ideal = "-", "-", "-"
                 if padded and free and padded["status"] == free["status"] == "ok":
                     memory = f"x{free['peak_mib'] / padded['peak_mib']:.2f}" if padded["peak_mib"] else "-"
-                    ratios = speedups(padded, free)
-                    spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if len(ratios) > 1 else ""
-                    ratio = f"x{statistics.median(ratios):.2f}{spread} / {memory}"
+                    middle, low, high = speedup(padded, free)
+                    spread = f" ({low:.2f}-{high:.2f})" if len(padded["round_times_s"]) > 1 else ""
+                    ratio = f"x{middle:.2f}{spread} / {memory}"
                     share = f"{padded['padding_share']:.0%}"
                     ideal = f"x{1 / (1 - padded['padding_share']):.2f}"
                 cells = [status_cell(point[side], cell) for side in SIDES]
@@ -297,20 +299,20 @@ def plot(records: list[dict], path) -> None:
     rounds' range as an error bar."""
     plt = pyplot()
     by_point = merge_rounds(records)
-    labels, speedup, low, high, ideals = [], [], [], [], []
+    labels, middles, lows, highs, ideals = [], [], [], [], []
     for (distribution, attention_type, side, mode), free in by_point.items():
         padded = by_point.get((distribution, attention_type, "padded", mode))
         if side != "padding_free" or not padded or "ok" != free["status"] or "ok" != padded["status"]:
             continue
-        ratios = speedups(padded, free)
+        middle, low, high = speedup(padded, free)
         labels.append(f"{distribution}\n{mode}\n{attention_type}")
-        speedup.append(statistics.median(ratios))
-        low.append(speedup[-1] - min(ratios))
-        high.append(max(ratios) - speedup[-1])
+        middles.append(middle)
+        lows.append(middle - low)
+        highs.append(high - middle)
         ideals.append(1 / (1 - padded["padding_share"]))
     fig, ax = plt.subplots(figsize=(max(6, 0.8 * len(labels)), 4.5))
     x = range(len(labels))
-    ax.bar([i - 0.2 for i in x], speedup, width=0.4, yerr=[low, high], label="padding-free / padded")
+    ax.bar([i - 0.2 for i in x], middles, width=0.4, yerr=[lows, highs], label="padding-free / padded")
     ax.bar([i + 0.2 for i in x], ideals, width=0.4, label="ideal 1 / (1 - padding share)", alpha=0.5)
     ax.axhline(1, color="grey", linewidth=0.8)
     ax.set_xticks(list(x), labels, fontsize=7)
