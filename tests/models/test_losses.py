@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.nn import functional as F
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
+from hf_efficient.modeling import heads
 from hf_efficient.modeling.heads import mean_cross_entropy
 from hf_efficient.modeling.losses import chunked_cross_entropy
 
@@ -122,3 +125,41 @@ def test_mixed_dtypes_outside_autocast_name_the_fix():
     h, weight, bias, labels = inputs()
     with pytest.raises(ValueError, match=r"must share one dtype.*torch.autocast"):
         chunked_cross_entropy(h.to(torch.bfloat16), weight, bias, labels)
+
+
+class LargestOutput(TorchDispatchMode):
+    """Records the most elements of a new tensor any aten op inside it returns (views of an input are not
+    new)."""
+
+    def __init__(self):
+        super().__init__()
+        self.numel = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        inputs = {t.untyped_storage().data_ptr() for t in tensors}
+        for tensor in pytree.tree_leaves(out):
+            if isinstance(tensor, torch.Tensor) and tensor.untyped_storage().data_ptr() not in inputs:
+                self.numel = max(self.numel, tensor.numel())
+        return out
+
+
+@pytest.mark.parametrize("ignored", [0.0, 0.85])  # a causal LM's targets everywhere, a masked LM's 15%
+def test_evaluation_loss_reads_the_labelled_rows_a_chunk_at_a_time(ignored, monkeypatch):
+    """Without autograd, mean_cross_entropy equals F.cross_entropy over the labelled rows and never builds a
+    tensor of more rows than a chunk (it gathered every labelled row, then took their log-softmax: two
+    (rows, V) tensors of fresh pages)."""
+    vocab, chunk_rows = 300, 7
+    monkeypatch.setattr(heads, "NO_GRAD_LOSS_CHUNK_BYTES", chunk_rows * vocab * 4)
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 41, vocab, generator=generator)
+    labels = torch.randint(0, vocab, (3, 41), generator=generator)
+    labels = labels.masked_fill(torch.rand(3, 41, generator=generator) < ignored, -100)
+    with torch.no_grad(), LargestOutput() as largest:
+        loss = mean_cross_entropy(logits, labels)
+    expected = F.cross_entropy(logits.reshape(-1, vocab), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(loss, expected, atol=1e-6, rtol=1e-6)
+    assert largest.numel <= chunk_rows * vocab
+    with torch.no_grad():  # nothing labelled: 0, not NaN
+        assert mean_cross_entropy(logits, torch.full_like(labels, -100)).item() == 0.0
