@@ -266,7 +266,8 @@ def sweep(
     records, failed = [], set()
     with tqdm(points, desc=desc) as bar:
         for point in bar:
-            label = " ".join(str(value) for value in point.values())
+            # the point's scalar fields: a list (a batch's example ids) would fill the terminal
+            label = " ".join(str(v) for v in point.values() if not isinstance(v, (list, tuple, dict)))
             bar.set_postfix_str(label)
             status = reason(point) or (skipped if series(point) in failed else None)
             if status is not None:

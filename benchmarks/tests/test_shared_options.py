@@ -12,6 +12,7 @@ from benchmarks.harness import (
     fill_from_preset,
     launch,
     package_version,
+    sweep,
     use_allocator,
 )
 from benchmarks.report import ok_points
@@ -73,6 +74,16 @@ def test_fill_from_preset_fills_only_what_the_user_left_unset():
     assert args.repeats == 2 and args.warmup == 0  # given, even 0, stays
     assert args.model == '{"hidden_size": 32}'  # a dict becomes the JSON its option takes
     assert not hasattr(args, "points")  # a preset key that is no option is left alone
+
+
+def test_sweep_shows_a_points_scalar_fields_not_its_lists(capsys):
+    """The progress bar names the point by its scalar fields: a batch's example ids (the padding-free
+    benchmark's ``rows``, 16 lists of review ids) made each update a terminal's worth of numbers."""
+    points = [{"type": "full", "length": 32, "rows": [[24716, 22667, 23456], [104, 10065, 10570]]}]
+    records = sweep(points, lambda p: {**p, "status": "failed"}, lambda p: p["type"], desc="b")
+    assert records[0]["status"] == "failed"
+    shown = "".join(capsys.readouterr())  # the bar on stderr, the failure written above it on stdout
+    assert "full 32]" in shown and "full 32: failed" in shown and "24716" not in shown
 
 
 def test_package_version_is_none_for_a_package_that_is_not_installed():
