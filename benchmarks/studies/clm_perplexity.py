@@ -116,13 +116,17 @@ def plot_curves(runs: list[dict], path: Path) -> None:
     """Training loss against step, one line per run; the reference dashed."""
     plt = pyplot()
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    for run in runs:
-        if run["curve"]:
-            steps, losses = zip(*run["curve"], strict=True)
-            style = "--" if run["attention_type"] == REFERENCE else "-"
-            axes.plot(steps, losses, style, label=f"{run['attention_type']} ({run['perplexity']:.1f})")
+    logged = [run for run in runs if run["curve"]]
+    for run in logged:
+        steps, losses = zip(*run["curve"], strict=True)
+        style = "--" if run["attention_type"] == REFERENCE else "-"
+        axes.plot(steps, losses, style, label=f"{run['attention_type']} ({run['perplexity']:.1f})")
     axes.set(xlabel="training step", ylabel="training loss (next token)", title="causal LM on IMDB")
-    axes.legend(fontsize=8, title="type (held-out perplexity)")
+    if logged:
+        axes.legend(fontsize=8, title="type (held-out perplexity)")
+    else:  # runs shorter than their --logging_steps: say so, not an empty legend (matplotlib warns)
+        message = "no training loss logged: every run was shorter than its --logging_steps"
+        axes.text(0.5, 0.5, message, ha="center", va="center", transform=axes.transAxes)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

@@ -3,6 +3,7 @@ reference, ratios to it, the shared budget stated (or a warning when the runs di
 
 import json
 import math
+import warnings
 
 import pytest
 
@@ -71,3 +72,15 @@ def test_runs_on_different_budgets_are_flagged(tmp_path):
 def test_no_runs_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="run scripts/pretrain_clm.py first"):
         clm_perplexity.main(["--results", str(tmp_path)])
+
+
+def test_runs_that_logged_no_loss_draw_a_plot_that_says_so(tmp_path):
+    """Runs shorter than their --logging_steps have no curve: the plot says so, and matplotlib's "No artists
+    with labels found to put in legend" warning (from an empty legend) is not printed."""
+    write_run(tmp_path / "runs" / "full", "full", 5.0)
+    state = tmp_path / "runs" / "full" / "trainer_state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "log_history": []}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clm_perplexity.main(["--results", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "training_loss.png").stat().st_size > 1000
