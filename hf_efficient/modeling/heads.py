@@ -13,15 +13,14 @@ from torch.nn import functional as F
 from transformers.activations import ACT2FN
 
 from ..attention.inputs import is_tracing
+from ..attention.utils import CHUNK_BYTES, rows_per_chunk
 from ..errors import InputError
 from .checks import IGNORE_INDEX, check_class_labels, check_float_labels, check_same_shape, checking_values
 
-# A loss without autograd reads the labelled rows of the logits this many bytes at a time: each chunk's
-# gathered copy and its log-softmax stay below glibc's largest mmap threshold (32 MiB), so the allocator hands
-# the same memory to every chunk. Gathered at once, a masked LM's 3,463 labelled rows of 30,522 logits at
-# 16 x 2,210 tokens are two fresh 423 MB tensors whose pages the kernel maps one by one: 1.8 s of a 20 s
-# evaluation forward on 2 threads, against 0.1 s in chunks.
-NO_GRAD_LOSS_CHUNK_BYTES = 16 * 2**20
+# A loss without autograd reads the labelled rows of the logits within the shared chunk budget: each chunk's
+# gathered rows and log-softmax stay in the malloc arena instead of two fresh (rows, V) tensors paged in anew
+# (benchmarks/docs/performance.md, "Why the kernels are cut the way they are").
+NO_GRAD_LOSS_CHUNK_BYTES = CHUNK_BYTES
 
 
 def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -52,7 +51,8 @@ def mean_cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tens
         total = F.cross_entropy(logits, labels, ignore_index=IGNORE_INDEX, reduction="sum")
     else:
         rows = scored.nonzero().squeeze(1)
-        chunk = max(1, NO_GRAD_LOSS_CHUNK_BYTES // (logits.shape[-1] * logits.element_size()))
+        row_bytes = logits.shape[-1] * logits.element_size()
+        chunk = rows_per_chunk(row_bytes, rows.numel(), budget=NO_GRAD_LOSS_CHUNK_BYTES)
         total = logits.new_zeros((), dtype=torch.float32)
         for part in rows.split(chunk):
             part_logits = logits.index_select(0, part)

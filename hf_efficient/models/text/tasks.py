@@ -401,9 +401,9 @@ class MaskedLMTask(LanguageModelTask):
         merged), 1,024 rows at a time. Without autograd, autocast or anything attached to the decoder
         (hooks, a wrapper such as PEFT's), each chunk's projection is written straight into its rows
         (``torch.addmm(..., out=)``): every element of the output written once and no (chunk, V) tensor
-        beside it, whose fresh pages cost as much to touch as the output's (MiniLM's eval step at 16 x 512
-        IMDB reviews, longformer: about a tenth of its time, in a one-off comparison with the copying way).
-        Otherwise each chunk goes through the decoder module and is copied into its rows."""
+        beside it, whose fresh pages cost as much to touch as the output's (benchmarks/docs/performance.md,
+        "Why the kernels are cut the way they are"). Otherwise each chunk goes through the decoder module and
+        is copied into its rows."""
         if attention_mask is None or attention_mask.dim() != 2 or is_tracing():
             return self.lm_logits(hidden)
         real = attention_mask.bool().reshape(-1)  # (b * n,)
@@ -425,9 +425,10 @@ class MaskedLMTask(LanguageModelTask):
         written = used = 0  # rows of the output written, rows of the features used
         for start, end in zip(starts, ends, strict=True):
             logits[written:start].zero_()  # the padding before this run
+            offset = used - start  # output row r of this run is feature row r + offset
             for first in range(start, end, self.REAL_TOKEN_CHUNK):
                 last = min(end, first + self.REAL_TOKEN_CHUNK)
-                rows, chunk = logits[first:last], features[used + first - start : used + last - start]
+                rows, chunk = logits[first:last], features[first + offset : last + offset]
                 if not direct:
                     rows.copy_(decoder(chunk))
                 elif decoder.bias is None:
