@@ -12,6 +12,13 @@ backward on a (8, 12, 128, 128) float32 tensor: 1.4x as fast as ``F.dropout`` on
 Off CPU (one fused CUDA kernel keeps a bool mask already), while tracing, and for a p that rounds to 0 or 1,
 ``F.dropout`` itself runs. The masks come from torch's default CPU generator: ``torch.manual_seed`` repeats
 them.
+
+:func:`sdpa` with dropout on CPU is torch's math path written out, and that path keeps the (B, h, L, S)
+probabilities, their dropout mask and the dropped probabilities for backward: 9 bytes per query-key pair,
+8.4 GB for one 12-head layer over 16 sequences of 2,210 tokens. Over at least ``RECOMPUTE_MIN_KEYS`` keys,
+when autograd records, it keeps only its inputs instead: the queries go through in chunks of rows, each under
+``torch.utils.checkpoint``, which saves the generator's state with them, and backward recomputes one chunk's
+probabilities and mask at a time, the same draws, as FlashAttention recomputes its probabilities.
 """
 
 from __future__ import annotations
@@ -20,12 +27,20 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from ..compat import safe_softmax
 from .inputs import is_tracing
+from .utils import chunk_bounds, rows_per_chunk
 
 LANES = 1 << 16  # the values of one 16-bit lane: p is rounded to a multiple of 1 / LANES
 MASK_CHUNK = 1 << 20  # mask elements drawn per step: the 64-bit draws take a quarter of a chunk's bytes
+# From this many keys on, sdpa's dropout path recomputes its probabilities in backward instead of keeping
+# them: there a query's saved pairs (9 bytes x heads x keys: 110 KB for 12 heads) outweigh what a BERT layer
+# keeps per token elsewhere, and the chunked recomputation measured faster, not slower, than keeping them
+# (benchmarks/docs/performance.md, the table of kernel settings).
+RECOMPUTE_MIN_KEYS = 1024
+SAVED_BYTES_PER_PAIR = 9  # float32 probabilities, the bool mask, the float32 dropped probabilities
 
 
 def _dropped_lanes(p: float) -> int:
@@ -101,6 +116,39 @@ def sdpa(
         return F.scaled_dot_product_attention(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale
         )
+    if key.shape[-2] >= RECOMPUTE_MIN_KEYS and torch.is_grad_enabled():
+        return _recomputed_in_backward(query, key, value, attn_mask, dropout_p, scale)
+    return _math_with_dropout(query, key, value, attn_mask, dropout_p, scale)
+
+
+def _recomputed_in_backward(query, key, value, attn_mask, dropout_p, scale) -> torch.Tensor:
+    """:func:`_math_with_dropout` over chunks of query rows, each chunk's intermediates recomputed in backward
+    (``checkpoint`` restores the CPU generator's state first, so the dropout masks are drawn again exactly):
+    autograd keeps the inputs only, and backward holds one chunk's (B, h, rows, S) pairs at a time."""
+    b, h, length, _ = query.shape
+    per_row = SAVED_BYTES_PER_PAIR * b * h * key.shape[-2]
+    rows = rows_per_chunk(per_row, length)
+    per_query = attn_mask is not None and attn_mask.dim() >= 2 and attn_mask.shape[-2] == length
+    outputs = []
+    for start, stop in chunk_bounds(length, rows):
+        mask = attn_mask[..., start:stop, :] if per_query else attn_mask  # a (.., 1, S) mask serves every row
+        outputs.append(
+            checkpoint(
+                _math_with_dropout,
+                query[..., start:stop, :],
+                key,
+                value,
+                mask,
+                dropout_p,
+                scale,
+                use_reentrant=False,
+            )
+        )
+    return outputs[0] if len(outputs) == 1 else torch.cat(outputs, dim=-2)
+
+
+def _math_with_dropout(query, key, value, attn_mask, dropout_p, scale) -> torch.Tensor:
+    """torch's math path of sdpa with :func:`fast_dropout`'s mask (see :func:`sdpa`)."""
     dtype = query.dtype
     if dtype in (torch.float16, torch.bfloat16):
         query, key, value = query.float(), key.float(), value.float()

@@ -106,3 +106,30 @@ def test_sdpa_without_dropout_is_torchs():
     torch.testing.assert_close(sdpa(q, k, v, scale=0.3), F.scaled_dot_product_attention(q, k, v, scale=0.3))
     half = sdpa(q.bfloat16(), k.bfloat16(), v.bfloat16(), dropout_p=0.1)
     assert half.dtype == torch.bfloat16 and half.shape == (1, 2, 4, 8)
+
+
+def test_sdpa_over_many_keys_recomputes_its_dropout_in_backward(monkeypatch):
+    """From RECOMPUTE_MIN_KEYS keys on (4 here), query rows in chunks (2 here), each chunk's probabilities and
+    dropout mask drawn again in backward from the generator state of its forward: the outputs and gradients
+    (queries, keys, values and an additive bias) are the chunk-wise maths with the chunks' masks drawn in
+    order, and autograd keeps no (B, h, rows, S) tensor for backward (only the inputs)."""
+    monkeypatch.setattr(module, "RECOMPUTE_MIN_KEYS", 4)
+    monkeypatch.setattr(module, "rows_per_chunk", lambda bytes_per_row, total_rows: 2)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 5, 8, requires_grad=True) for _ in range(3))
+    bias = torch.randn(1, 3, 5, 5, requires_grad=True)  # per query row: cut with the chunks
+    saved = []
+    torch.manual_seed(1)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        out = sdpa(q, k, v, bias, dropout_p=0.25)
+    assert not [shape for shape in saved if shape[:2] == (2, 3) and shape[-1] == 5]  # no scores' shape
+    torch.manual_seed(1)
+    keep = torch.cat([keep_mask((2, 3, rows, 5), 0.25) for rows in (2, 2, 1)], dim=2)
+    probs = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5 + bias, -1)
+    expected = (probs * keep / 0.75) @ v
+    torch.testing.assert_close(out, expected)
+    torch.manual_seed(5)  # backward redraws the forward's masks whatever the generator holds now
+    grads = torch.autograd.grad(out.sum(), (q, k, v, bias))
+    expected_grads = torch.autograd.grad(expected.sum(), (q, k, v, bias))
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad)

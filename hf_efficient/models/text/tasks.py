@@ -28,6 +28,7 @@ from transformers import (
     AutoModelForTokenClassification,
     GenerationMixin,
 )
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
@@ -515,6 +516,17 @@ class CausalLMTask(LanguageModelTask, GenerationMixin):
         """generate() must not build transformers' DynamicCache: the forward makes an EfficientCache, whose
         layers the cores build (running sums and windows as well as keys and values)."""
         return False
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        """Without a cache of the user's, generate() starts from this model's own (an EfficientCache; for a
+        decoder with cross-attention inside an EncoderDecoderCache, as the forward makes): assisted decoding
+        reads the cache before the first forward (transformers 5.25 raises "requires a cache" without one),
+        then refuses a cache that cannot be cropped."""
+        super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        if model_kwargs.get("cache") is None and generation_config.use_cache is not False:
+            cache = self.new_cache()
+            cross = self.config.add_cross_attention
+            model_kwargs["cache"] = EncoderDecoderCache(cache, DynamicCache()) if cross else cache
 
     @property
     def _is_stateful(self) -> bool:
