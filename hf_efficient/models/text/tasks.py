@@ -28,7 +28,6 @@ from transformers import (
     AutoModelForTokenClassification,
     GenerationMixin,
 )
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import (
     BaseModelOutputWithPoolingAndCrossAttentions,
     CausalLMOutputWithCrossAttentions,
@@ -518,15 +517,14 @@ class CausalLMTask(LanguageModelTask, GenerationMixin):
         return False
 
     def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
-        """Without a cache of the user's, generate() starts from this model's own (an EfficientCache; for a
-        decoder with cross-attention inside an EncoderDecoderCache, as the forward makes): assisted decoding
-        reads the cache before the first forward (transformers 5.25 raises "requires a cache" without one),
-        then refuses a cache that cannot be cropped."""
+        """Without a cache of the user's, generate() starts from the one the forward would make (none without
+        is_decoder; with encoder states an EncoderDecoderCache around this model's EfficientCache): assisted
+        decoding reads the cache before the first forward (transformers 5.25 raises "requires a cache"
+        without one), then refuses a cache that cannot be cropped."""
         super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
         if model_kwargs.get("cache") is None and generation_config.use_cache is not False:
-            cache = self.new_cache()
-            cross = self.config.add_cross_attention
-            model_kwargs["cache"] = EncoderDecoderCache(cache, DynamicCache()) if cross else cache
+            cross = model_kwargs.get("encoder_hidden_states") is not None
+            model_kwargs["cache"] = self.base_model._generation_cache(None, True, cross)  # the forward's own
 
     @property
     def _is_stateful(self) -> bool:

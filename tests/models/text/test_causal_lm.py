@@ -125,6 +125,17 @@ def test_assisted_decoding_with_a_croppable_cache_gives_greedys_tokens():
     assert torch.equal(assisted, greedy)
 
 
+def test_generate_without_is_decoder_keeps_no_cache():
+    """As transformers: a causal LM built without is_decoder generates (warning that it sees later tokens),
+    with no cache made for it, not a refusal of the cache generate() would have built."""
+    config = tiny_causal_config("full")
+    config.is_decoder = False
+    ids = left_padded_batch()[0][:1]
+    model = EfficientBertForCausalLM(config).eval()
+    out = model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=0)
+    assert out.shape == (1, ids.shape[1] + 2)
+
+
 def test_decoder_refusals():
     """A cache belongs to decoders and must be ours; assisted decoding, which rolls a cache back, is refused
     for recurrent states; positions past the table raise before indexing it. (Without is_decoder the causal
