@@ -6,10 +6,6 @@ PY := $(VENV)/bin/python
 export OMP_NUM_THREADS ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 export HF_HUB_OFFLINE ?= 1
-# torch's CPU allocator asks the kernel for transparent huge pages (madvise) on allocations of 2 MB and more:
-# the tests and the demo allocate large tensors afresh every step (a BERT vocabulary's 47 MB gradients), and
-# on this kind of machine faulting them in 4 KB pages costs a tenth of a demo step (docs/performance.md).
-export THP_MEM_ALLOC_ENABLE ?= 1
 
 .PHONY: install upstream-tests bytecode test test-fast test-floor lint demo bench-demo bench bench-peers clean
 
