@@ -41,9 +41,10 @@ PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 
 # The full suite, what CI runs (.ci/run): lint, then every test, the `slow` and `distributed` ones included
-# (22 min 27 s and 27 min 59 s from two fresh clones an hour apart on one 2-core machine with sgemm 104 GFLOP/s
-# on one thread, 185 on two, set-up included: 20 min 18 s and 25 min 31 s of pytest; 41.8 and 52.5 CPU-minutes,
-# user + sys, 2026-12-02; tests marked `gpu` are skipped without CUDA). It ends with the 15 slowest tests:
+# (10 min 46 s, 11 min 2 s and 11 min 21 s from three fresh clones in a row on one 2-core machine with sgemm
+# 99 GFLOP/s on one thread, 190 on two, set-up included: 9 min 43 s to 10 min 4 s of pytest; 19.7, 20.1 and
+# 20.6 CPU-minutes, user + sys, 2026-12-04; 14 min 26 s and 25.9 CPU-minutes the day before on the same kind
+# of machine; tests marked `gpu` are skipped without CUDA). It ends with the 15 slowest tests:
 # one over 60 seconds says in its docstring why it must take that long.
 test: lint upstream-tests bytecode
 	$(PY) -m pytest -q $(PYTEST_PARALLEL) --durations=15
