@@ -108,23 +108,29 @@ def test_sdpa_without_dropout_is_torchs():
     assert half.dtype == torch.bfloat16 and half.shape == (1, 2, 4, 8)
 
 
-def test_sdpa_over_many_keys_recomputes_its_dropout_in_backward(monkeypatch):
-    """From RECOMPUTE_MIN_KEYS keys on (4 here), query rows in chunks (2 here), each chunk's probabilities and
-    dropout mask drawn again in backward from the generator state of its forward: the outputs and gradients
-    (queries, keys, values and an additive bias) are the chunk-wise maths with the chunks' masks drawn in
-    order, and autograd keeps no (B, h, rows, S) tensor for backward (only the inputs)."""
+@pytest.mark.parametrize("rows", [2, 5])  # two rows of one head a block; whole heads (every row, 5)
+def test_sdpa_over_many_keys_recomputes_its_dropout_in_backward(monkeypatch, rows):
+    """From RECOMPUTE_MIN_KEYS keys on (4 here), the queries in blocks of (sequences, heads, rows) (a block's
+    budget: 2 rows, or 2 heads when every row fits), each block's probabilities and dropout mask drawn again
+    in backward from the generator state of the forward: the outputs and gradients (queries, keys, values and
+    an additive bias) are the block-wise maths with the blocks' masks drawn in order, and autograd keeps no
+    (B, h, rows, S) tensor for backward (only the inputs)."""
     monkeypatch.setattr(module, "RECOMPUTE_MIN_KEYS", 4)
-    monkeypatch.setattr(module, "rows_per_chunk", lambda bytes_per_row, total_rows: 2)
+    monkeypatch.setattr(module, "rows_per_chunk", lambda _, total: min(total, rows if total == 5 else 2))
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 5, 8, requires_grad=True) for _ in range(3))
-    bias = torch.randn(1, 3, 5, 5, requires_grad=True)  # per query row: cut with the chunks
+    bias = torch.randn(1, 3, 5, 5, requires_grad=True)  # per query row: cut with the blocks
     saved = []
     torch.manual_seed(1)
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
         out = sdpa(q, k, v, bias, dropout_p=0.25)
     assert not [shape for shape in saved if shape[:2] == (2, 3) and shape[-1] == 5]  # no scores' shape
+    blocks = module._blocks(q.shape, 5)
+    assert len(blocks) == (2 * 3 * 3 if rows == 2 else 2 * 2)  # rows 2 + 2 + 1; heads 2 + 1
     torch.manual_seed(1)
-    keep = torch.cat([keep_mask((2, 3, rows, 5), 0.25) for rows in (2, 2, 1)], dim=2)
+    keep = torch.empty(2, 3, 5, 5, dtype=torch.bool)
+    for items, heads, rows_ in blocks:
+        keep[items, heads, rows_] = keep_mask(keep[items, heads, rows_].shape, 0.25)
     probs = torch.softmax(q @ k.transpose(-1, -2) / 8**0.5 + bias, -1)
     expected = (probs * keep / 0.75) @ v
     torch.testing.assert_close(out, expected)
@@ -133,3 +139,27 @@ def test_sdpa_over_many_keys_recomputes_its_dropout_in_backward(monkeypatch):
     expected_grads = torch.autograd.grad(expected.sum(), (q, k, v, bias))
     for grad, expected_grad in zip(grads, expected_grads, strict=True):
         torch.testing.assert_close(grad, expected_grad)
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_sdpa_recomputed_keeps_torchs_math_over_many_keys(kind):
+    """At the real threshold (1,024 keys) with a per-query mask, a row without keys and bfloat16 inputs: the
+    recomputed path's outputs and gradients are the math path's with the same masks (computed in float32)."""
+    torch.manual_seed(0)
+    q = torch.randn(2, 3, 6, 4, requires_grad=True)
+    k, v = (torch.randn(2, 3, 1024, 4, requires_grad=True) for _ in range(2))
+    mask = torch.rand(2, 1, 6, 1024) > 0.3
+    mask[1, 0, 4] = False
+    mask = mask if kind == "bool" else torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    torch.manual_seed(2)
+    out = sdpa(q, k, v, mask, dropout_p=0.1)
+    torch.manual_seed(2)
+    expected = module._math_with_dropout(q, k, v, mask, 0.1, None)
+    torch.testing.assert_close(out, expected)
+    assert out[1, :, 4].abs().max() == 0
+    grads = torch.autograd.grad(out.sum(), (q, k, v))
+    expected_grads = torch.autograd.grad(expected.sum(), (q, k, v))
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad)
+    half = sdpa(*(t.detach().bfloat16().requires_grad_() for t in (q, k, v)), mask, dropout_p=0.1)
+    assert half.dtype == torch.bfloat16 and half.isfinite().all()
