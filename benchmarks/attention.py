@@ -33,9 +33,9 @@ from pathlib import Path
 
 from benchmarks import flops, roofline
 from benchmarks.harness import (
-    ALLOCATORS,
     Measurement,
     ProcessOptions,
+    add_allocator_argument,
     add_point_arguments,
     benchmark_parser,
     fill_from_preset,
@@ -339,13 +339,7 @@ def make_parser() -> argparse.ArgumentParser:
         type=float,
         help="GiB copied to measure the memory bandwidth for the roofline (0: no roofline; default 1)",
     )
-    parser.add_argument(
-        "--allocator",
-        choices=ALLOCATORS,
-        default="glibc",
-        help="glibc's defaults, keep freed memory in the heap (no page faults above 32 MiB), or lean "
-        "(blocks of 16 MiB and more mapped on their own: less memory); see benchmarks.harness",
-    )
+    add_allocator_argument(parser)
     add_point_arguments(parser, threads=2, memory_cap_gib=16.0, timeout=300.0)
     return parser
 

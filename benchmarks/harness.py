@@ -382,6 +382,18 @@ def use_allocator(point: argparse.Namespace) -> None:
         set_up()
 
 
+def add_allocator_argument(parser: argparse.ArgumentParser, default: str = "glibc") -> None:
+    """``--allocator``: the points' glibc setting (:data:`ALLOCATORS`, applied by :func:`use_allocator`)."""
+    parser.add_argument(
+        "--allocator",
+        choices=ALLOCATORS,
+        default=default,
+        help=f"glibc's defaults, keep freed memory in the heap (no page faults above 32 MiB), or lean "
+        f"(blocks of 16 MiB and more mapped on their own: less memory); default {default}; see "
+        f"benchmarks.harness",
+    )
+
+
 def bandwidth_point(point: argparse.Namespace) -> dict:
     """Point function: the machine's memory bandwidth with ``point.threads`` threads: a copy of
     ``point.gib`` GiB (bytes read + written over the time: what streaming eager ops get), and a gather of

@@ -59,8 +59,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.harness import (
-    ALLOCATORS,
     ProcessOptions,
+    add_allocator_argument,
     add_point_arguments,
     launch,
     machine_meta,
@@ -313,12 +313,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--append", action="store_true", help="add to <out>/results.json (same machine and settings)"
     )
-    parser.add_argument(
-        "--allocator",
-        choices=ALLOCATORS,
-        default="keep",
-        help="keep freed memory (default), glibc's defaults, or lean (see benchmarks.harness)",
-    )
+    add_allocator_argument(parser, default="keep")
     parser.add_argument(
         "--bandwidth_gib", type=float, default=1.0, help="size of the bandwidth test (0: none)"
     )

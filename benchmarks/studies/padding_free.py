@@ -35,10 +35,16 @@ R`` runs the whole sweep R times, a point's padded and padding-free sides one af
 round: a cell then holds the median over the rounds, and a ratio the median of the R rounds' ratios with
 their lowest and highest beside it.
 
+The points run under glibc's defaults, as a user's process does; ``--allocator keep`` keeps freed memory in
+the heap instead. The two can differ for the small molecule batches: glibc hands freed memory at its heap's
+top back to the system, so a tensor of a few MiB (the padded side's feed-forward activations) may be
+page-faulted in afresh at every call, which the smaller padding-free tensors escape.
+
     python -m benchmarks.studies.padding_free                   # MiniLM size, every type, side, mode
     python -m benchmarks.studies.padding_free --types full --distributions imdb --modes train
     python -m benchmarks.studies.padding_free --distributions long_documents --warmup 0 --repeats 1
     python -m benchmarks.studies.padding_free --rounds 3                        # three interleaved rounds
+    python -m benchmarks.studies.padding_free --allocator keep  # glibc keeps freed memory: no page faults
     python -m benchmarks.studies.padding_free --preset smoke    # tiny, for tests
 
 Writes ``<out>/results.json``, ``<out>/summary.md`` and ``<out>/padding_free.png`` (the speed-ups beside
@@ -53,6 +59,7 @@ import statistics
 from collections import defaultdict
 
 from benchmarks.harness import (
+    add_allocator_argument,
     add_point_arguments,
     benchmark_parser,
     cpu_meta,
@@ -61,6 +68,7 @@ from benchmarks.harness import (
     measure,
     set_up_torch,
     sweep,
+    use_allocator,
 )
 from benchmarks.report import pyplot, status_cell, write_report
 from hf_efficient.markdown import markdown_table
@@ -85,7 +93,7 @@ PRESETS = {
     "full": dict(model=MINILM, batch=16, repeats=3),
     "smoke": dict(model=SMOKE, batch=4, repeats=1),
 }
-POINT_SETTINGS = "threads warmup repeats model batch seed".split()
+POINT_SETTINGS = "threads warmup repeats model batch seed allocator".split()
 POINT_KEY = ("distribution", "attention_type", "side", "mode")  # a point's identity, the same in every round
 
 
@@ -180,6 +188,7 @@ def run_point(point: argparse.Namespace) -> dict:
     """Point function: one distribution, type, side and mode, timed on the batch of ``point.rows``."""
     import torch
 
+    use_allocator(point)  # before the batch's and the model's tensors
     set_up_torch(point.threads)
     if DISTRIBUTIONS[point.distribution] == "text":
         batch = text_batch(point.rows, MAX_LENGTHS[point.distribution])
@@ -257,9 +266,10 @@ def summarize(records: list[dict], meta: dict) -> str:
     and beside them the padding share and the ideal speed-up."""
     by_point = merge_rounds(records)
     rounds = f", {meta['rounds']} rounds" if meta.get("rounds", 1) > 1 else ""
+    allocator = f", allocator {meta['allocator']}" if meta.get("allocator", "glibc") != "glibc" else ""
     lines = [
         f"Padding-free vs padded, model {meta['model']}, batch {meta['batch']}, {meta['threads']} "
-        f"threads{rounds}"
+        f"threads{rounds}{allocator}"
     ]
 
     def cell(r: dict) -> str:
@@ -338,6 +348,7 @@ def make_parser() -> argparse.ArgumentParser:
         "--rounds", type=int, default=1, help="times the whole sweep runs, each point's sides interleaved"
     )
     parser.add_argument("--model", help="JSON of the sizes (default: the preset's)")
+    add_allocator_argument(parser)
     add_point_arguments(parser, threads=2, memory_cap_gib=32.0, timeout=1800.0, plugins=False)
     return parser
 
@@ -368,6 +379,7 @@ def main(argv: list[str] | None = None) -> dict:
         "batch": args.batch,
         "rounds": args.rounds,
         "max_lengths": {d: MAX_LENGTHS[d] for d in args.distributions if d in MAX_LENGTHS},
+        "allocator": args.allocator,
         "model": json.loads(args.model),
     }
     meta["type_configs"] = {name: TYPE_CONFIGS[name] for name in args.types}
