@@ -162,8 +162,8 @@ def _cut(mask: torch.Tensor, items: slice, heads: slice, rows: slice) -> torch.T
 
 
 def _block_probabilities(query, key, mask, scale) -> torch.Tensor:
-    """softmax(q k^T scale + mask) of one block in float32, a row without an allowed key zeros."""
-    scores = (query.float() * scale) @ key.float().transpose(-1, -2)  # (b, h, rows, S)
+    """softmax(q k^T scale + mask) in the inputs' dtype, a row without an allowed key zeros."""
+    scores = (query * scale) @ key.transpose(-1, -2)  # (b, h, rows, S)
     if mask is not None:
         scores = scores.masked_fill_(~mask, float("-inf")) if mask.dtype == torch.bool else scores.add_(mask)
     return safe_softmax(scores, -1)
@@ -188,7 +188,8 @@ class _RecomputedDropoutAttention(torch.autograd.Function):
         out = torch.empty((*query.shape[:-1], value.shape[-1]), dtype=query.dtype)  # (B, h, L, dv)
         for items, heads, rows in _blocks(query.shape, key.shape[-2]):
             mask = None if attn_mask is None else _cut(attn_mask, items, heads, rows)
-            probs = _block_probabilities(query[items, heads, rows], key[items, heads], mask, scale)
+            q, k = query[items, heads, rows].float(), key[items, heads].float()
+            probs = _block_probabilities(q, k, mask, scale)  # (b, h, rows, S) in float32
             probs.mul_(keep_mask(probs.shape, dropout_p)).mul_(keep_scale)
             out[items, heads, rows] = probs @ value[items, heads].float()
         ctx.save_for_backward(query, key, value, attn_mask)
@@ -231,11 +232,5 @@ def _math_with_dropout(query, key, value, attn_mask, dropout_p, scale) -> torch.
     if dtype in (torch.float16, torch.bfloat16):
         query, key, value = query.float(), key.float(), value.float()
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = (query * scale) @ key.transpose(-1, -2)  # (B, h, L, S)
-    if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attn_mask, float("-inf"))
-        else:
-            scores = scores + attn_mask
-    probs = fast_dropout(safe_softmax(scores, -1), dropout_p)
+    probs = fast_dropout(_block_probabilities(query, key, attn_mask, scale), dropout_p)  # (B, h, L, S)
     return (probs @ value).to(dtype)
