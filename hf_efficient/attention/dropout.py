@@ -161,6 +161,11 @@ def _cut(mask: torch.Tensor, items: slice, heads: slice, rows: slice) -> torch.T
     return mask[tuple(part if size > 1 else slice(None) for part, size in parts)]
 
 
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What the math runs in: float32 for half-precision inputs (as torch's math path), else their own."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def _block_probabilities(query, key, mask, scale) -> torch.Tensor:
     """softmax(q k^T scale + mask) in the inputs' dtype, a row without an allowed key zeros."""
     scores = (query * scale) @ key.transpose(-1, -2)  # (b, h, rows, S)
@@ -186,12 +191,13 @@ class _RecomputedDropoutAttention(torch.autograd.Function):
         dropped = _dropped_lanes(dropout_p)
         keep_scale = LANES / (LANES - dropped)  # 1 / (1 - p')
         out = torch.empty((*query.shape[:-1], value.shape[-1]), dtype=query.dtype)  # (B, h, L, dv)
+        dtype = _compute_dtype(query.dtype)
         for items, heads, rows in _blocks(query.shape, key.shape[-2]):
             mask = None if attn_mask is None else _cut(attn_mask, items, heads, rows)
-            q, k = query[items, heads, rows].float(), key[items, heads].float()
-            probs = _block_probabilities(q, k, mask, scale)  # (b, h, rows, S) in float32
+            q, k = query[items, heads, rows].to(dtype), key[items, heads].to(dtype)
+            probs = _block_probabilities(q, k, mask, scale)  # (b, h, rows, S)
             probs.mul_(keep_mask(probs.shape, dropout_p)).mul_(keep_scale)
-            out[items, heads, rows] = probs @ value[items, heads].float()
+            out[items, heads, rows] = probs @ value[items, heads].to(dtype)
         ctx.save_for_backward(query, key, value, attn_mask)
         ctx.dropout_p, ctx.scale, ctx.keep_scale = dropout_p, scale, keep_scale
         return out
@@ -201,20 +207,22 @@ class _RecomputedDropoutAttention(torch.autograd.Function):
     def backward(ctx, grad_out):
         query, key, value, attn_mask = ctx.saved_tensors
         scale, keep_scale = ctx.scale, ctx.keep_scale
-        grad_query = torch.empty(query.shape, dtype=torch.float32)
-        grad_key = torch.zeros(key.shape, dtype=torch.float32)
-        grad_value = torch.zeros(value.shape, dtype=torch.float32)
-        grad_mask = torch.zeros(attn_mask.shape, dtype=torch.float32) if ctx.needs_input_grad[3] else None
+        dtype = _compute_dtype(query.dtype)
+        grad_query = torch.empty(query.shape, dtype=dtype)
+        grad_key = torch.zeros(key.shape, dtype=dtype)
+        grad_value = torch.zeros(value.shape, dtype=dtype)
+        grad_mask = torch.zeros(attn_mask.shape, dtype=dtype) if ctx.needs_input_grad[3] else None
         with torch.random.fork_rng(devices=[]):
             torch.set_rng_state(ctx.rng_state)  # the forward's masks, drawn again in the same order
             for items, heads, rows in _blocks(query.shape, key.shape[-2]):
-                q, k, v = query[items, heads, rows].float(), key[items, heads].float(), value[items, heads]
+                q, k = query[items, heads, rows].to(dtype), key[items, heads].to(dtype)
+                v = value[items, heads].to(dtype)
                 mask = None if attn_mask is None else _cut(attn_mask, items, heads, rows)
                 probs = _block_probabilities(q, k, mask, scale)  # (b, h, rows, S)
                 keep = keep_mask(probs.shape, ctx.dropout_p)
-                grad = grad_out[items, heads, rows].float()  # (b, h, rows, dv)
+                grad = grad_out[items, heads, rows].to(dtype)  # (b, h, rows, dv)
                 grad_value[items, heads] += (probs * keep).mul_(keep_scale).transpose(-1, -2) @ grad
-                grad_probs = (grad @ v.float().transpose(-1, -2)).mul_(keep).mul_(keep_scale)
+                grad_probs = (grad @ v.transpose(-1, -2)).mul_(keep).mul_(keep_scale)
                 # softmax's backward: P * (dP - sum(dP * P))
                 grad_scores = grad_probs.sub_((grad_probs * probs).sum(-1, keepdim=True)).mul_(probs)
                 grad_query[items, heads, rows] = (grad_scores @ k).mul_(scale)
@@ -228,9 +236,8 @@ class _RecomputedDropoutAttention(torch.autograd.Function):
 
 def _math_with_dropout(query, key, value, attn_mask, dropout_p, scale) -> torch.Tensor:
     """torch's math path of sdpa with :func:`fast_dropout`'s mask (see :func:`sdpa`)."""
-    dtype = query.dtype
-    if dtype in (torch.float16, torch.bfloat16):
-        query, key, value = query.float(), key.float(), value.float()
+    dtype, compute = query.dtype, _compute_dtype(query.dtype)
+    query, key, value = query.to(compute), key.to(compute), value.to(compute)
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     probs = fast_dropout(_block_probabilities(query, key, attn_mask, scale), dropout_p)  # (B, h, L, S)
     return (probs @ value).to(dtype)

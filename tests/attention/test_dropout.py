@@ -163,3 +163,23 @@ def test_sdpa_recomputed_keeps_torchs_math_over_many_keys(kind):
         torch.testing.assert_close(grad, expected_grad)
     half = sdpa(*(t.detach().bfloat16().requires_grad_() for t in (q, k, v)), mask, dropout_p=0.1)
     assert half.dtype == torch.bfloat16 and half.isfinite().all()
+
+
+def test_sdpa_recomputed_keeps_float64_inputs_in_float64():
+    """Over 1,024 keys with gradients the recomputed blocks compute in the inputs' own float64 (only half
+    types go up to float32): outputs and gradients of queries, keys, values and an additive mask equal the
+    float64 math path to 1e-12 (float32 arithmetic misses it by about 1e-7)."""
+    torch.manual_seed(0)
+    q = torch.randn(1, 2, 3, 8, dtype=torch.float64, requires_grad=True)
+    k, v = (torch.randn(1, 2, 1024, 8, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    bias = torch.randn(1, 1, 3, 1024, dtype=torch.float64, requires_grad=True)
+    torch.manual_seed(2)
+    out = sdpa(q, k, v, bias, dropout_p=0.1)
+    torch.manual_seed(2)
+    expected = module._math_with_dropout(q, k, v, bias, 0.1, None)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-12)
+    grads = torch.autograd.grad(out.sum(), (q, k, v, bias))
+    expected_grads = torch.autograd.grad(expected.sum(), (q, k, v, bias))
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad, atol=1e-12, rtol=1e-12)
