@@ -120,6 +120,22 @@ def measure(call: Callable[[], object], warmup: int, repeats: int) -> Measuremen
     return Measurement(times, peak / mib, base / mib, setup_peak / mib)
 
 
+def measure_alternating(calls: dict[str, Callable[[], object]], warmup: int, repeats: int) -> dict[str, list]:
+    """Seconds of each of ``calls``'s ``repeats`` timed calls (after ``warmup`` untimed rounds), the calls
+    taking turns (a, b, a, b, ...): a drift of the machine's speed, which on a shared machine moves a
+    sub-second call's time by a fifth from one minute to the next, reaches every call alike, so the ratio of
+    two medians holds steady where two points timed one after the other do not. No memory reading: the
+    calls share the process."""
+    times = {name: [] for name in calls}
+    for i in range(warmup + repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+    return times
+
+
 def set_up_torch(threads: int, seed: int = 0) -> None:
     """What every point does first: its thread count and a fixed seed for its random inputs."""
     import torch

@@ -24,9 +24,9 @@ parent process, and each point rebuilds its texts from the review ids.
 The model is MiniLM's size (6 layers, hidden 384, 12 heads, intermediate 1536), and the sides (``--sides``)
 ``padded``, ``padding_free`` and, for text, ``modernbert_sdpa``: transformers' ``ModernBertForMaskedLM`` of
 the same size with ``attn_implementation="sdpa"`` (its path without FlashAttention 2 computes the padded
-batch), on the same batches. Modes: ``train`` (forward with the labels, backward, fused AdamW step: the Trainer's default optimizer,
-``adamw_torch_fused``, so the step the scripts run) and
-``forward`` (eval, no_grad). Each point runs in a fresh process (``benchmarks.harness``); tokens/s counts
+batch), on the same batches. Modes: ``train`` (forward with the labels, backward, fused AdamW step: the
+Trainer's default optimizer, ``adamw_torch_fused``, so the step the scripts run) and ``forward`` (eval,
+no_grad). Each point runs in a fresh process (``benchmarks.harness``); tokens/s counts
 the batch's real tokens on every side. The summary prints each padding-free / padded ratio beside the
 batch's padding share s and the ideal 1 / (1 - s) (what removing all padding would give if time were
 linear in tokens).
@@ -34,7 +34,13 @@ linear in tokens).
 On a shared machine one point's time drifts by a tenth or more from one minute to the next, so ``--rounds
 R`` runs the whole sweep R times, a point's padded and padding-free sides one after the other in every
 round: a cell then holds the median over the rounds, and a ratio the median of the R rounds' ratios with
-their lowest and highest beside it.
+their lowest and highest beside it. That still leaves a molecule batch's ratio to chance: its step takes
+40 to 180 ms, and two points timed ten seconds apart in two processes gave rounds from x0.97 to x1.59. For
+the distributions of ``PAIRED_DISTRIBUTIONS`` each round therefore adds a ``paired`` point: one process
+holding both models (the same weights), their calls taking turns (``measure_alternating``), whose ratio of
+medians repeated within 0.01 over three runs where the same process timing the sides one after the other
+gave x1.32 to x1.55; their ratios are the paired points', and the cells (tokens/s, memory: one process per
+side) the separate points'.
 
 The points run under glibc's defaults, as a user's process does; ``--allocator keep`` keeps freed memory in
 the heap instead. The two can differ for the small molecule batches: glibc hands freed memory at its heap's
@@ -67,6 +73,7 @@ from benchmarks.harness import (
     fill_from_preset,
     launcher,
     measure,
+    measure_alternating,
     set_up_torch,
     sweep,
     use_allocator,
@@ -80,6 +87,9 @@ MAX_LENGTHS = {"imdb": 512, "long_documents": 4096}  # text truncation, and the 
 # A molecule batch's step takes a fraction of a second, where one call's noise is a large share: its points
 # time this many times the --repeats calls (the median of 30, not of 3).
 REPEATS_FACTOR = {"molecules": 10}
+# Distributions whose ratio comes from a "paired" point (module docstring): sub-second steps.
+PAIRED_DISTRIBUTIONS = ("molecules",)
+PAIRED = "paired"  # the side name of such a point: padded and padding_free in one process, calls alternating
 SIDES = ("padded", "padding_free", "modernbert_sdpa")
 MODES = ("train", "forward")
 MODERNBERT_ROW = "ModernBERT's (global + 128-token windows)"  # the row of transformers' model: its own layers
@@ -185,21 +195,12 @@ def build(point: argparse.Namespace, sizes: dict):
     return EfficientGraphForGraphClassification(config)
 
 
-def run_point(point: argparse.Namespace) -> dict:
-    """Point function: one distribution, type, side and mode, timed on the batch of ``point.rows``."""
+def step(model, batch: dict, mode: str):
+    """One call of ``mode`` on ``batch``: a training step (forward with the labels, backward, the optimizer's
+    step) or an evaluation forward."""
     import torch
 
-    use_allocator(point)  # before the batch's and the model's tensors
-    set_up_torch(point.threads)
-    if DISTRIBUTIONS[point.distribution] == "text":
-        batch = text_batch(point.rows, MAX_LENGTHS[point.distribution])
-        mask = batch["attention_mask"]
-    else:
-        batch = graph_batch(point.rows)
-        batch["labels"] = batch["labels"].float()
-        mask = batch["node_mask"]
-    model = build(point, json.loads(point.model))
-    if point.mode == "train":
+    if mode == "train":
         model.train()
         # the Trainer's default (optim="adamw_torch_fused" with torch >= 2.8): the optimizer the scripts use;
         # the for-loop AdamW took 40 of a 16-molecule step's 150 ms on both sides (torch.profiler)
@@ -209,33 +210,62 @@ def run_point(point: argparse.Namespace) -> dict:
             model(**batch).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
+
+        return call
+    model.eval()
+
+    def call():
+        with torch.no_grad():
+            model(**batch)
+
+    return call
+
+
+def run_point(point: argparse.Namespace) -> dict:
+    """Point function: one distribution, type, side and mode, timed on the batch of ``point.rows``; the
+    ``paired`` side times padded and padding-free calls in turn (their medians and ratio, no memory)."""
+    use_allocator(point)  # before the batch's and the model's tensors
+    set_up_torch(point.threads)
+    if DISTRIBUTIONS[point.distribution] == "text":
+        batch = text_batch(point.rows, MAX_LENGTHS[point.distribution])
+        mask = batch["attention_mask"]
     else:
-        model.eval()
-
-        def call():
-            with torch.no_grad():
-                model(**batch)
-
-    timing = measure(call, point.warmup, point.repeats * REPEATS_FACTOR.get(point.distribution, 1))
+        batch = graph_batch(point.rows)
+        batch["labels"] = batch["labels"].float()
+        mask = batch["node_mask"]
+    repeats = point.repeats * REPEATS_FACTOR.get(point.distribution, 1)
     real = int(mask.sum())
-    return {
-        "distribution": point.distribution,
-        "attention_type": point.attention_type,
-        "side": point.side,
-        "mode": point.mode,
-        "round": point.round,
-        **timing.fields(),
-        "tokens_per_s": real / timing.median_s,
-        "real_tokens": real,
-        "padded_shape": list(mask.shape),
-        "padding_share": 1 - real / mask.numel(),
-    }
+    identity = {name: getattr(point, name) for name in (*POINT_KEY, "round")}
+    shape = {"real_tokens": real, "padded_shape": list(mask.shape), "padding_share": 1 - real / mask.numel()}
+    if point.side == PAIRED:
+        sides = ("padded", "padding_free")
+        calls = {
+            side: step(
+                build(argparse.Namespace(**{**vars(point), "side": side}), json.loads(point.model)),
+                batch,
+                point.mode,
+            )
+            for side in sides
+        }
+        times = measure_alternating(calls, point.warmup, repeats)
+        medians = {side: statistics.median(times[side]) for side in sides}
+        return {
+            **identity,
+            "status": "ok",
+            "medians_s": medians,
+            "times_s": times,
+            "ratio": medians["padded"] / medians["padding_free"],
+            **shape,
+        }
+    timing = measure(step(build(point, json.loads(point.model)), batch, point.mode), point.warmup, repeats)
+    return {**identity, **timing.fields(), "tokens_per_s": real / timing.median_s, **shape}
 
 
 def merge_rounds(records: list[dict]) -> dict[tuple, dict]:
     """Each point's records over the rounds as one: the first failure's if a round failed, else the first
     round's with ``median_s``, ``tokens_per_s`` and ``peak_mib`` the medians over the rounds and
-    ``round_times_s`` each round's median (in round order)."""
+    ``round_times_s`` each round's median (in round order); a paired point's with ``round_ratios``, each
+    round's padded / padding-free ratio."""
     rounds = defaultdict(list)
     for record in records:
         rounds[point_key(record)].append(record)
@@ -244,6 +274,9 @@ def merge_rounds(records: list[dict]) -> dict[tuple, dict]:
         failed = [r for r in point if r["status"] != "ok"]
         if failed:
             merged[key] = failed[0]
+            continue
+        if key[POINT_KEY.index("side")] == PAIRED:
+            merged[key] = {**point[0], "round_ratios": [r["ratio"] for r in point]}
             continue
         times = [r["median_s"] for r in point]
         merged[key] = {
@@ -256,10 +289,14 @@ def merge_rounds(records: list[dict]) -> dict[tuple, dict]:
     return merged
 
 
-def speedup(padded: dict, free: dict) -> tuple[float, float, float]:
-    """The median, lowest and highest of the rounds' padded / padding-free time ratios (in each round the
-    two sides ran one after the other)."""
-    ratios = [p / f for p, f in zip(padded["round_times_s"], free["round_times_s"], strict=True)]
+def speedup(padded: dict, free: dict, paired: dict | None = None) -> tuple[float, float, float]:
+    """The median, lowest and highest of the rounds' padded / padding-free time ratios: a paired point's
+    (both sides' calls in turn in one process) where the point has one, else those of the two sides' points
+    (in each round one after the other)."""
+    if paired is not None and paired["status"] == "ok":
+        ratios = paired["round_ratios"]
+    else:
+        ratios = [p / f for p, f in zip(padded["round_times_s"], free["round_times_s"], strict=True)]
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
@@ -284,26 +321,31 @@ def summarize(records: list[dict], meta: dict) -> str:
             for attention_type in dict.fromkeys(r["attention_type"] for r in records):
                 point = {side: by_point.get((distribution, attention_type, side, mode)) for side in SIDES}
                 padded, free = point["padded"], point["padding_free"]
+                paired = by_point.get((distribution, attention_type, PAIRED, mode))
                 if padded is None and free is None and point["modernbert_sdpa"] is None:
                     continue
                 ratio, share, ideal = "-", "-", "-"
                 if padded and free and padded["status"] == free["status"] == "ok":
                     memory = f"x{free['peak_mib'] / padded['peak_mib']:.2f}" if padded["peak_mib"] else "-"
-                    middle, low, high = speedup(padded, free)
+                    middle, low, high = speedup(padded, free, paired)
                     spread = f" ({low:.2f}-{high:.2f})" if len(padded["round_times_s"]) > 1 else ""
-                    ratio = f"x{middle:.2f}{spread} / {memory}"
+                    ratio = f"x{middle:.2f}{spread}{' paired' if paired else ''} / {memory}"
                     share = f"{padded['padding_share']:.0%}"
                     ideal = f"x{1 / (1 - padded['padding_share']):.2f}"
                 cells = [status_cell(point[side], cell) for side in SIDES]
                 rows.append([attention_type, *cells, ratio, share, ideal])
             if not rows:
                 continue
-            step = (
-                "training step (forward, backward, fused AdamW)" if mode == "train" else "inference (eval, no_grad)"
+            title = (
+                "training step (forward, backward, fused AdamW)"
+                if mode == "train"
+                else "inference (eval, no_grad)"
             )
-            lines += ["", f"### {distribution}, {step}: tokens/s / peak MiB", ""]
+            lines += ["", f"### {distribution}, {title}: tokens/s / peak MiB", ""]
             header = ["type", *SIDES, "padding-free vs padded: speed / memory", "padding share", "ideal"]
             lines += markdown_table(header, rows)
+            if distribution in PAIRED_DISTRIBUTIONS and any("paired" in row[-3] for row in rows):
+                lines += ["", "paired: the speed ratio of both sides' calls in turn in one process."]
     return "\n".join(lines)
 
 
@@ -317,7 +359,7 @@ def plot(records: list[dict], path) -> None:
         padded = by_point.get((distribution, attention_type, "padded", mode))
         if side != "padding_free" or not padded or "ok" != free["status"] or "ok" != padded["status"]:
             continue
-        middle, low, high = speedup(padded, free)
+        middle, low, high = speedup(padded, free, by_point.get((distribution, attention_type, PAIRED, mode)))
         labels.append(f"{distribution}\n{mode}\n{attention_type}")
         middles.append(middle)
         lows.append(middle - low)
@@ -374,6 +416,13 @@ def main(argv: list[str] | None = None) -> dict:
                             continue  # transformers' ModernBERT is a text model
                         base = {"distribution": distribution, "attention_type": attention_type}
                         point = {**base, "side": side, "mode": mode, "round": round_index}
+                        bases.append({**point, "rows": rows[distribution]})
+                    if (
+                        distribution in PAIRED_DISTRIBUTIONS
+                        and attention_type != MODERNBERT_ROW
+                        and {"padded", "padding_free"} <= set(args.sides)
+                    ):
+                        point = {**base, "side": PAIRED, "mode": mode, "round": round_index}
                         bases.append({**point, "rows": rows[distribution]})
     run = launcher(run_point, args, POINT_SETTINGS)
     records = sweep(bases, run, point_key, desc="padding-free benchmark")  # a failed point skips its rounds

@@ -253,3 +253,14 @@ def test_allocator_settings_decide_which_blocks_are_mapped(allocator, mapped):
         [sys.executable, "-c", ALLOCATOR_PROBE, allocator], capture_output=True, text=True, check=True
     )
     assert probe.stdout.strip() == str(mapped)
+
+
+def test_measure_alternating_takes_turns_after_its_warmup():
+    """The calls run in turn (a, b, a, b, ...), warm-up rounds untimed: each gets ``repeats`` times."""
+    from benchmarks import harness
+
+    order = []
+    calls = {name: (lambda name=name: order.append(name)) for name in ("a", "b")}
+    times = harness.measure_alternating(calls, warmup=1, repeats=3)
+    assert order == ["a", "b"] * 4
+    assert {name: len(t) for name, t in times.items()} == {"a": 3, "b": 3}

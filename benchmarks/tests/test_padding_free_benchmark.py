@@ -22,21 +22,28 @@ def test_padding_free_benchmark_smoke(tmp_path):
     ours = {(d, t, s, m) for d in ("imdb", "molecules") for t in ("full", "linear")
             for s in ("padded", "padding_free") for m in padding_free.MODES}  # fmt: skip
     modernbert = {("imdb", padding_free.MODERNBERT_ROW, "modernbert_sdpa", m) for m in padding_free.MODES}
-    assert points == ours | modernbert
+    paired = {("molecules", t, "paired", m) for t in ("full", "linear") for m in padding_free.MODES}
+    assert points == ours | modernbert | paired
     for distribution in ("imdb", "molecules"):  # every side of a distribution ran the same examples
         same = {
             (r["real_tokens"], tuple(r["padded_shape"])) for r in records if r["distribution"] == distribution
         }
         assert len(same) == 1
     for r in records:
-        assert r["tokens_per_s"] == pytest.approx(r["real_tokens"] / r["median_s"])
         assert 0 < r["padding_share"] < 1  # the drawn batches hold padding
+        if r["side"] != "paired":
+            assert r["tokens_per_s"] == pytest.approx(r["real_tokens"] / r["median_s"])
+            continue
+        medians, times = r["medians_s"], r["times_s"]  # both sides' calls in one process, in turn
+        assert len(times["padded"]) == len(times["padding_free"]) == 10  # 1 repeat x molecules' 10
+        assert r["ratio"] == pytest.approx(medians["padded"] / medians["padding_free"])
     meta = json.loads((tmp_path / "results.json").read_text())["meta"]
     assert meta["batch"] == 4 and meta["type_configs"] == {"full": {}, "linear": {}}
     summary = (tmp_path / "summary.md").read_text()
     assert "### imdb, training step" in summary and "### molecules, inference" in summary
     share = next(r["padding_share"] for r in records if r["distribution"] == "imdb")
     assert f"| {share:.0%} | x{1 / (1 - share):.2f} |" in summary
+    assert "paired: the speed ratio" in summary.split("### molecules, training step")[1]
     assert (tmp_path / "padding_free.png").stat().st_size > 1000
 
 
@@ -72,6 +79,22 @@ def test_rounds_give_each_cell_its_median_and_each_ratio_its_range():
         line for line in padding_free.summarize(padded + free, meta).splitlines() if "| full |" in line
     )
     assert "out of memory" in row and "x2.00" not in row
+
+
+def test_a_paired_point_gives_the_speed_ratio_and_the_sides_give_the_cells():
+    """A molecule point's ratio is the median of its paired rounds' ratios (both sides' calls in turn in one
+    process), not that of the two sides' separate points, whose tokens/s and memory fill the cells."""
+
+    def record(side, round_index, **fields):
+        return {"distribution": "molecules", "attention_type": "full", "side": side, "mode": "train",
+                "round": round_index, "status": "ok", "real_tokens": 100, "padding_share": 0.5,
+                **fields}  # fmt: skip
+
+    sides = [record(s, i, median_s=1.0, peak_mib=4.0) for s in ("padded", "padding_free") for i in range(3)]
+    paired = [record("paired", i, ratio=r) for i, r in enumerate((1.3, 1.2, 1.5))]
+    summary = padding_free.summarize(sides + paired, {"model": {}, "batch": 2, "threads": 1, "rounds": 3})
+    assert "| full | 100 / 4 | 100 / 4 | - | x1.30 (1.20-1.50) paired / x1.00 | 50% | x2.00 |" in summary
+    assert "paired: the speed ratio of both sides' calls in turn in one process." in summary
 
 
 def test_rounds_below_one_are_refused(capsys):
