@@ -119,16 +119,19 @@ def check_padding_invariance_with_poisoned_pads(attention_type: str, n_real: int
     assert (padded[:, :, n_real:] == 0).all(), "padded query rows must be exactly 0"
 
 
-def check_packed_equals_each_sequence_alone(attention_type: str, lengths: tuple[int, ...]) -> None:
+def check_packed_equals_each_sequence_alone(
+    attention_type: str, lengths: tuple[int, ...], device: str = "cpu"
+) -> None:
     """Sequences packed along one row with no padding (``AttentionInputs.packed``) give each sequence its
-    outputs and gradients alone (1e-5); with a causal form, causally too. Long sequences run one call each,
-    many short ones one padded call (PackedSequences.runs_per_sequence): ``lengths`` picks which."""
-    packed = PackedSequences.from_lengths(lengths)
-    q, k, v = make_qkv(b=1, n=packed.total, requires_grad=True)
+    outputs and gradients alone (1e-5), on ``device``; with a causal form, causally too. Long sequences run
+    one call each, many short ones one padded call (PackedSequences.runs_per_sequence): ``lengths`` picks
+    which."""
+    packed = PackedSequences.from_lengths(lengths, device)
+    q, k, v = (t.to(device).requires_grad_() for t in make_qkv(b=1, n=packed.total))
     core = make_core(attention_type)
     k = q if core.capabilities.shared_query_key else k
     pieces = [packed.split(t, 2) for t in (q, k, v)]
-    alone_edges = [graph_edges(core, [n], n, [i]) for i, n in enumerate(lengths)]
+    alone_edges = [graph_edges(core, [n], n, [i], device=device) for i, n in enumerate(lengths)]
     edges = None
     if alone_edges[0] is not None:
         offsets = packed.cu_seqlens[:-1].tolist()
@@ -137,7 +140,7 @@ def check_packed_equals_each_sequence_alone(attention_type: str, lengths: tuple[
         )
     causal_forms = (False, True) if get_attention_class(attention_type).capabilities.causal else (False,)
     for causal in causal_forms:
-        core = make_core(attention_type, causal=causal)
+        core = make_core(attention_type, causal=causal).to(device)
         together = core(q, k, v, packed=packed, edges=edges, is_causal=causal).output
         alone = [
             core(qi, qi if k is q else ki, vi, edges=e, is_causal=causal).output
@@ -152,11 +155,16 @@ def check_packed_equals_each_sequence_alone(attention_type: str, lengths: tuple[
             torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
     rotary_mode = core.capabilities.rotary
     if rotary_mode is not None:  # rotary positions restart with each packed sequence, as alone
+
+        def rotary(positions):  # (1, n) positions -> their rotation on the device
+            cos_sin = rotary_positions(positions)
+            return type(cos_sin)(cos_sin.cos.to(device), cos_sin.sin.to(device))
+
         within = torch.cat([torch.arange(n) for n in lengths])[None]  # (1, T)
-        core = make_core(attention_type)
-        together = core(q, k, v, packed=packed, rotary=rotary_positions(within)).output
+        core = make_core(attention_type).to(device)
+        together = core(q, k, v, packed=packed, rotary=rotary(within)).output
         alone = [
-            core(qi, qi if k is q else ki, vi, rotary=rotary_positions(torch.arange(n)[None])).output
+            core(qi, qi if k is q else ki, vi, rotary=rotary(torch.arange(n)[None])).output
             for qi, ki, vi, n in zip(*pieces, lengths, strict=True)
         ]
         torch.testing.assert_close(together, torch.cat(alone, 2), atol=1e-5, rtol=1e-5)

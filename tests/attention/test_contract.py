@@ -133,6 +133,13 @@ def test_same_outputs_and_gradients_on_cuda(attention_type):
     contract.check_same_outputs_and_gradients_on(attention_type, "cuda")
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("attention_type", ALL_TYPES)
+def test_packed_equals_each_sequence_alone_on_cuda(attention_type):
+    for lengths in contract.PACKED_LENGTHS:  # one padded call, and one call per sequence
+        contract.check_packed_equals_each_sequence_alone(attention_type, lengths, "cuda")
+
+
 def test_inputs_as_object_or_keywords_and_clear_errors():
     core = make_core("full")
     q, k, v = make_qkv(b=2, n=10)
