@@ -34,16 +34,18 @@ linear in tokens).
 On a shared machine one point's time drifts by a tenth or more from one minute to the next, so ``--rounds
 R`` runs the whole sweep R times, a point's padded and padding-free sides one after the other in every
 round: a cell then holds the median over the rounds, and a ratio the median of the R rounds' ratios with
-their lowest and highest beside it. That still leaves a molecule batch's ratio to chance: its step takes
-40 to 180 ms, and two points timed ten seconds apart in two processes gave rounds from x0.97 to x1.59. For
-the distributions of ``PAIRED_DISTRIBUTIONS`` each round therefore adds a ``paired`` point: one process
-holding both models (the same weights), their calls taking turns (``measure_alternating``), whose ratio of
-medians repeated within 0.01 over three runs where the same process timing the sides one after the other
-gave x1.32 to x1.55; an IMDB inference call's time moved from 1.4 to 2.7 s within one point (the fresh
-pages of its (16, 512, 30,522) logits, 1 GB on both sides). The ratios of those distributions are the paired
-points', the cells (tokens/s, memory: one process per side) the separate points'. The long documents run
-without: a call there takes 10 to 80 s, and two models' steps would not fit in one process beside each
-other.
+their lowest and highest beside it. That still leaves inference's ratio to chance where a call is short or
+its time jumps: a molecule batch's forward takes 40 to 60 ms, and two points timed ten seconds apart in two
+processes gave rounds from x0.96 to x1.59; an IMDB inference call's time moved from 1.4 to 2.7 s within one
+point (the fresh pages of its (16, 512, 30,522) logits, 1 GB on both sides). So for the distributions of
+``PAIRED_DISTRIBUTIONS`` each round adds a ``paired`` inference point: one process holding both models
+(the same weights), their calls taking turns (``measure_alternating``), whose ratio of medians repeated
+within 0.01 over three runs where the same process timing the sides one after the other gave x1.32 to
+x1.55. Those ratios are the paired points', the cells (tokens/s, memory: one process per side) the separate
+points'. Training steps are not paired (``PAIRED_MODES``): two models training in one process gave
+padding-free a ratio above the separate points' in all six cases of the run of 2026-12-04 (x1.03 to x1.44 of
+it: the two steps' allocations meet in one heap), while paired inference agreed with the separate points
+within their noise. The long documents run without: a call there takes 10 to 80 s.
 
 The points run under glibc's defaults, as a user's process does; ``--allocator keep`` keeps freed memory in
 the heap instead. The two can differ for the small molecule batches: glibc hands freed memory at its heap's
@@ -92,6 +94,7 @@ MAX_LENGTHS = {"imdb": 512, "long_documents": 4096}  # text truncation, and the 
 REPEATS_FACTOR = {"molecules": 10}
 # Distributions whose ratio comes from a "paired" point (module docstring): steps of a few seconds or less.
 PAIRED_DISTRIBUTIONS = ("imdb", "molecules")
+PAIRED_MODES = ("forward",)  # not training steps (module docstring)
 PAIRED = "paired"  # the side name of such a point: padded and padding_free in one process, calls alternating
 SIDES = ("padded", "padding_free", "modernbert_sdpa")
 MODES = ("train", "forward")
@@ -324,7 +327,11 @@ def summarize(records: list[dict], meta: dict) -> str:
             for attention_type in dict.fromkeys(r["attention_type"] for r in records):
                 point = {side: by_point.get((distribution, attention_type, side, mode)) for side in SIDES}
                 padded, free = point["padded"], point["padding_free"]
-                paired = by_point.get((distribution, attention_type, PAIRED, mode))
+                paired = (
+                    by_point.get((distribution, attention_type, PAIRED, mode))
+                    if mode in PAIRED_MODES
+                    else None
+                )
                 if padded is None and free is None and point["modernbert_sdpa"] is None:
                     continue
                 ratio, share, ideal = "-", "-", "-"
@@ -347,7 +354,7 @@ def summarize(records: list[dict], meta: dict) -> str:
             lines += ["", f"### {distribution}, {title}: tokens/s / peak MiB", ""]
             header = ["type", *SIDES, "padding-free vs padded: speed / memory", "padding share", "ideal"]
             lines += markdown_table(header, rows)
-            if distribution in PAIRED_DISTRIBUTIONS and any("paired" in row[-3] for row in rows):
+            if any("paired" in row[-3] for row in rows):
                 lines += ["", "paired: the speed ratio of both sides' calls in turn in one process."]
     return "\n".join(lines)
 
@@ -362,7 +369,8 @@ def plot(records: list[dict], path) -> None:
         padded = by_point.get((distribution, attention_type, "padded", mode))
         if side != "padding_free" or not padded or "ok" != free["status"] or "ok" != padded["status"]:
             continue
-        middle, low, high = speedup(padded, free, by_point.get((distribution, attention_type, PAIRED, mode)))
+        paired = by_point.get((distribution, attention_type, PAIRED, mode)) if mode in PAIRED_MODES else None
+        middle, low, high = speedup(padded, free, paired)
         labels.append(f"{distribution}\n{mode}\n{attention_type}")
         middles.append(middle)
         lows.append(middle - low)
@@ -422,6 +430,7 @@ def main(argv: list[str] | None = None) -> dict:
                         bases.append({**point, "rows": rows[distribution]})
                     if (
                         distribution in PAIRED_DISTRIBUTIONS
+                        and mode in PAIRED_MODES
                         and attention_type != MODERNBERT_ROW
                         and {"padded", "padding_free"} <= set(args.sides)
                     ):
