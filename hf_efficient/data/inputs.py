@@ -137,7 +137,11 @@ def _unknown_share(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str]) -> 
     texts = [text for text in list(texts)[:SAMPLED_TEXTS] if isinstance(text, str) and text.strip()]
     if tokenizer.unk_token_id is None or not texts:
         return None
-    ids = [i for row in tokenizer(texts, add_special_tokens=False)["input_ids"] for i in row]
+    # verbose=False: a text longer than the model's positions is only counted here (the training data is cut
+    # or grouped later), so transformers' "Token indices sequence length is longer than the specified maximum
+    # ... will result in indexing errors" would be a false alarm in every long-text run's log
+    encoded = tokenizer(texts, add_special_tokens=False, verbose=False)
+    ids = [i for row in encoded["input_ids"] for i in row]
     return sum(i == tokenizer.unk_token_id for i in ids) / len(ids) if ids else None
 
 

@@ -46,6 +46,19 @@ def test_the_models_tokenizer_passes(tokenizers):
     )
 
 
+def test_checking_a_tokenizer_on_texts_longer_than_the_model_warns_of_nothing(tokenizers):
+    """The check tokenizes a few texts only to count [UNK]s: a text longer than the model's positions (it is
+    grouped into blocks or cut later) gave transformers' "Token indices sequence length is longer than the
+    specified maximum ... indexing errors" in every long-text run's log (make demo's first lines)."""
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging as hf_logging
+
+    tokenizer = BertTokenizer(vocab=tokenizers["vocab"], model_max_length=8)  # its once-only warnings unsaid
+    with CaptureLogger(hf_logging.get_logger("transformers.tokenization_utils_base")) as captured:
+        check_tokenizer(tokenizer, model_config(), "t", [" ".join(TEXTS * 3)])
+    assert "Token indices sequence length" not in captured.out
+
+
 MISFITS = {  # {case: (tokenizer, config overrides, texts, needs, what the error says)}
     "every word [UNK]": (
         "config only", {}, TEXTS, (),
