@@ -360,8 +360,8 @@ def summarize(records: list[dict], meta: dict) -> str:
 
 
 def plot(records: list[dict], path) -> None:
-    """The padding-free speed-up of each (distribution, mode, type) beside the ideal 1 / (1 - share), the
-    rounds' range as an error bar."""
+    """The padding-free speed-up of each (distribution, mode, type) beside the ideal 1 / (1 - share) and
+    the floor 0.8 x ideal, the rounds' range as an error bar."""
     plt = pyplot()
     by_point = merge_rounds(records)
     labels, middles, lows, highs, ideals = [], [], [], [], []
@@ -380,6 +380,15 @@ def plot(records: list[dict], path) -> None:
     x = range(len(labels))
     ax.bar([i - 0.2 for i in x], middles, width=0.4, yerr=[lows, highs], label="padding-free / padded")
     ax.bar([i + 0.2 for i in x], ideals, width=0.4, label="ideal 1 / (1 - padding share)", alpha=0.5)
+    floors = [0.8 * ideal for ideal in ideals]  # the speed-up a padding-free batch must reach
+    ax.hlines(
+        floors,
+        [i - 0.4 for i in x],
+        [i + 0.4 for i in x],
+        color="black",
+        linewidth=1.2,
+        label="floor 0.8 x ideal",
+    )
     ax.axhline(1, color="grey", linewidth=0.8)
     ax.set_xticks(list(x), labels, fontsize=7)
     ax.set(ylabel="speed-up (x)", title="padding-free batches")
