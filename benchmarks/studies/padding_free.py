@@ -295,6 +295,11 @@ def merge_rounds(records: list[dict]) -> dict[tuple, dict]:
     return merged
 
 
+def paired_point(by_point: dict, distribution: str, attention_type: str, mode: str) -> dict | None:
+    """The merged paired point whose ratios replace the two sides' (``PAIRED_MODES`` only), or None."""
+    return by_point.get((distribution, attention_type, PAIRED, mode)) if mode in PAIRED_MODES else None
+
+
 def speedup(padded: dict, free: dict, paired: dict | None = None) -> tuple[float, float, float]:
     """The median, lowest and highest of the rounds' padded / padding-free time ratios: a paired point's
     (both sides' calls in turn in one process) where the point has one, else those of the two sides' points
@@ -323,15 +328,11 @@ def summarize(records: list[dict], meta: dict) -> str:
 
     for distribution in dict.fromkeys(r["distribution"] for r in records):
         for mode in MODES:
-            rows = []
+            rows, any_paired = [], False
             for attention_type in dict.fromkeys(r["attention_type"] for r in records):
                 point = {side: by_point.get((distribution, attention_type, side, mode)) for side in SIDES}
                 padded, free = point["padded"], point["padding_free"]
-                paired = (
-                    by_point.get((distribution, attention_type, PAIRED, mode))
-                    if mode in PAIRED_MODES
-                    else None
-                )
+                paired = paired_point(by_point, distribution, attention_type, mode)
                 if padded is None and free is None and point["modernbert_sdpa"] is None:
                     continue
                 ratio, share, ideal = "-", "-", "-"
@@ -340,6 +341,7 @@ def summarize(records: list[dict], meta: dict) -> str:
                     middle, low, high = speedup(padded, free, paired)
                     spread = f" ({low:.2f}-{high:.2f})" if len(padded["round_times_s"]) > 1 else ""
                     ratio = f"x{middle:.2f}{spread}{' paired' if paired else ''} / {memory}"
+                    any_paired = any_paired or paired is not None
                     share = f"{padded['padding_share']:.0%}"
                     ideal = f"x{1 / (1 - padded['padding_share']):.2f}"
                 cells = [status_cell(point[side], cell) for side in SIDES]
@@ -354,7 +356,7 @@ def summarize(records: list[dict], meta: dict) -> str:
             lines += ["", f"### {distribution}, {title}: tokens/s / peak MiB", ""]
             header = ["type", *SIDES, "padding-free vs padded: speed / memory", "padding share", "ideal"]
             lines += markdown_table(header, rows)
-            if any("paired" in row[-3] for row in rows):
+            if any_paired:
                 lines += ["", "paired: the speed ratio of both sides' calls in turn in one process."]
     return "\n".join(lines)
 
@@ -369,8 +371,7 @@ def plot(records: list[dict], path) -> None:
         padded = by_point.get((distribution, attention_type, "padded", mode))
         if side != "padding_free" or not padded or "ok" != free["status"] or "ok" != padded["status"]:
             continue
-        paired = by_point.get((distribution, attention_type, PAIRED, mode)) if mode in PAIRED_MODES else None
-        middle, low, high = speedup(padded, free, paired)
+        middle, low, high = speedup(padded, free, paired_point(by_point, distribution, attention_type, mode))
         labels.append(f"{distribution}\n{mode}\n{attention_type}")
         middles.append(middle)
         lows.append(middle - low)
